@@ -1,0 +1,1 @@
+"""Analyses shared by the verifier, passes, cost model and lowering."""

@@ -1,0 +1,456 @@
+"""CAKE IR node types (pydantic v2).
+
+A program is one `Kernel`. Every node sits at a JSON-pointer path (`/roles/1/body/0/body/3`) and may
+carry an author `id`; diagnostics, generated C++ comments and backend errors name those paths.
+Statements are a discriminated union on `op`; params on `kind`; barriers on `kind`.
+
+Semantics in brief (docs/ir.md has the full reference):
+- Execution: every thread runs `prologue`, then the body of the one role whose warp range holds it.
+- Buffers: `smem` buffers have a per-stage `shape` and `stages` slots; `reg` buffers are tiles held by
+  a thread group (`scope`) and distributed over its threads by `layout`.
+- Tiles (`TileRef`) name a buffer (or tensor param), a stage `slot`, an element `offset` per dim and a
+  static `shape` (defaults: slot 0, zero offset, the whole buffer).
+- Expressions are strings: index expressions (integer, `/` and `%` floor), conditions, and
+  element-wise value expressions (see cake_ir.expr).
+"""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from . import expr as _expr
+from .dtypes import DType
+
+IR_VERSION = "0.1"
+
+# ------------------------------------------------------------------------------ field types
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
+_C_RESERVED = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
+    "float", "for", "goto", "if", "inline", "int", "long", "register", "return", "short", "signed", "sizeof",
+    "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "class",
+    "namespace", "template", "typename", "this", "new", "delete", "true", "false", "asm", "bool", "operator",
+    "private", "public", "protected", "friend", "virtual", "using", "try", "catch", "throw", "nullptr",
+    "constexpr", "static_assert", "decltype", "alignas", "alignof", "threadIdx", "blockIdx", "blockDim",
+    "gridDim", "warpSize", "cake", "min", "max", "half", "float2", "float4", "int4", "uint4", "dim3",
+    "tid", "lane", "warp", "wg", "role_tid", "role_warp", "smem", "bid", "nbid",
+}
+
+
+def _check_ident(v: str) -> str:
+    if not isinstance(v, str) or not _IDENT.match(v):
+        raise ValueError("must be an identifier: a letter or '_' then letters, digits or '_' (at most 48)")
+    if v in _C_RESERVED or v.startswith("__") or v.startswith("cake_"):
+        raise ValueError(f"{v!r} is reserved (C/CUDA keyword, builtin index name, or cake_/__ prefix)")
+    return v
+
+
+def _check_index(v):
+    _expr.parse_index(v)
+    return v
+
+
+def _check_cond(v):
+    _expr.parse_cond(v)
+    return v
+
+
+def _check_value(v):
+    _expr.parse_value(v)
+    return v
+
+
+def _check_note(v: Optional[str]) -> Optional[str]:
+    if v is not None and len(v) > 500:
+        raise ValueError("notes are at most 500 characters")
+    return v
+
+
+Ident = Annotated[str, AfterValidator(_check_ident)]
+IndexExpr = Annotated[Union[int, str], AfterValidator(_check_index)]
+CondExpr = Annotated[Union[bool, str], AfterValidator(_check_cond)]
+ValueExpr = Annotated[Union[float, int, str], AfterValidator(_check_value)]
+Note = Annotated[Optional[str], AfterValidator(_check_note)]
+PosInt = Annotated[int, Field(ge=1, le=2**31 - 1)]
+Scope = Literal["thread", "warp", "warpgroup", "role", "cta"]
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    id: Optional[Ident] = Field(default=None, description="optional author id, echoed in diagnostics")
+    note: Note = Field(default=None, description="free text; emitted as an escaped C comment")
+
+
+# ------------------------------------------------------------------------------------ params
+class TmaSpec(BaseModel):
+    """Request a TMA tensor map for a tensor param; the host builds it with the driver's encoder."""
+
+    model_config = ConfigDict(extra="forbid")
+    box: list[PosInt] = Field(description="box shape in the tensor's dim order (outermost first)")
+    swizzle: Literal["none", "32B", "64B", "128B"] = "128B"
+    oob_fill: Literal["zero", "nan"] = "zero"
+
+
+class TensorParam(Node):
+    kind: Literal["tensor"] = "tensor"
+    name: Ident
+    dtype: DType
+    shape: list[IndexExpr] = Field(min_length=1, max_length=5, description="dims, outermost first")
+    strides: Optional[list[IndexExpr]] = Field(default=None, description="element strides; default row-major")
+    align: PosInt = Field(default=16, description="guaranteed base-pointer alignment in bytes")
+    access: Literal["read", "write", "readwrite"] = "read"
+    tma: Optional[TmaSpec] = None
+
+
+class ScalarParam(Node):
+    kind: Literal["scalar"] = "scalar"
+    name: Ident
+    dtype: Literal["i32", "u32", "i64", "f32"] = "i32"
+    min: Optional[int] = Field(default=None, description="proved lower bound (integer params)")
+    max: Optional[int] = Field(default=None, description="proved upper bound (integer params)")
+    divisible_by: PosInt = 1
+
+
+Param = Annotated[Union[TensorParam, ScalarParam], Field(discriminator="kind")]
+
+
+class Launch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    grid: list[IndexExpr] = Field(min_length=1, max_length=3, description="blocks per grid dim (x, y, z)")
+    threads: PosInt = Field(description="threads per block (1-D)")
+    cluster: Optional[list[PosInt]] = Field(default=None, min_length=1, max_length=3)
+    min_blocks_per_sm: Annotated[int, Field(ge=1, le=32)] = 1
+
+
+# ----------------------------------------------------------------------------------- buffers
+Layout = Literal[
+    "row_major",      # smem: rows of shape[-1] elements (+pad); reg: per-thread array (scope thread)
+    "swizzle_32B", "swizzle_64B", "swizzle_128B",  # smem: TMA/wgmma swizzle on byte addresses
+    "blocked",        # reg: tile split in chunks of `vec` elements dealt round-robin to the scope's threads
+    "mma_a", "mma_b", "mma_acc",   # reg: mma.sync m16n8k16 fragments (scope warp)
+    "wgmma_acc",      # reg: wgmma accumulator fragment (scope warpgroup, shape [64*m, N])
+]
+
+
+class Buffer(Node):
+    name: Ident
+    space: Literal["smem", "reg"]
+    dtype: DType
+    shape: list[PosInt] = Field(min_length=1, max_length=4, description="per-stage tile shape")
+    stages: Annotated[int, Field(ge=1, le=16)] = 1
+    layout: Layout = "row_major"
+    pad: Annotated[int, Field(ge=0, le=64)] = Field(default=0, description="row_major smem: elements of padding per row")
+    vec: Annotated[int, Field(ge=1, le=16)] = Field(default=1, description="blocked: elements per thread chunk")
+    scope: Scope = Field(default="thread", description="reg: the thread group that holds the whole tile")
+    role: Optional[Ident] = Field(default=None, description="owner role (reg buffers, or smem written by one role)")
+
+
+# ---------------------------------------------------------------------------------- barriers
+class MBarrier(Node):
+    kind: Literal["mbarrier"] = "mbarrier"
+    name: Ident
+    count: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description="array length (one per stage)")
+    arrivals: PosInt = Field(description="arrivals that complete a phase")
+
+
+class NamedBarrier(Node):
+    kind: Literal["named"] = "named"
+    name: Ident
+    bar_id: Annotated[int, Field(ge=0, le=15)]
+    threads: PosInt = Field(description="threads taking part (multiple of 32)")
+
+
+Barrier = Annotated[Union[MBarrier, NamedBarrier], Field(discriminator="kind")]
+
+
+class Pipeline(Node):
+    """A multi-stage producer/consumer pipeline over staged smem buffers.
+
+    The expand-pipelines pass creates mbarrier arrays `<name>_full` and `<name>_empty` (one per stage),
+    initialises them in the prologue and expands the pipe_* statements into explicit mbarrier ops.
+    """
+
+    name: Ident
+    stages: Annotated[int, Field(ge=1, le=16)]
+    mechanism: Literal["tma", "cp_async"]
+    producer: Ident
+    consumers: list[Ident] = Field(min_length=1)
+    buffers: list[Ident] = Field(min_length=1, description="staged smem buffers filled per stage")
+
+
+# --------------------------------------------------------------------------------- operands
+class TileRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    buf: Ident = Field(description="a buffer or tensor param name")
+    slot: Optional[IndexExpr] = Field(default=None, description="stage slot of a staged smem buffer")
+    offset: Optional[list[IndexExpr]] = Field(default=None, description="element offset per dim")
+    shape: Optional[list[PosInt]] = Field(default=None, description="static tile shape; default whole buffer")
+
+
+class BarRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Ident
+    index: IndexExpr = 0
+
+
+# -------------------------------------------------------------------------------- statements
+class For(Node):
+    op: Literal["for"] = "for"
+    var: Ident
+    start: IndexExpr = 0
+    stop: IndexExpr
+    step: PosInt = 1
+    unroll: Union[bool, PosInt] = False
+    body: list["Stmt"] = Field(default_factory=list)
+
+
+class If(Node):
+    op: Literal["if"] = "if"
+    cond: CondExpr
+    then: list["Stmt"] = Field(default_factory=list)
+    else_: list["Stmt"] = Field(default_factory=list, alias="else")
+
+
+class Let(Node):
+    op: Literal["let"] = "let"
+    name: Ident
+    value: IndexExpr
+
+
+class Block(Node):
+    """A statement group; passes use it for expansions (`origin` = the sugar node's path)."""
+
+    op: Literal["block"] = "block"
+    origin: Optional[str] = None
+    body: list["Stmt"] = Field(default_factory=list)
+
+
+class Copy(Node):
+    """Move a tile between memory spaces.
+
+    tma_load: global(tma param) -> smem, one thread issues, completes on `barrier` (complete_tx).
+    tma_store: smem -> global(tma param), one thread issues; tma_store_commit/wait track it.
+    cp_async: global -> smem, `scope` threads cooperate in chunks of `vec_bytes`.
+    sync: global -> smem through registers, `scope` threads cooperate.
+    """
+
+    op: Literal["copy"] = "copy"
+    kind: Literal["tma_load", "tma_store", "cp_async", "sync"]
+    src: TileRef
+    dst: TileRef
+    barrier: Optional[BarRef] = None
+    vec_bytes: Literal[4, 8, 16] = 16
+    scope: Scope = "role"
+    oob: Literal["none", "zfill"] = Field(default="none", description="none: proved in bounds; zfill: predicated")
+
+
+class Access(Node):
+    """Register-tile loads/stores. ldg/stg: global<->reg; lds/sts: smem<->reg; ldmatrix: smem->fragment."""
+
+    op: Literal["ldg", "stg", "lds", "sts", "ldmatrix"]
+    src: TileRef
+    dst: TileRef
+    vec_bytes: Literal[2, 4, 8, 16] = 16
+    trans: bool = False
+    oob: Literal["none", "zfill", "mask"] = "none"
+
+
+class MmaSync(Node):
+    """Warp-level mma.sync over fragment tiles: c[TM,TN] += a[TM,TK] * b[TN,TK]^T."""
+
+    op: Literal["mma_sync"] = "mma_sync"
+    shape: tuple[int, int, int] = (16, 8, 16)
+    a: TileRef
+    b: TileRef
+    c: TileRef
+
+
+class Wgmma(Node):
+    """Warpgroup wgmma over a K slab: acc[64,N] (+)= a[64,TK] * b[N,TK]^T, issued in k16 steps."""
+
+    op: Literal["wgmma"] = "wgmma"
+    shape: tuple[int, int, int]
+    a: TileRef
+    b: TileRef
+    acc: TileRef
+    accumulate: CondExpr = Field(default=True, description="false/expr: first k step overwrites acc")
+
+
+class MbarInit(Node):
+    op: Literal["mbar_init"] = "mbar_init"
+    barrier: BarRef
+    arrivals: PosInt
+
+
+class MbarArrive(Node):
+    """Every executing thread arrives once; guard with an `if` for one arrival per warp/role."""
+
+    op: Literal["mbar_arrive"] = "mbar_arrive"
+    barrier: BarRef
+
+
+class MbarExpectTx(Node):
+    """arrive.expect_tx: the executing thread arrives and adds `bytes` to the phase's tx count."""
+
+    op: Literal["mbar_expect_tx"] = "mbar_expect_tx"
+    barrier: BarRef
+    bytes: PosInt
+
+
+class MbarWait(Node):
+    op: Literal["mbar_wait"] = "mbar_wait"
+    barrier: BarRef
+    parity: IndexExpr
+
+
+class CpAsyncArrive(Node):
+    """cp.async.mbarrier.arrive.noinc: arrive when this thread's earlier cp.asyncs land."""
+
+    op: Literal["cp_async_arrive"] = "cp_async_arrive"
+    barrier: BarRef
+
+
+class SimpleSync(Node):
+    op: Literal["cp_async_commit", "wgmma_fence", "wgmma_commit", "syncthreads", "syncwarp", "tma_store_commit"]
+
+
+class WaitGroup(Node):
+    op: Literal["cp_async_wait", "wgmma_wait", "tma_store_wait"]
+    n: Annotated[int, Field(ge=0, le=16)] = 0
+
+
+class NamedBarSync(Node):
+    op: Literal["bar_sync", "bar_arrive"]
+    barrier: Ident
+
+
+class Fence(Node):
+    op: Literal["fence"] = "fence"
+    kind: Literal["proxy_async", "mbarrier_init", "acq_rel_cta", "acq_rel_gpu"]
+
+
+class PipeOp(Node):
+    """Pipeline sugar, expanded by passes.expand_pipelines.
+
+    pipe_acquire (producer): wait until slot iter%S is empty; for tma also arrive.expect_tx with the
+    stage's bytes. pipe_commit (producer): for cp_async, arrive on the full barrier when this thread's
+    copies land. pipe_wait (consumer): wait until slot iter%S is full. pipe_release (consumer): one lane
+    per warp arrives on the empty barrier.
+    """
+
+    op: Literal["pipe_acquire", "pipe_commit", "pipe_wait", "pipe_release"]
+    pipe: Ident
+    iter: IndexExpr
+
+
+class Fill(Node):
+    op: Literal["fill"] = "fill"
+    dst: TileRef
+    value: float = 0.0
+
+
+class Map(Node):
+    """dst = expr, element-wise; names in expr are reg tiles (broadcast along size-1 dims), scalar
+    params, consts or index variables."""
+
+    op: Literal["map"] = "map"
+    dst: TileRef
+    expr: ValueExpr
+
+
+class Reduce(Node):
+    op: Literal["reduce"] = "reduce"
+    kind: Literal["sum", "max", "min"]
+    src: TileRef
+    dst: TileRef
+    axis: Annotated[int, Field(ge=0, le=3)] = 1
+
+
+class Scan(Node):
+    op: Literal["scan"] = "scan"
+    kind: Literal["sum", "max"] = "sum"
+    src: TileRef
+    dst: TileRef
+    axis: Annotated[int, Field(ge=0, le=3)] = 1
+    exclusive: bool = False
+
+
+Stmt = Annotated[
+    Union[For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
+          CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan],
+    Field(discriminator="op"),
+]
+
+For.model_rebuild()
+If.model_rebuild()
+Block.model_rebuild()
+
+
+class Role(Node):
+    name: Ident
+    warps: tuple[Annotated[int, Field(ge=0, le=31)], Annotated[int, Field(ge=1, le=32)]] = Field(
+        description="[first warp, warp count]")
+    regs: Optional[Annotated[int, Field(ge=24, le=256)]] = Field(
+        default=None, description="register budget per thread (setmaxnreg on sm_90a)")
+    body: list[Stmt] = Field(default_factory=list)
+
+    @property
+    def first_warp(self) -> int:
+        return self.warps[0]
+
+    @property
+    def num_warps(self) -> int:
+        return self.warps[1]
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[1]
+
+
+class Kernel(Node):
+    ir_version: str = IR_VERSION
+    name: Ident
+    arch: Literal["sm_80", "sm_86", "sm_89", "sm_90a"]
+    launch: Launch
+    consts: dict[Ident, int] = Field(default_factory=dict, description="compile-time integer constants")
+    params: list[Param] = Field(default_factory=list)
+    buffers: list[Buffer] = Field(default_factory=list)
+    barriers: list[Barrier] = Field(default_factory=list)
+    pipelines: list[Pipeline] = Field(default_factory=list)
+    prologue: list[Stmt] = Field(default_factory=list, description="run by every thread before the roles")
+    roles: list[Role] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Kernel":
+        seen: dict[str, str] = {}
+        groups = [("consts", list(self.consts)), ("params", [p.name for p in self.params]),
+                  ("buffers", [b.name for b in self.buffers]), ("barriers", [b.name for b in self.barriers]),
+                  ("pipelines", [p.name for p in self.pipelines]), ("roles", [r.name for r in self.roles])]
+        for group, names in groups:
+            for i, n in enumerate(names):
+                if n in seen:
+                    raise ValueError(f"name {n!r} at /{group}/{i} is already used in /{seen[n]}")
+                seen[n] = f"{group}/{i}"
+        return self
+
+    # ---- lookups
+    def param(self, name: str) -> Optional[Union[TensorParam, ScalarParam]]:
+        return next((p for p in self.params if p.name == name), None)
+
+    def buffer(self, name: str) -> Optional[Buffer]:
+        return next((b for b in self.buffers if b.name == name), None)
+
+    def barrier(self, name: str) -> Optional[Union[MBarrier, NamedBarrier]]:
+        return next((b for b in self.barriers if b.name == name), None)
+
+    def pipeline(self, name: str) -> Optional[Pipeline]:
+        return next((p for p in self.pipelines if p.name == name), None)
+
+    def role(self, name: str) -> Optional[Role]:
+        return next((r for r in self.roles if r.name == name), None)
+
+
+STMT_TYPES = (For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
+              CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan)

@@ -1,0 +1,178 @@
+"""The verifier engine: loads rule plugins and runs every one, collecting all diagnostics.
+
+A rule is a module with:
+    CODE = "E-SYN-03"          stable code; the letter is the default severity (E/W/N)
+    TITLE = "..."              one line for the catalog
+    STAGE = "expanded"         "source" (the IR as written) or "expanded" (after passes.expand)
+    def check(ctx): yield ctx.report(path, message, legal=..., fix=[...], related=[...])
+
+Rules load from the `rules/` package (one module per code; never from `rules/proposed/`) and from
+installed packages' `cake.rules` entry points. A rule that raises becomes an E-VERIFY-INTERNAL
+diagnostic: the verifier itself never raises on any kernel.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import ModuleType
+from typing import Callable, Iterable, Optional
+
+from . import arch as _arch
+from .diagnostics import Diagnostic, sort_key
+from .nodes import Kernel
+from .walk import Site, resolve, statements
+
+SEVERITY = {"E": "error", "W": "warning", "N": "note"}
+
+
+@dataclass
+class Rule:
+    code: str
+    title: str
+    stage: str
+    check: Callable
+    module: str
+
+    @property
+    def severity(self) -> str:
+        return SEVERITY.get(self.code[:1], "error")
+
+    @property
+    def family(self) -> str:
+        return self.code.split("-")[1] if self.code.count("-") >= 2 else "?"
+
+
+def _rule_from_module(mod: ModuleType) -> Optional[Rule]:
+    code = getattr(mod, "CODE", None)
+    check = getattr(mod, "check", None)
+    if not code or not callable(check):
+        return None
+    return Rule(code, getattr(mod, "TITLE", ""), getattr(mod, "STAGE", "expanded"), check, mod.__name__)
+
+
+_CACHE: dict[str, list[Rule]] = {}
+
+
+def load_rules(package: str = "rules", entry_points: bool = True) -> list[Rule]:
+    """Discover rule modules; `rules.proposed` and private modules are never imported."""
+    if package in _CACHE:
+        return _CACHE[package]
+    found: list[Rule] = []
+    pkg = importlib.import_module(package)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg or info.name.startswith("_"):
+            continue  # skips rules/proposed (a package) and helpers like rules/_util.py
+        r = _rule_from_module(importlib.import_module(f"{package}.{info.name}"))
+        if r:
+            found.append(r)
+    if entry_points:
+        from importlib.metadata import entry_points as eps
+        for ep in eps(group="cake.rules"):
+            try:
+                r = _rule_from_module(ep.load())
+            except Exception:  # a broken third-party plugin must not break verification
+                continue
+            if r:
+                found.append(r)
+    codes = [r.code for r in found]
+    dup = {c for c in codes if codes.count(c) > 1}
+    if dup:
+        raise RuntimeError(f"duplicate rule codes: {sorted(dup)}")
+    found.sort(key=lambda r: r.code)
+    _CACHE[package] = found
+    return found
+
+
+class Context:
+    """What a rule sees: the kernel (expanded or source), the arch spec, facts, and a reporter."""
+
+    def __init__(self, kernel: Kernel, source: Kernel, rule: Optional[Rule] = None):
+        self.kernel = kernel
+        self.source = source
+        self.rule = rule
+        self.arch = _arch.spec(kernel.arch)
+
+    @cached_property
+    def sites(self) -> list[Site]:
+        return list(statements(self.kernel))
+
+    @cached_property
+    def base_env(self):
+        from .analysis.facts import kernel_env
+        return kernel_env(self.kernel)
+
+    def env(self, site: Site):
+        from .analysis.facts import site_env
+        return site_env(self.kernel, site, self.base_env)
+
+    def report(self, node: str, message: str, *, legal=None, fix=None, related=(), severity=None,
+               code=None, origin=None) -> Diagnostic:
+        code = code or self.rule.code
+        target = resolve(self.kernel, node)
+        node_id = getattr(target, "id", None) if target is not None else None
+        return Diagnostic(code=code, severity=severity or SEVERITY.get(code[:1], "error"), node=node,
+                          node_id=node_id, related=list(related), message=message, legal=legal, fix=fix,
+                          origin=origin)
+
+
+@dataclass
+class VerifyResult:
+    kernel: Optional[Kernel]          # the source kernel
+    expanded: Optional[Kernel]        # after passes.expand (what lowering consumes)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.severity == "error" for d in self.diagnostics)
+
+
+def verify(kernel: Kernel, rules: Optional[Iterable[Rule]] = None) -> VerifyResult:
+    from .passes import expand
+
+    t0 = time.perf_counter()
+    rules = list(rules) if rules is not None else load_rules()
+    diags: list[Diagnostic] = []
+    expanded, pass_diags = expand(kernel)
+    diags.extend(pass_diags)
+    for rule in rules:
+        target = kernel if rule.stage == "source" or expanded is None else expanded
+        ctx = Context(target, kernel, rule)
+        try:
+            for d in rule.check(ctx) or ():
+                if d.origin is None:
+                    d.origin = _origin_of(ctx, d.node)
+                diags.append(d)
+        except Exception as e:  # noqa: BLE001 - a broken rule is a diagnostic, not a crash
+            tb = traceback.extract_tb(e.__traceback__)[-1]
+            diags.append(Diagnostic(code="E-VERIFY-INTERNAL", node="/", message=(
+                f"rule {rule.code} raised {type(e).__name__}: {e} ({tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})")[:500]))
+    # Deduplicate (same code and node) and order errors first.
+    seen, out = set(), []
+    for d in sorted(diags, key=sort_key):
+        key = (d.code, d.node, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return VerifyResult(kernel, expanded, out, time.perf_counter() - t0)
+
+
+def _origin_of(ctx: Context, path: str) -> Optional[str]:
+    for s in ctx.sites:
+        if s.path == path:
+            return s.origin
+    return None
+
+
+def verify_document(source) -> VerifyResult:
+    """Load (text, bytes or dict) then verify; schema problems come back as diagnostics."""
+    from .io import load
+
+    kernel, diags = load(source)
+    if kernel is None:
+        return VerifyResult(None, None, diags)
+    return verify(kernel)
