@@ -487,7 +487,7 @@ def _render(node: Node, var, parent_prec: int, c_mode: bool, float_mode: bool = 
     if isinstance(node, Num):
         v = node.value
         if c_mode and float_mode:
-            return repr(float(v)) + "f" if math.isfinite(float(v)) else ("INFINITY" if v > 0 else "-INFINITY")
+            return repr(float(v)) + "f" if math.isfinite(float(v)) else ("cake::inf()" if v > 0 else "(-cake::inf())")
         if isinstance(v, int) and c_mode and abs(v) > 2**31 - 1:
             return f"{v}LL"
         s = repr(v)

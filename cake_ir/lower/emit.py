@@ -1,0 +1,891 @@
+"""Emit CUDA C++ for an expanded, verified kernel.
+
+One function per statement kind; every emitted statement carries a `// <node path>` comment and an
+entry in the line map, so NVRTC/ptxas messages map back to IR nodes. The code calls the runtime
+header (cake_ir/runtime/cake.cuh) for every instruction and generates wgmma wrappers per N used.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from math import prod
+from pathlib import Path
+from typing import Optional
+
+from .. import expr as E
+from ..analysis.tiles import per_thread_elems, resolve_tile, threads_in_scope
+from ..arch import spec as arch_spec
+from ..diagnostics import Diagnostic
+from ..dtypes import C_TYPE, SIZE
+from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, Let, Map,
+                     MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
+                     PipeOp, Reduce, Role, ScalarParam, Scan, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma)
+from ..passes.plan_smem import SmemPlan, plan_smem, row_pitch_elems
+from .writer import Writer, safe_comment
+
+HEADER_PATH = Path(__file__).resolve().parent.parent / "runtime" / "cake.cuh"
+
+STORAGE = {"bf16": "cake::bf16", "f16": "cake::f16", "f32": "float", "f64": "double", "i32": "int",
+           "u32": "unsigned", "i64": "long long", "u64": "unsigned long long", "i8": "signed char",
+           "u8": "unsigned char", "pred": "bool"}
+BUILTIN_C = {"bid.x": "blockIdx.x", "bid.y": "blockIdx.y", "bid.z": "blockIdx.z", "nbid.x": "gridDim.x",
+             "nbid.y": "gridDim.y", "nbid.z": "gridDim.z", "tid": "cake_tid", "lane": "cake_lane",
+             "warp": "cake_warp", "role_warp": "cake_role_warp", "role_tid": "cake_role_tid", "wg": "cake_wg",
+             "wg_tid": "cake_wg_tid"}
+SWZ_BITS = {"swizzle_32B": 1, "swizzle_64B": 2, "swizzle_128B": 3}
+DESC_SWIZZLE = {"swizzle_128B": 1, "swizzle_64B": 2, "swizzle_32B": 3}
+
+
+class LowerError(Exception):
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass
+class Lowered:
+    source: str
+    line_map: dict[int, str]
+    kernel_name: str
+    signature: list[dict]
+    smem_bytes: int
+    plan: SmemPlan
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    header_lines: int = 0
+
+
+def header_text() -> str:
+    return HEADER_PATH.read_text()
+
+
+def _var(node: E.Var) -> str:
+    return BUILTIN_C.get(node.name, node.name)
+
+
+def ix(e) -> str:
+    """An index expression as C."""
+    return E.to_c(E.parse_index(e), _var)
+
+
+def cond_c(e) -> str:
+    if isinstance(e, bool):
+        return "true" if e else "false"
+    return E.to_c(E.parse_cond(e), _var)
+
+
+class Emitter:
+    def __init__(self, k: Kernel):
+        self.k = k
+        self.spec = arch_spec(k.arch)
+        self.plan = plan_smem(k)
+        self.w = Writer()
+        self.role: Optional[Role] = None
+        self.role_index: Optional[int] = None
+        self.wgmma_ns: set[tuple[int, str]] = set()
+        self.diags: list[Diagnostic] = []
+        self.uid = 0
+
+    # ------------------------------------------------------------------------- helpers
+    def fresh(self, base: str) -> str:
+        self.uid += 1
+        return f"cake_{base}{self.uid}"
+
+    def fail(self, path: str, msg: str):
+        raise LowerError(path, msg)
+
+    def scope_threads(self, scope: str) -> int:
+        rt = self.role.threads if self.role is not None else self.k.launch.threads
+        return threads_in_scope(scope, rt, self.k.launch.threads)
+
+    def scope_index(self, scope: str) -> str:
+        return {"thread": "0", "warp": "cake_lane", "warpgroup": "cake_wg_tid", "role": "cake_role_tid",
+                "cta": "cake_tid"}[scope]
+
+    def bar_addr(self, ref: BarRef, path: str) -> str:
+        if ref.name not in self.plan.barrier_offsets:
+            self.fail(path, f"unknown mbarrier {ref.name!r}")
+        off = self.plan.barrier_offsets[ref.name]
+        return f"(cake_smem_base + {off}u + 8u * (unsigned)({ix(ref.index)}))"
+
+    def buf(self, name: str, path: str) -> Buffer:
+        b = self.k.buffer(name)
+        if b is None:
+            self.fail(path, f"unknown buffer {name!r}")
+        return b
+
+    def smem_byte(self, b: Buffer, slot, row_c: str, col_c: str) -> str:
+        """Byte offset from the smem window base of element (row, col) of stage `slot`."""
+        es = SIZE[b.dtype]
+        pitch = row_pitch_elems(b) * es
+        inner = f"(unsigned)(({row_c}) * {pitch} + ({col_c}) * {es})"
+        if b.layout in SWZ_BITS:
+            inner = f"cake::swz<{SWZ_BITS[b.layout]}>({inner})"
+        stage = ""
+        if b.stages > 1 or slot not in (None, 0, "0"):
+            stage = f" + (unsigned)({ix(slot if slot is not None else 0)}) * {self.plan.stage_strides[b.name]}u"
+        return f"{self.plan.offsets[b.name]}u{stage} + {inner}"
+
+    def smem_addr(self, b: Buffer, slot, row_c: str, col_c: str) -> str:
+        return f"(cake_smem_base + {self.smem_byte(b, slot, row_c, col_c)})"
+
+    def tile_rc(self, t, path) -> tuple[str, str, int, int]:
+        """(row offset C, col offset C, rows, cols) of a 2-D view of a tile: leading dims fold into rows."""
+        b = t.target
+        shape = t.shape
+        off = list(t.offset) + [0] * (len(b.shape) - len(t.offset))
+        if len(b.shape) == 1:
+            return "0", f"({ix(off[0])})", 1, shape[0]
+        # fold leading dims: row = ((o0)*d1 + o1)*d2 ...
+        row = f"({ix(off[0])})"
+        for d in range(1, len(b.shape) - 1):
+            row = f"(({row}) * {b.shape[d]} + ({ix(off[d])}))"
+        return row, f"({ix(off[-1])})", prod(shape[:-1]), shape[-1]
+
+    def gaddr(self, p: TensorParam, idx: list[str]) -> str:
+        """Element offset into a tensor param for a multi-index (C strings), 64-bit."""
+        n = len(p.shape)
+        if p.strides:
+            strides = [f"(long long)({ix(s)})" for s in p.strides]
+        else:
+            strides = []
+            for d in range(n):
+                rest = [f"(long long)({ix(s)})" for s in p.shape[d + 1:]]
+                strides.append(" * ".join(rest) if rest else "1")
+        terms = []
+        for d in range(n):
+            terms.append(f"({idx[d]})" if strides[d] == "1" else f"({idx[d]}) * {strides[d]}")
+        return " + ".join(terms)
+
+    def reg_count(self, b: Buffer) -> int:
+        rt = self.role.threads if self.role is not None else self.k.launch.threads
+        n = per_thread_elems(b, rt, self.k.launch.threads)
+        if b.layout in ("mma_a", "mma_b"):
+            return max(1, n // 2)  # bf16x2 packed in 32-bit registers
+        return n
+
+    def reg_ctype(self, b: Buffer) -> str:
+        if b.layout in ("mma_a", "mma_b"):
+            return "unsigned"
+        return STORAGE[b.dtype]
+
+    # ------------------------------------------------------------------------- kernel
+    def emit(self) -> Lowered:
+        k, w = self.k, self.w
+        w.extend_raw(header_text())
+        header_lines = len(w.lines)
+        w.line("")
+        w.line(f"// ---- generated by CAKE from kernel {safe_comment(k.name)} ({k.arch})")
+        body = Writer()
+        body.depth = 1
+        self.w = body
+        for name, v in k.consts.items():
+            body.line(f"constexpr int {name} = {int(v)};", f"/consts/{name}")
+        body.line("const int cake_tid = threadIdx.x;")
+        body.line("const int cake_lane = cake_tid & 31;")
+        body.line("const int cake_warp = __shfl_sync(0xffffffffu, cake_tid >> 5, 0);")
+        body.line("extern __shared__ __align__(1024) unsigned char cake_smem[];")
+        body.line("const unsigned cake_smem_base = cake::smem_u32(cake_smem);")
+        body.line("(void)cake_lane; (void)cake_warp; (void)cake_smem_base;")
+        # prologue runs with CTA-wide role variables
+        if k.prologue:
+            body.open("")
+            body.line("const int cake_role_warp = cake_warp, cake_role_tid = cake_tid;")
+            body.line("const int cake_wg = cake_warp >> 2, cake_wg_tid = cake_tid & 127;")
+            body.line("(void)cake_role_warp; (void)cake_role_tid; (void)cake_wg; (void)cake_wg_tid;")
+            self.stmts(k.prologue, "/prologue")
+            body.close()
+        for ri, role in enumerate(k.roles):
+            self.emit_role(ri, role)
+        self.w = w
+        # wgmma wrappers needed by the body
+        for n, ty in sorted(self.wgmma_ns):
+            self.emit_wgmma_wrapper(n, ty)
+        params, sig = self.signature()
+        lb = f"__launch_bounds__({k.launch.threads}, {k.launch.min_blocks_per_sm})"
+        w.line(f'extern "C" __global__ void {lb} {k.name}(', "/")
+        for i, p in enumerate(params):
+            w.line(f"    {p}{',' if i < len(params) - 1 else ') {'}")
+        if not params:
+            w.line("    ) {")
+        base = len(w.lines)
+        for ln, path in body.line_map.items():
+            w.line_map[base + ln] = path
+        w.lines.extend(body.lines)
+        w.line("}")
+        return Lowered(w.text(), w.line_map, k.name, sig, self.plan.total, self.plan, self.diags, header_lines)
+
+    def signature(self) -> tuple[list[str], list[dict]]:
+        params, sig = [], []
+        for p in self.k.params:
+            if isinstance(p, TensorParam):
+                const = "const " if p.access == "read" else ""
+                params.append(f"{const}{STORAGE[p.dtype]}* __restrict__ {p.name}")
+                sig.append({"name": p.name, "kind": "ptr", "dtype": p.dtype})
+                if p.tma is not None:
+                    params.append(f"const __grid_constant__ cake::TensorMap cake_tmap_{p.name}")
+                    sig.append({"name": p.name, "kind": "tmap", "dtype": p.dtype, "box": list(p.tma.box),
+                                "swizzle": p.tma.swizzle, "oob_fill": p.tma.oob_fill})
+            else:
+                params.append(f"{ {'i32': 'int', 'u32': 'unsigned', 'i64': 'long long', 'f32': 'float'}[p.dtype]} {p.name}")
+                sig.append({"name": p.name, "kind": "scalar", "dtype": p.dtype})
+        return params, sig
+
+    def emit_role(self, ri: int, role: Role):
+        w = self.w
+        self.role, self.role_index = role, ri
+        a, n = role.warps
+        w.open(f"if (cake_warp >= {a} && cake_warp < {a + n})", f"/roles/{ri}")
+        if role.regs is not None and self.k.arch == "sm_90a":
+            cap = self.entry_reg_cap()
+            fn = "inc" if role.regs > cap else "dec"
+            w.line(f"cake::setmaxnreg_{fn}<{role.regs}>();", f"/roles/{ri}/regs")
+        w.line(f"const int cake_role_warp = cake_warp - {a};")
+        w.line(f"const int cake_role_tid = cake_tid - {a * 32};")
+        w.line("const int cake_wg = cake_role_warp >> 2;")
+        w.line("const int cake_wg_tid = cake_role_tid & 127;")
+        w.line("(void)cake_role_warp; (void)cake_role_tid; (void)cake_wg; (void)cake_wg_tid;")
+        for bi, b in enumerate(self.k.buffers):
+            if b.space == "reg" and (b.role == role.name or (b.role is None and self._role_uses(role, b.name))):
+                w.line(f"{self.reg_ctype(b)} {b.name}[{self.reg_count(b)}];", f"/buffers/{bi}")
+        self.stmts(role.body, f"/roles/{ri}/body")
+        w.close()
+        self.role = None
+
+    def entry_reg_cap(self) -> int:
+        per = 65536 // (self.k.launch.threads * self.k.launch.min_blocks_per_sm)
+        return min(255, per // 8 * 8)
+
+    def _role_uses(self, role: Role, name: str) -> bool:
+        from ..walk import _walk_body
+        for s in _walk_body(role.body, "", role, 0, (), (), (), (), None):
+            for f in ("src", "dst", "a", "b", "c", "acc"):
+                t = getattr(s.node, f, None)
+                if isinstance(t, TileRef) and t.buf == name:
+                    return True
+            if isinstance(s.node, Map) and name in E.free_vars(E.parse_value(s.node.expr)):
+                return True
+        return False
+
+    # ------------------------------------------------------------------------- statements
+    def stmts(self, body, path):
+        for i, st in enumerate(body):
+            self.stmt(st, f"{path}/{i}")
+
+    def stmt(self, st, path):
+        w = self.w
+        if st.note:
+            w.line(f"// {safe_comment(st.note)}")
+        m = getattr(self, f"s_{type(st).__name__}", None)
+        if m is None:
+            self.fail(path, f"lowering has no rule for {type(st).__name__}")
+        m(st, path)
+
+    def s_For(self, st: For, path):
+        w = self.w
+        if st.unroll is True:
+            w.line("#pragma unroll")
+        elif st.unroll is False:
+            pass
+        else:
+            w.line(f"#pragma unroll {int(st.unroll)}")
+        w.open(f"for (int {st.var} = {ix(st.start)}; {st.var} < {ix(st.stop)}; {st.var} += {st.step})", path)
+        self.stmts(st.body, path + "/body")
+        w.close()
+
+    def s_If(self, st: If, path):
+        w = self.w
+        w.open(f"if ({cond_c(st.cond)})", path)
+        self.stmts(st.then, path + "/then")
+        if st.else_:
+            w.depth -= 1
+            w.line("} else {", path + "/else")
+            w.depth += 1
+            self.stmts(st.else_, path + "/else")
+        w.close()
+
+    def s_Let(self, st: Let, path):
+        self.w.line(f"const int {st.name} = {ix(st.value)};", path)
+
+    def s_Block(self, st: Block, path):
+        self.w.open("", path)
+        self.stmts(st.body, path + "/body")
+        self.w.close()
+
+    def s_PipeOp(self, st: PipeOp, path):
+        self.fail(path, f"{st.op} was not expanded (unknown pipeline {st.pipe!r}?)")
+
+    # ---- sync
+    def s_MbarInit(self, st: MbarInit, path):
+        self.w.line(f"cake::mbar_init({self.bar_addr(st.barrier, path)}, {st.arrivals}u);", path)
+
+    def s_MbarArrive(self, st: MbarArrive, path):
+        self.w.line(f"cake::mbar_arrive({self.bar_addr(st.barrier, path)});", path)
+
+    def s_MbarExpectTx(self, st: MbarExpectTx, path):
+        self.w.line(f"cake::mbar_expect_tx({self.bar_addr(st.barrier, path)}, {st.bytes}u);", path)
+
+    def s_MbarWait(self, st: MbarWait, path):
+        self.w.line(f"cake::mbar_wait({self.bar_addr(st.barrier, path)}, (unsigned)({ix(st.parity)}));", path)
+
+    def s_CpAsyncArrive(self, st: CpAsyncArrive, path):
+        self.w.line(f"cake::cp_async_arrive({self.bar_addr(st.barrier, path)});", path)
+
+    def s_SimpleSync(self, st: SimpleSync, path):
+        c = {"cp_async_commit": "cake::cp_async_commit();", "wgmma_fence": "cake::wgmma_fence();",
+             "wgmma_commit": "cake::wgmma_commit();", "syncthreads": "__syncthreads();",
+             "syncwarp": "__syncwarp();", "tma_store_commit": "cake::tma_store_commit();"}[st.op]
+        if st.op == "wgmma_fence":
+            self.fence_accumulators(path)
+        self.w.line(c, path)
+
+    def s_WaitGroup(self, st: WaitGroup, path):
+        fn = {"cp_async_wait": "cp_async_wait", "wgmma_wait": "wgmma_wait", "tma_store_wait": "tma_store_wait"}[st.op]
+        self.w.line(f"cake::{fn}<{st.n}>();", path)
+        if st.op == "wgmma_wait":
+            self.fence_accumulators(path)
+
+    def fence_accumulators(self, path):
+        """Pin wgmma accumulators so the compiler neither reads them before the wait nor moves
+        writes past the fence (asynchronous wgmma owns them in between)."""
+        if self.role is None:
+            return
+        for b in self.k.buffers:
+            if b.space == "reg" and b.layout == "wgmma_acc" and (b.role in (None, self.role.name)) \
+                    and self._role_uses(self.role, b.name):
+                n = self.reg_count(b)
+                self.w.line(f"#pragma unroll")
+                self.w.line(f"for (int cake_i = 0; cake_i < {n}; ++cake_i) cake::reg_fence({b.name}[cake_i]);", path)
+
+    def s_NamedBarSync(self, st: NamedBarSync, path):
+        b = self.k.barrier(st.barrier)
+        if not isinstance(b, NamedBarrier):
+            self.fail(path, f"{st.barrier!r} is not a named barrier")
+        fn = "bar_sync" if st.op == "bar_sync" else "bar_arrive"
+        self.w.line(f"cake::{fn}({b.bar_id}, {b.threads});", path)
+
+    def s_Fence(self, st: Fence, path):
+        c = {"proxy_async": "cake::fence_proxy_async();", "mbarrier_init": "cake::fence_mbarrier_init();",
+             "acq_rel_cta": "cake::fence_acq_rel_cta();", "acq_rel_gpu": "cake::fence_acq_rel_gpu();"}[st.kind]
+        self.w.line(c, path)
+
+    # ---- copies
+    def s_Copy(self, st: Copy, path):
+        src, dst = resolve_tile(self.k, st.src), resolve_tile(self.k, st.dst)
+        if not src.known or not dst.known:
+            self.fail(path, "copy names an unknown buffer or tensor")
+        if st.kind == "tma_load":
+            p, b = src.param, dst.buffer
+            if p is None or p.tma is None or b is None:
+                self.fail(path, "tma_load copies a tma tensor param into an smem buffer")
+            coords = [f"(int)({ix(o)})" for o in reversed(src.offset)]
+            rank = len(coords)
+            if rank > 3:
+                self.fail(path, "tma_load supports rank 1-3")
+            row, col, _, _ = self.tile_rc(dst, path)
+            addr = self.smem_addr(b, st.dst.slot, row, col)
+            if st.barrier is None:
+                self.fail(path, "tma_load needs a barrier")
+            self.w.line(f"cake::tma_load_{rank}d({addr}, &cake_tmap_{p.name}, {', '.join(coords)}, "
+                        f"{self.bar_addr(st.barrier, path)});", path)
+            return
+        if st.kind == "tma_store":
+            p, b = dst.param, src.buffer
+            if p is None or p.tma is None or b is None:
+                self.fail(path, "tma_store copies an smem buffer into a tma tensor param")
+            coords = [f"(int)({ix(o)})" for o in reversed(dst.offset)]
+            row, col, _, _ = self.tile_rc(src, path)
+            self.w.line(f"cake::tma_store_{len(coords)}d(&cake_tmap_{p.name}, {self.smem_addr(b, st.src.slot, row, col)}, "
+                        f"{', '.join(coords)});", path)
+            return
+        # cooperative cp_async / sync: global -> smem
+        p, b = src.param, dst.buffer
+        if p is None or b is None or b.space != "smem":
+            self.fail(path, f"{st.kind} copies a global tensor tile into an smem buffer")
+        shape = dst.shape
+        es = SIZE[b.dtype]
+        V = st.vec_bytes // es
+        if V < 1 or shape[-1] % V:
+            self.fail(path, f"tile inner extent {shape[-1]} is not a multiple of {st.vec_bytes} bytes")
+        C = shape[-1]
+        CR = C // V
+        R = prod(shape[:-1])
+        total = R * CR
+        T = self.scope_threads(st.scope)
+        iters = math.ceil(total / T)
+        t = self.scope_index(st.scope)
+        drow, dcol, _, _ = self.tile_rc(dst, path)
+        w = self.w
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_i = 0; cake_i < {iters}; ++cake_i)", path)
+        w.line(f"const int cake_q = cake_i * {T} + {t};")
+        guard = total % T != 0
+        if guard:
+            w.open(f"if (cake_q < {total})")
+        w.line(f"const int cake_r = cake_q / {CR}, cake_c = (cake_q % {CR}) * {V};")
+        # global multi-index: leading tile dims unravel cake_r
+        gidx = self._unravel_rows(src, "cake_r", "cake_c", shape)
+        goff = self.gaddr(p, gidx)
+        saddr = self.smem_addr(b, st.dst.slot, f"{drow} + cake_r", f"{dcol} + cake_c")
+        if st.kind == "cp_async":
+            valid = ""
+            if st.oob == "zfill":
+                conds = [f"({g}) < ({ix(dim)})" for g, dim in zip(gidx, p.shape)]
+                valid = ", " + " && ".join(conds)
+            w.line(f"cake::cp_async{st.vec_bytes}({saddr}, {p.name} + ({goff}){valid});", path)
+        else:
+            vt = {16: "uint4", 8: "uint2", 4: "unsigned"}[st.vec_bytes]
+            w.line(f"*reinterpret_cast<{vt}*>(cake_smem + ({self.smem_byte(b, st.dst.slot, f'{drow} + cake_r', f'{dcol} + cake_c')})) = "
+                   f"*reinterpret_cast<const {vt}*>({p.name} + ({goff}));", path)
+        if guard:
+            w.close()
+        w.close()
+
+    def _unravel_rows(self, t, r: str, c: str, shape) -> list[str]:
+        """Global index per dim of a tile whose leading dims are folded into row `r`."""
+        off = list(t.offset)
+        n = len(shape)
+        idx = []
+        for d in range(n - 1):
+            inner = prod(shape[d + 1:-1])
+            part = f"({r} / {inner})" if inner > 1 else r
+            if d > 0:
+                part = f"({part} % {shape[d]})"
+            idx.append(f"{ix(off[d])} + {part}")
+        idx.append(f"{ix(off[-1])} + {c}")
+        return idx
+
+    # ---- register tile access
+    def s_Access(self, st: Access, path):
+        if st.op == "ldmatrix":
+            return self.ldmatrix(st, path)
+        src, dst = resolve_tile(self.k, st.src), resolve_tile(self.k, st.dst)
+        if not src.known or not dst.known:
+            self.fail(path, "access names an unknown buffer or tensor")
+        reg, mem = (dst, src) if st.op in ("ldg", "lds") else (src, dst)
+        rb = reg.buffer
+        if rb is None or rb.space != "reg":
+            self.fail(path, f"{st.op} moves a register tile")
+        if rb.layout in ("wgmma_acc", "mma_acc") and st.op in ("stg", "sts"):
+            return self.store_acc(st, rb, reg, mem, path)
+        if rb.layout not in ("blocked", "row_major"):
+            self.fail(path, f"{st.op} of a {rb.layout} tile is not supported (use blocked, or stg from an accumulator)")
+        return self.blocked_access(st, rb, reg, mem, path)
+
+    def blocked_access(self, st: Access, rb: Buffer, reg, mem, path):
+        w = self.w
+        shape = list(rb.shape)
+        if reg.offset and any(str(o) != "0" for o in reg.offset):
+            self.fail(path, "blocked register tiles are accessed whole (offset 0)")
+        V = rb.vec if rb.layout == "blocked" else shape[-1]
+        T = self.scope_threads(rb.scope) if rb.layout == "blocked" else 1
+        t = self.scope_index(rb.scope) if rb.layout == "blocked" else "0"
+        n = prod(shape)
+        if n % (T * V):
+            self.fail(path, f"tile of {n} elements does not split into {T} threads x {V}-element chunks")
+        S = n // (T * V)
+        C = shape[-1]
+        if C % V:
+            self.fail(path, f"inner extent {C} is not a multiple of vec {V}")
+        mdt = mem.dtype
+        mes, res = SIZE[mdt], SIZE[rb.dtype]
+        load = st.op in ("ldg", "lds")
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_s = 0; cake_s < {S}; ++cake_s)", path)
+        w.line(f"const int cake_f = (cake_s * {T} + {t}) * {V};")
+        w.line(f"const int cake_r = cake_f / {C}, cake_c = cake_f % {C};")
+        if mem.space == "global":
+            p = mem.param
+            idx = self._unravel_rows(mem, "cake_r", "cake_c", shape) if len(p.shape) == len(shape) else None
+            if idx is None:
+                self.fail(path, "tile rank must equal the tensor's rank")
+            ptr = f"({p.name} + ({self.gaddr(p, idx)}))"
+            cptr_t = STORAGE[mdt]
+        else:
+            b = mem.buffer
+            row, col, _, _ = self.tile_rc(mem, path)
+            ptr = f"reinterpret_cast<{'const ' if load else ''}{STORAGE[mdt]}*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, f'{row} + cake_r', f'{col} + cake_c')}))"
+            cptr_t = STORAGE[mdt]
+        chunk_bytes = V * mes
+        vb = min(st.vec_bytes, chunk_bytes)
+        vt = {16: "uint4", 8: "uint2", 4: "unsigned", 2: "unsigned short"}[vb]
+        per = vb // mes  # memory elements per vector
+        pieces = chunk_bytes // vb
+        conv_in = {"bf16": "cake::bf2f", "f16": "cake::h2f"}.get(mdt, "")
+        conv_out = {"bf16": "cake::f2bf", "f16": "cake::f2h"}.get(mdt, "")
+        mask = st.oob in ("mask", "zfill") and mem.space == "global"
+        guard = ""
+        if mask:
+            p = mem.param
+            idx = self._unravel_rows(mem, "cake_r", "cake_c", shape)
+            guard = " && ".join(f"({g}) < ({ix(dim)})" for g, dim in zip(idx, p.shape))
+        for pc in range(pieces):
+            w.open("")
+            if load:
+                w.line(f"{vt} cake_v;")
+                if mask:
+                    w.line(f"if ({guard}) cake_v = *reinterpret_cast<const {vt}*>({ptr} + {pc * per}); else cake_v = {vt}{{}};", path)
+                else:
+                    w.line(f"cake_v = *reinterpret_cast<const {vt}*>({ptr} + {pc * per});", path)
+                w.line(f"const {cptr_t}* cake_h = reinterpret_cast<const {cptr_t}*>(&cake_v);")
+                for j in range(per):
+                    e = f"cake_s * {V} + {pc * per + j}"
+                    if mdt == rb.dtype:
+                        w.line(f"{rb.name}[{e}] = cake_h[{j}];")
+                    elif rb.dtype == "f32":
+                        w.line(f"{rb.name}[{e}] = {conv_in}(cake_h[{j}]);")
+                    else:
+                        w.line(f"{rb.name}[{e}] = {self.to_storage(rb.dtype, self.from_storage(mdt, f'cake_h[{j}]'))};")
+            else:
+                w.line(f"{vt} cake_v;")
+                w.line(f"{cptr_t}* cake_h = reinterpret_cast<{cptr_t}*>(&cake_v);")
+                for j in range(per):
+                    e = f"cake_s * {V} + {pc * per + j}"
+                    if mdt == rb.dtype:
+                        w.line(f"cake_h[{j}] = {rb.name}[{e}];")
+                    else:
+                        w.line(f"cake_h[{j}] = {self.to_storage(mdt, self.from_storage(rb.dtype, f'{rb.name}[{e}]'))};")
+                store = f"*reinterpret_cast<{vt}*>({ptr} + {pc * per}) = cake_v;"
+                w.line(f"if ({guard}) {store}" if mask else store, path)
+            w.close()
+        w.close()
+
+    @staticmethod
+    def from_storage(dtype: str, x: str) -> str:
+        return {"bf16": f"cake::bf2f({x})", "f16": f"cake::h2f({x})"}.get(dtype, f"(float)({x})")
+
+    @staticmethod
+    def to_storage(dtype: str, x: str) -> str:
+        return {"bf16": f"cake::f2bf({x})", "f16": f"cake::f2h({x})", "f32": f"({x})"}.get(dtype, f"({STORAGE[dtype]})({x})")
+
+    def store_acc(self, st: Access, rb: Buffer, reg, mem, path):
+        """Store an mma/wgmma accumulator fragment: each thread owns pairs (row, 2c..2c+1)."""
+        w = self.w
+        TM, TN = rb.shape[0], rb.shape[1]
+        if rb.layout == "wgmma_acc":
+            rows_base = "16 * (cake_wg_tid >> 5) + (cake_lane >> 2)"
+            mtiles = TM // 64
+        else:
+            rows_base = "(cake_lane >> 2)"
+            mtiles = TM // 16
+        ntiles = TN // 8
+        mdt = mem.dtype
+        if mem.space == "global":
+            p = mem.param
+            off = list(mem.offset)
+
+            def ptr(r, c):
+                idx = [ix(o) for o in off[:-2]] + [f"{ix(off[-2])} + {r}", f"{ix(off[-1])} + {c}"]
+                return f"({p.name} + ({self.gaddr(p, idx)}))"
+        else:
+            b = mem.buffer
+            row, col, _, _ = self.tile_rc(mem, path)
+
+            def ptr(r, c):
+                return (f"reinterpret_cast<{STORAGE[mdt]}*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, f'{row} + {r}', f'{col} + {c}')}))")
+        step_m = 64 if rb.layout == "wgmma_acc" else 16
+        w.open("", path)
+        w.line(f"const int cake_r0 = {rows_base};")
+        w.line(f"const int cake_c0 = 2 * (cake_lane & 3);")
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_m = 0; cake_m < {mtiles}; ++cake_m)")
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_n = 0; cake_n < {ntiles}; ++cake_n)")
+        w.line(f"const int cake_e = (cake_m * {ntiles} + cake_n) * 4;")
+        for half in (0, 1):
+            r = f"cake_m * {step_m} + cake_r0 + {8 * half}"
+            c = "cake_n * 8 + cake_c0"
+            a0, a1 = f"{rb.name}[cake_e + {2 * half}]", f"{rb.name}[cake_e + {2 * half + 1}]"
+            if mdt == "bf16":
+                val, vt = f"cake::pack_bf16x2({a0}, {a1})", "unsigned"
+            elif mdt == "f16":
+                val, vt = f"cake::pack_f16x2({a0}, {a1})", "unsigned"
+            elif mdt == "f32":
+                val, vt = f"make_float2({a0}, {a1})", "float2"
+            else:
+                self.fail(path, f"accumulator store to {mdt} is not supported")
+            if st.oob in ("mask", "zfill") and mem.space == "global":
+                p = mem.param
+                cond = f"({ix(off[-2])} + {r}) < ({ix(p.shape[-2])}) && ({ix(off[-1])} + {c}) < ({ix(p.shape[-1])})"
+                w.line(f"if ({cond}) *reinterpret_cast<{vt}*>({ptr(r, c)}) = {val};", path)
+            else:
+                w.line(f"*reinterpret_cast<{vt}*>({ptr(r, c)}) = {val};", path)
+        w.close()
+        w.close()
+        w.close()
+
+    def ldmatrix(self, st: Access, path):
+        src, dst = resolve_tile(self.k, st.src), resolve_tile(self.k, st.dst)
+        sb, db = src.buffer, dst.buffer
+        if sb is None or db is None or sb.space != "smem" or db.layout not in ("mma_a", "mma_b"):
+            self.fail(path, "ldmatrix loads an smem tile into an mma_a / mma_b fragment")
+        if st.trans:
+            self.fail(path, "ldmatrix.trans is not lowered yet (store B as [N, K])")
+        R, K = src.shape[-2], src.shape[-1]
+        row, col, _, _ = self.tile_rc(src, path)
+        fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
+        if any(not isinstance(o, int) for o in fo):
+            self.fail(path, "fragment offsets must be constants")
+        w = self.w
+        KTd = db.shape[1] // 16
+        w.open("", path)
+        if db.layout == "mma_a":
+            if R % 16 or K % 16:
+                self.fail(path, "mma_a tiles are multiples of 16x16")
+            w.line("const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;")
+            for mt in range(R // 16):
+                for kt in range(K // 16):
+                    addr = self.smem_addr(sb, st.src.slot, f"{row} + {mt * 16} + cake_lr", f"{col} + {kt * 16} + cake_lc")
+                    e = ((fo[0] // 16 + mt) * KTd + fo[1] // 16 + kt) * 4
+                    w.line(f"cake::ldmatrix_x4({addr}, {db.name}[{e}], {db.name}[{e + 1}], {db.name}[{e + 2}], {db.name}[{e + 3}]);", path)
+        else:
+            if R % 8 or K % 16:
+                self.fail(path, "mma_b tiles are [8n, 16k]")
+            w.line("const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;")
+            for kt in range(K // 16):
+                for np_ in range(R // 16):
+                    addr = self.smem_addr(sb, st.src.slot, f"{row} + {np_ * 16} + cake_lr", f"{col} + {kt * 16} + cake_lc")
+                    e0 = ((fo[0] // 8 + 2 * np_) * KTd + fo[1] // 16 + kt) * 2
+                    e1 = ((fo[0] // 8 + 2 * np_ + 1) * KTd + fo[1] // 16 + kt) * 2
+                    w.line(f"cake::ldmatrix_x4({addr}, {db.name}[{e0}], {db.name}[{e0 + 1}], {db.name}[{e1}], {db.name}[{e1 + 1}]);", path)
+                if R % 16:
+                    nt = R // 8 - 1
+                    addr = self.smem_addr(sb, st.src.slot, f"{row} + {nt * 8} + (cake_lane & 7)",
+                                          f"{col} + {kt * 16} + ((cake_lane >> 3) & 1) * 8")
+                    e0 = ((fo[0] // 8 + nt) * KTd + fo[1] // 16 + kt) * 2
+                    w.line(f"cake::ldmatrix_x2({addr}, {db.name}[{e0}], {db.name}[{e0 + 1}]);", path)
+        w.close()
+
+    # ---- matrix multiply
+    def s_MmaSync(self, st: MmaSync, path):
+        a, b, c = (resolve_tile(self.k, t) for t in (st.a, st.b, st.c))
+        ab, bb, cb = a.buffer, b.buffer, c.buffer
+        if None in (ab, bb, cb):
+            self.fail(path, "mma_sync operands are register fragment buffers")
+        TM, TK = a.shape
+        TN = b.shape[0]
+        cst = dict(self.k.consts)
+        ao = [E.try_const(E.parse_index(o), cst) for o in (a.offset or (0, 0))]
+        bo = [E.try_const(E.parse_index(o), cst) for o in (b.offset or (0, 0))]
+        co = [E.try_const(E.parse_index(o), cst) for o in (c.offset or (0, 0))]
+        if any(not isinstance(x, int) for x in ao + bo + co):
+            self.fail(path, "fragment offsets must be constants")
+        fn = "mma_16816_bf16" if ab.dtype == "bf16" else "mma_16816_f16"
+        aKT, bKT, cNT = ab.shape[1] // 16, bb.shape[1] // 16, cb.shape[1] // 8
+        w = self.w
+        for mt in range(TM // 16):
+            for nt in range(TN // 8):
+                for kt in range(TK // 16):
+                    ea = ((ao[0] // 16 + mt) * aKT + ao[1] // 16 + kt) * 4
+                    eb = ((bo[0] // 8 + nt) * bKT + bo[1] // 16 + kt) * 2
+                    ec = ((co[0] // 16 + mt) * cNT + co[1] // 8 + nt) * 4
+                    w.line(f"cake::{fn}(&{cb.name}[{ec}], &{ab.name}[{ea}], &{bb.name}[{eb}]);", path)
+
+    def s_Wgmma(self, st: Wgmma, path):
+        M, N, K = st.shape
+        a, b, acc = (resolve_tile(self.k, t) for t in (st.a, st.b, st.acc))
+        ab, bb, cb = a.buffer, b.buffer, acc.buffer
+        if None in (ab, bb, cb) or ab.space != "smem" or bb.space != "smem":
+            self.fail(path, "wgmma reads a and b from smem and accumulates into a wgmma_acc register tile")
+        if ab.layout not in DESC_SWIZZLE or bb.layout not in DESC_SWIZZLE:
+            self.fail(path, "wgmma operands need a swizzled smem layout")
+        TK = a.shape[-1]
+        ty = ab.dtype
+        self.wgmma_ns.add((N, ty))
+        co = E.try_const(E.parse_index((acc.offset or (0, 0))[-1]), dict(self.k.consts))
+        if not isinstance(co, int):
+            self.fail(path, "accumulator column offset must be a constant")
+        base = (co // 8) * 4
+        arow, acol, _, _ = self.tile_rc(a, path)
+        brow, bcol, _, _ = self.tile_rc(b, path)
+        es = SIZE[ty]
+        w = self.w
+        w.open("", path)
+        for kk in range(TK // 16):
+            ad = self.desc(ab, st.a.slot, arow, f"{acol} + {kk * 16}")
+            bd = self.desc(bb, st.b.slot, brow, f"{bcol} + {kk * 16}")
+            scale = "1" if kk > 0 else f"({cond_c(st.accumulate)}) ? 1 : 0"
+            w.line(f"cake_wgmma_m64n{N}k16_{ty}(&{cb.name}[{base}], {ad}, {bd}, {scale});", path)
+        w.close()
+
+    def desc(self, b: Buffer, slot, row_c: str, col_c: str) -> str:
+        es = SIZE[b.dtype]
+        pitch = row_pitch_elems(b) * es
+        stage = ""
+        if b.stages > 1 or slot not in (None, 0, "0"):
+            stage = f" + (unsigned)({ix(slot if slot is not None else 0)}) * {self.plan.stage_strides[b.name]}u"
+        addr = f"cake_smem_base + {self.plan.offsets[b.name]}u{stage} + (unsigned)(({row_c}) * {pitch} + ({col_c}) * {es})"
+        sbo = 8 * pitch
+        return f"cake::wgmma_desc({addr}, 16, {sbo}, {DESC_SWIZZLE[b.layout]})"
+
+    def emit_wgmma_wrapper(self, n: int, ty: str):
+        w = self.w
+        nreg = n // 2
+        regs = ", ".join(f"%{i}" for i in range(nreg))
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(nreg))
+        w.line(f"__device__ __forceinline__ void cake_wgmma_m64n{n}k16_{ty}(float* d, cake::u64 da, cake::u64 db, int scale_d) {{")
+        w.line("#if __CUDA_ARCH__ >= 900")
+        w.line('  asm volatile("{\\n .reg .pred p;\\n setp.ne.b32 p, %' + str(nreg + 2) + ', 0;\\n"')
+        w.line(f'    " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, %{nreg}, %{nreg + 1}, p, 1, 1, 0, 0;\\n}}\\n"')
+        w.line(f'    : {outs}')
+        w.line('    : "l"(da), "l"(db), "r"(scale_d));')
+        w.line("#endif")
+        w.line("}")
+
+    # ---- element-wise and reductions over register tiles
+    def reg_tile(self, ref: TileRef, path) -> Buffer:
+        b = self.buf(ref.buf, path)
+        if b.space != "reg":
+            self.fail(path, f"{ref.buf!r} is not a register tile")
+        if ref.offset and any(str(o) != "0" for o in ref.offset):
+            self.fail(path, "element-wise ops take whole register tiles")
+        return b
+
+    def s_Fill(self, st: Fill, path):
+        b = self.reg_tile(st.dst, path)
+        n = self.reg_count(b)
+        val = self.to_storage(b.dtype, repr(float(st.value)) + "f")
+        self.w.line("#pragma unroll")
+        self.w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {b.name}[cake_e] = {val};", path)
+
+    def elem_index(self, dst: Buffer, src: Buffer, path) -> str:
+        """C index into `src` for element cake_e of `dst` (same tile, or broadcast of [R,1]/[1,1])."""
+        if list(src.shape) == list(dst.shape) and src.layout == dst.layout and src.vec == dst.vec:
+            return "cake_e"
+        if prod(src.shape) == 1:
+            return "0"
+        if dst.layout == "blocked" and src.shape[-1] == 1 and list(src.shape[:-1]) == list(dst.shape[:-1]):
+            T = self.scope_threads(dst.scope)
+            V, C = dst.vec, dst.shape[-1]
+            if C % (T * V):
+                self.fail(path, f"row broadcast needs rows ({C}) to be a multiple of threads x vec ({T * V})")
+            return f"(((cake_e / {V}) * {T * V}) / {C})"
+        self.fail(path, f"cannot broadcast {src.name}{list(src.shape)} to {dst.name}{list(dst.shape)}")
+
+    def s_Map(self, st: Map, path):
+        db = self.reg_tile(st.dst, path)
+        node = E.parse_value(st.expr)
+        scalars = {p.name: p for p in self.k.params if isinstance(p, ScalarParam)}
+
+        def var(v: E.Var) -> str:
+            b = self.k.buffer(v.name)
+            if b is not None:
+                if b.space != "reg":
+                    self.fail(path, f"map reads register tiles; {v.name!r} is {b.space}")
+                return self.from_storage(b.dtype, f"{b.name}[{self.elem_index(db, b, path)}]") if b.dtype != "f32" \
+                    else f"{b.name}[{self.elem_index(db, b, path)}]"
+            if v.name in scalars:
+                return f"(float){v.name}"
+            if v.name in self.k.consts:
+                return f"{float(self.k.consts[v.name])!r}f"
+            return f"(float)({BUILTIN_C.get(v.name, v.name)})"
+
+        rhs = E.to_c(node, var, float_mode=True)
+        n = self.reg_count(db)
+        self.w.line("#pragma unroll")
+        self.w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)
+
+    def s_Reduce(self, st: Reduce, path):
+        sb, db = self.reg_tile(st.src, path), self.reg_tile(st.dst, path)
+        if sb.layout != "blocked" and not (sb.layout == "row_major" and sb.scope == "thread"):
+            self.fail(path, f"reduce over a {sb.layout} tile is not lowered yet (blocked or per-thread tiles)")
+        if st.axis != len(sb.shape) - 1:
+            self.fail(path, "reduce runs along the last axis")
+        w = self.w
+        op = {"sum": ("+", "0.0f", "sum"), "max": ("fmaxf", "(-cake::inf())", "max"), "min": ("fminf", "cake::inf()", "min")}[st.kind]
+        T = self.scope_threads(sb.scope) if sb.layout == "blocked" else 1
+        V, C = (sb.vec, sb.shape[-1]) if sb.layout == "blocked" else (sb.shape[-1], sb.shape[-1])
+        R = prod(sb.shape[:-1])
+        if sb.layout == "blocked" and C % (T * V):
+            self.fail(path, f"row reduction needs rows ({C}) to be a multiple of threads x vec ({T * V})")
+        n = self.reg_count(sb)
+        row = f"(((cake_e / {V}) * {T * V}) / {C})" if sb.layout == "blocked" else f"(cake_e / {C})"
+        acc = self.fresh("red")
+
+        def comb(a, b):
+            return f"({a} + {b})" if op[0] == "+" else f"{op[0]}({a}, {b})"
+
+        w.open("", path)
+        w.line(f"float {acc}[{R}];")
+        w.line("#pragma unroll")
+        w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {acc}[cake_i] = {op[1]};")
+        w.line("#pragma unroll")
+        val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]") if sb.dtype != "f32" else f"{sb.name}[cake_e]"
+        w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {acc}[{row}] = {comb(f'{acc}[{row}]', val)};")
+        if T > 1:
+            w.line("#pragma unroll")
+            w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {acc}[cake_i] = cake::warp_{op[2]}({acc}[cake_i]);")
+        if T > 32:
+            key = self.role.name if self.role is not None else "_prologue"
+            if key not in self.plan.scratch_offsets:
+                self.fail(path, "no reduction scratch planned")
+            nw = T // 32
+            if nw * R > 64:
+                self.fail(path, "scope-wide reduction of more than 64 warp-rows")
+            sync = self.scope_barrier(sb.scope, path)
+            wi = {"cta": "cake_warp", "role": "cake_role_warp", "warpgroup": "(cake_role_warp & 3)"}[sb.scope]
+            scr = f"reinterpret_cast<float*>(cake_smem + {self.plan.scratch_offsets[key]})"
+            w.line(f"float* cake_scr = {scr};")
+            w.line(sync)
+            w.line("#pragma unroll")
+            w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) if (cake_lane == 0) cake_scr[{wi} * {R} + cake_i] = {acc}[cake_i];")
+            w.line(sync)
+            w.line("#pragma unroll")
+            w.open(f"for (int cake_i = 0; cake_i < {R}; ++cake_i)")
+            w.line(f"float cake_t = cake_scr[cake_i];")
+            w.line("#pragma unroll")
+            w.line(f"for (int cake_j = 1; cake_j < {nw}; ++cake_j) cake_t = {comb('cake_t', f'cake_scr[cake_j * {R} + cake_i]')};")
+            w.line(f"{acc}[cake_i] = cake_t;")
+            w.close()
+        dn = self.reg_count(db)
+        if dn != R and prod(db.shape) != R:
+            self.fail(path, f"reduce destination holds {prod(db.shape)} values, expected {R}")
+        w.line("#pragma unroll")
+        w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {db.name}[cake_i] = {self.to_storage(db.dtype, f'{acc}[cake_i]')};")
+        w.close()
+
+    def scope_barrier(self, scope: str, path) -> str:
+        if scope == "cta" or (scope == "role" and self.role is not None and self.role.threads == self.k.launch.threads):
+            return "__syncthreads();"
+        if scope == "role":
+            return f"cake::bar_sync({15 - (self.role_index or 0)}, {self.role.threads});"
+        self.fail(path, f"{scope}-wide reductions need a role- or CTA-wide tile")
+
+    def s_Scan(self, st: Scan, path):
+        sb, db = self.reg_tile(st.src, path), self.reg_tile(st.dst, path)
+        if not (sb.layout == "row_major" and sb.scope == "thread"):
+            self.fail(path, "scan is lowered for per-thread (row_major, scope thread) tiles")
+        C = sb.shape[-1]
+        R = prod(sb.shape[:-1])
+        op = "+" if st.kind == "sum" else "max"
+        w = self.w
+        w.open("", path)
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_r = 0; cake_r < {R}; ++cake_r)")
+        w.line(f"float cake_run = {'0.0f' if st.kind == 'sum' else '(-cake::inf())'};")
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_c = 0; cake_c < {C}; ++cake_c)")
+        src = self.from_storage(sb.dtype, f"{sb.name}[cake_r * {C} + cake_c]")
+        nxt = f"cake_run + cake_x" if op == "+" else "fmaxf(cake_run, cake_x)"
+        w.line(f"const float cake_x = {src};")
+        if st.exclusive:
+            w.line(f"{db.name}[cake_r * {C} + cake_c] = {self.to_storage(db.dtype, 'cake_run')};")
+            w.line(f"cake_run = {nxt};")
+        else:
+            w.line(f"cake_run = {nxt};")
+            w.line(f"{db.name}[cake_r * {C} + cake_c] = {self.to_storage(db.dtype, 'cake_run')};")
+        w.close()
+        w.close()
+        w.close()
+
+
+def lower(kernel: Kernel) -> Lowered:
+    """Lower an expanded kernel to CUDA C++. Unsupported constructs become E-LOWER-* diagnostics."""
+    em = Emitter(kernel)
+    try:
+        return em.emit()
+    except LowerError as e:
+        d = Diagnostic(code="E-LOWER-UNSUPPORTED", node=e.path, message=str(e))
+        return Lowered("", {}, kernel.name, [], em.plan.total, em.plan, [d])
+    except E.ExprError as e:
+        d = Diagnostic(code="E-LOWER-EXPR", node="/", message=str(e))
+        return Lowered("", {}, kernel.name, [], em.plan.total, em.plan, [d])

@@ -1,0 +1,31 @@
+"""Seed programs for row softmax, written with the builder; `python -m tasks.export_seeds` writes
+them to seeds/*.json (the files CI verifies and compiles)."""
+from cake_ir.builder import KernelBuilder, tile
+
+
+def softmax_row(n: int = 4096, warps: int = 8, vec: int = 8):
+    """One CTA per row; the row lives in registers (blocked, 16-byte chunks), two CTA-wide
+    reductions (max, sum), one read and one write of HBM per element."""
+    threads = 32 * warps
+    kb = KernelBuilder(f"softmax_row_n{n}", arch="sm_90a", grid=["M"], threads=threads,
+                       note="row softmax, one CTA per row, row held in registers")
+    kb.const(N=n)
+    kb.scalar("M", min=1)
+    kb.tensor("X", "bf16", ["M", "N"])
+    kb.tensor("Y", "bf16", ["M", "N"], access="write")
+    kb.buffer("xb", "reg", "bf16", [1, n], layout="blocked", vec=vec, scope="cta")
+    kb.buffer("xf", "reg", "f32", [1, n], layout="blocked", vec=vec, scope="cta")
+    kb.buffer("mx", "reg", "f32", [1, 1], scope="thread")
+    kb.buffer("sm", "reg", "f32", [1, 1], scope="thread")
+    with kb.role("main", warps=(0, warps)) as r:
+        r.ldg(tile("X", ["bid.x", 0], [1, n]), tile("xb"), id="load_row")
+        r.map("xf", "xb")
+        r.reduce("max", "xf", "mx", id="row_max")
+        r.map("xf", "exp2((xf - mx) * 1.4426950408889634)")
+        r.reduce("sum", "xf", "sm", id="row_sum")
+        r.map("xb", "xf * recip(sm)")
+        r.stg(tile("xb"), tile("Y", ["bid.x", 0], [1, n]), id="store_row")
+    return kb.build()
+
+
+SEEDS = {"softmax_row_n4096": lambda: softmax_row(4096)}
