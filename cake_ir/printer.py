@@ -46,8 +46,7 @@ def _e(v) -> str:
 def _bar(ref) -> str:
     if ref is None:
         return "?"
-    idx = _e(ref.index)
-    return ref.name if idx == "0" else f"{ref.name}[{idx}]"
+    return f"{ref.name}[{_e(ref.index)}]"
 
 
 def tile(ref, kernel=None) -> str:

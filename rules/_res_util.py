@@ -1,0 +1,113 @@
+"""Shared helpers for the resource rules (E-RES-*, W-RES-04, W-PERF-03): register tiles per role,
+the launch register count, and blocks-per-SM occupancy."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from cake_ir import expr as E
+from cake_ir.analysis.tiles import per_thread_elems
+from cake_ir.dtypes import SIZE
+from cake_ir.nodes import Kernel, Map, Role
+from cake_ir.passes.plan_smem import plan_smem
+from cake_ir.walk import role_statements
+
+REG_OVERHEAD = 16          # addresses, loop counters, predicates beyond the tiles
+RESERVED_SMEM_PER_BLOCK = 1024  # the driver reserves 1 KiB per resident block (sm_80+)
+
+
+def round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def role_reg_buffers(k: Kernel, ri: int) -> list:
+    """Indices of reg buffers a role holds: owned by it, or used by its statements without an owner."""
+    from ._cpy_util import tile_refs
+    role = k.roles[ri]
+    names: set = set()
+    for s in role_statements(k, ri):
+        for _, ref in tile_refs(s.node):
+            names.add(ref.buf)
+        if isinstance(s.node, Map):
+            try:
+                names |= E.free_vars(E.parse_value(s.node.expr))
+            except (E.ExprError, RecursionError):
+                pass
+    out = []
+    for bi, b in enumerate(k.buffers):
+        if b.space != "reg":
+            continue
+        if b.role == role.name or (b.role is None and b.name in names):
+            out.append(bi)
+    return out
+
+
+def buffer_regs(k: Kernel, b, role: Role) -> int:
+    """32-bit registers per thread for one reg buffer."""
+    elems = per_thread_elems(b, role.threads, k.launch.threads)
+    return -(-elems * SIZE.get(b.dtype, 4) // 4)
+
+
+def role_tile_regs(k: Kernel, ri: int) -> tuple[int, list]:
+    """(32-bit registers per thread held in reg tiles, [(buffer index, regs)])."""
+    role = k.roles[ri]
+    parts = [(bi, buffer_regs(k, k.buffers[bi], role)) for bi in role_reg_buffers(k, ri)]
+    return sum(r for _, r in parts), parts
+
+
+def launch_regs(k: Kernel, arch) -> int:
+    """Registers per thread the compiler may use under __launch_bounds__(threads, min_blocks)."""
+    threads = max(1, k.launch.threads)
+    per = arch.regs_per_sm // (max(1, k.launch.min_blocks_per_sm) * threads)
+    return max(0, min(arch.max_regs_per_thread, per) // 8 * 8)
+
+
+def covered_warps(k: Kernel) -> set:
+    out: set = set()
+    for r in k.roles:
+        out |= set(range(r.first_warp, r.first_warp + r.num_warps))
+    return out
+
+
+def block_regs_setmaxnreg(k: Kernel, arch) -> int:
+    """Registers a block holds when roles set their budgets (roles without `regs` and idle warps
+    keep the launch count)."""
+    r0 = launch_regs(k, arch)
+    total = sum((r.regs if r.regs is not None else r0) * r.threads for r in k.roles)
+    idle = max(0, k.launch.threads // 32 - len(covered_warps(k) & set(range(k.launch.threads // 32))))
+    return total + idle * 32 * r0
+
+
+def occupancy(k: Kernel, arch) -> tuple[int, str, dict]:
+    """(blocks per SM, limiting resource, {resource: blocks}) for the kernel as written."""
+    threads = max(1, k.launch.threads)
+    limits: dict = {"threads": arch.max_threads_per_sm // threads, "blocks": arch.max_blocks_per_sm}
+    try:
+        smem = plan_smem(k).total
+    except Exception:  # noqa: BLE001 - a broken plan is E-RES-01's business
+        smem = 0
+    if smem:
+        limits["shared memory"] = arch.smem_per_sm // (smem + RESERVED_SMEM_PER_BLOCK)
+    if any(r.regs is not None for r in k.roles) and "setmaxnreg" in arch.features:
+        per_block = block_regs_setmaxnreg(k, arch)
+    else:
+        need = 0
+        for ri, r in enumerate(k.roles):
+            need = max(need, role_tile_regs(k, ri)[0] + REG_OVERHEAD)
+        per_block = round_up(max(need, 32), 8) * threads
+    limits["registers"] = arch.regs_per_sm // per_block if per_block else arch.max_blocks_per_sm
+    which = min(limits, key=lambda n: limits[n])
+    return max(0, limits[which]), which, limits
+
+
+def constant_grid(k: Kernel) -> Optional[int]:
+    total = 1
+    for g in k.launch.grid:
+        try:
+            v = E.try_const(E.parse_index(g), k.consts)
+        except (E.ExprError, RecursionError):
+            return None
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            return None
+        total *= v
+    return total

@@ -1,0 +1,35 @@
+"""E-RES-05: a role's register tiles do not fit its register budget.
+
+Each reg buffer a role holds costs per-thread registers by its layout (`tiles.per_thread_elems`,
+counted in 32-bit registers: two bf16 per register). Their sum plus ~16 registers of overhead
+(addresses, counters, predicates) must fit the role's budget (`regs`, else 255), or the compiler
+spills to local memory (wgmma accumulators cannot spill at all). Example: a wgmma_acc [64, 256] f32
+is 128 registers per thread, more than a role with regs = 96 can hold.
+"""
+from ._res_util import REG_OVERHEAD, role_tile_regs, round_up
+
+CODE = "E-RES-05"
+TITLE = "register tiles exceed the role's register budget"
+STAGE = "source"
+
+
+def check(ctx):
+    k, a = ctx.kernel, ctx.arch
+    for ri, r in enumerate(k.roles):
+        tiles, parts = role_tile_regs(k, ri)
+        budget = r.regs if r.regs is not None else a.max_regs_per_thread
+        need = tiles + REG_OVERHEAD
+        if need <= budget:
+            continue
+        detail = ", ".join(f"{k.buffers[bi].name}: {n}" for bi, n in sorted(parts, key=lambda p: -p[1]))
+        msg = (f"role {r.name!r} holds {tiles} registers per thread in tiles ({detail}) plus ~{REG_OVERHEAD} "
+               f"overhead, over its budget of {budget}")
+        if r.regs is not None:
+            want = round_up(need, 8)
+            legal = list(range(want, 257, 8))
+            fix = [{"op": "replace", "path": f"/roles/{ri}/regs", "value": want}] if want <= 256 else None
+            yield ctx.report(f"/roles/{ri}/regs", msg, legal=legal or None, fix=fix)
+        else:
+            bi = max(parts, key=lambda p: p[1])[0]
+            yield ctx.report(f"/buffers/{bi}", msg + "; split the tile or use fewer per thread",
+                             related=[f"/roles/{ri}"])
