@@ -87,7 +87,8 @@ def gemm_kernel(stages: int = 4) -> dict:
                     {"op": "pipe_release", "pipe": "ab", "iter": "k"},
                 ]},
                 {"op": "stg", "id": "store", "src": {"buf": "acc"},
-                 "dst": {"buf": "C", "offset": ["bid.y * BM + 64 * wg", "bid.x * BN"], "shape": [64, 256]}},
+                 "dst": {"buf": "C", "offset": ["bid.y * BM + 64 * wg", "bid.x * BN"], "shape": [64, 256]},
+                 "vec_bytes": 8},
             ]},
         ],
     }
