@@ -49,6 +49,8 @@ _PTXAS_FN = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _REGS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")
+_PTX_LINE = re.compile(r"ptx input, line (\d+)")
+_LOC = re.compile(r"^\s*\.loc\s+\d+\s+(\d+)\s")
 _WARN_C7508 = re.compile(r"C7508|setmaxnreg ignored", re.I)
 
 
@@ -73,6 +75,31 @@ def _node_for_line(line_map: dict[int, str], line: int) -> str:
         else:
             break
     return best or "/"
+
+
+def _ptx_source_lines(source: str, arch: str) -> dict[int, int]:
+    """PTX line -> CUDA source line, from a -lineinfo PTX compile (only run when ptxas failed, to
+    map its PTX-line errors back to IR nodes)."""
+    from cuda.bindings import nvrtc
+    virt = "compute_" + arch.removeprefix("sm_")
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"cake.cu", 0, [], [])
+    try:
+        opts = [f"--gpu-architecture={virt}".encode(), b"-lineinfo", b"--std=c++17"]
+        if nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return {}
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        buf = b" " * size
+        nvrtc.nvrtcGetPTX(prog, buf)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    out, cur = {}, None
+    for i, line in enumerate(buf.decode(errors="replace").splitlines(), 1):
+        m = _LOC.match(line)
+        if m:
+            cur = int(m.group(1))
+        elif cur is not None:
+            out[i] = cur
+    return out
 
 
 def _cache_key(source: str, arch: str, reg_cap) -> str:
@@ -104,11 +131,19 @@ def nvrtc_compile(source: str, arch: str, line_map: dict[int, str], kernel_name:
     except Exception as e:  # NVRTC/ptxas errors arrive as exceptions carrying the log
         text = str(e)
         log.write(text)
+        ptx_lines = None
         for raw in text.splitlines():
             m = _LINE.search(raw)
             if "error" not in raw.lower():
                 continue
             node = _node_for_line(line_map, int(m.group(1))) if m else "/"
+            pm = _PTX_LINE.search(raw)
+            if pm and not m:
+                if ptx_lines is None:
+                    ptx_lines = _ptx_source_lines(source, arch)
+                src_line = ptx_lines.get(int(pm.group(1)))
+                if src_line:
+                    node = _node_for_line(line_map, src_line)
             code = "E-BACKEND-PTXAS" if "ptxas" in raw else "E-BACKEND-COMPILE"
             diags.append(Diagnostic(code=code, node=node, message=raw.strip()[:400]))
         if not diags:

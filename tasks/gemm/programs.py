@@ -46,7 +46,7 @@ def gemm_mma_sm80(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4):
                 r.ldmatrix(tile("sB", ["wn0", "kk * 16"], [wn, 16], slot="kt % S"), tile("fb"))
                 r.mma_sync(tile("fa"), tile("fb"), tile("acc"))
         r.sync("cp_async_wait", n=0)
-        r.stg(tile("acc"), tile("C", ["m0 + wm0", "n0 + wn0"], [wm, wn]), id="epilogue")
+        r.stg(tile("acc"), tile("C", ["m0 + wm0", "n0 + wn0"], [wm, wn]), vec_bytes=4, id="epilogue")
     return kb.build()
 
 
@@ -86,7 +86,7 @@ def gemm_wgmma_sm90a(bm=128, bn=256, bk=64, stages=4, consumers=2):
             r.sync("wgmma_commit")
             r.sync("wgmma_wait", n=0)
             r.pipe("release", "ab", "kt")
-        r.stg(tile("acc"), tile("C", ["bid.y * BM + 64 * wg", "bid.x * BN"], [64, bn]), id="epilogue")
+        r.stg(tile("acc"), tile("C", ["bid.y * BM + 64 * wg", "bid.x * BN"], [64, bn]), vec_bytes=4, id="epilogue")
     return kb.build()
 
 

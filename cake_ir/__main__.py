@@ -1,0 +1,451 @@
+"""Command line: `python -m cake_ir COMMAND ...`
+
+    verify FILE... [--json]                       run every verifier rule
+    compile FILE [--arch A] [--emit cuda|cubin] [-o OUT] [--json] [--no-cache]
+    print FILE [--expanded] [--verify]            the IR as text, one node per line with its path
+    cost FILE [--shape M=8192 ...] [--gpu NAME] [--json] [--no-verify]
+    schema                                        the Kernel JSON schema
+    rules [--markdown | --json]                   the rule catalog (--markdown: docs/diagnostics.md)
+
+Exit status: 0 clean (warnings allowed), 1 diagnostics with errors, 2 unusable input (missing file,
+malformed JSON, schema violation, bad arguments), 3 an internal failure of the tool itself.
+Only argparse/json/pathlib/sys/os load at start; each command imports what it needs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_DIAG, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class _Fail(Exception):
+    """Stop a command with an exit status after its message was printed."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------- loading
+def _read(path: str):
+    """(kernel | None, load diagnostics, raw text | None). Never raises."""
+    from .diagnostics import Diagnostic
+    from .io import MAX_DOC_BYTES, load
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_DOC_BYTES + 1)
+    except OSError as e:
+        return None, [Diagnostic(code="E-PARSE-FILE", node="/", message=f"cannot read {path}: {e.strerror}")], None
+    kernel, diags = load(data)
+    try:
+        text = data.decode("utf-8", errors="replace")
+    except Exception:  # noqa: BLE001
+        text = None
+    return kernel, diags, text
+
+
+def _json_value_at(text: str, pointer: str):
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, False
+    if pointer in ("", "/"):
+        return None, False
+    cur = doc
+    for part in pointer.lstrip("/").split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(cur, list):
+            try:
+                cur = cur[int(part)]
+            except (ValueError, IndexError):
+                return None, False
+        elif isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        else:
+            return None, False
+    return cur, True
+
+
+def _show_load_failure(path: str, diags, text) -> str:
+    """Parse/schema problems: the message with its location, plus the JSON line or value."""
+    import re
+
+    out = []
+    for d in diags:
+        out.append(f"{path}: {d.short()}")
+        m = re.search(r"line (\d+), column (\d+)", d.message)
+        if d.code == "E-PARSE-JSON" and m and text is not None:
+            ln, col = int(m.group(1)), int(m.group(2))
+            lines = text.splitlines() or [""]
+            if 1 <= ln <= len(lines):
+                src = lines[ln - 1]
+                start = max(0, col - 60)
+                snippet = src[start:start + 100]
+                out.append(f"  {ln:>5} | {snippet}")
+                out.append(f"  {'':>5} | {' ' * (col - 1 - start)}^")
+        elif d.code.startswith("E-SCHEMA") and text is not None:
+            val, found = _json_value_at(text, d.node)
+            if found:
+                s = json.dumps(val)
+                out.append(f"        value at {d.node}: {s if len(s) <= 120 else s[:117] + '...'}")
+    return "\n".join(out)
+
+
+def _load_or_fail(path: str, as_json: bool):
+    kernel, diags, text = _read(path)
+    if kernel is None:
+        if as_json:
+            print(json.dumps([dict(_ddict(d), file=path) for d in diags], indent=2))
+        else:
+            _err(_show_load_failure(path, diags, text))
+        raise _Fail(EXIT_INPUT)
+    return kernel
+
+
+def _ddict(d) -> dict:
+    return d.model_dump(exclude_none=True)
+
+
+def _show_diags(kernel, diags, header: str = "") -> str:
+    """Each diagnostic on a line, then the IR re-printed around the offending nodes."""
+    from .diagnostics import sort_key
+    from .printer import diagnostic_marks, format_excerpt
+
+    diags = sorted(diags, key=sort_key)
+    out = [header] if header else []
+    for d in diags:
+        line = d.short()
+        if d.origin:
+            line += f"  (expanded from {d.origin})"
+        out.append(line)
+        if d.fix:
+            out.append(f"    fix: {json.dumps(d.fix)}")
+        if d.related:
+            out.append(f"    related: {', '.join(d.related)}")
+    if diags and kernel is not None:
+        out.append("")
+        out.append(format_excerpt(kernel, diagnostic_marks(diags)).rstrip("\n"))
+    return "\n".join(out)
+
+
+def _count(diags) -> str:
+    e = sum(d.severity == "error" for d in diags)
+    w = sum(d.severity == "warning" for d in diags)
+    n = len(diags) - e - w
+    parts = [f"{e} error(s)", f"{w} warning(s)"] + ([f"{n} note(s)"] if n else [])
+    return ", ".join(parts)
+
+
+def _verify(kernel):
+    from .verifier import verify
+
+    try:
+        return verify(kernel)
+    except Exception as e:  # noqa: BLE001 - e.g. a rule module that fails to import
+        _internal("verifier failed", e)
+
+
+def _internal(what: str, e: BaseException):
+    _err(f"internal error: {what}: {type(e).__name__}: {e}")
+    if os.environ.get("CAKE_DEBUG"):
+        import traceback
+        traceback.print_exception(e)
+    raise _Fail(EXIT_INTERNAL)
+
+
+# ---------------------------------------------------------------------------------- commands
+def cmd_verify(args) -> int:
+    status = EXIT_OK
+    collected = []
+    for path in args.files:
+        kernel, diags, text = _read(path)
+        if kernel is None:
+            status = EXIT_INPUT
+            collected.extend(dict(_ddict(d), file=path) for d in diags)
+            if not args.json:
+                _err(_show_load_failure(path, diags, text))
+            continue
+        res = _verify(kernel)
+        collected.extend(dict(_ddict(d), file=path) for d in res.diagnostics)
+        if not res.ok and status == EXIT_OK:
+            status = EXIT_DIAG
+        if not args.json:
+            if res.diagnostics:
+                print(_show_diags(kernel, res.diagnostics, f"{path}: {_count(res.diagnostics)}"))
+            else:
+                print(f"{path}: ok ({res.seconds * 1e3:.0f} ms)")
+    if args.json:
+        print(json.dumps(collected, indent=2))
+    return status
+
+
+def cmd_compile(args) -> int:
+    kernel = _load_or_fail(args.file, args.json)
+    if args.arch:
+        from .arch import ARCHES
+        if args.arch not in ARCHES:
+            _err(f"unknown --arch {args.arch!r}; one of {', '.join(ARCHES)}")
+            return EXIT_INPUT
+    try:
+        from .compiler import compile_kernel
+        res = compile_kernel(kernel, arch=args.arch, emit=args.emit, use_cache=not args.no_cache)
+    except ImportError as e:
+        _internal("the lowering is not available", e)
+    except Exception as e:  # noqa: BLE001 - compile_kernel should report, never raise
+        _internal("compile_kernel raised", e)
+    output = None
+    if res.ok:
+        if args.emit == "cuda":
+            if args.output:
+                output = args.output
+                Path(output).write_text(res.cuda_source or "")
+            elif not args.json:
+                sys.stdout.write(res.cuda_source or "")
+        else:
+            output = args.output or (Path(args.file).stem + ".cubin")
+            Path(output).write_bytes(res.cubin or b"")
+    if args.json:
+        doc = {"ok": res.ok, "file": args.file, "arch": res.arch, "emit": args.emit, "kernel_name": res.kernel_name,
+               "output": output, "smem_bytes": res.smem_bytes, "resources": res.resources,
+               "signature": res.signature, "cached": res.cached, "seconds": res.seconds,
+               "diagnostics": [_ddict(d) for d in res.diagnostics]}
+        if args.emit == "cuda" and res.ok and not args.output:
+            doc["cuda_source"] = res.cuda_source
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        report = sys.stderr if (args.emit == "cuda" and not args.output and res.ok) else sys.stdout
+        if res.diagnostics:
+            print(_show_diags(kernel, res.diagnostics, f"{args.file}: {_count(res.diagnostics)}"), file=report)
+        if res.ok and output:
+            extra = ""
+            if res.resources:
+                extra = "; " + ", ".join(f"{k} {v}" for k, v in res.resources.items())
+            print(f"{args.file}: wrote {output} ({res.arch}, kernel {res.kernel_name}, smem {res.smem_bytes} B{extra})",
+                  file=report)
+    if res.ok:
+        return EXIT_OK
+    return EXIT_DIAG
+
+
+def cmd_print(args) -> int:
+    from .printer import diagnostic_marks, format_kernel
+
+    kernel = _load_or_fail(args.file, False)
+    status = EXIT_OK
+    mark = None
+    if args.verify:
+        res = _verify(kernel)
+        mark = diagnostic_marks(res.diagnostics)
+        status = EXIT_OK if res.ok else EXIT_DIAG
+    shown = kernel
+    if args.expanded:
+        from .passes import expand
+        try:
+            shown, _ = expand(kernel)
+        except Exception as e:  # noqa: BLE001
+            _internal("expansion failed", e)
+    sys.stdout.write(format_kernel(shown, mark))
+    return status
+
+
+def _parse_shapes(items) -> dict:
+    shapes = {}
+    for item in items or []:
+        name, sep, val = item.partition("=")
+        name, val = name.strip(), val.strip().replace("_", "")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = int(val, 0)
+        except ValueError:
+            _err(f"--shape {item!r}: expected NAME=INTEGER (e.g. --shape M=8192)")
+            raise _Fail(EXIT_INPUT) from None
+    return shapes
+
+
+def cmd_cost(args) -> int:
+    kernel = _load_or_fail(args.file, args.json)
+    shapes = _parse_shapes(args.shape)
+    diags = []
+    if not args.no_verify:
+        res = _verify(kernel)
+        diags = res.diagnostics
+        if not res.ok:
+            if args.json:
+                print(json.dumps([dict(_ddict(d), file=args.file) for d in diags], indent=2))
+            else:
+                print(_show_diags(kernel, diags, f"{args.file}: {_count(diags)} (not costed; --no-verify to force)"))
+            return EXIT_DIAG
+    from .cost import estimate, load_constants
+
+    constants = None
+    if args.gpu:
+        try:
+            constants = load_constants(args.gpu, arch=None if Path(args.gpu).is_file() else kernel.arch)
+        except (ValueError, OSError) as e:
+            _err(f"--gpu {args.gpu}: {e}")
+            return EXIT_INPUT
+    try:
+        rep = estimate(kernel, shapes, constants)
+    except Exception as e:  # noqa: BLE001
+        _internal("cost model raised", e)
+    if args.json:
+        doc = rep.to_dict()
+        doc["diagnostics"] = [_ddict(d) for d in diags]
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        print(rep.summary())
+        if diags:
+            print(_show_diags(kernel, diags, f"{args.file}: {_count(diags)}"))
+    return EXIT_OK
+
+
+def cmd_schema(args) -> int:
+    from .io import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------- rules
+_OTHER_CODES = [
+    ("E-PARSE-FILE", "error", "the file cannot be read"),
+    ("E-PARSE-SIZE", "error", "the document is larger than the loader's limit (8 MiB)"),
+    ("E-PARSE-JSON", "error", "malformed JSON; the message gives line and column"),
+    ("E-PARSE-DEPTH", "error", "the document nests deeper than the loader's limit"),
+    ("E-SCHEMA-MISSING", "error", "a required field is missing (node path of the parent object)"),
+    ("E-SCHEMA-EXTRA", "error", "a field the schema does not have"),
+    ("E-SCHEMA-TAG", "error", "an unknown `op` / `kind` discriminator"),
+    ("E-SCHEMA-VALUE", "error", "a value outside a field's legal set (`legal` lists them)"),
+    ("E-SCHEMA-TYPE", "error", "a value of the wrong type, or an invalid identifier / expression"),
+    ("E-VERIFY-INTERNAL", "error", "a verifier rule raised; the message names the rule, file and line"),
+    ("E-BACKEND-*", "error", "NVRTC / ptxas errors and resource problems, mapped to node paths via the line map"),
+]
+
+
+def _doc_paragraph(rule) -> str:
+    import importlib
+    import re
+
+    try:
+        mod = sys.modules.get(rule.module) or importlib.import_module(rule.module)
+        doc = (mod.__doc__ or "").strip()
+    except Exception:  # noqa: BLE001
+        doc = ""
+    para = re.split(r"\n\s*\n", doc, maxsplit=1)[0] if doc else ""
+    para = " ".join(para.split())
+    para = re.sub(rf"^{re.escape(rule.code)}\s*[:\-\u2014]\s*", "", para)
+    return para
+
+
+def _md_cell(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def cmd_rules(args) -> int:
+    try:
+        from .verifier import load_rules
+        rules = load_rules()
+    except Exception as e:  # noqa: BLE001
+        _internal("loading rules failed", e)
+    if args.json:
+        print(json.dumps([{"code": r.code, "severity": r.severity, "family": r.family, "stage": r.stage,
+                           "title": r.title, "module": r.module, "doc": _doc_paragraph(r)} for r in rules], indent=2))
+        return EXIT_OK
+    if args.markdown:
+        out = ["# CAKE IR diagnostics", "",
+               "<!-- generated by `python -m cake_ir rules --markdown`; do not edit by hand -->", "",
+               "Every verifier rule is a module in `rules/` (or an installed `cake.rules` plugin) with a stable code; "
+               "the code's letter is its default severity (E error, W warning, N note). Diagnostics name the "
+               "offending node by JSON pointer; `python -m cake_ir verify FILE` re-prints the IR around it.", "",
+               f"## Verifier rules ({len(rules)})", "",
+               "| code | severity | stage | title | description |", "|---|---|---|---|---|"]
+        for r in rules:
+            out.append(f"| `{r.code}` | {r.severity} | {r.stage} | {_md_cell(r.title)} | {_md_cell(_doc_paragraph(r))} |")
+        out += ["", "## Codes reported outside the rules", "", "| code | severity | meaning |", "|---|---|---|"]
+        for code, sev, text in _OTHER_CODES:
+            out.append(f"| `{code}` | {sev} | {_md_cell(text)} |")
+        print("\n".join(out))
+        return EXIT_OK
+    width = max((len(r.code) for r in rules), default=8)
+    for r in rules:
+        print(f"{r.code:<{width}}  {r.severity:<7}  {r.title}")
+    print(f"{len(rules)} rule(s)")
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m cake_ir", description="CAKE IR tools.",
+                                epilog="exit status: 0 clean, 1 diagnostics with errors, 2 unusable input, "
+                                       "3 internal error")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    s = sub.add_parser("verify", help="run the verifier on IR files")
+    s.add_argument("files", nargs="+", metavar="FILE")
+    s.add_argument("--json", action="store_true", help="diagnostics as a JSON list")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("compile", help="verify, lower and compile one IR file")
+    s.add_argument("file", metavar="FILE")
+    s.add_argument("--arch", default=None, help="target arch (default: the kernel's), e.g. sm_90a")
+    s.add_argument("--emit", choices=("cuda", "cubin"), default="cubin")
+    s.add_argument("-o", "--output", default=None, help="output file (default: stdout for cuda, STEM.cubin)")
+    s.add_argument("--json", action="store_true", help="result and diagnostics as JSON")
+    s.add_argument("--no-cache", action="store_true", help="bypass the compile cache")
+    s.set_defaults(func=cmd_compile)
+
+    s = sub.add_parser("print", help="print the IR as text with node paths")
+    s.add_argument("file", metavar="FILE")
+    s.add_argument("--expanded", action="store_true", help="print after the expansion passes")
+    s.add_argument("--verify", action="store_true", help="mark the verifier's diagnostics")
+    s.set_defaults(func=cmd_print)
+
+    s = sub.add_parser("cost", help="analytical cost estimate")
+    s.add_argument("file", metavar="FILE")
+    s.add_argument("--shape", action="append", metavar="NAME=INT", help="value of a scalar param (repeatable)")
+    s.add_argument("--gpu", default=None, help="calibration: a GPU name (calibration/data/NAME.json) or a file")
+    s.add_argument("--json", action="store_true", help="the report as JSON")
+    s.add_argument("--no-verify", action="store_true", help="cost even if the verifier reports errors")
+    s.set_defaults(func=cmd_cost)
+
+    s = sub.add_parser("schema", help="print the Kernel JSON schema")
+    s.set_defaults(func=cmd_schema)
+
+    s = sub.add_parser("rules", help="the verifier rule catalog")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--markdown", action="store_true", help="docs/diagnostics.md")
+    g.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_rules)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: 0 for --help, 2 for bad usage
+        return int(e.code or 0)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_INPUT
+    try:
+        return args.func(args)
+    except _Fail as f:
+        return f.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
