@@ -322,7 +322,7 @@ _OTHER_CODES = [
     ("E-PARSE-SIZE", "error", "the document is larger than the loader's limit (8 MiB)"),
     ("E-PARSE-JSON", "error", "malformed JSON; the message gives line and column"),
     ("E-PARSE-DEPTH", "error", "the document nests deeper than the loader's limit"),
-    ("E-SCHEMA-MISSING", "error", "a required field is missing (node path of the parent object)"),
+    ("E-SCHEMA-MISSING", "error", "a required field is missing (the node path names the field)"),
     ("E-SCHEMA-EXTRA", "error", "a field the schema does not have"),
     ("E-SCHEMA-TAG", "error", "an unknown `op` / `kind` discriminator"),
     ("E-SCHEMA-VALUE", "error", "a value outside a field's legal set (`legal` lists them)"),
@@ -333,6 +333,8 @@ _OTHER_CODES = [
 
 
 def _doc_paragraph(rule) -> str:
+    """The first paragraph of the rule module's docstring without its `CODE:` prefix (the second
+    paragraph when the first only repeats the title)."""
     import importlib
     import re
 
@@ -341,10 +343,15 @@ def _doc_paragraph(rule) -> str:
         doc = (mod.__doc__ or "").strip()
     except Exception:  # noqa: BLE001
         doc = ""
-    para = re.split(r"\n\s*\n", doc, maxsplit=1)[0] if doc else ""
-    para = " ".join(para.split())
-    para = re.sub(rf"^{re.escape(rule.code)}\s*[:\-\u2014]\s*", "", para)
-    return para
+    paras = [" ".join(p.split()) for p in re.split(r"\n\s*\n", doc)] if doc else []
+    paras = [p for p in paras if p]
+    if not paras:
+        return ""
+    first = re.sub(rf"^{re.escape(rule.code)}\s*[:\-\u2014]\s*", "", paras[0])
+    norm = lambda t: re.sub(r"[^a-z0-9]+", " ", t.lower()).strip()  # noqa: E731
+    if norm(first) == norm(rule.title) and len(paras) > 1:
+        return paras[1]   # the first paragraph only repeats the title: the explanation says more
+    return first
 
 
 def _md_cell(s: str) -> str:
