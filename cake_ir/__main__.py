@@ -100,11 +100,12 @@ def _show_load_failure(path: str, diags, text) -> str:
     return "\n".join(out)
 
 
-def _load_or_fail(path: str, as_json: bool):
+def _load_or_fail(path: str, as_json: bool, json_object: bool = False):
     kernel, diags, text = _read(path)
     if kernel is None:
         if as_json:
-            print(json.dumps([dict(_ddict(d), file=path) for d in diags], indent=2))
+            listed = [dict(_ddict(d), file=path) for d in diags]
+            print(json.dumps({"ok": False, "file": path, "diagnostics": listed} if json_object else listed, indent=2))
         else:
             _err(_show_load_failure(path, diags, text))
         raise _Fail(EXIT_INPUT)
@@ -189,7 +190,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    kernel = _load_or_fail(args.file, args.json)
+    kernel = _load_or_fail(args.file, args.json, json_object=True)
     if args.arch:
         from .arch import ARCHES
         if args.arch not in ARCHES:
@@ -285,17 +286,19 @@ def cmd_cost(args) -> int:
             else:
                 print(_show_diags(kernel, diags, f"{args.file}: {_count(diags)} (not costed; --no-verify to force)"))
             return EXIT_DIAG
-    from .cost import estimate, load_constants
+    from . import cost as _cost
 
     constants = None
     if args.gpu:
         try:
-            constants = load_constants(args.gpu, arch=None if Path(args.gpu).is_file() else kernel.arch)
+            constants = _cost.load_constants(args.gpu)
         except (ValueError, OSError) as e:
             _err(f"--gpu {args.gpu}: {e}")
             return EXIT_INPUT
+        if not Path(args.gpu).is_file() and not (_cost.CALIBRATION_DIR / f"{args.gpu.lower()}.json").is_file():
+            _err(f"note: no calibration data for {args.gpu!r}; using the {constants.name} table defaults")
     try:
-        rep = estimate(kernel, shapes, constants)
+        rep = _cost.estimate(kernel, shapes, constants)
     except Exception as e:  # noqa: BLE001
         _internal("cost model raised", e)
     if args.json:

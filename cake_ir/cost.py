@@ -347,6 +347,7 @@ class _Exec:
     any: float             # fraction of iterations where some thread passes
     all_pass: bool         # every role thread passes (no thread-selecting guard)
     inner_trips: int = 1   # trip count of the innermost enclosing loop
+    env: dict = field(default_factory=dict)  # representative values (outer loops at their middle)
 
 
 @dataclass
@@ -495,7 +496,7 @@ class _Model:
         inner = info[-1][1] if info else 1
         if not site.guards:
             return _Exec(mult, role_threads, math.ceil(role_threads / 32), math.ceil(role_threads / 128), 1.0, True,
-                         inner)
+                         inner, env)
         # Which variables the guards depend on (through lets too).
         refs: set = set()
         for g in site.guards:
@@ -554,7 +555,7 @@ class _Model:
             tot_g += len({r // 128 for r in passing})
             tot_any += 1.0 if passing else 0.0
         n = len(samples)
-        return _Exec(mult, tot_t / n, tot_w / n, tot_g / n, tot_any / n, all_pass, inner)
+        return _Exec(mult, tot_t / n, tot_w / n, tot_g / n, tot_any / n, all_pass, inner, env)
 
     # ---- groups of a scope
     @staticmethod
@@ -616,7 +617,10 @@ def estimate(kernel, shapes: Optional[Mapping[str, int]] = None,
              constants: Optional[ArchSpec] = None) -> CostReport:
     """Predict one launch of `kernel`; see the module docstring for the model."""
     spec = constants if constants is not None else _arch.spec(kernel.arch)
+    spec, fixed = _sane(spec, kernel.arch)
     m = _Model(kernel, shapes, spec)
+    for f in fixed:
+        m.assume(f"constant {f} is not positive; the arch table's value is used")
     rep = CostReport(kernel=kernel.name, arch=kernel.arch, spec=spec.name)
     if spec.name != kernel.arch:
         m.assume(f"constants are for {spec.name} but the kernel targets {kernel.arch}")
@@ -627,6 +631,21 @@ def estimate(kernel, shapes: Optional[Mapping[str, int]] = None,
     rep.assumptions = m.assumptions
     rep.shapes = m.shapes_used
     return rep
+
+
+_POSITIVE = ("sms", "max_threads_per_sm", "max_blocks_per_sm", "smem_per_sm", "regs_per_sm", "hbm_bw", "l2_bw",
+             "smem_bw_per_sm", "mma_sync_flops", "fp32_flops", "sfu_ops", "clock_hz")
+
+
+def _sane(spec: ArchSpec, arch: str) -> tuple[ArchSpec, list[str]]:
+    """Replace non-positive rates/limits (a broken calibration file) by the arch table's values."""
+    from dataclasses import replace
+
+    table = _arch.ARCH_TABLE.get(spec.name) or _arch.ARCH_TABLE.get(arch) or _arch.ARCH_TABLE["sm_90a"]
+    bad = [f for f in _POSITIVE if not (getattr(spec, f) > 0)]
+    if not bad:
+        return spec, []
+    return replace(spec, **{f: getattr(table, f) for f in bad}), bad
 
 
 def _estimate(m: _Model, rep: CostReport) -> None:
@@ -686,8 +705,12 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 tile_bytes = elems * gsize
                 raw.tensor = gtile.ref.buf if gtile.space == "global" else None
                 if st.kind in ("tma_load", "tma_store"):
+                    # The lowering issues a TMA copy from every thread that executes it; a verified
+                    # kernel elects one. Unguarded, it is counted once (what the author meant).
                     if ex.all_pass:
                         n = ex.any * per_iter
+                        if role_threads > 1:
+                            m.assume(f"{site.path}: {st.kind} not under a thread-electing guard; counted once")
                     else:
                         n = ex.threads * per_iter
                     raw.count = n
@@ -773,8 +796,13 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 raw.count = g
                 raw.simt_ops = factor * src.elems * g
             elif isinstance(st, For):
+                try:
+                    e = dict(ex.env)
+                    own = max(0, -(-(int(m.ev.value(st.stop, e)) - int(m.ev.value(st.start, e))) // st.step))
+                except (_Unknown, TypeError, ValueError, OverflowError):
+                    own = 1     # the body's statements report the unevaluable trip count
                 if st.unroll is False:
-                    raw.warp_instrs += 3 * warps_exec   # per iteration: increment, compare, branch
+                    raw.warp_instrs += 3 * warps_exec * own   # per iteration: increment, compare, branch
                 raw.count = ex.any * per_iter
             elif isinstance(st, (If, Let)):
                 raw.warp_instrs += 2 * warps_exec

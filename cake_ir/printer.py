@@ -182,7 +182,7 @@ def _lines(kernel) -> list[Line]:
     root = add("/", 0, head + _suffix(k))
     top = (root,)
     if k.consts:
-        c = add("/consts", 1, "consts: " + ", ".join(f"{n}={v}" for n, v in k.consts.items()), top)
+        add("/consts", 1, "consts: " + ", ".join(f"{n}={v}" for n, v in k.consts.items()), top)
     for i, p in enumerate(k.params):
         if p.kind == "tensor":
             s = f"param {p.name}: tensor {p.dtype} [{', '.join(_e(d) for d in p.shape)}] {p.access}"

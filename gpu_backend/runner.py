@@ -1,55 +1,170 @@
-"""Run a compiled CAKE kernel on torch tensors: evaluate the grid, build TMA maps, launch."""
+"""Run a compiled kernel from device pointers and shapes: evaluate the grid, build TMA maps, launch.
+
+No torch: a tensor argument is anything with `.ptr` and `.shape` (gpu_backend.memory.DeviceArray),
+or with `.data_ptr()` and `.shape` (a torch tensor, still accepted for old scripts), or a
+`(ptr, shape)` pair.
+
+A `LaunchSpec` is everything needed to launch a cubin: its kernel name, the argument signature in the
+lowering's format (`{"name", "kind": ptr|tmap|scalar, "dtype", ...}`), threads, dynamic shared memory,
+the grid as index expressions over scalars and consts, and the tensor params' declared shapes (index
+expressions) when known. `spec_from_kernel` builds one from CAKE IR + its CompileResult; a raw CUDA
+candidate (gpu_backend.candidate.CudaCandidate) builds one directly.
+"""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
 
 from cake_ir import expr as E
-from cake_ir.nodes import Kernel, ScalarParam, TensorParam
 
 from .module import LoadedKernel
 from .tensormap import encode_tiled
 
+IndexLike = Union[int, str]
 
-def eval_index(e, env: Mapping[str, int]) -> int:
-    v = E.evaluate(E.parse_index(e), env)
-    return int(v)
+
+def eval_index(e: IndexLike, env: Mapping[str, int]) -> int:
+    return int(E.evaluate(E.parse_index(e), env))
+
+
+@dataclass
+class TensorDecl:
+    dtype: str
+    shape: Optional[list] = None          # index expressions; None = take the buffer's shape
+    strides: Optional[list] = None        # index expressions; None = row-major contiguous
+    access: str = "read"
+
+
+@dataclass
+class ScalarDecl:
+    dtype: str
+    min: Optional[int] = None
+    max: Optional[int] = None
+    divisible_by: int = 1
+
+    def violation(self, value) -> Optional[str]:
+        """Why `value` breaks the facts this kernel was proved under (None when it does not)."""
+        if not isinstance(value, int):
+            return None
+        if self.min is not None and value < self.min:
+            return f"{value} < min {self.min}"
+        if self.max is not None and value > self.max:
+            return f"{value} > max {self.max}"
+        if self.divisible_by > 1 and value % self.divisible_by:
+            return f"{value} is not divisible by {self.divisible_by}"
+        return None
+
+
+@dataclass
+class LaunchSpec:
+    kernel_name: str
+    cubin: bytes
+    signature: list[dict]
+    threads: int
+    smem_bytes: int
+    grid: list[IndexLike]
+    consts: dict[str, int] = field(default_factory=dict)
+    tensors: dict[str, TensorDecl] = field(default_factory=dict)
+    scalars: dict[str, ScalarDecl] = field(default_factory=dict)
+    cluster: Optional[list[int]] = None
+
+    def env(self, scalars: Mapping[str, Any]) -> dict:
+        env = dict(self.consts)
+        env.update({k: int(v) for k, v in scalars.items() if isinstance(v, int) and not isinstance(v, bool)})
+        return env
+
+    def grid_dims(self, scalars: Mapping[str, Any]) -> list[int]:
+        env = self.env(scalars)
+        return [eval_index(g, env) for g in self.grid]
+
+
+def spec_from_kernel(kernel, result) -> LaunchSpec:
+    """A LaunchSpec from a CAKE IR Kernel and its (ok) CompileResult."""
+    from cake_ir.nodes import ScalarParam, TensorParam
+    tensors, scalars = {}, {}
+    for p in kernel.params:
+        if isinstance(p, TensorParam):
+            tensors[p.name] = TensorDecl(p.dtype, list(p.shape), list(p.strides) if p.strides else None, p.access)
+        elif isinstance(p, ScalarParam):
+            scalars[p.name] = ScalarDecl(p.dtype, p.min, p.max, p.divisible_by)
+    return LaunchSpec(result.kernel_name, result.cubin, list(result.signature), kernel.launch.threads,
+                      result.smem_bytes, list(kernel.launch.grid), dict(kernel.consts), tensors, scalars,
+                      list(kernel.launch.cluster) if kernel.launch.cluster else None)
+
+
+def _ptr_shape(t) -> tuple[int, list[int]]:
+    if isinstance(t, tuple) and len(t) == 2:
+        return int(t[0]), [int(s) for s in t[1]]
+    if hasattr(t, "ptr"):
+        return int(t.ptr), [int(s) for s in t.shape]
+    return int(t.data_ptr()), [int(s) for s in t.shape]
+
+
+class ShapeMismatch(ValueError):
+    pass
 
 
 class CompiledKernel:
-    """A compiled kernel bound to its IR: call it with torch tensors and scalar values."""
+    """A loaded kernel: call it with tensors (DeviceArray / (ptr, shape) / torch) and scalar values.
 
-    def __init__(self, kernel: Kernel, result, device: int = 0):
-        if not result.ok:
-            raise RuntimeError("kernel did not compile: " + "; ".join(d.short() for d in result.diagnostics[:5]))
-        self.kernel, self.result = kernel, result
-        self.loaded = LoadedKernel.load(result.cubin, result.kernel_name, result.smem_bytes,
-                                        kernel.launch.threads, result.signature, device)
+    `CompiledKernel(kernel, compile_result)` (IR) or `CompiledKernel.from_spec(spec)`.
+    """
+
+    def __init__(self, kernel=None, result=None, device: int = 0, *, spec: Optional[LaunchSpec] = None):
+        if spec is None:
+            if not result.ok:
+                raise RuntimeError("kernel did not compile: " + "; ".join(d.short() for d in result.diagnostics[:5]))
+            spec = spec_from_kernel(kernel, result)
+        self.kernel, self.result, self.spec = kernel, result, spec
+        if spec.cluster and any(c > 1 for c in spec.cluster):
+            raise NotImplementedError("cluster launches are not supported by this runner yet")
+        self.loaded = LoadedKernel.load(spec.cubin, spec.kernel_name, spec.smem_bytes, spec.threads,
+                                        spec.signature, device)
+
+    @classmethod
+    def from_spec(cls, spec: LaunchSpec, device: int = 0) -> "CompiledKernel":
+        return cls(spec=spec, device=device)
 
     def env(self, scalars: Mapping[str, Any]) -> dict:
-        env = dict(self.kernel.consts)
-        env.update({k: int(v) for k, v in scalars.items() if isinstance(v, int)})
-        return env
+        return self.spec.env(scalars)
 
     def prepare(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any]):
-        env = self.env(scalars)
-        grid = [eval_index(g, env) for g in self.kernel.launch.grid]
+        """(grid, void** args address, keep-alive) for these buffers and scalars; checks shapes
+        against the declared ones and encodes TMA descriptors."""
+        spec = self.spec
+        env = spec.env(scalars)
+        grid = [eval_index(g, env) for g in spec.grid]
+        ptrs, shapes = {}, {}
+        for name, t in tensors.items():
+            ptrs[name], shapes[name] = _ptr_shape(t)
+        for name, decl in spec.tensors.items():
+            if name not in shapes:
+                continue
+            if decl.shape is not None:
+                want = [eval_index(s, env) for s in decl.shape]
+                if shapes[name] != want:
+                    raise ShapeMismatch(f"{name}: the kernel declares shape {want}, the buffer has {shapes[name]}")
         tmaps = {}
-        for p in self.kernel.params:
-            if isinstance(p, TensorParam):
-                t = tensors[p.name]
-                shape = [eval_index(s, env) for s in p.shape]
-                if list(t.shape) != shape:
-                    raise ValueError(f"{p.name}: expected shape {shape}, got {list(t.shape)}")
-                if p.tma is not None:
-                    strides = [eval_index(s, env) for s in p.strides] if p.strides else None
-                    tmaps[p.name] = encode_tiled(t.data_ptr(), p.dtype, shape, list(p.tma.box), p.tma.swizzle,
-                                                 p.tma.oob_fill, strides)
-        ptrs = {n: t.data_ptr() for n, t in tensors.items()}
-        addr, keep = self.loaded.pack_args(ptrs, {p.name: scalars[p.name] for p in self.kernel.params
-                                                  if isinstance(p, ScalarParam)}, tmaps)
+        for arg in spec.signature:
+            if arg["kind"] != "tmap":
+                continue
+            name = arg["name"]
+            decl = spec.tensors.get(name)
+            strides = [eval_index(s, env) for s in decl.strides] if decl and decl.strides else None
+            tmaps[name] = encode_tiled(ptrs[name], arg["dtype"], shapes[name], list(arg["box"]),
+                                       arg.get("swizzle", "128B"), arg.get("oob_fill", "zero"), strides)
+        scal = {a["name"]: scalars[a["name"]] for a in spec.signature if a["kind"] == "scalar"}
+        addr, keep = self.loaded.pack_args(ptrs, scal, tmaps)
         return grid, addr, keep
 
-    def __call__(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any], stream: int = 0):
-        grid, addr, keep = self.prepare(tensors, scalars)
+    def launch_prepared(self, prepared, stream: int = 0) -> None:
+        grid, addr, _keep = prepared
         self.loaded.launch(grid, addr, stream)
-        return keep
+
+    def __call__(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any], stream: int = 0):
+        prepared = self.prepare(tensors, scalars)
+        self.launch_prepared(prepared, stream)
+        return prepared[2]
+
+    def unload(self) -> None:
+        self.loaded.unload()

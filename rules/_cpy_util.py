@@ -170,6 +170,8 @@ def alignment_problem(env, t: Tile, shape: tuple, vbytes: int, rows_only: bool =
     if base_align(t) % vbytes:
         where = "base pointer" if t.param is not None else "buffer"
         return ("", f"the {where} of {t.ref.buf!r} is only {base_align(t)}-byte aligned")
+    if need == 1:
+        return None  # one element per access: any element address is aligned
     offs, st = offsets(t), strides(t)
     if offs is None or st is None or len(st) != len(offs) or len(shape) != len(offs):
         return ("", "tile offsets / strides do not resolve")

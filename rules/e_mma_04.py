@@ -3,7 +3,8 @@
 `wgmma.*.sync.aligned` (mma_async, fence, commit_group, wait_group) is executed by all 128 threads of
 a warpgroup together. The role issuing it must start on a warp that is a multiple of 4 and span a
 multiple of 4 warps, and the statement must not sit under a guard that depends on the lane or
-thread (`lane`, `tid`, `role_tid`, `wg_tid`, `elect_one()`), which would split a warpgroup.
+thread (`lane`, `tid`, `role_tid`, `wg_tid`, `elect_one()`) or that differs between the warps of
+one warpgroup (e.g. `role_warp == 0`), which would split a warpgroup.
 """
 from cake_ir import expr as E
 from cake_ir.nodes import SimpleSync, WaitGroup, Wgmma
@@ -15,7 +16,10 @@ STAGE = "source"
 THREAD_VARS = {"lane", "tid", "role_tid", "wg_tid"}
 
 
-def _divergent(cond) -> bool:
+WARP_VARS = {"warp", "role_warp", "wg"}
+
+
+def _divergent(cond, role, consts) -> bool:
     try:
         node = E.parse_cond(cond)
     except (E.ExprError, RecursionError):
@@ -24,6 +28,17 @@ def _divergent(cond) -> bool:
         if isinstance(x, E.Var) and x.name in THREAD_VARS:
             return True
         if isinstance(x, E.Call) and x.fn == "elect_one":
+            return True
+    names = E.free_vars(node)
+    if role is None or not names & WARP_VARS or not names <= WARP_VARS | set(consts):
+        return False
+    # A condition on warp indices only: it must agree across the 4 warps of each warpgroup.
+    for g in range(role.num_warps // 4):
+        vals = set()
+        for rw in range(4 * g, 4 * g + 4):
+            env = dict(consts, warp=role.first_warp + rw, role_warp=rw, wg=rw // 4)
+            vals.add(bool(E.try_const(node, env)))
+        if len(vals) > 1:
             return True
     return False
 
@@ -47,7 +62,7 @@ def check(ctx):
                              legal={"first_warp": list(range(0, 32, 4)), "count": list(range(4, 33, 4))},
                              related=[s.path])
         for g in s.guards:
-            if _divergent(g.cond):
+            if _divergent(g.cond, s.role, k.consts):
                 yield ctx.report(s.path, f"{n.op} sits under the thread-dependent guard {g.cond!r}; a warpgroup "
                                  "must execute it together", related=[g.path])
                 break

@@ -5,7 +5,7 @@ in distinct banks. `ldmatrix` reads 8 rows of 16 bytes per matrix, and fragment-
 touch 8 rows per phase: when the row pitch is a multiple of 128 bytes (or of 64) those rows share
 banks (up to 8-way conflicts). Plain row-wise accesses conflict when a row run is shorter than 128
 bytes and the pitch is a multiple of 128. Fix: pad each row by 16 bytes (`pad` 8 for 16-bit, 4 for
-f32) or use a swizzled layout (required when TMA writes the buffer).
+f32) or use a swizzled layout (required when TMA reads or writes the buffer).
 """
 from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import Access, Copy
@@ -40,7 +40,10 @@ def _access(k, n):
 
 def check(ctx):
     k = ctx.kernel
-    tma_written = {s.node.dst.buf for s in ctx.sites if isinstance(s.node, Copy) and s.node.kind == "tma_load"}
+    tma_written = set()  # buffers TMA reads or writes: their rows must stay dense, so no pad fix
+    for s in ctx.sites:
+        if isinstance(s.node, Copy) and s.node.kind in ("tma_load", "tma_store"):
+            tma_written |= {s.node.src.buf, s.node.dst.buf}
     seen = set()
     for s in ctx.sites:
         acc = _access(k, s.node)
@@ -80,7 +83,8 @@ def check(ctx):
         fix = None
         if b.name not in tma_written and degree((b.shape[-1] + pad) * es, seg, rows) <= 1:
             fix = [{"op": "replace", "path": f"/buffers/{bi}/pad", "value": pad}]
+        legal = {"layout": ["swizzle_32B", "swizzle_64B", "swizzle_128B"]}
+        if b.name not in tma_written:
+            legal = {"pad": [pad], **legal}
         yield ctx.report(s.path, f"{op} on {b.name!r}: row pitch {pitch} bytes puts {rows} rows in the same banks "
-                         f"({deg}-way bank conflict)", legal={"pad": [pad], "layout": ["swizzle_32B", "swizzle_64B",
-                                                                                         "swizzle_128B"]},
-                         fix=fix, related=[f"/buffers/{bi}"])
+                         f"({deg}-way bank conflict)", legal=legal, fix=fix, related=[f"/buffers/{bi}"])

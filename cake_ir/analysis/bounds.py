@@ -32,6 +32,23 @@ Poly = dict  # monomial (sorted tuple of param names) -> Fraction
 
 _MAX_CANDS = 6
 _MAX_DEPTH = 40
+_MAX_TERMS = 4096
+_MAX_INLINE = 400  # nodes of an inlined let value; larger lets stay opaque (interval facts only)
+
+
+def _tree_size(node, limit: int) -> int:
+    """Tree size of an expression (lets inlined share subtrees), counting at most `limit` + 1."""
+    n, stack = 0, [node]
+    while stack and n <= limit:
+        x = stack.pop()
+        n += 1
+        if isinstance(x, E.Un):
+            stack.append(x.a)
+        elif isinstance(x, E.Bin):
+            stack.extend((x.a, x.b))
+        elif isinstance(x, E.Call):
+            stack.extend(x.args)
+    return n
 
 
 def _const(c) -> Poly:
@@ -52,6 +69,8 @@ def _scale(p: Poly, c) -> Poly:
 
 
 def _mulp(p: Poly, q: Poly) -> Poly:
+    if len(p) * len(q) > _MAX_TERMS:
+        raise ValueError("polynomial too large")
     out: Poly = {}
     for ka, va in p.items():
         for kb, vb in q.items():
@@ -116,11 +135,17 @@ class Prover:
             for let in site.lets:
                 v = _parse(let.value)
                 if v is not None:
-                    self.lets[let.name] = self.inline(v)
+                    v = self.inline(v)
+                    if _tree_size(v, _MAX_INLINE) <= _MAX_INLINE:
+                        self.lets[let.name] = v
+                    else:
+                        self.lets.pop(let.name, None)
             for g in site.guards:
                 c = _parse_cond(g.cond)
                 if c is not None:
-                    self._add_guard(self.inline(c), g.taken)
+                    c = self.inline(c)
+                    if _tree_size(c, _MAX_INLINE) <= _MAX_INLINE:
+                        self._add_guard(c, g.taken)
         self._busy: set = set()
 
     # ------------------------------------------------------------------ setup
@@ -402,6 +427,8 @@ class Prover:
         if node is None:
             return False
         node = self.inline(node)
+        if _tree_size(node, 4 * _MAX_INLINE) > 4 * _MAX_INLINE:
+            return False
         if self._lower(node):
             return True
         lin = self._lin(node)

@@ -1,0 +1,1832 @@
+"""Synchronisation analysis shared by the E-SYN-* and E-PIP-* rules.
+
+Three layers, cheapest first:
+
+1. **Who executes a statement** (`KernelSync.mask`): a boolean mask over the threads of the role (or
+   of the CTA, for the prologue) from the enclosing `if` guards. Guard conditions are split into
+   atoms; atoms over thread builtins (`tid lane warp role_warp role_tid wg wg_tid`, lets derived from
+   them, `elect_one()`) are evaluated per thread with numpy, atoms over loop variables / params
+   ("uniform" atoms: every thread agrees) select *instances*, not threads, and are treated as
+   don't-care. `elect_one()` picks the lowest active lane of each warp among the threads that reach
+   it (so `role_warp == 0 && elect_one()` is one thread). Unknown (data-dependent) masks are None.
+
+2. **Symbolic keys** (`norm_index`, `phase_loop`): barrier index / slot expressions with lets inlined
+   and loop variables renamed by nesting depth (`L0`, `L1`, ...), so a producer's `kt % S` and a
+   consumer's `k % S` compare equal with `expr.canon`. Used to group arrivals per phase and to match
+   expect-tx bytes with the TMA copies of the same phase.
+
+3. **Protocol simulation** (`simulate`): every role (and the prologue) is interpreted as a process
+   over the expanded kernel with sampled sizes (integer params get values that make the
+   param-dependent loops run >= 2*stages+2 iterations; block index 0). mbarriers (phase, pending
+   arrivals, tx-count), named barriers/__syncthreads, cp.async / wgmma / TMA-store groups are modelled
+   exactly; waits block until the phase they test completes (parity semantics of
+   `mbarrier.try_wait.parity`). Roles run round-robin, each until it blocks; if none can progress the
+   run is a deadlock. Every executed statement becomes a node of a happens-before DAG:
+   program-order edges per *thread class* (the partition of the role's threads induced by the guard
+   masks, so `if role_tid == 0` code is not ordered with the other threads), plus barrier edges
+   (arrivals and TMA complete_tx -> phase node -> every wait that observes the phase; bar.sync
+   arrivals -> completion -> waiters). Asynchronous operations are intervals [issue, completion]:
+   the completion node hangs off the issue and is only reachable through the mechanism that tracks
+   it (mbarrier complete_tx, cp.async.wait_group / cp.async.mbarrier.arrive, wgmma.wait_group,
+   cp.async.bulk.wait_group.read). Each smem access records buffer, concrete slot(s), per-warp element
+   region, read/write, proxy and interval. Ancestor sets are bitsets (Python ints), with two extra
+   families: `cross` (reached through a CTA-level collective: bar.sync or an mbarrier phase -- needed
+   when different threads write and read) and `fenced` (through a `fence.proxy.async`).
+   `SimResult.issues` lists the findings per rule code; see `_analyse`.
+
+Everything is best effort and never raises: when a kernel cannot be simulated (unknown names,
+thread-dependent loop bounds, too many steps) the simulation is skipped and its rules stay silent.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import numpy as np
+
+from .. import expr as E
+from ..dtypes import SIZE
+from ..nodes import (Access, Block, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
+                     MbarExpectTx, MbarInit, MbarWait, CpAsyncArrive, NamedBarSync, NamedBarrier, PipeOp,
+                     Reduce, Scan, ScalarParam, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma, MmaSync)
+from ..walk import Site, statements
+
+THREAD_NAMES = frozenset({"tid", "lane", "warp", "role_warp", "role_tid", "wg", "wg_tid"})
+STRICT = bool(os.environ.get("CAKE_STRICT"))  # tests of this module re-raise internal errors
+
+
+class Unknown(Exception):
+    """A value the analysis cannot determine statically."""
+
+
+# ------------------------------------------------------------------------------- expressions
+def subst_lets(node: E.Node, lets) -> E.Node:
+    """Inline `let`s (outermost first in `lets`) into an expression."""
+    for let in reversed(tuple(lets)):
+        if let.name in E.free_vars(node):
+            try:
+                node = E.substitute(node, {let.name: E.parse_index(let.value)})
+            except E.ExprError:
+                pass
+    return node
+
+
+def is_thread_dep(node: E.Node) -> bool:
+    for n in E.walk(node):
+        if isinstance(n, E.Var) and n.name in THREAD_NAMES:
+            return True
+        if isinstance(n, E.Call) and n.fn == "elect_one":
+            return True
+    return False
+
+
+def parse_i(text) -> Optional[E.Node]:
+    try:
+        return E.parse_index(text)
+    except (E.ExprError, TypeError):
+        return None
+
+
+def parse_c(text) -> Optional[E.Node]:
+    try:
+        return E.parse_cond(text)
+    except (E.ExprError, TypeError):
+        return None
+
+
+def norm_index(site: Site, text, consts: Optional[dict] = None) -> Optional[E.Node]:
+    """The expression with lets and consts inlined and loop variables renamed L0 (outermost), L1, ..."""
+    node = parse_i(text)
+    if node is None:
+        return None
+    node = subst_lets(node, site.lets)
+    mapping = {n: E.Num(v) for n, v in (consts or {}).items()}
+    for d, loop in enumerate(site.loops):
+        mapping[loop.var] = E.Var(f"L{d}")
+    return E.substitute(node, mapping)
+
+
+def key_of(node: Optional[E.Node]) -> Optional[str]:
+    if node is None:
+        return None
+    c = E.canon(node)
+    return c if c is not None else E.to_text(node)
+
+
+def text(node: E.Node) -> str:
+    return E.to_text(node)
+
+
+_PY_OPS = {"+": "+", "-": "-", "*": "*", "/": "//", "%": "%", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
+           "==": "==", "!=": "!="}
+
+
+def _py(node) -> str:
+    if isinstance(node, E.Num):
+        if isinstance(node.value, float):
+            raise Unknown("float")
+        return f"({node.value})"
+    if isinstance(node, E.Var):
+        return f"e[{node.name!r}]"
+    if isinstance(node, E.Un):
+        return f"(-{_py(node.a)})" if node.op == "-" else f"(0 if {_py(node.a)} else 1)"
+    if isinstance(node, E.Call):
+        args = [_py(a) for a in node.args]
+        if node.fn in ("min", "max"):
+            return f"{node.fn}({args[0]}, {args[1]})"
+        if node.fn == "cdiv":
+            return f"(-((-{args[0]}) // {args[1]}))"
+        raise Unknown(node.fn)
+    a, b = _py(node.a), _py(node.b)
+    if node.op == "&&":
+        return f"(1 if ({a} and {b}) else 0)"
+    if node.op == "||":
+        return f"(1 if ({a} or {b}) else 0)"
+    op = _PY_OPS[node.op]
+    if op in ("<", "<=", ">", ">=", "==", "!="):
+        return f"(1 if {a} {op} {b} else 0)"
+    return f"({a} {op} {b})"
+
+
+_FN_CACHE: dict = {}
+
+
+def compile_index(node):
+    """A fast evaluator `f(env) -> int` for a thread-independent expression (floor / and %)."""
+    fn = _FN_CACHE.get(node)
+    if fn is None:
+        try:
+            fn = eval(f"lambda e: {_py(node)}", {"min": min, "max": max})  # noqa: S307 - generated from our AST
+        except (Unknown, SyntaxError, RecursionError):
+            fn = False
+        if len(_FN_CACHE) < 20000:
+            _FN_CACHE[node] = fn
+    return fn
+
+
+def _truth(v, n):
+    if isinstance(v, np.ndarray):
+        return v != 0 if v.dtype != bool else v
+    return np.full(n, bool(v))
+
+
+# ------------------------------------------------------------------------------ thread spaces
+class ThreadSpace:
+    """The threads of a role (or of the CTA for the prologue) and their builtin index values."""
+
+    def __init__(self, kernel: Kernel, role, role_index):
+        self.role = role
+        self.role_index = role_index
+        if role is None:
+            n = kernel.launch.threads
+            first = 0
+        else:
+            n = role.threads
+            first = role.first_warp
+        self.n = n
+        loc = np.arange(n)
+        tid = first * 32 + loc
+        self.gwarp = tid // 32
+        if role is None:
+            self.arr = {"tid": tid, "lane": tid % 32, "warp": tid // 32, "role_warp": tid // 32,
+                        "role_tid": tid, "wg": tid // 128, "wg_tid": tid % 128}
+        else:
+            self.arr = {"tid": tid, "lane": tid % 32, "warp": tid // 32, "role_warp": loc // 32,
+                        "role_tid": loc, "wg": loc // 128, "wg_tid": loc % 128}
+        self.all = np.ones(n, dtype=bool)
+        self.none = np.zeros(n, dtype=bool)
+        self.tid = tid
+        self.first = first
+        self.full = (1 << n) - 1
+        self._arr_cache: dict = {}
+        self._nbytes = (n + 7) // 8
+
+    # bitset masks (the simulator's representation): bit i = i-th thread of the space
+    def to_int(self, arr) -> int:
+        return int.from_bytes(np.packbits(arr, bitorder="little").tobytes(), "little")
+
+    def to_arr(self, m: int):
+        a = self._arr_cache.get(m)
+        if a is None:
+            raw = np.frombuffer(m.to_bytes(self._nbytes, "little"), dtype=np.uint8)
+            a = np.unpackbits(raw, bitorder="little")[: self.n].astype(bool)
+            if len(self._arr_cache) < 4096:
+                self._arr_cache[m] = a
+        return a
+
+    def warps_int(self, m: int) -> int:
+        c = 0
+        while m:
+            if m & 0xFFFFFFFF:
+                c += 1
+            m >>= 32
+        return c
+
+    def single_tid(self, m: int) -> Optional[int]:
+        if m and m & (m - 1) == 0:
+            return self.first * 32 + m.bit_length() - 1
+        return None
+
+    def name(self) -> str:
+        return f"role {self.role.name!r}" if self.role is not None else "the prologue"
+
+    def warps_of(self, mask) -> int:
+        return int(len(np.unique(self.gwarp[mask]))) if mask.any() else 0
+
+    def describe(self, mask) -> str:
+        c = int(mask.sum())
+        if c == self.n:
+            return f"all {c} threads of {self.name()}"
+        if c == 1:
+            return f"1 thread (tid {int(self.tid[mask][0])})"
+        w = self.warps_of(mask)
+        if c == w:
+            return f"{c} threads (one lane in each of {w} warps)"
+        return f"{c} threads"
+
+
+def _elect(ctx, sp: ThreadSpace):
+    out = np.zeros(sp.n, dtype=bool)
+    idx = np.flatnonzero(ctx)
+    if idx.size:
+        _, first = np.unique(sp.gwarp[idx], return_index=True)
+        out[idx[first]] = True
+    return out
+
+
+def _ev(node, env, sp: ThreadSpace, ctx):
+    """Evaluate an integer/cond expression; names map to ints or per-thread numpy arrays."""
+    if isinstance(node, E.Num):
+        if isinstance(node.value, float):
+            raise Unknown("float")
+        return node.value
+    if isinstance(node, E.Var):
+        v = env.get(node.name)
+        if v is None:
+            raise Unknown(node.name)
+        return v
+    if isinstance(node, E.Un):
+        a = _ev(node.a, env, sp, ctx)
+        if node.op == "-":
+            return -a
+        return np.logical_not(a) if isinstance(a, np.ndarray) else int(not a)
+    if isinstance(node, E.Call):
+        if node.fn == "elect_one":
+            return _elect(ctx, sp)
+        args = [_ev(x, env, sp, ctx) for x in node.args]
+        if node.fn == "min":
+            return np.minimum(*args) if any(isinstance(a, np.ndarray) for a in args) else min(args)
+        if node.fn == "max":
+            return np.maximum(*args) if any(isinstance(a, np.ndarray) for a in args) else max(args)
+        if node.fn == "cdiv":
+            a, b = args
+            if np.any(np.asarray(b) == 0):
+                raise Unknown("div0")
+            return -((-a) // b)
+        raise Unknown(node.fn)
+    op = node.op
+    if op == "&&":
+        a = _truth(_ev(node.a, env, sp, ctx), sp.n)
+        b = _truth(_ev(node.b, env, sp, ctx & a), sp.n)
+        return a & b
+    if op == "||":
+        a = _truth(_ev(node.a, env, sp, ctx), sp.n)
+        b = _truth(_ev(node.b, env, sp, ctx & ~a), sp.n)
+        return a | b
+    a = _ev(node.a, env, sp, ctx)
+    b = _ev(node.b, env, sp, ctx)
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op in ("/", "%"):
+        if np.any(np.asarray(b) == 0):
+            raise Unknown("div0")
+        return a // b if op == "/" else a % b
+    if op == "<":
+        return a < b
+    if op == "<=":
+        return a <= b
+    if op == ">":
+        return a > b
+    if op == ">=":
+        return a >= b
+    if op == "==":
+        return a == b
+    if op == "!=":
+        return a != b
+    raise Unknown(op)
+
+
+def _cond(node, env, sp: ThreadSpace, ctx, uni):
+    """Per-thread truth of a condition; uniform atoms whose names are not in env take `uni`."""
+    if isinstance(node, E.Bin) and node.op in ("&&", "||"):
+        a = _cond(node.a, env, sp, ctx, uni)
+        if node.op == "&&":
+            return a & _cond(node.b, env, sp, ctx & a, uni)
+        return a | _cond(node.b, env, sp, ctx & ~a, uni)
+    if isinstance(node, E.Un) and node.op == "!":
+        return ~_cond(node.a, env, sp, ctx, uni)
+    if not is_thread_dep(node):
+        fv = E.free_vars(node)
+        if all(v in env for v in fv):
+            try:
+                return np.full(sp.n, bool(E.evaluate(node, {v: env[v] for v in fv})))
+            except (E.ExprError, ZeroDivisionError, TypeError):
+                pass
+        if uni is None:
+            raise Unknown("uniform")
+        return np.full(sp.n, bool(uni))
+    return _truth(_ev(node, env, sp, ctx), sp.n)
+
+
+# ------------------------------------------------------------------------- static per-kernel info
+class KernelSync:
+    """Static facts about one kernel (cached per kernel object, see `get`)."""
+
+    def __init__(self, kernel: Kernel):
+        self.k = kernel
+        self.sites: list[Site] = list(statements(kernel))
+        self.by_path = {s.path: s for s in self.sites}
+        self.order = {s.path: i for i, s in enumerate(self.sites)}
+        self._spaces: dict = {}
+        self._masks: dict = {}
+        self.consts = dict(kernel.consts)
+        self._sim = None
+        self._sim_done = False
+
+    def space(self, role_index) -> ThreadSpace:
+        sp = self._spaces.get(role_index)
+        if sp is None:
+            role = self.k.roles[role_index] if role_index is not None else None
+            sp = self._spaces[role_index] = ThreadSpace(self.k, role, role_index)
+        return sp
+
+    def mask(self, site: Site):
+        """Threads executing `site` (numpy bool over the role's threads), or None when unknown."""
+        if site.path in self._masks:
+            return self._masks[site.path]
+        try:
+            m = self._mask(site)
+        except (Unknown, E.ExprError, ValueError, TypeError, OverflowError):
+            m = None
+        self._masks[site.path] = m
+        return m
+
+    def _mask(self, site: Site):
+        sp = self.space(site.role_index)
+        mask = sp.all
+        env = dict(self.consts)
+        env.update(sp.arr)
+        for g in site.guards:
+            node = parse_c(g.cond)
+            if node is None:
+                return None
+            node = subst_lets(node, site.lets)
+            if not is_thread_dep(node):
+                continue
+            cands = []
+            for uni in (True, False):
+                try:
+                    m = _cond(node, env, sp, mask, uni)
+                except Unknown:
+                    return None
+                m = mask & (m if g.taken else ~m)
+                if m.any() and not any(np.array_equal(m, c) for c in cands):
+                    cands.append(m)
+            if not cands:
+                mask = sp.none
+            elif len(cands) == 1:
+                mask = cands[0]
+            else:
+                return None
+        return mask
+
+    def count(self, site: Site) -> Optional[int]:
+        m = self.mask(site)
+        return None if m is None else int(m.sum())
+
+    def thread_guards(self, site: Site) -> list[str]:
+        out = []
+        for g in site.guards:
+            node = parse_c(g.cond)
+            if node is not None and is_thread_dep(subst_lets(node, site.lets)):
+                out.append(g.path)
+        return out
+
+    def src_path(self, path: str) -> str:
+        """The path to patch in the source document (the sugar node for expanded statements)."""
+        s = self.by_path.get(path)
+        if s is not None and s.origin is not None and s.origin.startswith("/roles"):
+            return s.origin
+        return path
+
+    def expanded(self, path: str) -> bool:
+        s = self.by_path.get(path)
+        return s is not None and s.origin is not None
+
+    def before(self, a: str, b: str) -> bool:
+        return self.order.get(a, -1) < self.order.get(b, -1)
+
+    def sim(self):
+        if not self._sim_done:
+            self._sim_done = True
+            try:
+                self._sim = Simulator(self).run()
+            except Exception:  # noqa: BLE001 - the analysis is best effort
+                if STRICT:
+                    raise
+                self._sim = None
+        return self._sim
+
+
+_CACHE: list = []
+
+
+def get(kernel: Kernel) -> KernelSync:
+    for k, ks in _CACHE:
+        if k is kernel:
+            return ks
+    ks = KernelSync(kernel)
+    _CACHE.append((kernel, ks))
+    if len(_CACHE) > 6:
+        _CACHE.pop(0)
+    return ks
+
+
+# ------------------------------------------------------------------------------------ helpers
+def innermost_loop_path(site: Site) -> Optional[str]:
+    return site.loop_paths[-1] if site.loop_paths else None
+
+
+def static_trip(loop: For, consts: dict) -> Optional[int]:
+    s = E.try_const(E.parse_index(loop.start), consts)
+    t = E.try_const(E.parse_index(loop.stop), consts)
+    if isinstance(s, int) and isinstance(t, int):
+        return max(0, -(-(t - s) // loop.step))
+    return None
+
+
+def phase_loop(site: Site, node: Optional[E.Node]) -> int:
+    """Depth of the loop whose iterations are the phases of a barrier index: the innermost loop whose
+    variable the (normalised) index uses, else the innermost loop; -1 outside loops."""
+    if not site.loops:
+        return -1
+    fv = E.free_vars(node) if node is not None else set()
+    for d in range(len(site.loops) - 1, -1, -1):
+        if f"L{d}" in fv:
+            return d
+    return len(site.loops) - 1
+
+
+def inner_multiplicity(site: Site, depth: int, consts) -> Optional[int]:
+    m = 1
+    for loop in site.loops[depth + 1:]:
+        t = static_trip(loop, consts)
+        if t is None:
+            return None
+        m *= t
+    return m
+
+
+def tile_bytes_of_tma(kernel: Kernel, copy: Copy) -> Optional[int]:
+    """Bytes one TMA copy moves: the box (src tile shape / tensor map box / dst tile)."""
+    ref = copy.src if copy.kind == "tma_load" else copy.dst
+    p = kernel.param(ref.buf)
+    if not isinstance(p, TensorParam):
+        return None
+    shape = ref.shape or (p.tma.box if p.tma else None)
+    if not shape:
+        other = copy.dst if copy.kind == "tma_load" else copy.src
+        b = kernel.buffer(other.buf)
+        shape = other.shape or (b.shape if b else None)
+    if not shape:
+        return None
+    return int(np.prod(shape)) * SIZE.get(p.dtype, 0)
+
+
+def smem_refs(node) -> list[tuple[TileRef, bool]]:
+    """(tile ref, is_write) of a statement's operands (smem or not; callers filter)."""
+    out = []
+    if isinstance(node, Copy):
+        out += [(node.src, False), (node.dst, True)]
+    elif isinstance(node, Access):
+        out += [(node.src, False), (node.dst, True)]
+    elif isinstance(node, Wgmma):
+        out += [(node.a, False), (node.b, False)]
+    elif isinstance(node, (Fill, Map)):
+        out += [(node.dst, True)]
+    elif isinstance(node, (Reduce, Scan)):
+        out += [(node.src, False), (node.dst, True)]
+    return out
+
+
+def is_smem(kernel: Kernel, ref: TileRef) -> bool:
+    b = kernel.buffer(ref.buf)
+    return b is not None and b.space == "smem"
+
+
+def next_path(path: str) -> str:
+    head, _, idx = path.rpartition("/")
+    try:
+        return f"{head}/{int(idx) + 1}"
+    except ValueError:
+        return path
+
+
+def dump(node) -> dict:
+    return node.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def one_thread_cond(site: Site) -> str:
+    return "tid == 0" if site.role is None else "role_tid == 0"
+
+
+# -------------------------------------------------------------------------- numeric comparison
+def param_samples(kernel: Kernel, ms=(256, 1024)) -> list[dict]:
+    out = []
+    for m in ms:
+        env = {}
+        for p in kernel.params:
+            if isinstance(p, ScalarParam) and p.dtype != "f32":
+                env[p.name] = _fit(p, m)
+        out.append(env)
+    return out
+
+
+def _fit(p: ScalarParam, m: int) -> int:
+    d = p.divisible_by
+    lo = p.min if p.min is not None else 1
+    v = max(lo, m)
+    v = -(-v // d) * d
+    if p.max is not None and v > p.max:
+        v = p.max // d * d
+        if v < lo:
+            v = p.max
+    return int(v)
+
+
+def equal_on_samples(a: E.Node, b: E.Node, samples: list[dict]) -> Optional[bool]:
+    """True if a == b on every sample env, False on a counterexample, None if not evaluable."""
+    seen = False
+    for env in samples:
+        va, vb = E.try_const(a, env), E.try_const(b, env)
+        if va is None or vb is None:
+            return None
+        seen = True
+        if va != vb:
+            return False
+    return True if seen else None
+
+
+# =============================================================================== simulation
+BLOCK = object()
+MAX_STEPS = 40000
+RACE_WINDOW = 48
+
+
+class _Abort(Exception):
+    pass
+
+
+@dataclass
+class Acc:
+    """One smem access in the simulated trace."""
+    buf: str
+    slots: frozenset
+    region: object           # tuple of (lo, hi) per dim, or dict warp -> region (warp-local access)
+    warps: frozenset
+    write: bool
+    kind: str                # generic | tma | tma_store | cp_async | wgmma
+    start: int
+    end: int
+    proc: int
+    path: str
+    sig: Optional[tuple]     # same sig => same thread-to-element mapping
+    single: Optional[int]    # tid when executed by one thread
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Issue:
+    code: str
+    node: str
+    message: str
+    related: list = field(default_factory=list)
+    legal: object = None
+    fix: Optional[list] = None
+
+
+@dataclass
+class SimResult:
+    sizes: dict
+    issues: list
+    deadlock: list            # (path, message)
+    nodes: int
+    accesses: int
+
+    def of(self, code: str) -> list[Issue]:
+        return [i for i in self.issues if i.code == code]
+
+
+class _Graph:
+    def __init__(self):
+        self.anc: list[int] = []
+        self.cross: list[int] = []
+        self.crossw: list[int] = []
+        self.fenced: list[int] = []
+        self.path: list[str] = []
+
+    def add(self, preds, path, coll=0, fence=False) -> int:
+        a = c = w = f = 0
+        anc, cross, crossw, fenced = self.anc, self.cross, self.crossw, self.fenced
+        for p in preds:
+            if p is None:
+                continue
+            a |= anc[p] | (1 << p)
+            c |= cross[p]
+            w |= crossw[p]
+            f |= fenced[p]
+        if coll == 2:
+            c |= a
+            w |= a
+        elif coll == 1:
+            w |= a
+        if fence:
+            f |= a
+        n = len(anc)
+        anc.append(a)
+        cross.append(c)
+        crossw.append(w)
+        fenced.append(f)
+        self.path.append(path)
+        return n
+
+    def hb(self, x: int, y: int) -> bool:
+        return x == y or bool((self.anc[y] >> x) & 1)
+
+
+class _MB:
+    __slots__ = ("arrivals", "pending", "tx", "contrib", "phase", "done")
+
+    def __init__(self, arrivals):
+        self.arrivals = arrivals
+        self.pending = arrivals
+        self.tx = 0
+        self.contrib: list = []
+        self.phase = 0
+        self.done: list = []
+
+
+class _NB:
+    __slots__ = ("count", "contrib", "gen", "done")
+
+    def __init__(self):
+        self.count = 0
+        self.contrib: list = []
+        self.gen = 0
+        self.done: list = []
+
+
+class _Proc:
+    def __init__(self, idx, space: ThreadSpace, masks: list):
+        self.idx = idx
+        self.sp = space
+        classes = [space.full] if space.full else [0]
+        for m in dict.fromkeys(masks):
+            nxt = []
+            for c in classes:
+                a, b = c & m, c & ~m
+                if a:
+                    nxt.append(a)
+                if b:
+                    nxt.append(b)
+            classes = nxt or classes
+            if len(classes) > 64:
+                break
+        self.cmasks = classes
+        self.ncls = n = len(classes)
+        self.last = [None] * n
+        self.cp_pending = [[] for _ in range(n)]      # uncommitted cp.async: (comp, acc, path)
+        self.cp_groups = [[] for _ in range(n)]       # committed, not retired: list of lists
+        self.cp_untracked = [[] for _ in range(n)]    # not yet covered by a cp_async_arrive / wait 0
+        self.cp_commits = [0] * n
+        self.cp_lastwait = [None] * n                 # (path, commits at wait, n)
+        self.wg_pending = [[] for _ in range(n)]
+        self.wg_groups = [[] for _ in range(n)]
+        self.wg_dirty = [None] * n                    # None: never fenced; else set of reg bufs
+        self.ts_pending = [[] for _ in range(n)]
+        self.ts_groups = [[] for _ in range(n)]
+        self.arrives: list = []                       # (node, path)
+        self.waits: list = []                         # (node, path, barrier name)
+        self.wgmma_nodes: list = []                   # (node, class set)
+        self.acc_reads: list = []                     # (node, path, wgmma path, class)
+        self.blocked = None
+        self.done = False
+        self.gen = None
+        self._ccache: dict = {}
+
+    def classes(self, mask: int) -> tuple:
+        c = self._ccache.get(mask)
+        if c is None:
+            c = self._ccache[mask] = tuple(i for i, cm in enumerate(self.cmasks) if cm & mask)
+        return c
+
+
+class Simulator:
+    def __init__(self, ks: KernelSync):
+        self.ks = ks
+        self.k = ks.k
+        self.g = _Graph()
+        self.steps = 0
+        self.accs: list[Acc] = []
+        self.issues: list[Issue] = []
+        self.mb: dict = {}
+        self.nb: dict = {}
+        self.procs: list[_Proc] = []
+        self._issue_keys: set = set()
+        self._mcache: dict = {}
+        self._comp_cache: dict = {}
+        self._tcache: dict = {}
+        self._rcache: dict = {}
+        self._wcache: dict = {}
+
+    # ------------------------------------------------------------------ setup
+    def _sizes(self) -> dict:
+        k = self.k
+        smax = 2
+        for b in k.barriers:
+            if isinstance(b, MBarrier):
+                smax = max(smax, b.count)
+        for b in k.buffers:
+            smax = max(smax, b.stages)
+        for p in k.pipelines:
+            smax = max(smax, p.stages)
+        target = max(6, 2 * smax + 2)
+        best = None
+        for j in range(4, 21):
+            m = 1 << j
+            env = self._base_env({p.name: _fit(p, m) for p in k.params
+                                  if isinstance(p, ScalarParam) and p.dtype != "f32"})
+            trips = self._param_trips(env)
+            if trips is None:
+                return env
+            if not trips:
+                return env
+            if best is None:
+                best = env
+            if min(trips) >= target:
+                return env
+            best = env
+        return best
+
+    def _base_env(self, params: dict) -> dict:
+        k = self.k
+        env = dict(k.consts)
+        env.update(params)
+        grid = list(k.launch.grid) + [1] * (3 - len(k.launch.grid))
+        for axis, gexpr in zip("xyz", grid):
+            node = parse_i(gexpr)
+            v = E.try_const(node, env) if node is not None else None
+            env[f"nbid.{axis}"] = int(v) if isinstance(v, int) and v > 0 else 1
+            env[f"bid.{axis}"] = 0
+        return env
+
+    def _param_trips(self, env) -> Optional[list]:
+        pnames = {p.name for p in self.k.params}
+        trips = []
+        for s in self.ks.sites:
+            if not isinstance(s.node, For):
+                continue
+            a = subst_lets(parse_i(s.node.start), s.lets)
+            b = subst_lets(parse_i(s.node.stop), s.lets)
+            if not ((E.free_vars(a) | E.free_vars(b)) & pnames):
+                continue
+            lenv = dict(env)
+            for lp in s.loops:
+                v = E.try_const(subst_lets(parse_i(lp.start), s.lets), lenv)
+                lenv[lp.var] = v if isinstance(v, int) else 0
+            va, vb = E.try_const(a, lenv), E.try_const(b, lenv)
+            if isinstance(va, int) and isinstance(vb, int):
+                trips.append(max(0, -(-(vb - va) // s.node.step)))
+        return trips
+
+    # ------------------------------------------------------------------ reporting
+    def issue(self, code, node, message, related=(), legal=None, fix=None, key=None):
+        key = key or (code, node)
+        if key in self._issue_keys:
+            return
+        self._issue_keys.add(key)
+        self.issues.append(Issue(code, node, message, [r for r in related if r], legal, fix))
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> Optional[SimResult]:
+        k = self.k
+        for s in self.ks.sites:
+            if isinstance(s.node, PipeOp):
+                return None  # unexpanded sugar (unknown pipeline): E-PIP-01 reports it
+        self.env0 = self._sizes()
+        if self.env0 is None:
+            return None
+        # processes: prologue (all CTA threads) then one per role
+        pro_sp = self.ks.space(None)
+        pro_masks = [pro_sp.to_int(m) for s in self.ks.sites if s.role is None
+                     for m in [self.ks.mask(s)] if m is not None]
+        pro = _Proc(0, pro_sp, pro_masks)
+        self.procs.append(pro)
+        start = self.g.add([], "/prologue")
+        pro.last = [start] * pro.ncls
+        pro.gen = self._body(pro, k.prologue, "/prologue", dict(self.env0), {}, pro_sp.full)
+        self._schedule([pro])
+        if not pro.done:
+            return self._result()
+        roles = []
+        for ri, role in enumerate(k.roles):
+            sp = self.ks.space(ri)
+            masks = [sp.to_int(m) for s in self.ks.sites if s.role_index == ri
+                     for m in [self.ks.mask(s)] if m is not None]
+            p = _Proc(ri + 1, sp, masks)
+            # threads of this role start after their prologue
+            bits = sp.full << (sp.first * 32)
+            st = self.g.add([pro.last[c] for c in pro.classes(bits)], f"/roles/{ri}")
+            p.last = [st] * p.ncls
+            p.gen = self._body(p, role.body, f"/roles/{ri}/body", dict(self.env0), {}, sp.full)
+            self.procs.append(p)
+            roles.append(p)
+        self._schedule(roles)
+        for p in self.procs:
+            if p.done:
+                self._at_exit(p)
+        return self._result()
+
+    def _schedule(self, procs):
+        active = list(procs)
+        while active:
+            before = self.steps
+            still = []
+            for p in active:
+                try:
+                    r = next(p.gen)
+                    while r is not BLOCK:
+                        r = next(p.gen)
+                    still.append(p)
+                except StopIteration:
+                    p.done = True
+            active = still
+            if active and self.steps == before:
+                for p in active:
+                    self.deadlock.append(p.blocked)
+                return
+
+    def _result(self) -> SimResult:
+        self._analyse()
+        return SimResult(self.sizes_shown(), self.issues, self.deadlock, len(self.g.anc), len(self.accs))
+
+    def sizes_shown(self) -> dict:
+        return {p.name: self.env0.get(p.name) for p in self.k.params
+                if isinstance(p, ScalarParam) and p.name in self.env0}
+
+    @property
+    def deadlock(self):
+        if not hasattr(self, "_deadlock"):
+            self._deadlock = []
+        return self._deadlock
+
+    # ------------------------------------------------------------------ evaluation
+    def _step(self):
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise _Abort()
+
+    def _comp(self, path, fld, expr, tl, cond=False):
+        """(node, thread-dependent?, uniform free vars) of an expression at a statement; lexical, so
+        cached per (path, field)."""
+        key = (path, fld)
+        c = self._comp_cache.get(key)
+        if c is None:
+            node = parse_c(expr) if cond else parse_i(expr)
+            if node is None:
+                raise _Abort()
+            if tl:
+                node = subst_lets_map(node, tl)
+            td = is_thread_dep(node)
+            c = self._comp_cache[key] = (node, td, tuple(sorted(E.free_vars(node) - THREAD_NAMES)),
+                                         None if td else compile_index(node))
+        return c
+
+    @staticmethod
+    def _call(fn, node, env):
+        if fn:
+            try:
+                return fn(env)
+            except (KeyError, ZeroDivisionError, TypeError):
+                raise _Abort()
+        v = E.try_const(node, env)
+        if v is None:
+            raise _Abort()
+        return v
+
+    def _uval(self, path, fld, expr, env, tl) -> int:
+        node, td, fv, fn = self._comp(path, fld, expr, tl)
+        if td:
+            raise _Abort()
+        return self._call(fn, node, env)
+
+    def _tval(self, path, fld, expr, env, tl, p: _Proc, mask):
+        """Value of an index expression for the executing threads: int or numpy array over them."""
+        node, td, fv, fn = self._comp(path, fld, expr, tl)
+        if not td:
+            return self._call(fn, node, env)
+        key = (path, fld, tuple(env.get(v) for v in fv), mask)
+        r = self._tcache.get(key)
+        if r is None:
+            full = dict(env)
+            full.update(p.sp.arr)
+            marr = p.sp.to_arr(mask)
+            try:
+                v = _ev(node, full, p.sp, marr)
+            except Unknown:
+                raise _Abort()
+            r = self._tcache[key] = np.asarray(v)[marr] if isinstance(v, np.ndarray) else v
+        return r
+
+    def _guard(self, st: If, path, env, tl, p: _Proc, mask):
+        node, td, fv, fn = self._comp(path, "cond", st.cond, tl, cond=True)
+        if not td:
+            v = self._call(fn, node, env)
+            return (mask, 0) if v else (0, mask)
+        key = (path, tuple(env.get(v) for v in fv), mask)
+        r = self._mcache.get(key)
+        if r is None:
+            full = dict(env)
+            full.update(p.sp.arr)
+            try:
+                c = p.sp.to_int(_cond(node, full, p.sp, p.sp.to_arr(mask), None))
+            except Unknown:
+                raise _Abort()
+            r = self._mcache[key] = (mask & c, mask & ~c)
+        return r
+
+    def _node(self, p: _Proc, mask, path, extra=(), coll=0, fence=False, update=True):
+        self._step()
+        cls = p.classes(mask)
+        preds = [p.last[c] for c in cls]
+        preds.extend(extra)
+        n = self.g.add(dict.fromkeys(preds), path, coll, fence)
+        if update:
+            for c in cls:
+                p.last[c] = n
+        return n, cls
+
+    # ------------------------------------------------------------------ tiles
+    def _region(self, ref: TileRef, fld, path, env, tl, p, mask, local: bool):
+        b = self.k.buffer(ref.buf)
+        if b is None or b.space != "smem":
+            return None
+        shape = list(ref.shape) if ref.shape else list(b.shape)
+        offs = list(ref.offset) if ref.offset else [0] * len(shape)
+        if len(offs) != len(shape):
+            offs = [0] * len(shape)
+            shape = list(b.shape)
+        slot = self._tval(path, fld + "/slot", ref.slot if ref.slot is not None else 0, env, tl, p, mask)
+        vals = [self._tval(path, f"{fld}/offset/{i}", o, env, tl, p, mask) for i, o in enumerate(offs)]
+        arrays = isinstance(slot, np.ndarray) or any(isinstance(v, np.ndarray) for v in vals)
+        mkey = mask
+        wset = self._wcache.get((p.idx, mkey))
+        if wset is None:
+            wset = self._wcache[(p.idx, mkey)] = frozenset(int(w) for w in np.unique(p.sp.gwarp[p.sp.to_arr(mask)]))
+        if not arrays:
+            return b, frozenset((int(slot),)), tuple((int(v), int(v) + sh) for v, sh in zip(vals, shape)), wset
+        key = (path, fld, tuple(v if not isinstance(v, np.ndarray) else v.tobytes() for v in [slot] + vals), mkey,
+               local)
+        r = self._rcache.get(key)
+        if r is not None:
+            return r
+        slots = frozenset(int(x) for x in np.unique(slot)) if isinstance(slot, np.ndarray) else frozenset([int(slot)])
+        warps_exec = p.sp.gwarp[p.sp.to_arr(mask)]
+        if any(isinstance(v, np.ndarray) for v in vals) and local:
+            region = {}
+            for w in wset:
+                sel = warps_exec == w
+                reg = []
+                for v, sh in zip(vals, shape):
+                    if isinstance(v, np.ndarray):
+                        vv = v[sel]
+                        reg.append((int(vv.min()), int(vv.max()) + sh))
+                    else:
+                        reg.append((int(v), int(v) + sh))
+                region[w] = tuple(reg)
+        else:
+            reg = []
+            for v, sh in zip(vals, shape):
+                if isinstance(v, np.ndarray):
+                    reg.append((int(v.min()), int(v.max()) + sh))
+                else:
+                    reg.append((int(v), int(v) + sh))
+            region = tuple(reg)
+        r = self._rcache[key] = (b, slots, region, wset)
+        return r
+
+    def _acc(self, ref, write, kind, start, end, p, mask, path, env, tl, local=False, sig=None, fld="t"):
+        r = self._region(ref, fld, path, env, tl, p, mask, local)
+        if r is None:
+            return None
+        b, slots, region, wset = r
+        single = p.sp.single_tid(mask)
+        a = Acc(b.name, slots, region, wset, write, kind, start, end, p.idx, path, sig, single)
+        self.accs.append(a)
+        return a
+
+    def _sig(self, node, ref: TileRef, other: TileRef):
+        rb = self.k.buffer(other.buf)
+        if rb is None:
+            return None
+        return ("ls", ref.buf, str(ref.slot), tuple(map(str, ref.offset or ())), tuple(ref.shape or ()),
+                rb.layout, rb.scope, rb.vec, tuple(map(str, other.offset or ())), tuple(other.shape or ()))
+
+    # ------------------------------------------------------------------ interpreter
+    def _body(self, p, stmts, base, env, tl, mask) -> Iterator:
+        copied = False
+        for i, st in enumerate(stmts):
+            path = f"{base}/{i}"
+            if isinstance(st, Let):
+                if not copied:
+                    env, tl, copied = dict(env), dict(tl), True
+                node = parse_i(st.value)
+                if node is None:
+                    raise _Abort()
+                if tl:
+                    node = subst_lets_map(node, tl)
+                if is_thread_dep(node):
+                    tl[st.name] = node
+                    env.pop(st.name, None)
+                else:
+                    v = E.try_const(node, env)
+                    if not isinstance(v, int):
+                        raise _Abort()
+                    env[st.name] = v
+                    tl.pop(st.name, None)
+                continue
+            yield from self._exec(p, st, path, env, tl, mask)
+
+    def _exec(self, p: _Proc, st, path, env, tl, mask):
+        if not mask:
+            return
+        if isinstance(st, For):
+            a = self._uval(path, "start", st.start, env, tl)
+            b = self._uval(path, "stop", st.stop, env, tl)
+            for v in range(a, b, st.step):
+                self._step()
+                env2 = env.copy()
+                env2[st.var] = v
+                tl2 = tl
+                if st.var in tl:
+                    tl2 = dict(tl)
+                    tl2.pop(st.var)
+                yield from self._body(p, st.body, path + "/body", env2, tl2, mask)
+            return
+        if isinstance(st, If):
+            mt, me = self._guard(st, path, env, tl, p, mask)
+            gens = []
+            if mt and st.then:
+                gens.append(self._body(p, st.then, path + "/then", env, tl, mt))
+            if me and st.else_:
+                gens.append(self._body(p, st.else_, path + "/else", env, tl, me))
+            if len(gens) == 1:
+                yield from gens[0]
+            elif gens:
+                yield from self._fork(gens)
+            return
+        if isinstance(st, Block):
+            yield from self._body(p, st.body, path + "/body", env, tl, mask)
+            return
+        if isinstance(st, MbarWait):
+            yield from self._wait(p, st, path, env, tl, mask)
+            return
+        if isinstance(st, (NamedBarSync,)) or (isinstance(st, SimpleSync) and st.op == "syncthreads"):
+            yield from self._barsync(p, st, path, env, tl, mask)
+            return
+        self._op(p, st, path, env, tl, mask)
+
+    def _fork(self, gens):
+        alive = list(gens)
+        while alive:
+            still = []
+            for g in alive:
+                try:
+                    r = next(g)
+                    while r is not BLOCK:
+                        r = next(g)
+                    still.append(g)
+                except StopIteration:
+                    pass
+            alive = still
+            if alive:
+                yield BLOCK
+
+    # ---- mbarriers
+    def _mbar(self, ref, env, tl, p, mask, path):
+        decl = self.k.barrier(ref.name)
+        if not isinstance(decl, MBarrier):
+            raise _Abort()
+        idx = self._tval(path, "barrier/index", ref.index, env, tl, p, mask)
+        if isinstance(idx, np.ndarray):
+            u = np.unique(idx)
+            if u.size != 1:
+                raise _Abort()
+            idx = int(u[0])
+        if not 0 <= idx < decl.count:
+            raise _Abort()
+        key = (ref.name, int(idx))
+        st = self.mb.get(key)
+        if st is None:
+            st = self.mb[key] = _MB(decl.arrivals)
+        return st
+
+    def _mb_check(self, st: _MB, path):
+        guard = 0
+        while st.pending <= 0 and st.tx == 0 and guard < 4:
+            guard += 1
+            comp = self.g.add(st.contrib, path, coll=2)
+            st.done.append(comp)
+            st.phase += 1
+            st.pending += st.arrivals
+            st.contrib = []
+
+    def _wait(self, p, st: MbarWait, path, env, tl, mask):
+        mb = self._mbar(st.barrier, env, tl, p, mask, path)
+        par = self._tval(path, "parity", st.parity, env, tl, p, mask)
+        if isinstance(par, np.ndarray):
+            u = np.unique(par)
+            if u.size != 1:
+                raise _Abort()
+            par = int(u[0])
+        par = int(par) % 2
+        while mb.phase % 2 == par:
+            p.blocked = (path, f"waits on {st.barrier.name}[{_show(st.barrier.index, env)}] for parity {par}, "
+                               f"which never completes (the barrier is in phase {mb.phase}, "
+                               f"{max(mb.pending, 0)} arrival(s) and {mb.tx} tx byte(s) outstanding)")
+            yield BLOCK
+        extra = [mb.done[mb.phase - 1]] if mb.phase >= 1 else []
+        n, _ = self._node(p, mask, path, extra)
+        p.waits.append((n, path, st.barrier.name))
+
+    def _barsync(self, p, st, path, env, tl, mask):
+        if isinstance(st, SimpleSync):
+            bid, need, arrive_only = 0, -(-self.k.launch.threads // 32) * 32, False
+        else:
+            decl = self.k.barrier(st.barrier)
+            if not isinstance(decl, NamedBarrier):
+                raise _Abort()
+            bid, need, arrive_only = decl.bar_id, decl.threads, st.op == "bar_arrive"
+            if bid == 0:
+                need = -(-self.k.launch.threads // 32) * 32
+        nb = self.nb.get(bid)
+        if nb is None:
+            nb = self.nb[bid] = _NB()
+        a, _ = self._node(p, mask, path)
+        nb.contrib.append(a)
+        nb.count += p.sp.warps_int(mask) * 32
+        gen = nb.gen
+        while nb.count >= need and need > 0:
+            comp = self.g.add(nb.contrib, path, coll=2)
+            nb.done.append(comp)
+            nb.gen += 1
+            nb.count -= need
+            nb.contrib = []
+        if arrive_only:
+            return
+        while nb.gen <= gen:
+            p.blocked = (path, f"{st.op} never completes: fewer than {need} threads reach barrier {bid}")
+            yield BLOCK
+        self._node(p, mask, path, [nb.done[gen]])
+
+    # ---- everything that does not block
+    def _op(self, p: _Proc, st, path, env, tl, mask):
+        k = self.k
+        cnt = mask.bit_count()
+        if isinstance(st, Copy):
+            src_smem, dst_smem = is_smem(k, st.src), is_smem(k, st.dst)
+            if st.kind == "tma_load":
+                n, cls = self._node(p, mask, path)
+                comp = self.g.add([n], path)
+                self._acc(st.dst, True, "tma", n, comp, p, mask, path, env, tl, fld="dst")
+                if st.barrier is not None:
+                    mb = self._mbar(st.barrier, env, tl, p, mask, path)
+                    nbytes = tile_bytes_of_tma(k, st) or 0
+                    mb.contrib.append(comp)
+                    mb.tx -= nbytes * cnt
+                    self._mb_check(mb, path)
+                return
+            if st.kind == "tma_store":
+                n, cls = self._node(p, mask, path)
+                comp = self.g.add([n], path)
+                a = self._acc(st.src, False, "tma_store", n, comp, p, mask, path, env, tl, fld="src")
+                for c in cls:
+                    p.ts_pending[c].append((comp, path))
+                return
+            if st.kind == "cp_async":
+                n, cls = self._node(p, mask, path)
+                comp = self.g.add([n], path)
+                a = self._acc(st.dst, True, "cp_async", n, comp, p, mask, path, env, tl, fld="dst",
+                              local=st.scope in ("thread", "warp"))
+                for c in cls:
+                    p.cp_pending[c].append((comp, a, path))
+                    p.cp_untracked[c].append((comp, path))
+                return
+            # sync copy: generic read of src (if smem), generic write of dst
+            n, cls = self._node(p, mask, path)
+            if src_smem:
+                self._acc(st.src, False, "generic", n, n, p, mask, path, env, tl, local=st.scope in ("thread", "warp"), fld="src")
+            if dst_smem:
+                self._acc(st.dst, True, "generic", n, n, p, mask, path, env, tl, local=st.scope in ("thread", "warp"), fld="dst")
+            return
+        if isinstance(st, Access):
+            n, cls = self._node(p, mask, path)
+            for ref, other, write in ((st.src, st.dst, False), (st.dst, st.src, True)):
+                if is_smem(k, ref):
+                    rb = k.buffer(other.buf)
+                    local = st.op == "ldmatrix" or (rb is not None and rb.scope in ("thread", "warp"))
+                    self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, local=local, fld="dst" if write else "src",
+                              sig=self._sig(st, ref, other) if st.op in ("lds", "sts") else None)
+                else:
+                    self._reg_touch(p, cls, ref.buf, path, n, write)
+            return
+        if isinstance(st, Wgmma):
+            n, cls = self._node(p, mask, path)
+            comp = self.g.add([n], path)
+            acc_buf = st.acc.buf
+            for c in cls:
+                d = p.wg_dirty[c]
+                if d is None or acc_buf in d or (not is_smem(k, st.a) and st.a.buf in d):
+                    why = ("no wgmma_fence precedes the first wgmma of the role" if d is None else
+                           f"{acc_buf!r} was accessed by ordinary instructions since the last wgmma_fence")
+                    self.issue("E-SYN-07", path, f"wgmma without a preceding wgmma_fence: {why}; the async "
+                               "proxy may read stale accumulator registers",
+                               fix=[{"op": "add", "path": self.ks.src_path(path),
+                                     "value": {"op": "wgmma_fence"}}])
+                    p.wg_dirty[c] = set()
+            for fld, ref in (("a", st.a), ("b", st.b)):
+                if is_smem(k, ref):
+                    self._acc(ref, False, "wgmma", n, comp, p, mask, path, env, tl, fld=fld)
+            for c in cls:
+                p.wg_pending[c].append((comp, path, acc_buf))
+            p.wgmma_nodes.append((n, cls))
+            return
+        if isinstance(st, MbarArrive):
+            mb = self._mbar(st.barrier, env, tl, p, mask, path)
+            n, _ = self._node(p, mask, path)
+            p.arrives.append((n, path))
+            mb.contrib.append(n)
+            mb.pending -= cnt
+            self._mb_check(mb, path)
+            return
+        if isinstance(st, MbarExpectTx):
+            mb = self._mbar(st.barrier, env, tl, p, mask, path)
+            n, _ = self._node(p, mask, path)
+            p.arrives.append((n, path))
+            mb.contrib.append(n)
+            mb.tx += st.bytes * cnt
+            mb.pending -= cnt
+            self._mb_check(mb, path)
+            return
+        if isinstance(st, CpAsyncArrive):
+            mb = self._mbar(st.barrier, env, tl, p, mask, path)
+            cls = p.classes(mask)
+            extra = [c for cl in cls for c, _ in p.cp_untracked[cl]]
+            n, _ = self._node(p, mask, path, extra, update=False)
+            for cl in cls:
+                p.cp_untracked[cl] = []
+            p.arrives.append((n, path))
+            mb.contrib.append(n)
+            mb.pending -= cnt
+            self._mb_check(mb, path)
+            return
+        if isinstance(st, MbarInit):
+            self._node(p, mask, path)
+            return
+        if isinstance(st, SimpleSync):
+            op = st.op
+            if op == "syncwarp":
+                self._node(p, mask, path, coll=1)
+                return
+            n, cls = self._node(p, mask, path)
+            for c in cls:
+                if op == "cp_async_commit":
+                    grp = p.cp_pending[c]
+                    p.cp_commits[c] += 1
+                    for _, a, _ in grp:
+                        if a is not None:
+                            a.info.setdefault("group", p.cp_commits[c])
+                    p.cp_groups[c].append(grp)
+                    p.cp_pending[c] = []
+                elif op == "wgmma_commit":
+                    p.wg_groups[c].append(p.wg_pending[c])
+                    p.wg_pending[c] = []
+                elif op == "wgmma_fence":
+                    p.wg_dirty[c] = set()
+                elif op == "tma_store_commit":
+                    p.ts_groups[c].append(p.ts_pending[c])
+                    p.ts_pending[c] = []
+            return
+        if isinstance(st, WaitGroup):
+            cls = p.classes(mask)
+            extra = []
+            keep = st.n
+            for c in cls:
+                if st.op == "cp_async_wait":
+                    groups = p.cp_groups[c]
+                    if p.cp_pending[c] and any(a is not None for _, a, _ in p.cp_pending[c]):
+                        cp = p.cp_pending[c][0][2]
+                        self.issue("E-SYN-06", cp, "cp.async copy is not committed before cp_async_wait at "
+                                   f"{path}: wait_group only waits for committed groups, so the copy may still be in "
+                                   "flight when its data is read", related=[path],
+                                   fix=[{"op": "add", "path": self.ks.src_path(path),
+                                         "value": {"op": "cp_async_commit"}}])
+                elif st.op == "wgmma_wait":
+                    groups = p.wg_groups[c]
+                    if p.wg_pending[c]:
+                        wp = p.wg_pending[c][-1][1]
+                        self.issue("E-SYN-07", wp, f"wgmma is not committed (wgmma_commit) before wgmma_wait at "
+                                   f"{path}: wait_group does not cover uncommitted wgmma, so its accumulator and smem "
+                                   "operands stay in use", related=[path],
+                                   fix=[{"op": "add", "path": next_path(self.ks.src_path(wp)),
+                                         "value": {"op": "wgmma_commit"}}])
+                else:
+                    groups = p.ts_groups[c]
+                retire = groups[:len(groups) - keep] if keep < len(groups) else []
+                rest = groups[len(groups) - keep:] if keep and keep < len(groups) else (groups if keep >= len(groups) else [])
+                for grp in retire:
+                    for item in grp:
+                        extra.append(item[0])
+                if st.op == "cp_async_wait":
+                    p.cp_groups[c] = list(rest)
+                    p.cp_lastwait[c] = (path, p.cp_commits[c], st.n)
+                    if st.n == 0:
+                        p.cp_untracked[c] = [x for x in p.cp_untracked[c] if x[0] not in extra]
+                elif st.op == "wgmma_wait":
+                    p.wg_groups[c] = list(rest)
+                else:
+                    p.ts_groups[c] = list(rest)
+            self._node(p, mask, path, extra)
+            return
+        if isinstance(st, Fence):
+            self._node(p, mask, path, fence=st.kind == "proxy_async")
+            return
+        if isinstance(st, (Fill, Map, Reduce, Scan)):
+            n, cls = self._node(p, mask, path)
+            refs = smem_refs(st)
+            for ref, write in refs:
+                if is_smem(k, ref):
+                    self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld="dst" if write else "src",
+                              sig=("ew", ref.buf, str(ref.slot), tuple(map(str, ref.offset or ())),
+                                   tuple(ref.shape or ())) if isinstance(st, (Fill, Map)) else None)
+                else:
+                    self._reg_touch(p, cls, ref.buf, path, n, write)
+            if isinstance(st, Map):
+                node = None
+                try:
+                    node = E.parse_value(st.expr)
+                except E.ExprError:
+                    pass
+                if node is not None:
+                    for name in E.free_vars(node):
+                        b = k.buffer(name)
+                        if b is None:
+                            continue
+                        if b.space == "smem":
+                            self._acc(TileRef(buf=name), False, "generic", n, n, p, mask, path, env, tl, fld="expr:" + name)
+                        else:
+                            self._reg_touch(p, cls, name, path, n, False)
+            return
+        if isinstance(st, MmaSync):
+            n, cls = self._node(p, mask, path)
+            return
+        self._node(p, mask, path)
+
+    def _reg_touch(self, p: _Proc, cls, buf, path, node, write):
+        """An ordinary instruction accesses reg tile `buf`: wgmma accumulators must be retired."""
+        for c in cls:
+            d = p.wg_dirty[c]
+            if d is not None:
+                d.add(buf)
+            inflight = [w for grp in p.wg_groups[c] for w in grp if w[2] == buf] + \
+                       [w for w in p.wg_pending[c] if w[2] == buf]
+            if inflight:
+                p.acc_reads.append((node, path, inflight[-1][1], c))
+                return
+
+    # ------------------------------------------------------------------ end of a role
+    def _at_exit(self, p: _Proc):
+        ri = p.idx - 1
+        body = f"/roles/{ri}/body/-" if ri >= 0 else "/prologue/-"
+        for c in range(p.ncls):
+            live = [(a, path) for grp in p.cp_groups[c] for _, a, path in grp if a is not None]
+            live += [(a, path) for _, a, path in p.cp_pending[c] if a is not None]
+            untracked = {comp for comp, _ in p.cp_untracked[c]}
+            live = [(a, path) for a, path in live if a.end in untracked]
+            if live:
+                cp = live[0][1]
+                self.issue("E-PIP-04", cp, "the role can finish with this cp.async group still in flight (no "
+                           "cp_async_wait 0 after the last commit and no cp_async_arrive tracks it): the copy may "
+                           "land after the block's shared memory is reused or released",
+                           fix=[{"op": "add", "path": body, "value": {"op": "cp_async_wait", "n": 0}}])
+            ts = [path for grp in p.ts_groups[c] for _, path in grp] + [path for _, path in p.ts_pending[c]]
+            if ts:
+                un = bool(p.ts_pending[c])
+                fix = ([{"op": "add", "path": body, "value": {"op": "tma_store_commit"}}] if un else []) + \
+                      [{"op": "add", "path": body, "value": {"op": "tma_store_wait", "n": 0}}]
+                self.issue("E-PIP-04", ts[0], "the role finishes with this TMA store " +
+                           ("never committed (tma_store_commit) and " if un else "") +
+                           "not waited (tma_store_wait 0): the bulk copy may still read shared memory after the "
+                           "block exits", fix=fix)
+            wg = [path for grp in p.wg_groups[c] for _, path, _ in grp] + [path for _, path, _ in p.wg_pending[c]]
+            if wg:
+                self.issue("E-PIP-04", wg[-1], "the role finishes with this wgmma still in flight (no wgmma_wait 0 "
+                           "after the last wgmma_commit)",
+                           fix=[{"op": "add", "path": body, "value": {"op": "wgmma_wait", "n": 0}}])
+        # accumulator reads while wgmma in flight
+        last_wgmma = {}
+        for n, cls in p.wgmma_nodes:
+            for c in cls:
+                last_wgmma[c] = max(last_wgmma.get(c, -1), n)
+        for n, path, wpath, c in p.acc_reads:
+            later = last_wgmma.get(c, -1) > n
+            code = "E-SYN-07" if later else "E-PIP-04"
+            self.issue(code, path, f"reads accumulator registers of the wgmma at {wpath} while it may still be in "
+                       "flight: wgmma_wait(n) leaves the n most recent groups running; "
+                       + ("wait with n = 0 after the last wgmma before reading the accumulator" if not later else
+                          "retire the group (wgmma_wait) before touching the accumulator"),
+                       related=[wpath],
+                       fix=[{"op": "add", "path": self.ks.src_path(path), "value": {"op": "wgmma_wait", "n": 0}}])
+
+    # ------------------------------------------------------------------ race analysis
+    def _analyse(self):
+        g = self.g
+        by_buf: dict = {}
+        for a in self.accs:
+            by_buf.setdefault(a.buf, []).append(a)
+        for buf, lst in by_buf.items():
+            lst.sort(key=lambda a: a.start)
+            for j, a2 in enumerate(lst):
+                lo = max(0, j - RACE_WINDOW)
+                for a1 in lst[lo:j]:
+                    if not (a1.write or a2.write):
+                        continue
+                    if not (a1.slots & a2.slots):
+                        continue
+                    ov, xwarp = _overlap(a1, a2)
+                    if not ov:
+                        continue
+                    self._pair(a1, a2, xwarp)
+                if a2.kind in ("wgmma", "tma_store"):
+                    self._proxy(a2, lst[lo:j])
+
+    def _pair(self, a1: Acc, a2: Acc, xwarp: bool):
+        g = self.g
+        anc2 = g.anc[a2.start]
+        same = a1.proc == a2.proc
+        if not (anc2 >> a1.end) & 1:
+            issue_ordered = g.hb(a1.start, a2.start)
+            kind = _hazard(a1, a2)
+            if a1.kind == "wgmma" and issue_ordered:
+                rel = self._release_between(a1, a2)
+                node = rel or a2.path
+                self.issue("E-SYN-07", node, f"releases the smem slot read by the wgmma at {a1.path} before a "
+                           f"wgmma_wait retires it: {a2.path} then overwrites {a1.buf} ({kind}) while the wgmma may "
+                           "still read it", related=[a1.path, a2.path],
+                           fix=[{"op": "add", "path": self.ks.src_path(node), "value": {"op": "wgmma_wait", "n": 0}}]
+                           if rel else None, key=("E-SYN-07", node, a1.path))
+                return
+            if a1.kind == "cp_async" and not a2.write and (issue_ordered or same):
+                self._cp_raw(a1, a2, "in flight")
+                return
+            if same and a1.kind in ("generic", "cp_async") and a2.kind in ("generic", "cp_async"):
+                self._intra(a1, a2, kind, ordered=False)
+                return
+            if a1.kind == "tma_store" and issue_ordered:
+                self.issue("E-SYN-10", a2.path, f"overwrites {a1.buf} while the TMA store at {a1.path} may still be "
+                           "reading it: wait for the bulk group (tma_store_commit; tma_store_wait) first",
+                           related=[a1.path], key=("E-SYN-10", a2.path, a1.path))
+                return
+            bar = self._barrier_hint(a1, a2)
+            who1, who2 = self._who(a1), self._who(a2)
+            self.issue("E-SYN-10", a2.path, f"{kind} race on {a1.buf}[slot {_slots(a1, a2)}]: {a2.path} ({who2}) is "
+                       f"not ordered after {a1.path} ({who1}) by any barrier (no arrive/complete_tx -> wait chain "
+                       f"with a matching phase){_sizes(self)}", related=[a1.path] + bar,
+                       key=("E-SYN-10", a2.path, a1.path))
+            return
+        if not same:
+            return
+        # ordered in program order of the role: different threads still need a CTA/warp barrier
+        if a1.kind in ("wgmma", "tma", "tma_store") or a2.kind in ("wgmma", "tma", "tma_store"):
+            return
+        if a1.write and a2.write:
+            return
+        if a1.single is not None and a1.single == a2.single:
+            return
+        if a1.sig is not None and a1.sig == a2.sig:
+            return
+        need = g.cross if xwarp else g.crossw
+        if (need[a2.start] >> a1.end) & 1:
+            return
+        if a1.kind == "cp_async" and not a2.write:
+            self._cp_raw(a1, a2, "no barrier")
+            return
+        self._intra(a1, a2, _hazard(a1, a2), ordered=True)
+
+    def _cp_raw(self, a1: Acc, a2: Acc, why: str):
+        p = self.procs[a2.proc]
+        lw = None
+        for c in range(p.ncls):
+            pass
+        wait = a2.info.get("wait")
+        if why == "in flight":
+            grp = a1.info.get("group")
+            msg = (f"reads {a1.buf} (slot {_slots(a1, a2)}) written by the cp.async at {a1.path} before its group is "
+                   "complete: ")
+            legal = None
+            if grp is None:
+                msg += "the copy is never committed/waited before this read"
+            else:
+                msg += ("the preceding cp_async_wait leaves it in flight (wait_group n lets the n most recent "
+                        "groups run)")
+            self.issue("E-SYN-06", a2.path, msg + _sizes(self), related=[a1.path], legal=legal,
+                       key=("E-SYN-06", a2.path, a1.path))
+        else:
+            self.issue("E-SYN-06", a2.path, f"reads {a1.buf} (slot {_slots(a1, a2)}) filled by other threads' "
+                       f"cp.async at {a1.path} with no syncthreads/bar_sync after the cp_async_wait: "
+                       "wait_group only makes a thread's own copies visible to itself",
+                       related=[a1.path], key=("E-SYN-06", a2.path, a1.path))
+
+    def _intra(self, a1: Acc, a2: Acc, kind: str, ordered: bool):
+        role = self.procs[a2.proc].sp.name()
+        what = "write" if a1.write else "read"
+        self.issue("E-SYN-11", a2.path, f"{kind} hazard on {a1.buf} (slot {_slots(a1, a2)}) within {role}: "
+                   f"threads access elements that other threads {'wrote' if a1.write else 'read'} at {a1.path} "
+                   f"with no syncthreads/bar_sync (or syncwarp, within a warp) in between",
+                   related=[a1.path], key=("E-SYN-11", a2.path, a1.path))
+
+    def _proxy(self, a2: Acc, earlier: list):
+        g = self.g
+        anc2 = g.anc[a2.start]
+        best = None
+        for a1 in earlier:
+            if not a1.write or not (a1.slots & a2.slots):
+                continue
+            if not (anc2 >> a1.end) & 1:
+                continue
+            ov, _ = _overlap(a1, a2)
+            if not ov:
+                continue
+            if best is None or a1.end > best.end:
+                best = a1
+        if best is None or best.kind != "generic":
+            return
+        if (g.fenced[a2.start] >> best.end) & 1:
+            return
+        reader = "TMA store" if a2.kind == "tma_store" else "wgmma"
+        self.issue("E-SYN-08", best.path, f"generic-proxy write of {best.buf} is read by the {reader} at {a2.path} "
+                   "(async proxy) without a fence proxy_async between them: the async proxy may read stale data",
+                   related=[a2.path],
+                   fix=[{"op": "add", "path": next_path(self.ks.src_path(best.path)),
+                         "value": {"op": "fence", "kind": "proxy_async"}}],
+                   key=("E-SYN-08", best.path, a2.path))
+
+    def _release_between(self, a1: Acc, a2: Acc) -> Optional[str]:
+        p = self.procs[a1.proc]
+        for n, path in p.arrives:
+            if n > a1.start and self.g.hb(a1.start, n) and self.g.hb(n, a2.start):
+                return path
+        return None
+
+    def _barrier_hint(self, a1: Acc, a2: Acc) -> list:
+        out = []
+        p = self.procs[a2.proc]
+        for n, path, name in reversed(p.waits):
+            if n < a2.start:
+                bi = next((i for i, b in enumerate(self.k.barriers) if b.name == name), None)
+                out.append(path)
+                if bi is not None:
+                    out.append(f"/barriers/{bi}")
+                break
+        return out
+
+    def _who(self, a: Acc) -> str:
+        p = self.procs[a.proc]
+        what = {"tma": "TMA load", "tma_store": "TMA store", "cp_async": "cp.async", "wgmma": "wgmma",
+                "generic": "write" if a.write else "read"}[a.kind]
+        return f"{what} in {p.sp.name()}"
+
+
+def _show(expr, env) -> str:
+    node = parse_i(expr)
+    v = E.try_const(node, env) if node is not None else None
+    return str(v) if v is not None else str(expr)
+
+
+def _slots(a1: Acc, a2: Acc) -> str:
+    s = sorted(a1.slots & a2.slots)
+    return ",".join(map(str, s[:4]))
+
+
+def _sizes(sim: Simulator) -> str:
+    sz = sim.sizes_shown()
+    if not sz:
+        return ""
+    return " (simulated with " + ", ".join(f"{k}={v}" for k, v in sz.items()) + ")"
+
+
+def _hazard(a1: Acc, a2: Acc) -> str:
+    if a1.write and a2.write:
+        return "write-after-write"
+    if a1.write:
+        return "read-after-write"
+    return "write-after-read"
+
+
+def _ov(r1, r2) -> bool:
+    if len(r1) != len(r2):
+        return True
+    return all(x0 < y1 and y0 < x1 for (x0, x1), (y0, y1) in zip(r1, r2))
+
+
+def _overlap(a1: Acc, a2: Acc) -> tuple[bool, bool]:
+    """(regions overlap, some overlapping pair is in different warps)."""
+    r1 = a1.region if isinstance(a1.region, dict) else {w: a1.region for w in a1.warps}
+    r2 = a2.region if isinstance(a2.region, dict) else {w: a2.region for w in a2.warps}
+    ov = xw = False
+    if not isinstance(a1.region, dict) and not isinstance(a2.region, dict):
+        if not _ov(a1.region, a2.region):
+            return False, False
+        single = len(a1.warps) == 1 and a1.warps == a2.warps
+        return True, not single
+    for w1, x in r1.items():
+        for w2, y in r2.items():
+            if _ov(x, y):
+                ov = True
+                if w1 != w2:
+                    return True, True
+    if ov:
+        # same warp only; but if either side spreads its elements over the warp's lanes differently
+        # than the other, a syncwarp is enough
+        return True, False
+    return False, False
+
+
+def subst_lets_map(node: E.Node, tl: dict) -> E.Node:
+    if not tl:
+        return node
+    for _ in range(8):
+        fv = E.free_vars(node) & tl.keys()
+        if not fv:
+            break
+        node = E.substitute(node, {n: tl[n] for n in fv})
+    return node
+
+
+# ------------------------------------------------------------------ symbolic/numeric comparison
+def site_samples(kernel: Kernel, site: Site, n_inner: int = 12, max_envs: int = 256) -> list[dict]:
+    """Environments for comparing expressions at a site: consts, two samples of the integer params,
+    block index 0, and values of the enclosing loop variables (the innermost loop's first `n_inner`
+    iterations, the outer loops' first two) with lets evaluated in between."""
+    out = []
+    for penv in param_samples(kernel):
+        base = dict(kernel.consts)
+        base.update(penv)
+        for axis in "xyz":
+            base[f"bid.{axis}"] = 0
+            base[f"nbid.{axis}"] = 1
+        envs = [base]
+        for d, loop in enumerate(site.loops):
+            nxt = []
+            for env in envs:
+                a = E.try_const(parse_i(loop.start) or E.Num(0), env)
+                b = E.try_const(parse_i(loop.stop) or E.Num(0), env)
+                if not isinstance(a, int):
+                    continue
+                cnt = n_inner if d == len(site.loops) - 1 else 2
+                vals = [a + j * loop.step for j in range(cnt)]
+                if isinstance(b, int):
+                    vals = [v for v in vals if v < b]
+                for v in vals:
+                    e2 = dict(env)
+                    e2[loop.var] = v
+                    nxt.append(e2)
+            envs = nxt[:max_envs]
+        out.extend(envs)
+    return out[:max_envs * 2]
+
+
+def compare_at_site(kernel: Kernel, site: Site, a, b, n_inner: int = 12) -> Optional[bool]:
+    """Are index expressions a and b (text or nodes) equal at this site? True / False (a counterexample
+    among the sampled iterations) / None (cannot tell)."""
+    na = a if isinstance(a, (E.Num, E.Var, E.Un, E.Bin, E.Call)) else parse_i(a)
+    nb = b if isinstance(b, (E.Num, E.Var, E.Un, E.Bin, E.Call)) else parse_i(b)
+    if na is None or nb is None:
+        return None
+    na, nb = subst_lets(na, site.lets), subst_lets(nb, site.lets)
+    ca, cb = E.canon(na), E.canon(nb)
+    if ca is not None and ca == cb:
+        return True
+    if is_thread_dep(na) or is_thread_dep(nb):
+        return None
+    return equal_on_samples(na, nb, site_samples(kernel, site, n_inner))
+
+
+def _utruth(node, env) -> Optional[bool]:
+    """Truth of a condition for counting instances: thread-dependent atoms count as true."""
+    if isinstance(node, E.Bin) and node.op in ("&&", "||"):
+        a, b = _utruth(node.a, env), _utruth(node.b, env)
+        if a is None or b is None:
+            return None
+        return (a and b) if node.op == "&&" else (a or b)
+    if isinstance(node, E.Un) and node.op == "!":
+        if is_thread_dep(node.a):
+            return True
+        a = _utruth(node.a, env)
+        return None if a is None else not a
+    if is_thread_dep(node):
+        return True
+    v = E.try_const(node, env)
+    return None if v is None else bool(v)
+
+
+def count_execs(kernel: Kernel, path: str, env: dict, budget: int = 100000) -> Optional[int]:
+    """How many times the statement at `path` runs (per executing thread, thread guards taken as true)
+    for the given values of consts/params. None when a bound or guard cannot be evaluated."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "prologue":
+        body, rest = kernel.prologue, parts[1:]
+    elif parts[0] == "roles" and len(parts) >= 3:
+        try:
+            body, rest = kernel.roles[int(parts[1])].body, parts[3:]
+        except (ValueError, IndexError):
+            return None
+    else:
+        return None
+    steps = [0]
+
+    def rec(body, rest, env):
+        steps[0] += 1
+        if steps[0] > budget:
+            raise Unknown("budget")
+        i = int(rest[0])
+        env = dict(env)
+        for st in body[:i]:
+            if isinstance(st, Let):
+                node = parse_i(st.value)
+                v = E.try_const(node, env) if node is not None else None
+                if isinstance(v, int):
+                    env[st.name] = v
+                else:
+                    env.pop(st.name, None)
+        st = body[i]
+        if len(rest) == 1:
+            return 1
+        field_, sub = rest[1], rest[2:]
+        if isinstance(st, For):
+            a = E.try_const(parse_i(st.start), env)
+            b = E.try_const(parse_i(st.stop), env)
+            if not isinstance(a, int) or not isinstance(b, int):
+                raise Unknown("bounds")
+            tot = 0
+            for v in range(a, b, st.step):
+                env[st.var] = v
+                tot += rec(st.body, sub, env)
+            return tot
+        if isinstance(st, If):
+            node = parse_c(st.cond)
+            if node is None:
+                raise Unknown("cond")
+            if field_ == "else" and is_thread_dep(node):
+                t = True
+            else:
+                t = _utruth(node, env)
+                if t is None:
+                    raise Unknown("cond")
+                if field_ == "else":
+                    t = not t
+            return rec(st.then if field_ == "then" else st.else_, sub, env) if t else 0
+        if isinstance(st, Block):
+            return rec(st.body, sub, env)
+        raise Unknown("path")
+
+    try:
+        return rec(body, rest, env)
+    except (Unknown, ValueError, IndexError, E.ExprError, ZeroDivisionError):
+        return None
+
+
+def exec_env(kernel: Kernel, penv: dict) -> dict:
+    env = dict(kernel.consts)
+    env.update(penv)
+    for axis in "xyz":
+        env[f"bid.{axis}"] = 0
+        env[f"nbid.{axis}"] = 1
+    return env

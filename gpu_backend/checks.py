@@ -1,0 +1,85 @@
+"""Output checks (pure numpy, CPU-testable): unwritten elements, NaN/Inf, tolerance.
+
+Order matters: an element still holding the poison pattern was never written ("unwritten_output");
+any other NaN/Inf is a computed non-finite value ("nan"); then relative RMSE and max-abs against the
+float64 reference ("wrong_result"). NaN never passes.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+from pydantic import BaseModel
+
+from .memory import from_bits, poison_mask
+
+
+class OutputCheck(BaseModel):
+    name: str
+    ok: bool
+    error_class: Optional[str] = None
+    rel_rmse: Optional[float] = None
+    max_abs: Optional[float] = None
+    unwritten: int = 0
+    nonfinite: int = 0
+    elements: int = 0
+    first_bad: Optional[list[int]] = None     # index of the first failing element
+    message: str = ""
+
+
+def _first(mask: np.ndarray) -> Optional[list[int]]:
+    idx = np.argwhere(mask)
+    return [int(i) for i in idx[0]] if idx.size else None
+
+
+def _rows_summary(mask: np.ndarray) -> str:
+    if mask.ndim < 2:
+        return ""
+    rows = np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))
+    if rows.size == 0:
+        return ""
+    return f" in {rows.size} of {mask.shape[0]} rows (first {int(rows[0])}, last {int(rows[-1])})"
+
+
+def check_output(name: str, bits: np.ndarray, dtype: str, ref: np.ndarray, rel_rmse_tol: float,
+                 max_abs_tol: Optional[float] = None) -> OutputCheck:
+    """Check one output given its raw device bits, its CAKE dtype and a float64 reference."""
+    n = int(bits.size)
+    if tuple(bits.shape) != tuple(ref.shape):
+        return OutputCheck(name=name, ok=False, error_class="wrong_result", elements=n,
+                           message=f"{name}: output shape {bits.shape} != reference shape {ref.shape}")
+    unw = poison_mask(bits, dtype)
+    n_unw = int(unw.sum())
+    if n_unw:
+        return OutputCheck(name=name, ok=False, error_class="unwritten_output", unwritten=n_unw, elements=n,
+                           first_bad=_first(unw),
+                           message=f"{name}: {n_unw} of {n} elements never written{_rows_summary(unw)}")
+    out = from_bits(bits, dtype).astype(np.float64)
+    bad = ~np.isfinite(out)
+    n_bad = int(bad.sum())
+    if n_bad:
+        return OutputCheck(name=name, ok=False, error_class="nan", nonfinite=n_bad, elements=n,
+                           first_bad=_first(bad),
+                           message=f"{name}: {n_bad} of {n} elements are NaN/Inf{_rows_summary(bad)}")
+    ref = np.asarray(ref, dtype=np.float64)
+    diff = out - ref
+    denom = float(np.sqrt(np.sum(ref * ref)))
+    num = float(np.sqrt(np.sum(diff * diff)))
+    rel = num / denom if denom > 0 else (0.0 if num == 0 else float("inf"))
+    mabs = float(np.max(np.abs(diff))) if n else 0.0
+    ok = rel <= rel_rmse_tol and (max_abs_tol is None or mabs <= max_abs_tol)
+    res = OutputCheck(name=name, ok=ok, rel_rmse=rel, max_abs=mabs, elements=n)
+    if not ok:
+        res.error_class = "wrong_result"
+        worst = np.abs(diff) > (max_abs_tol if max_abs_tol is not None else np.abs(diff).max() * 0.5)
+        res.first_bad = _first(worst) if worst.any() else None
+        lim = f"rel RMSE {rel:.3g} (tolerance {rel_rmse_tol:g})"
+        if max_abs_tol is not None:
+            lim += f", max abs error {mabs:.3g} (tolerance {max_abs_tol:g})"
+        res.message = f"{name}: {lim}; first large error at {res.first_bad}"
+    return res
+
+
+def check_outputs(bits: dict[str, np.ndarray], dtypes: dict[str, str], refs: dict[str, np.ndarray],
+                  rel_rmse_tol: float, max_abs_tol: Optional[float] = None) -> list[OutputCheck]:
+    return [check_output(n, bits[n], dtypes[n], refs[n], rel_rmse_tol, max_abs_tol) for n in refs]

@@ -1,0 +1,177 @@
+"""E-SYN-04: mbarrier wait parity must follow the phase protocol of the loop.
+
+What: in a loop over `it` that uses slot `X % S` of an mbarrier array with `count` S (X is usually
+`it`, or `it + c`), every use of a slot is one phase, so round r = X / S of the slot is phase r:
+- a wait for the *peer's arrival in the same iteration* (a "full" barrier: signalled by TMA
+  complete_tx, cp_async_arrive, expect_tx, or an arrive issued after writing the stage) must use
+  parity `(X / S) % 2`;
+- a wait for the *release of the slot's previous use* (an "empty" barrier: arrived by the other role
+  after reading the stage, waited before overwriting it) must use `(X / S + 1) % 2`: the first S
+  iterations pass at once on a fresh barrier (parity 1 counts as complete before phase 0).
+With `count` 1 (no slot index) X is the loop's iteration number. Constant parity inside such a loop is
+wrong once the loop runs more than S iterations. Expressions are compared with `expr.same` after
+inlining lets, falling back to evaluation over the first iterations; `legal` is the expected parity
+and the fix replaces it.
+
+What goes wrong on hardware: `mbarrier.try_wait.parity p` succeeds as soon as the phase with parity
+p is complete -- it does not count phases. With a stale parity the wait passes immediately on the
+second round (a consumer reads a stage the producer has not refilled yet, a producer overwrites a
+stage still being read: silent wrong results), or waits for a phase that is one ahead and hangs.
+"""
+from cake_ir import expr as E
+from cake_ir.analysis import sync
+from cake_ir.nodes import Access, CpAsyncArrive, Copy, Fill, Map, MBarrier, MbarArrive, MbarExpectTx, MbarWait, Wgmma
+
+from ._syn_util import barrier_path, safe
+
+CODE = "E-SYN-04"
+TITLE = "mbarrier wait parity protocol"
+STAGE = "expanded"
+
+
+def _smem_rw(ks, sites):
+    k = ks.k
+    w = r = False
+    for s in sites:
+        n = s.node
+        if isinstance(n, Wgmma):
+            r = r or sync.is_smem(k, n.a) or sync.is_smem(k, n.b)
+        elif isinstance(n, (Copy, Access, Fill, Map)):
+            for ref, write in sync.smem_refs(n):
+                if sync.is_smem(k, ref):
+                    if write:
+                        w = True
+                    else:
+                        r = True
+    return w, r
+
+
+def _same_iteration_before(ks, site):
+    lp = sync.innermost_loop_path(site)
+    out = []
+    for s in ks.sites:
+        if s.role_index != site.role_index or ks.order[s.path] >= ks.order[site.path]:
+            continue
+        if sync.innermost_loop_path(s) == lp or (lp and s.path.startswith(lp + "/")):
+            out.append(s)
+    return out
+
+
+def _same_iteration_after(ks, site):
+    lp = sync.innermost_loop_path(site)
+    out = []
+    for s in ks.sites:
+        if s.role_index != site.role_index or ks.order[s.path] <= ks.order[site.path]:
+            continue
+        if lp and s.path.startswith(lp + "/"):
+            out.append(s)
+    return out
+
+
+def _classify(ks, name):
+    """'full' (wait for this iteration's signal), 'empty' (wait for the previous use's release) or None."""
+    k = ks.k
+    for p in k.pipelines:
+        if name == f"{p.name}_full":
+            return "full"
+        if name == f"{p.name}_empty":
+            return "empty"
+    votes = set()
+    for s in ks.sites:
+        n = s.node
+        if isinstance(n, Copy) and n.kind == "tma_load" and n.barrier is not None and n.barrier.name == name:
+            votes.add("full")
+        elif isinstance(n, (CpAsyncArrive, MbarExpectTx)) and n.barrier.name == name:
+            votes.add("full")
+        elif isinstance(n, MbarArrive) and n.barrier.name == name:
+            w, r = _smem_rw(ks, _same_iteration_before(ks, s))
+            if w:
+                votes.add("full")
+            elif r:
+                votes.add("empty")
+    if len(votes) == 1:
+        return votes.pop()
+    if votes:
+        return None
+    # waiter side: waits before writing -> empty, before reading -> full
+    for s in ks.sites:
+        n = s.node
+        if isinstance(n, MbarWait) and n.barrier.name == name and s.loops:
+            w, r = _smem_rw(ks, _same_iteration_after(ks, s))
+            if w and not r:
+                votes.add("empty")
+            elif r and not w:
+                votes.add("full")
+    return votes.pop() if len(votes) == 1 else None
+
+
+@safe
+def check(ctx):
+    k = ctx.kernel
+    ks = sync.get(k)
+    kinds: dict = {}
+    for s in ks.sites:
+        n = s.node
+        if not isinstance(n, MbarWait) or not s.loops:
+            continue
+        decl = k.barrier(n.barrier.name)
+        if not isinstance(decl, MBarrier):
+            continue
+        idx = sync.parse_i(n.barrier.index)
+        par = sync.parse_i(n.parity)
+        if idx is None or par is None:
+            continue
+        idx = sync.subst_lets(idx, s.lets)
+        S = decl.count
+        loop = s.loops[-1]
+        if S > 1:
+            if not (isinstance(idx, E.Bin) and idx.op == "%" and isinstance(idx.b, E.Num) and idx.b.value == S):
+                continue
+            X = idx.a
+        else:
+            ival = E.try_const(idx, dict(k.consts))
+            if ival != 0:
+                continue
+            start = sync.parse_i(loop.start)
+            X = E.Bin("-", E.Var(loop.var), start) if not (isinstance(start, E.Num) and start.value == 0) \
+                else E.Var(loop.var)
+            if loop.step != 1:
+                X = E.Bin("/", X, E.Num(loop.step))
+        loop_vars = {lp.var for lp in s.loops}
+        if not (E.free_vars(X) & loop_vars):
+            continue
+        rnd = E.Bin("/", X, E.Num(S)) if S > 1 else X
+        full = E.Bin("%", rnd, E.Num(2))
+        empty = E.Bin("%", E.Bin("+", rnd, E.Num(1)), E.Num(2))
+        if n.barrier.name not in kinds:
+            kinds[n.barrier.name] = _classify(ks, n.barrier.name)
+        kind = kinds[n.barrier.name]
+        n_inner = 3 * S + 3
+        cands = {"full": full, "empty": empty}
+        ok = {}
+        for nm, e in cands.items():
+            ok[nm] = sync.compare_at_site(k, s, sync.subst_lets(par, s.lets), e, n_inner)
+        if kind is not None:
+            if ok[kind] is not False:
+                continue
+            want = cands[kind]
+            legal = sync.text(want)
+        else:
+            if any(v is not False for v in ok.values()):
+                continue
+            want = None
+            legal = [sync.text(full), sync.text(empty)]
+        const = not (E.free_vars(sync.subst_lets(par, s.lets)) & loop_vars)
+        what = {"full": "the peer's signal of this iteration (a 'full' barrier)",
+                "empty": "the release of the slot's previous use (an 'empty' barrier)",
+                None: "its phase"}[kind]
+        fix = None
+        if want is not None and not ks.expanded(s.path):
+            fix = [{"op": "replace", "path": s.path + "/parity", "value": sync.text(want)}]
+        msg = (f"wait on {n.barrier.name}[{n.barrier.index}] with parity {n.parity!r} "
+               + ("is constant inside the loop" if const else "does not follow the slot's round")
+               + f"; it waits for {what}, so the parity must be {legal}"
+               + (" (round r of slot X % S is phase r)" if S > 1 else "")
+               + ": from the second round on the wait "
+               + ("passes on a stale phase (race) or waits for a phase that never comes (hang)"))
+        yield ctx.report(s.path, msg, legal=legal, fix=fix, related=[barrier_path(k, n.barrier.name)])

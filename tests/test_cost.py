@@ -1,0 +1,227 @@
+"""The analytical cost model: properties that must hold whatever the calibrated constants are."""
+import json
+import math
+
+import pytest
+
+from _ir_samples import clone, copy_kernel, gemm_kernel, softmax_kernel
+
+from cake_ir import arch as A
+from cake_ir import cost
+from cake_ir.cost import estimate, load_constants, ridge_point, roofline_floor
+from cake_ir.io import load
+from cake_ir.walk import resolve, statements
+
+BIG = {"M": 8192, "N": 8192, "K": 8192}
+WGMMA = "/roles/1/body/0/body/2"
+
+
+def _k(doc):
+    k, diags = load(doc)
+    assert k is not None, [d.short() for d in diags]
+    return k
+
+
+def test_doubling_k_doubles_compute():
+    k = _k(gemm_kernel())
+    r1 = estimate(k, dict(BIG, K=4096))
+    r2 = estimate(k, dict(BIG, K=8192))
+    assert r1.blocks == r2.blocks == 32 * 64
+    assert r2.terms["compute"] == pytest.approx(2 * r1.terms["compute"], rel=1e-9)
+    # 2*M*N*K per CTA tile: two warpgroups of m64n256 over K.
+    assert r1.per_cta["tensor_flops"] == 2 * 128 * 256 * 4096
+    assert r2.node(WGMMA).flops == pytest.approx(2 * 8192 * 8192 * 8192)
+    assert r2.bound == "compute" and r2.binding_path == WGMMA
+
+
+def test_memory_bound_copy():
+    k = _k(copy_kernel())
+    n = 2**26
+    r = estimate(k, {"N": n})
+    assert r.bound == "memory"
+    assert r.binding_path in ("/roles/0/body/0", "/roles/0/body/1")
+    assert r.per_cta["bytes_by_mechanism"] == {"ldg": 4096, "stg": 4096}
+    assert r.totals["bytes"] == 2 * 4 * n
+    floor = 2 * 4 * n / A.spec("sm_90a").hbm_bw
+    assert r.roofline_s == pytest.approx(floor)
+    assert floor <= r.seconds <= 1.3 * floor
+    assert r.terms["memory"] > 10 * max(r.terms["compute"], r.terms["issue"])
+
+
+def test_more_stages_reduce_exposed_latency():
+    reports = {s: estimate(_k(gemm_kernel(stages=s)), BIG) for s in (1, 2, 4)}
+    lat = {s: r.terms["latency"] for s, r in reports.items()}
+    assert lat[1] > lat[2] >= lat[4]
+    assert reports[1].seconds > reports[4].seconds
+    assert reports[1].bound == "latency"
+    s1 = reports[1].latency[0]
+    s4 = reports[4].latency[0]
+    assert (s1.stages, s4.stages) == (1, 4) and s1.pipeline == s4.pipeline == "ab"
+    assert s1.mechanism == "tma" and s1.iterations == 8192 // 64
+    assert s1.exposed_s > s4.exposed_s
+
+
+def test_per_node_entries_name_real_paths():
+    k = _k(gemm_kernel())
+    r = estimate(k, BIG)
+    stmt_paths = {s.path for s in statements(k)}
+    assert r.nodes
+    for n in r.nodes:
+        assert n.path in stmt_paths and resolve(k, n.path) is not None, n.path
+        assert n.bound in cost.TERMS and n.seconds >= 0
+    for term, path in r.term_paths.items():
+        assert path is None or path == "/" or path in stmt_paths, (term, path)
+    by_path = {n.path: n for n in r.nodes}
+    assert by_path[WGMMA].kind == "wgmma" and by_path[WGMMA].bound == "compute"
+    tma = by_path["/roles/0/body/0/then/0/body/1"]
+    assert tma.kind == "copy.tma_load" and tma.mechanism == "tma" and tma.tensor == "A"
+    assert tma.count == 8192 // 64            # one elected thread, once per k step
+    assert tma.bytes == pytest.approx(128 * 64 * 2 * (8192 // 64) * r.blocks)
+    # Node shares add up to the binding term.
+    assert sum(n.terms["compute"] for n in r.nodes) == pytest.approx(r.terms["compute"])
+
+
+def test_reads_overridden_constants(tmp_path, monkeypatch):
+    k = _k(copy_kernel())
+    base = estimate(k, {"N": 2**26})
+    f = tmp_path / "half.json"
+    f.write_text(json.dumps({"arch": "sm_90a", "version": 3, "hbm_bw": A.spec("sm_90a").hbm_bw / 2,
+                             "launch_overhead_s": 1e-3}))
+    spec = load_constants(f)
+    assert spec.hbm_bw == A.spec("sm_90a").hbm_bw / 2 and spec.sms == A.spec("sm_90a").sms
+    slow = estimate(k, {"N": 2**26}, spec)
+    assert slow.terms["memory"] == pytest.approx(2 * base.terms["memory"], rel=1e-9)
+    assert slow.launch_overhead_s == 1e-3
+    # GPU names resolve to calibration/data/<gpu>.json.
+    monkeypatch.setattr(cost, "CALIBRATION_DIR", tmp_path)
+    (tmp_path / "h200.json").write_text(json.dumps({"arch": "sm_90a", "version": 1, "wgmma_flops": 395e12}))
+    g = _k(gemm_kernel())
+    fast = estimate(g, BIG)
+    half = estimate(g, BIG, load_constants("h200"))
+    assert half.terms["compute"] == pytest.approx(2 * fast.terms["compute"], rel=1e-9)
+
+
+def test_load_constants_defaults_and_errors(tmp_path, monkeypatch):
+    monkeypatch.setattr(cost, "CALIBRATION_DIR", tmp_path)
+    assert load_constants("h200") == A.spec("sm_90a")          # no file: the table's defaults
+    assert load_constants("sm_80") == A.spec("sm_80")
+    assert load_constants("mygpu", arch="sm_89") == A.spec("sm_89")
+    with pytest.raises(ValueError):
+        load_constants("mygpu")
+    (tmp_path / "bad.json").write_text(json.dumps({"arch": "sm_90a", "hbm_bandwidth": 1}))
+    with pytest.raises(ValueError, match="hbm_bandwidth"):
+        load_constants("bad")
+
+
+def test_missing_shapes_fall_back_and_are_listed():
+    r = estimate(_k(gemm_kernel()))
+    assert r.shapes == {"M": cost.DEFAULT_SYMBOL_VALUE, "N": cost.DEFAULT_SYMBOL_VALUE,
+                        "K": cost.DEFAULT_SYMBOL_VALUE}
+    assert any("M not given" in a for a in r.assumptions)
+    # A param whose min is above the default uses its min.
+    r = estimate(_k(copy_kernel(n_min=1 << 20)))
+    assert r.shapes["N"] == 1 << 20 and r.blocks == 1024
+
+
+def test_occupancy_and_waves():
+    spec = A.spec("sm_90a")
+    g = estimate(_k(gemm_kernel()), BIG)
+    assert g.blocks_per_sm == 1 and g.smem_bytes > 4 * (128 + 256) * 64 * 2
+    assert g.waves == math.ceil(2048 / spec.sms)
+    c = estimate(_k(copy_kernel()), {"N": 2**26})
+    assert c.blocks_per_sm >= 6 and c.occupancy_limit in ("threads", "registers", "blocks")
+    assert c.waves == math.ceil(2**16 / (spec.sms * c.blocks_per_sm))
+    # A grid smaller than the GPU: one partial wave.
+    small = estimate(_k(copy_kernel()), {"N": 1024 * 8})
+    assert small.waves == 1 and small.resident_ctas == 8
+
+
+def test_simt_and_sfu_work():
+    r = estimate(_k(softmax_kernel()), {"R": 4096})
+    assert r.per_cta["sfu_ops"] == 2 * 1024           # exp2 and recip per element
+    assert r.per_cta["simt_ops"] >= 3 * 1024
+    maps = [n for n in r.nodes if n.kind == "map"]
+    assert len(maps) == 2 and all(n.flops > 0 for n in maps)
+    assert r.bound == "memory"
+
+
+def test_guards_select_iterations_and_threads():
+    doc = clone(copy_kernel())
+    doc["arch"] = "sm_80"
+    doc["buffers"] += [
+        {"name": "fa", "space": "reg", "dtype": "bf16", "shape": [16, 16], "layout": "mma_a", "scope": "warp"},
+        {"name": "fb", "space": "reg", "dtype": "bf16", "shape": [8, 16], "layout": "mma_b", "scope": "warp"},
+        {"name": "fc", "space": "reg", "dtype": "f32", "shape": [16, 8], "layout": "mma_acc", "scope": "warp"},
+    ]
+    doc["roles"][0]["body"] = [
+        {"op": "for", "var": "k", "stop": 64, "body": [
+            {"op": "if", "cond": "k == 0", "then": [
+                {"op": "ldg", "src": {"buf": "X", "offset": ["bid.x * 1024"], "shape": [1024]}, "dst": {"buf": "r"}}]},
+            {"op": "if", "cond": "warp < 2", "then": [
+                {"op": "mma_sync", "a": {"buf": "fa"}, "b": {"buf": "fb"}, "c": {"buf": "fc"}}]},
+            {"op": "mma_sync", "a": {"buf": "fa"}, "b": {"buf": "fb"}, "c": {"buf": "fc"}},
+        ]},
+    ]
+    r = estimate(_k(doc), {"N": 1 << 20})
+    b = "/roles/0/body/0/body"
+    assert r.node(f"{b}/0/then/0").count == 1                  # first iteration only
+    assert r.node(f"{b}/1/then/0").count == 64 * 2             # two warps
+    assert r.node(f"{b}/2").count == 64 * 8                    # all eight warps
+    assert r.node(f"{b}/2").flops == pytest.approx(4 * r.node(f"{b}/1/then/0").flops)
+
+
+def test_pipelined_cp_async_and_unrolled_loads_count_stages():
+    doc = clone(copy_kernel())
+    doc["arch"] = "sm_80"
+    doc["buffers"].append({"name": "s", "space": "smem", "dtype": "f32", "shape": [1024], "stages": 3})
+    doc["roles"][0]["body"] = [
+        {"op": "for", "var": "i", "stop": 16, "body": [
+            {"op": "copy", "kind": "cp_async", "src": {"buf": "X", "offset": ["bid.x * 1024"], "shape": [1024]},
+             "dst": {"buf": "s", "slot": "i % 3"}},
+            {"op": "cp_async_commit"}, {"op": "cp_async_wait", "n": 2}]},
+        {"op": "for", "var": "j", "stop": 4, "unroll": True, "body": [
+            {"op": "ldg", "src": {"buf": "X", "offset": ["bid.x * 1024"], "shape": [1024]}, "dst": {"buf": "r"}}]},
+    ]
+    r = estimate(_k(doc), {"N": 1 << 20})
+    by_loop = {s.loop: s for s in r.latency}
+    assert by_loop["/roles/0/body/0"].stages == 3 and by_loop["/roles/0/body/0"].mechanism == "cp_async"
+    assert by_loop["/roles/0/body/1"].stages == 4 and by_loop["/roles/0/body/1"].mechanism == "ldg"
+    assert r.per_cta["bytes_by_mechanism"]["cp_async"] == 16 * 4096
+    assert r.per_cta["smem_bytes"] >= 16 * 4096
+
+
+def test_roofline_helpers():
+    spec = A.spec("sm_90a")
+    assert roofline_floor(spec.wgmma_flops, 0, spec) == pytest.approx(1.0)
+    assert roofline_floor(0, spec.hbm_bw * 2, spec) == pytest.approx(2.0)
+    assert roofline_floor(spec.mma_sync_flops, 0, spec, unit="mma_sync") == pytest.approx(1.0)
+    assert roofline_floor(1.0, 1.0, A.spec("sm_80")) == pytest.approx(1.0 / A.spec("sm_80").hbm_bw)
+    assert ridge_point(spec) == pytest.approx(spec.wgmma_flops / spec.hbm_bw)
+    g = estimate(_k(gemm_kernel()), BIG)
+    assert 0 < g.efficiency <= 1.0
+
+
+def test_never_raises_on_odd_kernels():
+    doc = clone(copy_kernel())
+    doc["launch"]["grid"] = ["N / 1024", "Q"]                  # Q is not defined anywhere
+    doc["roles"][0]["body"] = [
+        {"op": "for", "var": "i", "stop": "Z * 2", "body": [     # unevaluable trip count
+            {"op": "if", "cond": "i < W", "then": [              # unevaluable guard
+                {"op": "ldg", "src": {"buf": "nothere", "shape": [8]}, "dst": {"buf": "r"}},
+                {"op": "map", "dst": {"buf": "ghost"}, "expr": "ghost * 2"}]}]},
+    ]
+    r = estimate(_k(doc), {"N": 4096, "EXTRA": 3})
+    assert r.seconds > 0 and r.assumptions
+    text = " ".join(r.assumptions)
+    assert "Z" in text and "EXTRA" in text
+    json.dumps(r.to_dict())                                  # serialisable
+    assert "assumptions" in r.summary()
+
+
+def test_summary_and_dict():
+    r = estimate(_k(gemm_kernel()), BIG)
+    s = r.summary()
+    assert "bound by compute" in s and WGMMA in s
+    d = r.to_dict()
+    assert d["bound"] == "compute" and d["terms"].keys() == set(cost.TERMS)
+    json.dumps(d)
