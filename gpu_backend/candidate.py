@@ -117,7 +117,10 @@ def _compile_ir(kernel, device_arch: str, verify: bool) -> Compiled:
         return Compiled(False, kernel.name, kernel=kernel, error_class="arch_mismatch", diagnostics=[{
             "code": "E-EVAL-ARCH", "severity": "error", "node": "/arch",
             "message": f"a {kernel.arch} program cannot run on this {device_arch} device"}])
-    res = compile_kernel(kernel, arch=arch, verify_first=verify)
+    try:
+        res = compile_kernel(kernel, arch=arch, verify_first=verify)
+    except OSError:  # two workers racing on the on-disk cubin cache: compile without it
+        res = compile_kernel(kernel, arch=arch, verify_first=verify, use_cache=False)
     diags = [d.model_dump() for d in res.diagnostics]
     info = {"arch": arch, "registers": res.resources.get("registers"), "smem_bytes": res.smem_bytes,
             "spill_bytes": res.resources.get("spill_store_bytes", 0), "cached": res.cached,
@@ -132,7 +135,10 @@ def _compile_cuda(c: CudaCandidate, device_arch: str) -> Compiled:
     from cake_ir.nvrtc import nvrtc_compile
     arch = c.arch or device_arch
     t0 = time.perf_counter()
-    nv = nvrtc_compile(c.source, arch, {}, c.kernel_name)
+    try:
+        nv = nvrtc_compile(c.source, arch, {}, c.kernel_name)
+    except OSError:  # a race on the on-disk cache (see _compile_ir)
+        nv = nvrtc_compile(c.source, arch, {}, c.kernel_name, use_cache=False)
     diags = [d.model_dump() for d in nv.diagnostics]
     info = {"arch": arch, "registers": nv.resources.get("registers"), "smem_bytes": c.smem_bytes,
             "cached": nv.cached, "seconds": {"nvrtc": time.perf_counter() - t0}}

@@ -54,7 +54,8 @@ def check_output(name: str, bits: np.ndarray, dtype: str, ref: np.ndarray, rel_r
         return OutputCheck(name=name, ok=False, error_class="unwritten_output", unwritten=n_unw, elements=n,
                            first_bad=_first(unw),
                            message=f"{name}: {n_unw} of {n} elements never written{_rows_summary(unw)}")
-    out = from_bits(bits, dtype).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        out = from_bits(bits, dtype).astype(np.float64)
     bad = ~np.isfinite(out)
     n_bad = int(bad.sum())
     if n_bad:

@@ -92,15 +92,32 @@ def evaluate(candidate, task, gpu: int = 0, *, verify: bool = True, shapes: Opti
 
 def _verifier_hint(rec: EvalRecord, kernel) -> None:
     """The verifier was skipped for this run; after a fault, name the node it would have flagged."""
+    hint = verifier_hint(kernel)
+    if hint:
+        rec.node = hint[0]
+        rec.message += f"; the verifier (skipped for this run) reports {hint[1]}"
+
+
+def verifier_hint(kernel) -> Optional[tuple[str, str]]:
+    """(node path, diagnostic) of the verifier's first error for `kernel`, or None."""
     try:
         from cake_ir.verifier import verify
-        res = verify(kernel)
-        errs = [d for d in res.diagnostics if d.severity == "error"]
-        if errs:
-            rec.node = errs[0].node
-            rec.message += f"; the verifier (skipped for this run) reports {errs[0].short()}"
+        errs = [d for d in verify(kernel).diagnostics if d.severity == "error"]
+        return (errs[0].node, errs[0].short()) if errs else None
     except Exception:  # noqa: BLE001 - a hint only
-        pass
+        return None
+
+
+def fault_hint(job: dict) -> Optional[tuple[str, str]]:
+    """For the worker pool: after a job run with verify=False timed out or killed its worker, the
+    node the verifier would have flagged (None when the verifier ran or finds nothing)."""
+    if job.get("verify", True):
+        return None
+    from cake_ir.nodes import Kernel
+
+    from .candidate import as_candidate
+    c = as_candidate(job.get("candidate"))
+    return verifier_hint(c) if isinstance(c, Kernel) else None
 
 
 def _fail(rec: EvalRecord, status: str, error_class: str, message: str, node: Optional[str] = None):
@@ -197,6 +214,9 @@ def _alloc(arena, task, shape):
 
 
 def _prepare(rec, ck, tensors, scalars):
+    problem = ck.spec.shape_problem({n: list(t.shape) for n, t in tensors.items()}, scalars)
+    if problem:
+        _fail(rec, "error", "interface", problem)
     try:
         return ck.prepare(tensors, scalars)
     except ShapeMismatch as e:

@@ -35,8 +35,11 @@ ERROR_CLASSES = {
     "wrong_result": "outputs outside the task's tolerance",
     "unwritten_output": "output elements still hold the poison pattern",
     "nan": "outputs contain NaN/Inf",
+    "input_modified": "the kernel wrote to an input tensor",
     "cache_cheat": "correct on first inputs, wrong on fresh inputs at the same addresses (or after timing)",
-    "worker_died": "the worker process exited without reporting",
+    "worker_died": "the worker process exited without reporting (worker_killed_<signal> for a signal)",
+    "trap": "a device-side assert or trap",
+    "illegal_instruction": "a kernel fault: illegal instruction",
     "internal_error": "the harness raised (a bug here, not in the candidate)",
 }
 

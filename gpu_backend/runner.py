@@ -77,6 +77,16 @@ class LaunchSpec:
         env = self.env(scalars)
         return [eval_index(g, env) for g in self.grid]
 
+    def shape_problem(self, shapes: Mapping[str, list[int]], scalars: Mapping[str, Any]) -> Optional[str]:
+        """Why these buffer shapes differ from the shapes the kernel declares (None if they match)."""
+        env = self.env(scalars)
+        for name, decl in self.tensors.items():
+            if name in shapes and decl.shape is not None:
+                want = [eval_index(s, env) for s in decl.shape]
+                if list(shapes[name]) != want:
+                    return f"{name}: the kernel declares shape {want}, the task's buffer has {list(shapes[name])}"
+        return None
+
 
 def spec_from_kernel(kernel, result) -> LaunchSpec:
     """A LaunchSpec from a CAKE IR Kernel and its (ok) CompileResult."""
@@ -137,13 +147,9 @@ class CompiledKernel:
         ptrs, shapes = {}, {}
         for name, t in tensors.items():
             ptrs[name], shapes[name] = _ptr_shape(t)
-        for name, decl in spec.tensors.items():
-            if name not in shapes:
-                continue
-            if decl.shape is not None:
-                want = [eval_index(s, env) for s in decl.shape]
-                if shapes[name] != want:
-                    raise ShapeMismatch(f"{name}: the kernel declares shape {want}, the buffer has {shapes[name]}")
+        problem = spec.shape_problem(shapes, scalars)
+        if problem:
+            raise ShapeMismatch(problem)
         tmaps = {}
         for arg in spec.signature:
             if arg["kind"] != "tmap":

@@ -41,7 +41,7 @@ def summarize(samples: list[float], warmup: int = 0, flush_bytes: int = 0) -> Ti
 class Event:
     def __init__(self):
         from cuda.bindings import driver
-        self.ev = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+        self.ev = check(driver.cuEventCreate(0), "cuEventCreate")  # CU_EVENT_DEFAULT: timing enabled
 
     def record(self, stream: int = 0):
         from cuda.bindings import driver

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 from .record import EvalRecord
 
 DEFAULT_JOB = "gpu_backend.evaluate:run_job"
+DEFAULT_HINT = "gpu_backend.evaluate:fault_hint"
 _ENV_LOCK = threading.Lock()
 
 
@@ -47,10 +48,20 @@ def _resolve(fn: Union[str, Callable]) -> Callable:
     return getattr(importlib.import_module(mod), attr)
 
 
-def _worker_main(gpu: Optional[int], conn, job_fn) -> None:
+def visible_device(gpu: Optional[int]) -> Optional[str]:
+    """The CUDA_VISIBLE_DEVICES entry for pool GPU `gpu`: the gpu-th entry of this process's own
+    CUDA_VISIBLE_DEVICES when it is set (so a pool inside a restricted job stays inside it), else
+    the ordinal itself."""
+    if gpu is None:
+        return None
+    parent = [t.strip() for t in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if t.strip()]
+    return parent[gpu] if 0 <= gpu < len(parent) else str(gpu)
+
+
+def _worker_main(visible: Optional[str], conn, job_fn) -> None:
     """Worker process: serve jobs until told to stop; exit after a sticky CUDA error."""
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if visible is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     fn = _resolve(job_fn)
     conn.send(("ready", os.getpid()))
     while True:
@@ -114,9 +125,13 @@ class WorkerPool:
     Not thread-safe: drive it from one thread."""
 
     def __init__(self, gpus: Iterable[Optional[int]] = (0,), job_fn: Union[str, Callable, None] = None,
-                 deadline_s: float = 300.0, start_timeout_s: float = 120.0, max_start_failures: int = 3):
+                 deadline_s: float = 300.0, start_timeout_s: float = 120.0, max_start_failures: int = 3,
+                 hint_fn: Union[str, Callable, None] = None):
+        """`hint_fn(job) -> (node, message) | None` annotates records the parent makes (timeouts,
+        dead workers); with the default job function it is gpu_backend.evaluate.fault_hint."""
         self.ctx = mp.get_context("spawn")
         self.job_fn = job_fn if job_fn is not None else DEFAULT_JOB
+        self.hint_fn = hint_fn if hint_fn is not None else (DEFAULT_HINT if job_fn is None else None)
         self.deadline_s, self.start_timeout_s = float(deadline_s), float(start_timeout_s)
         self.max_start_failures = max_start_failures
         self.stats = collections.Counter()
@@ -131,10 +146,11 @@ class WorkerPool:
         parent, child = self.ctx.Pipe()
         with _ENV_LOCK:  # the child also sets it itself; this covers imports before _worker_main runs
             old = os.environ.get("CUDA_VISIBLE_DEVICES")
-            if gpu is not None:
-                os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            visible = visible_device(gpu)
+            if visible is not None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = visible
             try:
-                p = self.ctx.Process(target=_worker_main, args=(gpu, child, self.job_fn), daemon=True,
+                p = self.ctx.Process(target=_worker_main, args=(visible, child, self.job_fn), daemon=True,
                                      name=f"cake-eval-gpu{gpu}")
                 p.start()
             finally:
@@ -168,10 +184,19 @@ class WorkerPool:
     def _parent_record(self, w: _Worker, status: str, error_class: str, message: str) -> EvalRecord:
         job = w.job or {}
         stage = w.stage if w.stage in ("compile", "test", "profile") else "test"
-        return EvalRecord(job_id=job.get("job_id"), candidate=str(job.get("name") or "?"),
-                          task=str(job.get("task") or "?"), gpu=w.gpu, stage=stage, status=status,
-                          error_class=error_class, message=message, seed=job.get("seed"), worker_pid=w.pid,
-                          context_lost=status == "crash", wall_s=time.monotonic() - w.dispatched_at)
+        rec = EvalRecord(job_id=job.get("job_id"), candidate=str(job.get("name") or "?"),
+                         task=str(job.get("task") or "?"), gpu=w.gpu, stage=stage, status=status,
+                         error_class=error_class, message=message, seed=job.get("seed"), worker_pid=w.pid,
+                         context_lost=status == "crash", wall_s=time.monotonic() - w.dispatched_at)
+        if self.hint_fn is not None:
+            try:
+                hint = _resolve(self.hint_fn)(job)
+            except Exception:  # noqa: BLE001 - a hint only
+                hint = None
+            if hint:
+                rec.node = hint[0]
+                rec.message += f"; the verifier (skipped for this run) reports {hint[1]}"
+        return rec
 
     def _finish(self, w: _Worker, rec: Union[dict, EvalRecord]) -> tuple[int, EvalRecord]:
         if not isinstance(rec, EvalRecord):
@@ -237,7 +262,7 @@ class WorkerPool:
         """Yield (index, record) as jobs finish, fanning out over the workers."""
         pending = collections.deque(enumerate(jobs))
         while True:
-            for i, w in enumerate(list(self.workers)):
+            for w in list(self.workers):
                 if w.state == "dead":
                     self._replace(w)
             busy = [w for w in self.workers if w.state == "busy"]

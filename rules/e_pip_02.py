@@ -17,7 +17,7 @@ reading; a cp_async acquire without commit never signals the full barrier (hang)
 """
 from cake_ir import expr as E
 from cake_ir.analysis import sync
-from cake_ir.nodes import Access, Copy, Fill, Map, PipeOp
+from cake_ir.nodes import Access, Copy, Fill, Map, PipeOp, WaitGroup
 
 from ._syn_util import safe
 
@@ -63,12 +63,21 @@ def check(ctx):
                 break
             if not ok:
                 body = (lp + "/body/-") if lp else f"/roles/{w.role_index}/body/-"
+                rel = {"op": "pipe_release", "pipe": p.name, "iter": w.node.iter}
+                # with wgmma_wait n > 0 after the wait, the stage of iteration it - n is the one retired
+                lag = max((s.node.n for s in ks.sites if isinstance(s.node, WaitGroup) and s.node.op == "wgmma_wait"
+                           and s.role_index == w.role_index and sync.innermost_loop_path(s) == lp
+                           and ks.before(w.path, s.path)), default=0)
+                if lag and w.loops:
+                    loop = w.loops[-1]
+                    first = f"{loop.start} + {lag * loop.step}" if not isinstance(loop.start, int) \
+                        else str(loop.start + lag * loop.step)
+                    rel = {"op": "if", "cond": f"{loop.var} >= {first}",
+                           "then": [{"op": "pipe_release", "pipe": p.name, "iter": f"{w.node.iter} - {lag}"}]}
                 yield ctx.report(w.path, f"pipe_wait({p.name!r}, {w.node.iter}) has no matching pipe_release("
                                  f"{w.node.iter}) (or of an earlier iteration) in the same loop body: the stage is "
                                  "never handed back and the producer hangs once it wraps around",
-                                 fix=[{"op": "add", "path": body, "value": {"op": "pipe_release", "pipe": p.name,
-                                                                           "iter": w.node.iter}}],
-                                 related=[f"/pipelines/{pi}"])
+                                 fix=[{"op": "add", "path": body, "value": rel}], related=[f"/pipelines/{pi}"])
         for r in rels:
             lp = sync.innermost_loop_path(r)
             if lp is None:

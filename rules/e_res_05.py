@@ -2,7 +2,8 @@
 
 Each reg buffer a role holds costs per-thread registers by its layout (`tiles.per_thread_elems`,
 counted in 32-bit registers: two bf16 per register). Their sum plus ~16 registers of overhead
-(addresses, counters, predicates) must fit the role's budget (`regs`, else 255), or the compiler
+(addresses, counters, predicates) must fit the role's budget (`regs`, else the per-thread maximum:
+255, or regs_per_sm / threads for large blocks, e.g. 64 at 1024 threads), or the compiler
 spills to local memory (wgmma accumulators cannot spill at all). Example: a wgmma_acc [64, 256] f32
 is 128 registers per thread, more than a role with regs = 96 can hold.
 """
@@ -17,7 +18,9 @@ def check(ctx):
     k, a = ctx.kernel, ctx.arch
     for ri, r in enumerate(k.roles):
         tiles, parts = role_tile_regs(k, ri)
-        budget = r.regs if r.regs is not None else a.max_regs_per_thread
+        # Without `regs`, the hard cap is what one resident block can get: regs_per_sm / threads.
+        hard = min(a.max_regs_per_thread, a.regs_per_sm // max(1, k.launch.threads) // 8 * 8)
+        budget = r.regs if r.regs is not None else hard
         need = tiles + REG_OVERHEAD
         if need <= budget:
             continue

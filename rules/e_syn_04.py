@@ -117,11 +117,10 @@ def check(ctx):
         decl = k.barrier(n.barrier.name)
         if not isinstance(decl, MBarrier):
             continue
-        idx = sync.parse_i(n.barrier.index)
-        par = sync.parse_i(n.parity)
+        idx = sync.inline(s, n.barrier.index, k.consts)
+        par = sync.inline(s, n.parity, k.consts)
         if idx is None or par is None:
             continue
-        idx = sync.subst_lets(idx, s.lets)
         S = decl.count
         loop = s.loops[-1]
         if S > 1:
@@ -132,7 +131,7 @@ def check(ctx):
             ival = E.try_const(idx, dict(k.consts))
             if ival != 0:
                 continue
-            start = sync.parse_i(loop.start)
+            start = sync.inline(s, loop.start, k.consts)
             X = E.Bin("-", E.Var(loop.var), start) if not (isinstance(start, E.Num) and start.value == 0) \
                 else E.Var(loop.var)
             if loop.step != 1:
@@ -150,7 +149,7 @@ def check(ctx):
         cands = {"full": full, "empty": empty}
         ok = {}
         for nm, e in cands.items():
-            ok[nm] = sync.compare_at_site(k, s, sync.subst_lets(par, s.lets), e, n_inner)
+            ok[nm] = sync.compare_at_site(k, s, par, e, n_inner)
         if kind is not None:
             if ok[kind] is not False:
                 continue
@@ -161,7 +160,7 @@ def check(ctx):
                 continue
             want = None
             legal = [sync.text(full), sync.text(empty)]
-        const = not (E.free_vars(sync.subst_lets(par, s.lets)) & loop_vars)
+        const = not (E.free_vars(par) & loop_vars)
         what = {"full": "the peer's signal of this iteration (a 'full' barrier)",
                 "empty": "the release of the slot's previous use (an 'empty' barrier)",
                 None: "its phase"}[kind]

@@ -24,6 +24,36 @@ TITLE = "single-thread ops (TMA, expect_tx) under an elected thread"
 STAGE = "expanded"
 
 
+def _guard_fix(ctx, ks, s, m):
+    """Tighten the innermost thread guard: `&& elect_one()` when it selects one warp."""
+    from cake_ir.walk import resolve
+    tg = ks.thread_guards(s)
+    if not tg:
+        return None
+    sp = ks.space(s.role_index)
+    if sp.warps_of(m) != 1:
+        return None
+    g = tg[-1]
+    if ks.expanded(g):
+        return None
+    node = resolve(ctx.source, g)
+    if node is None or getattr(node, "op", None) != "if" or not isinstance(node.cond, str):
+        return None
+    if any(x.path == g and not x.taken for x in s.guards):
+        return None
+    return [{"op": "replace", "path": g + "/cond", "value": f"{node.cond} && elect_one()"}]
+
+
+def _wrap_fix(ctx, ks, s, n):
+    from cake_ir.walk import resolve
+    target = ks.src_path(s.path)
+    src_node = resolve(ctx.source, target)
+    if src_node is not None and getattr(src_node, "op", None) in (n.op, "pipe_acquire", "pipe_commit"):
+        return [{"op": "replace", "path": target,
+                 "value": {"op": "if", "cond": sync.one_thread_cond(s), "then": [sync.dump(src_node)]}}]
+    return None
+
+
 @safe
 def check(ctx):
     k = ctx.kernel
@@ -43,14 +73,7 @@ def check(ctx):
         if cnt <= 1:
             continue
         sp = ks.space(s.role_index)
-        target = ks.src_path(s.path)
-        fix = None
-        src_node = None
-        from cake_ir.walk import resolve
-        src_node = resolve(ctx.source, target)
-        if src_node is not None and getattr(src_node, "op", None) in (n.op, "pipe_acquire", "pipe_commit"):
-            fix = [{"op": "replace", "path": target,
-                    "value": {"op": "if", "cond": sync.one_thread_cond(s), "then": [sync.dump(src_node)]}}]
+        fix = _guard_fix(ctx, ks, s, m) or _wrap_fix(ctx, ks, s, n)
         effect = ("moves the tile and completes its bytes" if "load" in what else
                   "stores the tile" if "store" in what else "arrives and announces the bytes")
         yield ctx.report(s.path, f"{what} is executed by {sp.describe(m)}; it must run on exactly one thread per "

@@ -62,7 +62,8 @@ def check(ctx):
         else:
             continue
         guards = ks.thread_guards(s)
-        if guards:
+        m = ks.mask(s)
+        if guards and (m is None or not m.all()):
             yield ctx.report(s.path, f"{what} under a thread-dependent guard: only the threads taking the branch "
                              "arrive at the CTA-wide barrier 0, the others never do -- the kernel hangs or the "
                              "barrier pairs with an unrelated __syncthreads", related=guards)

@@ -93,3 +93,11 @@ def test_mixed_faults_in_one_run_all_recorded():
     assert [(r.status, r.error_class) for r in recs] == [
         ("ok", None), ("timeout", "hang"), ("crash", "worker_died"), ("crash", "illegal_address"),
         ("ok", None), ("ok", None)]
+
+
+def test_visible_devices_follow_the_parents_restriction(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    with WorkerPool(gpus=[0, 1], job_fn=worker_doubles.dispatch) as p:
+        recs = p.run([{"kind": "ok", "sleep": 0.5} for _ in range(4)])
+    assert {r.message for r in recs} == {"cvd=3", "cvd=5"}
+    assert __import__("os").environ["CUDA_VISIBLE_DEVICES"] == "3,5"

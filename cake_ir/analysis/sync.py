@@ -109,6 +109,17 @@ def norm_index(site: Site, text, consts: Optional[dict] = None) -> Optional[E.No
     return E.substitute(node, mapping)
 
 
+def inline(site: Site, text, consts: Optional[dict] = None) -> Optional[E.Node]:
+    """The expression with lets and consts inlined (loop variables kept)."""
+    node = parse_i(text)
+    if node is None:
+        return None
+    node = subst_lets(node, site.lets)
+    if consts:
+        node = E.substitute(node, {n: E.Num(v) for n, v in consts.items()})
+    return node
+
+
 def key_of(node: Optional[E.Node]) -> Optional[str]:
     if node is None:
         return None
@@ -426,6 +437,16 @@ class KernelSync:
             return s.origin
         return path
 
+    def insert_point(self, path: str) -> str:
+        """Where to insert a statement that all threads must execute, just before `path`: before the
+        outermost thread-dependent `if` around it (and before the sugar node for expanded code)."""
+        p0 = self.src_path(path)
+        s = self.by_path.get(p0)
+        if s is None:
+            return p0
+        tg = self.thread_guards(s)
+        return tg[0] if tg else p0
+
     def expanded(self, path: str) -> bool:
         s = self.by_path.get(path)
         return s is not None and s.origin is not None
@@ -438,6 +459,8 @@ class KernelSync:
             self._sim_done = True
             try:
                 self._sim = Simulator(self).run()
+            except _Abort:  # not simulable (unknown names, thread-dependent bounds, too many steps)
+                self._sim = None
             except Exception:  # noqa: BLE001 - the analysis is best effort
                 if STRICT:
                     raise
@@ -720,6 +743,7 @@ class _Proc:
         self.wg_pending = [[] for _ in range(n)]
         self.wg_groups = [[] for _ in range(n)]
         self.wg_dirty = [None] * n                    # None: never fenced; else set of reg bufs
+        self.wg_lastwait = [None] * n                 # path of the class's last wgmma_wait
         self.ts_pending = [[] for _ in range(n)]
         self.ts_groups = [[] for _ in range(n)]
         self.arrives: list = []                       # (node, path)
@@ -750,6 +774,10 @@ class Simulator:
         self.nb: dict = {}
         self.procs: list[_Proc] = []
         self._issue_keys: set = set()
+        self._bufs = {b.name: b for b in self.k.buffers}
+        self._smem = {b.name for b in self.k.buffers if b.space == "smem"}
+        self._bars = {b.name: b for b in self.k.barriers}
+        self._last_idx = 0
         self._mcache: dict = {}
         self._comp_cache: dict = {}
         self._tcache: dict = {}
@@ -879,9 +907,36 @@ class Simulator:
                     p.done = True
             active = still
             if active and self.steps == before:
-                for p in active:
-                    self.deadlock.append(p.blocked)
+                # The role interpreter is sequential: threads that skip a thread-guarded region in which
+                # another thread blocks are delayed too. Claim a deadlock only when no delayed thread has
+                # synchronisation work after that region (else the hang may be an artefact).
+                if all(self._certain(p) for p in active):
+                    for p in active:
+                        self.deadlock.append(p.blocked)
                 return
+
+    _SYNC_OPS = (MbarArrive, MbarExpectTx, CpAsyncArrive, MbarWait, NamedBarSync)
+
+    def _certain(self, p: _Proc) -> bool:
+        if not p.blocked:
+            return False
+        s = self.ks.by_path.get(p.blocked[0])
+        if s is None:
+            return False
+        tg = self.ks.thread_guards(s)
+        if not tg:
+            return True
+        g = tg[0]
+        gi = self.ks.order.get(g, 0)
+        for t in self.ks.sites:
+            if t.role_index != s.role_index or self.ks.order[t.path] <= gi or t.path.startswith(g + "/"):
+                continue
+            n = t.node
+            if isinstance(n, self._SYNC_OPS) or (isinstance(n, Copy) and n.kind in ("tma_load", "cp_async")) or \
+                    (isinstance(n, SimpleSync) and n.op == "syncthreads"):
+                return False
+        # the guarded region must not sit inside a loop that runs it again for the other threads
+        return not any(self.ks.order.get(lp, -1) < gi and g.startswith(lp + "/") for lp in s.loop_paths)
 
     def _result(self) -> SimResult:
         self._analyse()
@@ -985,7 +1040,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ tiles
     def _region(self, ref: TileRef, fld, path, env, tl, p, mask, local: bool):
-        b = self.k.buffer(ref.buf)
+        b = self._bufs.get(ref.buf)
         if b is None or b.space != "smem":
             return None
         shape = list(ref.shape) if ref.shape else list(b.shape)
@@ -1039,6 +1094,10 @@ class Simulator:
         b, slots, region, wset = r
         single = p.sp.single_tid(mask)
         a = Acc(b.name, slots, region, wset, write, kind, start, end, p.idx, path, sig, single)
+        if not write:
+            cls = p.classes(mask)
+            if cls and p.cp_lastwait[cls[0]] is not None:
+                a.info["wait"] = p.cp_lastwait[cls[0]]
         self.accs.append(a)
         return a
 
@@ -1076,6 +1135,15 @@ class Simulator:
 
     def _exec(self, p: _Proc, st, path, env, tl, mask):
         if not mask:
+            return
+        t = type(st)
+        if t not in _CONTROL:
+            if t is MbarWait:
+                yield from self._wait(p, st, path, env, tl, mask)
+            elif t is NamedBarSync or (t is SimpleSync and st.op == "syncthreads"):
+                yield from self._barsync(p, st, path, env, tl, mask)
+            else:
+                self._op(p, st, path, env, tl, mask)
             return
         if isinstance(st, For):
             a = self._uval(path, "start", st.start, env, tl)
@@ -1131,7 +1199,7 @@ class Simulator:
 
     # ---- mbarriers
     def _mbar(self, ref, env, tl, p, mask, path):
-        decl = self.k.barrier(ref.name)
+        decl = self._bars.get(ref.name)
         if not isinstance(decl, MBarrier):
             raise _Abort()
         idx = self._tval(path, "barrier/index", ref.index, env, tl, p, mask)
@@ -1143,6 +1211,7 @@ class Simulator:
         if not 0 <= idx < decl.count:
             raise _Abort()
         key = (ref.name, int(idx))
+        self._last_idx = int(idx)
         st = self.mb.get(key)
         if st is None:
             st = self.mb[key] = _MB(decl.arrivals)
@@ -1206,12 +1275,15 @@ class Simulator:
             yield BLOCK
         self._node(p, mask, path, [nb.done[gen]])
 
+    def _is_smem(self, ref) -> bool:
+        return ref.buf in self._smem
+
     # ---- everything that does not block
     def _op(self, p: _Proc, st, path, env, tl, mask):
         k = self.k
         cnt = mask.bit_count()
         if isinstance(st, Copy):
-            src_smem, dst_smem = is_smem(k, st.src), is_smem(k, st.dst)
+            src_smem, dst_smem = self._is_smem(st.src), self._is_smem(st.dst)
             if st.kind == "tma_load":
                 n, cls = self._node(p, mask, path)
                 comp = self.g.add([n], path)
@@ -1249,7 +1321,7 @@ class Simulator:
         if isinstance(st, Access):
             n, cls = self._node(p, mask, path)
             for ref, other, write in ((st.src, st.dst, False), (st.dst, st.src, True)):
-                if is_smem(k, ref):
+                if self._is_smem(ref):
                     rb = k.buffer(other.buf)
                     local = st.op == "ldmatrix" or (rb is not None and rb.scope in ("thread", "warp"))
                     self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, local=local, fld="dst" if write else "src",
@@ -1263,7 +1335,7 @@ class Simulator:
             acc_buf = st.acc.buf
             for c in cls:
                 d = p.wg_dirty[c]
-                if d is None or acc_buf in d or (not is_smem(k, st.a) and st.a.buf in d):
+                if d is None or acc_buf in d or (not self._is_smem(st.a) and st.a.buf in d):
                     why = ("no wgmma_fence precedes the first wgmma of the role" if d is None else
                            f"{acc_buf!r} was accessed by ordinary instructions since the last wgmma_fence")
                     self.issue("E-SYN-07", path, f"wgmma without a preceding wgmma_fence: {why}; the async "
@@ -1272,7 +1344,7 @@ class Simulator:
                                      "value": {"op": "wgmma_fence"}}])
                     p.wg_dirty[c] = set()
             for fld, ref in (("a", st.a), ("b", st.b)):
-                if is_smem(k, ref):
+                if self._is_smem(ref):
                     self._acc(ref, False, "wgmma", n, comp, p, mask, path, env, tl, fld=fld)
             for c in cls:
                 p.wg_pending[c].append((comp, path, acc_buf))
@@ -1281,7 +1353,7 @@ class Simulator:
         if isinstance(st, MbarArrive):
             mb = self._mbar(st.barrier, env, tl, p, mask, path)
             n, _ = self._node(p, mask, path)
-            p.arrives.append((n, path))
+            p.arrives.append((n, path, self._last_idx, p.wg_lastwait[p.classes(mask)[0]]))
             mb.contrib.append(n)
             mb.pending -= cnt
             self._mb_check(mb, path)
@@ -1289,7 +1361,7 @@ class Simulator:
         if isinstance(st, MbarExpectTx):
             mb = self._mbar(st.barrier, env, tl, p, mask, path)
             n, _ = self._node(p, mask, path)
-            p.arrives.append((n, path))
+            p.arrives.append((n, path, self._last_idx, None))
             mb.contrib.append(n)
             mb.tx += st.bytes * cnt
             mb.pending -= cnt
@@ -1302,7 +1374,7 @@ class Simulator:
             n, _ = self._node(p, mask, path, extra, update=False)
             for cl in cls:
                 p.cp_untracked[cl] = []
-            p.arrives.append((n, path))
+            p.arrives.append((n, path, self._last_idx, None))
             mb.contrib.append(n)
             mb.pending -= cnt
             self._mb_check(mb, path)
@@ -1371,6 +1443,7 @@ class Simulator:
                         p.cp_untracked[c] = [x for x in p.cp_untracked[c] if x[0] not in extra]
                 elif st.op == "wgmma_wait":
                     p.wg_groups[c] = list(rest)
+                    p.wg_lastwait[c] = path
                 else:
                     p.ts_groups[c] = list(rest)
             self._node(p, mask, path, extra)
@@ -1382,7 +1455,7 @@ class Simulator:
             n, cls = self._node(p, mask, path)
             refs = smem_refs(st)
             for ref, write in refs:
-                if is_smem(k, ref):
+                if self._is_smem(ref):
                     self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld="dst" if write else "src",
                               sig=("ew", ref.buf, str(ref.slot), tuple(map(str, ref.offset or ())),
                                    tuple(ref.shape or ())) if isinstance(st, (Fill, Map)) else None)
@@ -1473,19 +1546,28 @@ class Simulator:
             by_buf.setdefault(a.buf, []).append(a)
         for buf, lst in by_buf.items():
             lst.sort(key=lambda a: a.start)
-            for j, a2 in enumerate(lst):
-                lo = max(0, j - RACE_WINDOW)
-                for a1 in lst[lo:j]:
+            slots: dict = {}
+            for a2 in lst:
+                seen = set()
+                cands = []
+                for sl in a2.slots:
+                    for a1 in slots.get(sl, ())[-RACE_WINDOW:]:
+                        if id(a1) not in seen:
+                            seen.add(id(a1))
+                            cands.append(a1)
+                if len(a2.slots) > 1:
+                    cands.sort(key=lambda a: a.start)
+                for a1 in cands:
                     if not (a1.write or a2.write):
-                        continue
-                    if not (a1.slots & a2.slots):
                         continue
                     ov, xwarp = _overlap(a1, a2)
                     if not ov:
                         continue
                     self._pair(a1, a2, xwarp)
                 if a2.kind in ("wgmma", "tma_store"):
-                    self._proxy(a2, lst[lo:j])
+                    self._proxy(a2, cands)
+                for sl in a2.slots:
+                    slots.setdefault(sl, []).append(a2)
 
     def _pair(self, a1: Acc, a2: Acc, xwarp: bool):
         g = self.g
@@ -1494,14 +1576,19 @@ class Simulator:
         if not (anc2 >> a1.end) & 1:
             issue_ordered = g.hb(a1.start, a2.start)
             kind = _hazard(a1, a2)
-            if a1.kind == "wgmma" and issue_ordered:
-                rel = self._release_between(a1, a2)
-                node = rel or a2.path
-                self.issue("E-SYN-07", node, f"releases the smem slot read by the wgmma at {a1.path} before a "
+            found = self._release_between(a1, a2) if a1.kind == "wgmma" and issue_ordered else None
+            if found is not None:
+                rel, lastwait = found
+                if lastwait is not None and not self.ks.expanded(lastwait):
+                    fix = [{"op": "replace", "path": lastwait + "/n", "value": 0}]
+                else:
+                    fix = [{"op": "add", "path": self.ks.insert_point(rel), "value": {"op": "wgmma_wait", "n": 0}}]
+                self.issue("E-SYN-07", rel, f"releases the smem slot read by the wgmma at {a1.path} before a "
                            f"wgmma_wait retires it: {a2.path} then overwrites {a1.buf} ({kind}) while the wgmma may "
-                           "still read it", related=[a1.path, a2.path],
-                           fix=[{"op": "add", "path": self.ks.src_path(node), "value": {"op": "wgmma_wait", "n": 0}}]
-                           if rel else None, key=("E-SYN-07", node, a1.path))
+                           "still read it (wgmma_wait n leaves the n most recent groups running; release the "
+                           "previous iteration's stage instead, or wait with n = 0)",
+                           related=[a1.path, a2.path] + ([lastwait] if lastwait else []), fix=fix,
+                           key=("E-SYN-07", rel))
                 return
             if a1.kind == "cp_async" and not a2.write and (issue_ordered or same):
                 self._cp_raw(a1, a2, "in flight")
@@ -1541,36 +1628,66 @@ class Simulator:
         self._intra(a1, a2, _hazard(a1, a2), ordered=True)
 
     def _cp_raw(self, a1: Acc, a2: Acc, why: str):
-        p = self.procs[a2.proc]
-        lw = None
-        for c in range(p.ncls):
-            pass
         wait = a2.info.get("wait")
         if why == "in flight":
             grp = a1.info.get("group")
             msg = (f"reads {a1.buf} (slot {_slots(a1, a2)}) written by the cp.async at {a1.path} before its group is "
                    "complete: ")
-            legal = None
+            legal = fix = None
+            rel = [a1.path]
             if grp is None:
-                msg += "the copy is never committed/waited before this read"
+                msg += "the copy is never committed and waited before this read"
+            elif wait is None:
+                msg += "no cp_async_wait precedes the read"
             else:
-                msg += ("the preceding cp_async_wait leaves it in flight (wait_group n lets the n most recent "
-                        "groups run)")
-            self.issue("E-SYN-06", a2.path, msg + _sizes(self), related=[a1.path], legal=legal,
-                       key=("E-SYN-06", a2.path, a1.path))
+                wpath, commits, n = wait
+                newer = commits - grp
+                rel.append(wpath)
+                msg += (f"the cp_async_wait {n} at {wpath} leaves it in flight (wait_group n lets the n most recent "
+                        f"groups run; {newer} group(s) were committed after this copy's)")
+                if 0 <= newer < n:
+                    legal = list(range(0, newer + 1))
+                    if not self.ks.expanded(wpath):
+                        fix = [{"op": "replace", "path": wpath + "/n", "value": newer}]
+            self.issue("E-SYN-06", a2.path, msg + _sizes(self), related=rel, legal=legal, fix=fix,
+                       key=("E-SYN-06", a2.path, a1.buf))
         else:
             self.issue("E-SYN-06", a2.path, f"reads {a1.buf} (slot {_slots(a1, a2)}) filled by other threads' "
                        f"cp.async at {a1.path} with no syncthreads/bar_sync after the cp_async_wait: "
                        "wait_group only makes a thread's own copies visible to itself",
-                       related=[a1.path], key=("E-SYN-06", a2.path, a1.path))
+                       related=[a1.path] + ([wait[0]] if wait else []),
+                       fix=[{"op": "add", "path": sync_insert, "value": {"op": "syncthreads"}}]
+                       if (sync_insert := self._after_wait(wait, a2)) else None, key=("E-SYN-06", a2.path, a1.buf))
+
+    def _after_wait(self, wait, a2: Acc) -> Optional[str]:
+        """Insertion point for a barrier right after the cp_async_wait (single-role kernels)."""
+        if wait is None or len(self.k.roles) != 1:
+            return None
+        s = self.ks.by_path.get(wait[0])
+        if s is None or self.ks.thread_guards(s) or self.ks.expanded(wait[0]):
+            return None
+        return next_path(wait[0])
+
+    def _collective_fix(self, a2: Acc):
+        """A statement that orders the role's threads, inserted before a2 (None if none fits)."""
+        if len(self.k.roles) == 1:
+            return [{"op": "add", "path": self.ks.insert_point(a2.path), "value": {"op": "syncthreads"}}]
+        p = self.procs[a2.proc]
+        role = p.sp.role
+        if role is None:
+            return [{"op": "add", "path": self.ks.insert_point(a2.path), "value": {"op": "syncthreads"}}]
+        nb = next((b for b in self.k.barriers if isinstance(b, NamedBarrier) and b.bar_id != 0
+                   and b.threads == role.threads), None)
+        if nb is None:
+            return None
+        return [{"op": "add", "path": self.ks.insert_point(a2.path), "value": {"op": "bar_sync", "barrier": nb.name}}]
 
     def _intra(self, a1: Acc, a2: Acc, kind: str, ordered: bool):
         role = self.procs[a2.proc].sp.name()
-        what = "write" if a1.write else "read"
         self.issue("E-SYN-11", a2.path, f"{kind} hazard on {a1.buf} (slot {_slots(a1, a2)}) within {role}: "
                    f"threads access elements that other threads {'wrote' if a1.write else 'read'} at {a1.path} "
-                   f"with no syncthreads/bar_sync (or syncwarp, within a warp) in between",
-                   related=[a1.path], key=("E-SYN-11", a2.path, a1.path))
+                   f"with no syncthreads/bar_sync (or syncwarp, within a warp) in between{_sizes(self)}",
+                   related=[a1.path], fix=self._collective_fix(a2), key=("E-SYN-11", a2.path, a1.path))
 
     def _proxy(self, a2: Acc, earlier: list):
         g = self.g
@@ -1599,10 +1716,13 @@ class Simulator:
                    key=("E-SYN-08", best.path, a2.path))
 
     def _release_between(self, a1: Acc, a2: Acc) -> Optional[str]:
+        """The arrive of a1's role that released a1's slot (same index) after issuing a1 and before its
+        retirement, and that orders a2: the release came too early."""
         p = self.procs[a1.proc]
-        for n, path in p.arrives:
-            if n > a1.start and self.g.hb(a1.start, n) and self.g.hb(n, a2.start):
-                return path
+        for n, path, idx, lastwait in p.arrives:
+            if n > a1.start and idx in a1.slots and self.g.hb(a1.start, n) and self.g.hb(n, a2.start) \
+                    and not self.g.hb(a1.end, n):
+                return path, lastwait
         return None
 
     def _barrier_hint(self, a1: Acc, a2: Acc) -> list:
@@ -1622,6 +1742,9 @@ class Simulator:
         what = {"tma": "TMA load", "tma_store": "TMA store", "cp_async": "cp.async", "wgmma": "wgmma",
                 "generic": "write" if a.write else "read"}[a.kind]
         return f"{what} in {p.sp.name()}"
+
+
+_CONTROL = (For, If, Block, Let)
 
 
 def _show(expr, env) -> str:
@@ -1653,19 +1776,22 @@ def _hazard(a1: Acc, a2: Acc) -> str:
 def _ov(r1, r2) -> bool:
     if len(r1) != len(r2):
         return True
-    return all(x0 < y1 and y0 < x1 for (x0, x1), (y0, y1) in zip(r1, r2))
+    for (x0, x1), (y0, y1) in zip(r1, r2):
+        if not (x0 < y1 and y0 < x1):
+            return False
+    return True
 
 
 def _overlap(a1: Acc, a2: Acc) -> tuple[bool, bool]:
     """(regions overlap, some overlapping pair is in different warps)."""
-    r1 = a1.region if isinstance(a1.region, dict) else {w: a1.region for w in a1.warps}
-    r2 = a2.region if isinstance(a2.region, dict) else {w: a2.region for w in a2.warps}
-    ov = xw = False
-    if not isinstance(a1.region, dict) and not isinstance(a2.region, dict):
+    if a1.region.__class__ is tuple and a2.region.__class__ is tuple:
         if not _ov(a1.region, a2.region):
             return False, False
         single = len(a1.warps) == 1 and a1.warps == a2.warps
         return True, not single
+    r1 = a1.region if isinstance(a1.region, dict) else {w: a1.region for w in a1.warps}
+    r2 = a2.region if isinstance(a2.region, dict) else {w: a2.region for w in a2.warps}
+    ov = xw = False
     for w1, x in r1.items():
         for w2, y in r2.items():
             if _ov(x, y):
