@@ -81,8 +81,11 @@ def main() -> int:
         print("no CUDA GPU visible: nothing to evaluate")
         return 1
     from gpu_backend.driver import properties
+    from gpu_backend.timing import copy_ceiling_tbps
     from gpu_backend.worker import WorkerPool
     props = properties(0)
+    copy_tbps = copy_ceiling_tbps(1 << 30, 0)
+    print(f"[device-to-device copy ceiling on GPU 0: {copy_tbps:.2f} TB/s]", flush=True)
     gpus = list(range(n))
     jobs = seed_jobs(args.reps, args.warmup)
     t0 = time.time()
@@ -114,7 +117,8 @@ def main() -> int:
                      "ms_median": t.ms_median if t else None, "ms_min": t.ms_min if t else None,
                      "ms_max": t.ms_max if t else None, "TFLOPs": t.tflops if t else None,
                      "TBps": t.tbps if t else None, "reps": t.reps if t else None, "seed": r.seed,
-                     "registers": r.compile.get("registers"), "speedup_vs": {}, "message": r.message[:300]})
+                     "registers": r.compile.get("registers"), "speedup_vs": {}, "message": r.message[:300],
+                     "frac_of_copy": (t.tbps / copy_tbps) if t and t.tbps and r.task == "softmax" else None})
     import cuda.bindings
     import numpy
     import pydantic
@@ -122,7 +126,7 @@ def main() -> int:
               "versions": {"cuda_bindings": cuda.bindings.__version__, "numpy": numpy.__version__,
                            "pydantic": pydantic.__version__, "python": platform.python_version()},
               "command": "python3 bench/gpu_suite.py" + (" --skip-tests" if args.skip_tests else ""),
-              "gpu_tests_exit": test_rc, "gpus": gpus, "scaling": scaling, "rows": rows,
+              "ceilings": {"copy_TBps": copy_tbps}, "gpu_tests_exit": test_rc, "gpus": gpus, "scaling": scaling, "rows": rows,
               "records": [r.model_dump() for r in recs]}
     name = "gpu-suite-" + props["name"].lower().replace("nvidia ", "").replace(" ", "-") + ".json"
     with open(os.path.join(args.out, name), "w") as f:
@@ -137,14 +141,16 @@ def main() -> int:
             print(f"  {c['candidate']:24s} {c['stage']:8s} {c['status']:8s} {str(c['error_class']):18s} "
                   f"{c.get('node') or '':34s} next: {nxt['status']}")
     print(f"\n{'candidate':22s} {'task':8s} {'status':7s} {'shape':32s} {'ms med':>9s} {'ms min':>9s} "
-          f"{'rate':>14s} {'rel err':>9s}")
+          f"{'rate':>24s} {'rel err':>9s}")
     for r in rows:
         rate = (f"{r['TFLOPs']:.0f} TFLOP/s" if r["task"] == "gemm" and r["TFLOPs"] else
                 f"{r['TBps']:.2f} TB/s" if r["TBps"] else "")
+        if r.get("frac_of_copy"):
+            rate += f" ({100 * r['frac_of_copy']:.0f}% copy)"
         ms = f"{r['ms_median']:9.4f} {r['ms_min']:9.4f}" if r["ms_median"] else f"{'-':>9s} {'-':>9s}"
         err = f"{r['max_rel_rmse']:9.2e}" if r["max_rel_rmse"] is not None else f"{'-':>9s}"
         status = r["status"] if r["correct"] else f"{r['status']}:{r['error_class']}"
-        print(f"{r['impl']:22s} {r['task']:8s} {status:7s} {json.dumps(r['shape']):32s} {ms} {rate:>14s} {err}")
+        print(f"{r['impl']:22s} {r['task']:8s} {status:7s} {json.dumps(r['shape']):32s} {ms} {rate:>24s} {err}")
     if scaling:
         print(f"\npool scaling: {scaling['jobs']} jobs, 1 GPU {scaling['wall_s'][1]:.1f} s, {n} GPUs "
               f"{scaling['wall_s'][n]:.1f} s -> {scaling['speedup']:.2f}x")

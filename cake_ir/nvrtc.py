@@ -166,9 +166,12 @@ def nvrtc_compile(source: str, arch: str, line_map: dict[int, str], kernel_name:
                                     message=f"{res['stack_bytes']} bytes of local memory (a register array indexed at run time?)"))
         if use_cache:
             CACHE_DIR.mkdir(parents=True, exist_ok=True)
-            tmp = cubin_path.with_suffix(".tmp")
-            tmp.write_bytes(cubin)
-            os.replace(tmp, cubin_path)
-            meta_path.write_text(json.dumps({"diagnostics": [d.model_dump() for d in diags], "resources": res,
-                                             "log": text, "kernel": kernel_name, "arch": arch}))
+            # Unique temporaries + atomic renames: concurrent workers may compile the same kernel.
+            tag = f".{os.getpid()}.{os.urandom(4).hex()}.tmp"
+            meta = json.dumps({"diagnostics": [d.model_dump() for d in diags], "resources": res,
+                               "log": text, "kernel": kernel_name, "arch": arch})
+            for path, data in ((cubin_path, cubin), (meta_path, meta.encode())):
+                tmp = path.with_name(path.name + tag)
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
     return NvrtcResult(cubin, diags, res, text)

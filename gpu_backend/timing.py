@@ -115,3 +115,22 @@ def time_launches(launch: Callable[[], None], *, warmup: int = 3, reps: int = 20
             except Exception:  # noqa: BLE001 - a faulted context cannot destroy events
                 pass
     return summarize(samples, warmup, flusher.nbytes if flusher else 0)
+
+
+def copy_ceiling_tbps(nbytes: int = 1 << 30, device: int = 0, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second / 1e12): the memory roofline
+    a bandwidth-bound kernel is compared with. Measured with the same protocol as candidates."""
+    from cuda.bindings import driver
+
+    from .driver import context
+    from .memory import Arena
+    context(device)
+    with Arena() as arena:
+        src, dst = arena.alloc((nbytes // 4,), "u32"), arena.alloc((nbytes // 4,), "u32")
+        src.fill_bits(0x3F803F80)
+
+        def copy():
+            check(driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, driver.CUstream(0)), "cuMemcpyDtoDAsync")
+
+        st = time_launches(copy, warmup=3, reps=reps, flusher=L2Flusher.for_device(device))
+    return 2 * nbytes / (st.ms_median * 1e-3) / 1e12

@@ -80,7 +80,7 @@ def check(ctx):
             waits.append(s)
             continue
         arrived_names.add(n.barrier.name)
-        cnt = ks.count(s)
+        cnt = ks.max_sharing(s, [n.barrier.index])  # arrivals on one barrier index
         mult = sync.inner_multiplicity(s, key[2], k.consts)
         if cnt is None or mult is None:
             unknown.add(key)
@@ -115,7 +115,6 @@ def check(ctx):
                     for s2, c2 in l2:
                         who = ks.space(s2.role_index).describe(ks.mask(s2))
                         parts.append(f"{c2} at {s2.path} ({who})")
-                idx = sync.text(sync.norm_index(s0, s0.node.barrier.index) or E.Num(0))
                 yield ctx.report(s0.path, f"{name}[{s0.node.barrier.index}] gets {total} arrival(s) per phase "
                                  f"({'; '.join(parts)}) but is declared with arrivals {decl.arrivals}: "
                                  + ("the phase never completes and the waiter hangs" if total < decl.arrivals else

@@ -105,6 +105,11 @@ def _classify(ks, name):
     return votes.pop() if len(votes) == 1 else None
 
 
+def _paren(node) -> str:
+    t = sync.text(node)
+    return t if isinstance(node, (E.Var, E.Num)) else f"({t})"
+
+
 @safe
 def check(ctx):
     k = ctx.kernel
@@ -131,6 +136,10 @@ def check(ctx):
             ival = E.try_const(idx, dict(k.consts))
             if ival != 0:
                 continue
+            # a single barrier: each iteration is one phase only if every iteration runs the wait
+            inner = [g for g in s.guards if g.path.startswith(s.loop_paths[-1] + "/")]
+            if inner:
+                continue
             start = sync.inline(s, loop.start, k.consts)
             X = E.Bin("-", E.Var(loop.var), start) if not (isinstance(start, E.Num) and start.value == 0) \
                 else E.Var(loop.var)
@@ -142,6 +151,16 @@ def check(ctx):
         rnd = E.Bin("/", X, E.Num(S)) if S > 1 else X
         full = E.Bin("%", rnd, E.Num(2))
         empty = E.Bin("%", E.Bin("+", rnd, E.Num(1)), E.Num(2))
+        # the same expressions spelled with the author's names (for the message and the fix)
+        raw = sync.parse_i(n.barrier.index)
+        if S > 1 and isinstance(raw, E.Bin) and raw.op == "%":
+            xt, dt = _paren(raw.a), _paren(raw.b)
+            shown = {"full": f"({xt} / {dt}) % 2", "empty": f"({xt} / {dt} + 1) % 2"}
+        elif S == 1:
+            xt = _paren(X)
+            shown = {"full": f"{xt} % 2", "empty": f"({xt} + 1) % 2"}
+        else:
+            shown = {"full": sync.text(full), "empty": sync.text(empty)}
         if n.barrier.name not in kinds:
             kinds[n.barrier.name] = _classify(ks, n.barrier.name)
         kind = kinds[n.barrier.name]
@@ -153,20 +172,20 @@ def check(ctx):
         if kind is not None:
             if ok[kind] is not False:
                 continue
-            want = cands[kind]
-            legal = sync.text(want)
+            want = shown[kind]
+            legal = want
         else:
             if any(v is not False for v in ok.values()):
                 continue
             want = None
-            legal = [sync.text(full), sync.text(empty)]
+            legal = [shown["full"], shown["empty"]]
         const = not (E.free_vars(par) & loop_vars)
         what = {"full": "the peer's signal of this iteration (a 'full' barrier)",
                 "empty": "the release of the slot's previous use (an 'empty' barrier)",
                 None: "its phase"}[kind]
         fix = None
         if want is not None and not ks.expanded(s.path):
-            fix = [{"op": "replace", "path": s.path + "/parity", "value": sync.text(want)}]
+            fix = [{"op": "replace", "path": s.path + "/parity", "value": want}]
         msg = (f"wait on {n.barrier.name}[{n.barrier.index}] with parity {n.parity!r} "
                + ("is constant inside the loop" if const else "does not follow the slot's round")
                + f"; it waits for {what}, so the parity must be {legal}"

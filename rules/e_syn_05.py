@@ -72,6 +72,17 @@ def check(ctx):
         cnt = int(m.sum())
         if cnt <= 1:
             continue
+        # several threads may each issue a *different* operation (one per warpgroup, by offset/index)
+        if isinstance(n, Copy):
+            refs = [n.src, n.dst]
+            exprs = [e for r in refs for e in list(r.offset or []) + ([r.slot] if r.slot is not None else [])]
+            if n.barrier is not None:
+                exprs.append(n.barrier.index)
+        else:
+            exprs = [n.barrier.index]
+        share = ks.max_sharing(s, exprs)
+        if share is not None and share <= 1:
+            continue
         sp = ks.space(s.role_index)
         fix = _guard_fix(ctx, ks, s, m) or _wrap_fix(ctx, ks, s, n)
         effect = ("moves the tile and completes its bytes" if "load" in what else

@@ -418,6 +418,40 @@ class KernelSync:
                 return None
         return mask
 
+    def max_sharing(self, site: Site, exprs) -> Optional[int]:
+        """Among the threads executing `site`, the largest number that agree on the values of `exprs`
+        (index expressions; uniform names other than consts are held fixed). 1 means every executing
+        thread issues a distinct operation (e.g. one TMA store per warpgroup at offset `64 * wg`)."""
+        m = self.mask(site)
+        if m is None:
+            return None
+        if not m.any():
+            return 0
+        sp = self.space(site.role_index)
+        cols = []
+        for e in exprs:
+            node = parse_i(e)
+            if node is None:
+                return None
+            node = subst_lets(node, site.lets)
+            if not is_thread_dep(node):
+                continue
+            env = {v: 0 for v in E.free_vars(node)}
+            env.update(self.consts)
+            for loop in site.loops:
+                v = E.try_const(parse_i(loop.start) or E.Num(0), self.consts)
+                env[loop.var] = v if isinstance(v, int) else 0
+            env.update(sp.arr)
+            try:
+                v = _ev(node, env, sp, m)
+            except Unknown:
+                return None
+            cols.append(np.broadcast_to(np.asarray(v), (sp.n,))[m])
+        if not cols:
+            return int(m.sum())
+        _, counts = np.unique(np.stack(cols, axis=1), axis=0, return_counts=True)
+        return int(counts.max())
+
     def count(self, site: Site) -> Optional[int]:
         m = self.mask(site)
         return None if m is None else int(m.sum())
@@ -777,7 +811,6 @@ class Simulator:
         self._bufs = {b.name: b for b in self.k.buffers}
         self._smem = {b.name for b in self.k.buffers if b.space == "smem"}
         self._bars = {b.name: b for b in self.k.barriers}
-        self._last_idx = 0
         self._mcache: dict = {}
         self._comp_cache: dict = {}
         self._tcache: dict = {}
@@ -1198,24 +1231,36 @@ class Simulator:
                 yield BLOCK
 
     # ---- mbarriers
-    def _mbar(self, ref, env, tl, p, mask, path):
+    def _mbars(self, ref, env, tl, p, mask, path) -> list:
+        """[(thread submask, barrier state)]: the executing threads grouped by the barrier index they
+        address (one group unless the index depends on the thread, e.g. one barrier per warpgroup)."""
         decl = self._bars.get(ref.name)
         if not isinstance(decl, MBarrier):
             raise _Abort()
         idx = self._tval(path, "barrier/index", ref.index, env, tl, p, mask)
         if isinstance(idx, np.ndarray):
             u = np.unique(idx)
-            if u.size != 1:
+            if u.size == 1:
+                groups = [(mask, int(u[0]))]
+            else:
+                bits = np.flatnonzero(p.sp.to_arr(mask))
+                groups = []
+                for v in u:
+                    sub = np.zeros(p.sp.n, dtype=bool)
+                    sub[bits[idx == v]] = True
+                    groups.append((p.sp.to_int(sub), int(v)))
+        else:
+            groups = [(mask, int(idx))]
+        out = []
+        for sub, i in groups:
+            if not 0 <= i < decl.count:
                 raise _Abort()
-            idx = int(u[0])
-        if not 0 <= idx < decl.count:
-            raise _Abort()
-        key = (ref.name, int(idx))
-        self._last_idx = int(idx)
-        st = self.mb.get(key)
-        if st is None:
-            st = self.mb[key] = _MB(decl.arrivals)
-        return st
+            key = (ref.name, i)
+            st = self.mb.get(key)
+            if st is None:
+                st = self.mb[key] = _MB(decl.arrivals)
+            out.append((sub, st, i))
+        return out
 
     def _mb_check(self, st: _MB, path):
         guard = 0
@@ -1228,7 +1273,7 @@ class Simulator:
             st.contrib = []
 
     def _wait(self, p, st: MbarWait, path, env, tl, mask):
-        mb = self._mbar(st.barrier, env, tl, p, mask, path)
+        groups = self._mbars(st.barrier, env, tl, p, mask, path)
         par = self._tval(path, "parity", st.parity, env, tl, p, mask)
         if isinstance(par, np.ndarray):
             u = np.unique(par)
@@ -1236,12 +1281,15 @@ class Simulator:
                 raise _Abort()
             par = int(u[0])
         par = int(par) % 2
-        while mb.phase % 2 == par:
-            p.blocked = (path, f"waits on {st.barrier.name}[{_show(st.barrier.index, env)}] for parity {par}, "
-                               f"which never completes (the barrier is in phase {mb.phase}, "
-                               f"{max(mb.pending, 0)} arrival(s) and {mb.tx} tx byte(s) outstanding)")
-            yield BLOCK
-        extra = [mb.done[mb.phase - 1]] if mb.phase >= 1 else []
+        extra = []
+        for sub, mb, i in groups:
+            while mb.phase % 2 == par:
+                p.blocked = (path, f"waits on {st.barrier.name}[{i}] for parity {par}, which never completes (the "
+                                   f"barrier is in phase {mb.phase}, {max(mb.pending, 0)} arrival(s) and {mb.tx} tx "
+                                   "byte(s) outstanding)")
+                yield BLOCK
+            if mb.phase >= 1:
+                extra.append(mb.done[mb.phase - 1])
         n, _ = self._node(p, mask, path, extra)
         p.waits.append((n, path, st.barrier.name))
 
@@ -1289,11 +1337,11 @@ class Simulator:
                 comp = self.g.add([n], path)
                 self._acc(st.dst, True, "tma", n, comp, p, mask, path, env, tl, fld="dst")
                 if st.barrier is not None:
-                    mb = self._mbar(st.barrier, env, tl, p, mask, path)
                     nbytes = tile_bytes_of_tma(k, st) or 0
-                    mb.contrib.append(comp)
-                    mb.tx -= nbytes * cnt
-                    self._mb_check(mb, path)
+                    for sub, mb, _ in self._mbars(st.barrier, env, tl, p, mask, path):
+                        mb.contrib.append(comp)
+                        mb.tx -= nbytes * sub.bit_count()
+                        self._mb_check(mb, path)
                 return
             if st.kind == "tma_store":
                 n, cls = self._node(p, mask, path)
@@ -1337,7 +1385,8 @@ class Simulator:
                 d = p.wg_dirty[c]
                 if d is None or acc_buf in d or (not self._is_smem(st.a) and st.a.buf in d):
                     why = ("no wgmma_fence precedes the first wgmma of the role" if d is None else
-                           f"{acc_buf!r} was accessed by ordinary instructions since the last wgmma_fence")
+                           f"{acc_buf!r} was retired by wgmma_wait or accessed by ordinary instructions since the "
+                           "last wgmma_fence")
                     self.issue("E-SYN-07", path, f"wgmma without a preceding wgmma_fence: {why}; the async "
                                "proxy may read stale accumulator registers",
                                fix=[{"op": "add", "path": self.ks.src_path(path),
@@ -1350,34 +1399,24 @@ class Simulator:
                 p.wg_pending[c].append((comp, path, acc_buf))
             p.wgmma_nodes.append((n, cls))
             return
-        if isinstance(st, MbarArrive):
-            mb = self._mbar(st.barrier, env, tl, p, mask, path)
-            n, _ = self._node(p, mask, path)
-            p.arrives.append((n, path, self._last_idx, p.wg_lastwait[p.classes(mask)[0]]))
-            mb.contrib.append(n)
-            mb.pending -= cnt
-            self._mb_check(mb, path)
-            return
-        if isinstance(st, MbarExpectTx):
-            mb = self._mbar(st.barrier, env, tl, p, mask, path)
-            n, _ = self._node(p, mask, path)
-            p.arrives.append((n, path, self._last_idx, None))
-            mb.contrib.append(n)
-            mb.tx += st.bytes * cnt
-            mb.pending -= cnt
-            self._mb_check(mb, path)
-            return
-        if isinstance(st, CpAsyncArrive):
-            mb = self._mbar(st.barrier, env, tl, p, mask, path)
-            cls = p.classes(mask)
-            extra = [c for cl in cls for c, _ in p.cp_untracked[cl]]
-            n, _ = self._node(p, mask, path, extra, update=False)
-            for cl in cls:
-                p.cp_untracked[cl] = []
-            p.arrives.append((n, path, self._last_idx, None))
-            mb.contrib.append(n)
-            mb.pending -= cnt
-            self._mb_check(mb, path)
+        if isinstance(st, (MbarArrive, MbarExpectTx, CpAsyncArrive)):
+            groups = self._mbars(st.barrier, env, tl, p, mask, path)
+            if isinstance(st, CpAsyncArrive):
+                cls = p.classes(mask)
+                extra = [c for cl in cls for c, _ in p.cp_untracked[cl]]
+                n, _ = self._node(p, mask, path, extra, update=False)
+                for cl in cls:
+                    p.cp_untracked[cl] = []
+            else:
+                n, cls = self._node(p, mask, path)
+            lastwait = p.wg_lastwait[cls[0]] if isinstance(st, MbarArrive) and cls else None
+            p.arrives.append((n, path, frozenset(i for _, _, i in groups), lastwait))
+            for sub, mb, _ in groups:
+                mb.contrib.append(n)
+                if isinstance(st, MbarExpectTx):
+                    mb.tx += st.bytes * sub.bit_count()
+                mb.pending -= sub.bit_count()
+                self._mb_check(mb, path)
             return
         if isinstance(st, MbarInit):
             self._node(p, mask, path)
@@ -1444,6 +1483,10 @@ class Simulator:
                 elif st.op == "wgmma_wait":
                     p.wg_groups[c] = list(rest)
                     p.wg_lastwait[c] = path
+                    # retired accumulators are back in ordinary registers: the next batch needs a fence
+                    d = p.wg_dirty[c]
+                    if d is not None:
+                        d.update(w[2] for grp in retire for w in grp)
                 else:
                     p.ts_groups[c] = list(rest)
             self._node(p, mask, path, extra)
@@ -1452,7 +1495,14 @@ class Simulator:
             self._node(p, mask, path, fence=st.kind == "proxy_async")
             return
         if isinstance(st, (Fill, Map, Reduce, Scan)):
-            n, cls = self._node(p, mask, path)
+            coll = 0
+            if isinstance(st, (Reduce, Scan)):
+                b = self._bufs.get(st.src.buf)
+                if b is not None and b.space == "reg" and b.scope in ("warpgroup", "role", "cta"):
+                    coll = 2  # lowered with a barrier over the scope (scratch smem)
+                elif b is not None and b.space == "reg" and b.scope == "warp":
+                    coll = 1
+            n, cls = self._node(p, mask, path, coll=coll)
             refs = smem_refs(st)
             for ref, write in refs:
                 if self._is_smem(ref):
@@ -1720,7 +1770,7 @@ class Simulator:
         retirement, and that orders a2: the release came too early."""
         p = self.procs[a1.proc]
         for n, path, idx, lastwait in p.arrives:
-            if n > a1.start and idx in a1.slots and self.g.hb(a1.start, n) and self.g.hb(n, a2.start) \
+            if n > a1.start and (idx & a1.slots) and self.g.hb(a1.start, n) and self.g.hb(n, a2.start) \
                     and not self.g.hb(a1.end, n):
                 return path, lastwait
         return None
@@ -1846,6 +1896,27 @@ def site_samples(kernel: Kernel, site: Site, n_inner: int = 12, max_envs: int = 
                     nxt.append(e2)
             envs = nxt[:max_envs]
         out.extend(envs)
+    # keep only the iterations in which the statement runs (uniform parts of the guards)
+    conds = []
+    for g in site.guards:
+        node = parse_c(g.cond)
+        if node is None:
+            continue
+        node = subst_lets(node, site.lets)
+        if g.taken or not is_thread_dep(node):
+            conds.append((node, g.taken))
+    if conds:
+        kept = []
+        for env in out:
+            ok = True
+            for node, taken in conds:
+                t = _utruth(node, env)
+                if t is not None and t != taken:
+                    ok = False
+                    break
+            if ok:
+                kept.append(env)
+        out = kept
     return out[:max_envs * 2]
 
 

@@ -96,3 +96,18 @@ def convert(kind: str, t: float, work: float, *, t_launch: float = 0.0, sms: int
         per = te / work
         return max(per - subtract, max(floor, 0.05 * per))
     raise ValueError(kind)
+
+
+def expected_seconds(kind: str, value: float, work: float, *, t_launch: float = 0.0, sms: int = 1,
+                     subtract: float = 0.0) -> float:
+    """The inverse of `convert`: the time a measurement of `kind` takes when its constant is `value`
+    (used to synthesise measurements in tests; exact when the result exceeds 2 x t_launch)."""
+    if kind == "launch":
+        return value
+    if kind == "rate":
+        return work / value + t_launch
+    if kind == "rate_per_sm":
+        return work / (max(1, sms) * value) + t_launch
+    if kind == "latency":
+        return (value + subtract) * work + t_launch
+    raise ValueError(kind)

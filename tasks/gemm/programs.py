@@ -28,7 +28,7 @@ def gemm_mma_sm80(bm=128, bn=128, bk=32, stages=4, warps_m=2, warps_n=4):
         r.let("wm0", f"(role_warp / {warps_n}) * WM")
         r.let("wn0", f"(role_warp % {warps_n}) * WN")
         r.fill("acc", 0.0)
-        with r.for_("s", 0, stages - 1, unroll=True, id="prefill"):
+        with r.for_("s", 0, "S - 1", unroll=True, id="prefill"):
             r.copy("cp_async", tile("A", ["m0", "s * BK"], [bm, bk]), tile("sA", slot="s"), vec_bytes=16)
             r.copy("cp_async", tile("B", ["n0", "s * BK"], [bn, bk]), tile("sB", slot="s"), vec_bytes=16)
             r.sync("cp_async_commit")
@@ -56,7 +56,7 @@ def gemm_wgmma_sm90a(bm=128, bn=256, bk=64, stages=4, consumers=2):
     threads = 128 * (1 + consumers)
     kb = KernelBuilder(f"gemm_wgmma_{bm}x{bn}x{bk}_s{stages}", arch="sm_90a", grid=["N / BN", "M / BM"],
                        threads=threads, note="TMA producer + wgmma consumers, mbarrier pipeline")
-    kb.const(BM=bm, BN=bn, BK=bk)
+    kb.const(BM=bm, BN=bn, BK=bk, S=stages)
     kb.scalar("M", min=bm, divisible_by=bm)
     kb.scalar("N", min=bn, divisible_by=bn)
     kb.scalar("K", min=bk, divisible_by=bk)
@@ -72,17 +72,17 @@ def gemm_wgmma_sm90a(bm=128, bn=256, bk=64, stages=4, consumers=2):
         with r.if_("role_warp == 0 && elect_one()"):
             with r.for_("kt", 0, "K / BK", id="load_loop"):
                 r.pipe("acquire", "ab", "kt")
-                r.copy("tma_load", tile("A", ["bid.y * BM", "kt * BK"], [bm, bk]), tile("sA", slot=f"kt % {stages}"),
-                       barrier=bar("ab_full", f"kt % {stages}"), scope="thread", id="tmaA")
-                r.copy("tma_load", tile("B", ["bid.x * BN", "kt * BK"], [bn, bk]), tile("sB", slot=f"kt % {stages}"),
-                       barrier=bar("ab_full", f"kt % {stages}"), scope="thread", id="tmaB")
+                r.copy("tma_load", tile("A", ["bid.y * BM", "kt * BK"], [bm, bk]), tile("sA", slot="kt % S"),
+                       barrier=bar("ab_full", "kt % S"), scope="thread", id="tmaA")
+                r.copy("tma_load", tile("B", ["bid.x * BN", "kt * BK"], [bn, bk]), tile("sB", slot="kt % S"),
+                       barrier=bar("ab_full", "kt % S"), scope="thread", id="tmaB")
                 r.pipe("commit", "ab", "kt")
     with kb.role("consumer", warps=(4, 4 * consumers), regs=232) as r:
         with r.for_("kt", 0, "K / BK", id="mma_loop"):
             r.pipe("wait", "ab", "kt")
             r.sync("wgmma_fence")
-            r.wgmma([64, bn, 16], tile("sA", ["64 * wg", 0], [64, bk], slot=f"kt % {stages}"),
-                    tile("sB", [0, 0], [bn, bk], slot=f"kt % {stages}"), tile("acc"), accumulate="kt > 0", id="mma")
+            r.wgmma([64, bn, 16], tile("sA", ["64 * wg", 0], [64, bk], slot="kt % S"),
+                    tile("sB", [0, 0], [bn, bk], slot="kt % S"), tile("acc"), accumulate="kt > 0", id="mma")
             r.sync("wgmma_commit")
             r.sync("wgmma_wait", n=0)
             r.pipe("release", "ab", "kt")
@@ -93,4 +93,30 @@ def gemm_wgmma_sm90a(bm=128, bn=256, bk=64, stages=4, consumers=2):
 SEEDS = {
     "gemm_mma_sm80": gemm_mma_sm80,
     "gemm_wgmma_sm90a": gemm_wgmma_sm90a,
+}
+
+
+# Parameter spaces of the seed generators, for family tactics (tactics/family.py): a candidate made
+# from a family can be regenerated with other parameters. `check` rejects combinations the generator
+# cannot build (the verifier still judges every result); `tactics` names the parameters each family
+# tactic may change.
+FAMILIES = {
+    "gemm_mma_sm80": {
+        "make": gemm_mma_sm80,
+        "defaults": {"bm": 128, "bn": 128, "bk": 32, "stages": 4, "warps_m": 2, "warps_n": 4},
+        "space": {"bm": [64, 128, 256], "bn": [64, 128, 256], "bk": [32, 64], "stages": [2, 3, 4, 5],
+                  "warps_m": [1, 2, 4], "warps_n": [1, 2, 4]},
+        "check": lambda p: (p["bm"] % (16 * p["warps_m"]) == 0 and p["bn"] % (8 * p["warps_n"]) == 0
+                            and p["warps_m"] * p["warps_n"] in (4, 8)),
+        "tactics": {"retile": ["bm", "bn", "bk"], "warp_split": ["warps_m", "warps_n"]},
+    },
+    "gemm_wgmma_sm90a": {
+        "make": gemm_wgmma_sm90a,
+        "defaults": {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "consumers": 2},
+        "space": {"bm": [64, 128, 192, 256], "bn": [64, 128, 192, 256], "bk": [64], "stages": [2, 3, 4, 5, 6],
+                  "consumers": [1, 2, 3, 4]},
+        "check": lambda p: p["bm"] == 64 * p["consumers"],
+        # each consumer warpgroup owns 64 rows, so BM moves with the consumer count
+        "tactics": {"retile": ["bn", "bk"], "warp_split": ["consumers", "bm"]},
+    },
 }

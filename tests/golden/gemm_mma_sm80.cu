@@ -34,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gemm_mma_128x128x32_s4(  //
     #pragma unroll
     for (int cake_e = 0; cake_e < 64; ++cake_e) acc[cake_e] = (0.0f);  // /roles/0/body/4
     #pragma unroll
-    for (int s = 0; s < 3; s += 1) {  // /roles/0/body/5
+    for (int s = 0; s < S - 1; s += 1) {  // /roles/0/body/5
       #pragma unroll
       for (int cake_i = 0; cake_i < 2; ++cake_i) {  // /roles/0/body/5/body/0
         const int cake_q = cake_i * 256 + cake_role_tid;

@@ -19,6 +19,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256x64_s4(  
   constexpr int BM = 128;  // /consts/BM
   constexpr int BN = 256;  // /consts/BN
   constexpr int BK = 64;  // /consts/BK
+  constexpr int S = 4;  // /consts/S
   const int cake_tid = threadIdx.x;
   const int cake_lane = cake_tid & 31;
   const int cake_warp = __shfl_sync(0xffffffffu, cake_tid >> 5, 0);
@@ -57,8 +58,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256x64_s4(  
           cake::mbar_wait((cake_smem_base + 196640u + 8u * (unsigned)(kt % 4)), (unsigned)((kt / 4 + 1) % 2));  // /roles/0/body/0/then/0/body/0/body/0
           cake::mbar_expect_tx((cake_smem_base + 196608u + 8u * (unsigned)(kt % 4)), 49152u);  // /roles/0/body/0/then/0/body/0/body/1
         }
-        cake::tma_load_2d((cake_smem_base + 0u + (unsigned)(kt % 4) * 16384u + cake::swz<3>((unsigned)(((0)) * 128 + ((0)) * 2))), &cake_tmap_A, (int)(kt * BK), (int)(blockIdx.y * BM), (cake_smem_base + 196608u + 8u * (unsigned)(kt % 4)));  // /roles/0/body/0/then/0/body/1
-        cake::tma_load_2d((cake_smem_base + 65536u + (unsigned)(kt % 4) * 32768u + cake::swz<3>((unsigned)(((0)) * 128 + ((0)) * 2))), &cake_tmap_B, (int)(kt * BK), (int)(blockIdx.x * BN), (cake_smem_base + 196608u + 8u * (unsigned)(kt % 4)));  // /roles/0/body/0/then/0/body/2
+        cake::tma_load_2d((cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + cake::swz<3>((unsigned)(((0)) * 128 + ((0)) * 2))), &cake_tmap_A, (int)(kt * BK), (int)(blockIdx.y * BM), (cake_smem_base + 196608u + 8u * (unsigned)(kt % S)));  // /roles/0/body/0/then/0/body/1
+        cake::tma_load_2d((cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + cake::swz<3>((unsigned)(((0)) * 128 + ((0)) * 2))), &cake_tmap_B, (int)(kt * BK), (int)(blockIdx.x * BN), (cake_smem_base + 196608u + 8u * (unsigned)(kt % S)));  // /roles/0/body/0/then/0/body/2
          {  // /roles/0/body/0/then/0/body/3
         }
       }
@@ -80,10 +81,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256x64_s4(  
       for (int cake_i = 0; cake_i < 128; ++cake_i) cake::reg_fence(acc[cake_i]);  // /roles/1/body/0/body/1
       cake::wgmma_fence();  // /roles/1/body/0/body/1
        {  // /roles/1/body/0/body/2
-        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % 4) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 0) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % 4) * 32768u + (unsigned)(((0)) * 128 + ((0) + 0) * 2), 16, 1024, 1), (kt > 0) ? 1 : 0);  // /roles/1/body/0/body/2
-        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % 4) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 16) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % 4) * 32768u + (unsigned)(((0)) * 128 + ((0) + 16) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
-        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % 4) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 32) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % 4) * 32768u + (unsigned)(((0)) * 128 + ((0) + 32) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
-        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % 4) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 48) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % 4) * 32768u + (unsigned)(((0)) * 128 + ((0) + 48) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
+        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 0) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + (unsigned)(((0)) * 128 + ((0) + 0) * 2), 16, 1024, 1), (kt > 0) ? 1 : 0);  // /roles/1/body/0/body/2
+        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 16) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + (unsigned)(((0)) * 128 + ((0) + 16) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
+        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 32) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + (unsigned)(((0)) * 128 + ((0) + 32) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
+        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 48) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + (unsigned)(((0)) * 128 + ((0) + 48) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
       }
       cake::wgmma_commit();  // /roles/1/body/0/body/3
       cake::wgmma_wait<0>();  // /roles/1/body/0/body/4

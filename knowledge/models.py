@@ -1,0 +1,113 @@
+"""SQLModel tables of the knowledge DB (SQLite by default, any SQLAlchemy URL by CAKE_DB_URL).
+
+tasks        one row per task name
+runs         one row per agent run (a LangGraph thread id): config, status, stop reason, summary
+candidates   every proposed program of a run: IR JSON, hash, parent hash, tactic, params, proposer
+             strategy, recipe; unique per (run, hash)
+evaluations  one row per (candidate, stage): verify / compile / test / profile, with status, metrics,
+             timings
+failures     what went wrong: stage, code, IR node path, message; candidate-less rows are proposer
+             failures (an LLM reply that never became a program), keyed by `key` per run
+
+The knowledge issue extends this (signatures, clusters, proposals, tactic stats, calibrations).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Optional
+
+from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+
+def _json_col() -> Column:
+    return Column(JSON().with_variant(JSONB(), "postgresql"))
+
+
+def now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+class TaskRow(SQLModel, table=True):
+    __tablename__ = "tasks"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True)
+    description: str = ""
+    meta: Any = Field(default=None, sa_column=_json_col())
+    created_at: _dt.datetime = Field(default_factory=now)
+
+
+class RunRow(SQLModel, table=True):
+    __tablename__ = "runs"
+    id: str = Field(primary_key=True)
+    task_id: int = Field(foreign_key="tasks.id", index=True)
+    proposer: str = ""
+    model: Optional[str] = None
+    dry_run: bool = False
+    config: Any = Field(default=None, sa_column=_json_col())
+    status: str = "running"              # running | finished | interrupted | failed
+    stop_reason: Optional[str] = None
+    best_hash: Optional[str] = None
+    summary: Any = Field(default=None, sa_column=_json_col())
+    started_at: _dt.datetime = Field(default_factory=now)
+    updated_at: _dt.datetime = Field(default_factory=now)
+    finished_at: Optional[_dt.datetime] = None
+
+
+class CandidateRow(SQLModel, table=True):
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("run_id", "hash", name="uq_candidate_run_hash"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    hash: str = Field(index=True)
+    name: str = ""
+    ir: Any = Field(default=None, sa_column=_json_col())
+    parent_hash: Optional[str] = None
+    tactic: Optional[str] = None
+    params: Any = Field(default=None, sa_column=_json_col())
+    proposer: str = ""                   # search | llm | seed
+    strategy: str = ""                   # bandit | evolve | llm | seed ...
+    recipe: Any = Field(default=None, sa_column=_json_col())
+    iteration: int = 0
+    slot: int = 0
+    status: str = "proposed"             # proposed | ok | failed
+    stage: str = "propose"               # last stage reached
+    predicted_s: Optional[float] = None  # cost model, bench shape
+    measured_s: Optional[float] = None   # median, bench shape
+    created_at: _dt.datetime = Field(default_factory=now)
+    updated_at: _dt.datetime = Field(default_factory=now)
+
+
+class EvaluationRow(SQLModel, table=True):
+    __tablename__ = "evaluations"
+    __table_args__ = (UniqueConstraint("candidate_id", "stage", name="uq_evaluation_candidate_stage"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    candidate_id: int = Field(foreign_key="candidates.id", index=True)
+    stage: str                           # verify | compile | test | profile
+    status: str                          # ok | fail | error | timeout | crash
+    error_class: Optional[str] = None
+    metrics: Any = Field(default=None, sa_column=_json_col())
+    timings: Any = Field(default=None, sa_column=_json_col())
+    result: Any = Field(default=None, sa_column=_json_col())   # what the node applied to the candidate
+    seconds: float = 0.0
+    executor: Optional[str] = None       # local | pool:gpu0 | ray:<actor> ...
+    created_at: _dt.datetime = Field(default_factory=now)
+
+
+class FailureRow(SQLModel, table=True):
+    __tablename__ = "failures"
+    __table_args__ = (UniqueConstraint("run_id", "key", name="uq_failure_run_key"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    candidate_id: Optional[int] = Field(default=None, foreign_key="candidates.id", index=True)
+    key: str                             # idempotency key: "<candidate id>:<stage>:<n>" or "propose:<it>:<strategy>:<n>"
+    stage: str                           # propose | verify | compile | test | profile
+    code: str
+    node: Optional[str] = None           # IR JSON pointer where known
+    message: str = ""
+    strategy: Optional[str] = None
+    created_at: _dt.datetime = Field(default_factory=now)
+
+
+TABLES = (TaskRow, RunRow, CandidateRow, EvaluationRow, FailureRow)

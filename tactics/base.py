@@ -1,0 +1,225 @@
+"""Tactic plumbing: the `Tactic` base class, genomes, IR-dict helpers and plugin discovery.
+
+A *genome* is what a tactic transforms, as plain JSON:
+
+    {"ir": {...Kernel document...},
+     "recipe": {"family": "gemm_wgmma_sm90a", "task": "gemm", "params": {...}, "steps": [...]} | None,
+     "diagnostics": [...]}            # optional: the verifier's diagnostics of this IR (verifier_fix)
+
+`ir` is the program. `recipe` exists when the program was built from a parametrised seed family
+(tasks/<task>/programs.py FAMILIES): its generator parameters plus the IR tactics applied since, in
+order (`steps`). IR tactics work on `ir` alone; family tactics regenerate `ir` from the family with
+other parameters and replay `steps` (a step whose precondition no longer holds is dropped).
+
+Tactics never verify: the agent's verify node judges every result.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+SUPPORT_MODULES = {"base", "jsonpatch"}
+
+
+class TacticError(Exception):
+    """A tactic could not be applied with these parameters (a precondition failed)."""
+
+
+@dataclass
+class Tactic:
+    """A named, parametrised IR-to-IR transformation.
+
+    Subclasses implement `precondition` (None when applicable, else the reason), `choices` (the legal
+    parameter sets for this genome, excluding no-ops) and `transform` (the new IR dict)."""
+
+    name: str
+    description: str
+    version: str = "1"
+    kind: str = "ir"                     # "ir" | "family" | "repair"
+    keywords: tuple[str, ...] = ()       # for retrieval (failure codes, cost-model bounds, words)
+    step_key: tuple[str, ...] = ()       # params that identify a step for collapsing repeats
+
+    # --- to implement
+    def precondition(self, g: dict) -> Optional[str]:
+        return None
+
+    def choices(self, g: dict) -> list[dict]:
+        return []
+
+    def transform(self, ir: dict, params: dict, g: dict) -> dict:
+        raise NotImplementedError
+
+    # --- shared
+    def applicable(self, g: dict) -> Optional[str]:
+        try:
+            why = self.precondition(g)
+        except Exception as e:  # noqa: BLE001 - a broken precondition is "not applicable"
+            return f"precondition raised {type(e).__name__}: {e}"
+        if why:
+            return why
+        return None if self.choices(g) else "no parameter choice changes this program"
+
+    def apply(self, g: dict, params: dict) -> dict:
+        """A new genome (the input is not modified); raises TacticError."""
+        why = self.precondition(g)
+        if why:
+            raise TacticError(f"{self.name}: {why}")
+        ir = self.transform(copy.deepcopy(g["ir"]), dict(params), g)
+        if ir == g["ir"]:
+            raise TacticError(f"{self.name}{params}: no change")
+        return {"ir": ir, "recipe": add_step(g.get("recipe"), self, params)}
+
+    def card(self) -> dict:
+        """What retrieval and prompts show."""
+        return {"name": self.name, "version": self.version, "kind": self.kind, "description": self.description,
+                "keywords": list(self.keywords)}
+
+
+def add_step(recipe: Optional[dict], tactic: Tactic, params: dict) -> Optional[dict]:
+    """The recipe with this IR step appended; an earlier step of the same tactic on the same target
+    (same `step_key` params) is replaced, so replays stay short."""
+    if recipe is None:
+        return None
+    r = copy.deepcopy(recipe)
+
+    def key(name, p):
+        return (name, tuple(json.dumps(p.get(k), sort_keys=True) for k in tactic.step_key))
+
+    k = key(tactic.name, params)
+    r["steps"] = [s for s in r.get("steps", []) if key(s["tactic"], s["params"]) != k]
+    r["steps"].append({"tactic": tactic.name, "params": dict(params)})
+    return r
+
+
+# ------------------------------------------------------------------------------ IR dict helpers
+def walk(ir: dict) -> Iterator[tuple[str, dict, Optional[str]]]:
+    """(JSON pointer, statement dict, role name) for every statement, depth first, program order."""
+    def body(lst, path, role):
+        for i, st in enumerate(lst or []):
+            p = f"{path}/{i}"
+            yield p, st, role
+            if not isinstance(st, dict):
+                continue
+            for key in ("body", "then", "else"):
+                if isinstance(st.get(key), list):
+                    yield from body(st[key], f"{p}/{key}", role)
+    yield from body(ir.get("prologue"), "/prologue", None)
+    for ri, role in enumerate(ir.get("roles") or []):
+        yield from body(role.get("body"), f"/roles/{ri}/body", role.get("name"))
+
+
+def buffers(ir: dict) -> list[dict]:
+    return list(ir.get("buffers") or [])
+
+
+def buffer(ir: dict, name: str) -> Optional[dict]:
+    return next((b for b in buffers(ir) if b.get("name") == name), None)
+
+
+def param(ir: dict, name: str) -> Optional[dict]:
+    return next((p for p in ir.get("params") or [] if p.get("name") == name), None)
+
+
+def ops(ir: dict, *names: str) -> list[tuple[str, dict, Optional[str]]]:
+    return [(p, st, r) for p, st, r in walk(ir) if st.get("op") in names]
+
+
+def in_loop(ir: dict, path: str) -> bool:
+    """Whether the statement at `path` sits inside a for loop."""
+    parts = path.strip("/").split("/")
+    cur: Any = ir
+    for i, part in enumerate(parts[:-1]):
+        cur = cur[int(part)] if isinstance(cur, list) else cur.get(part)
+        if isinstance(cur, dict) and cur.get("op") == "for":
+            return True
+    return False
+
+
+def find_loop(ir: dict, key: str) -> Optional[dict]:
+    """A for loop by author id, else by JSON pointer."""
+    for p, st, _ in walk(ir):
+        if st.get("op") == "for" and (st.get("id") == key or p == key):
+            return st
+    return None
+
+
+def const_int(v) -> Optional[int]:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+# ------------------------------------------------------------------------------ discovery
+_CACHE: dict[str, list[Tactic]] = {}
+
+
+def load_tactics(package: str = "tactics", entry_points: bool = True) -> list[Tactic]:
+    """Every tactic: modules of the `tactics` package that define TACTICS (a list), plus installed
+    packages' `cake.tactics` entry points (a module with TACTICS, or a Tactic)."""
+    if package in _CACHE:
+        return _CACHE[package]
+    found: list[Tactic] = []
+    pkg = importlib.import_module(package)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg or info.name.startswith("_") or info.name in SUPPORT_MODULES:
+            continue
+        mod = importlib.import_module(f"{package}.{info.name}")
+        found.extend(t for t in getattr(mod, "TACTICS", []) if isinstance(t, Tactic))
+    if entry_points:
+        from importlib.metadata import entry_points as eps
+        for ep in eps(group="cake.tactics"):
+            try:
+                obj = ep.load()
+            except Exception:  # noqa: BLE001 - a broken plugin must not break the search
+                continue
+            items = obj if isinstance(obj, list) else getattr(obj, "TACTICS", [obj])
+            found.extend(t for t in items if isinstance(t, Tactic))
+    names = [t.name for t in found]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise RuntimeError(f"duplicate tactic names: {dup}")
+    found.sort(key=lambda t: t.name)
+    _CACHE[package] = found
+    return found
+
+
+def get_tactic(name: str) -> Tactic:
+    for t in load_tactics():
+        if t.name == name:
+            return t
+    raise KeyError(f"unknown tactic {name!r}")
+
+
+@dataclass
+class Applied:
+    tactic: str
+    params: dict
+    genome: dict
+    dropped: list = field(default_factory=list)
+
+
+def retrieve(query: str, k: int = 5, tactics: Optional[list[Tactic]] = None) -> list[Tactic]:
+    """Tactics whose description/keywords share the most words with `query` (minimal keyword
+    retrieval; the knowledge issue replaces it with embeddings)."""
+    import re
+    words = {w for w in re.findall(r"[a-z0-9_\-]+", query.lower()) if len(w) > 2}
+    scored = []
+    for t in tactics if tactics is not None else load_tactics():
+        text = " ".join([t.name, t.description, *t.keywords]).lower()
+        tw = set(re.findall(r"[a-z0-9_\-]+", text))
+        score = len(words & tw) + 3 * sum(1 for kw in t.keywords if kw.lower() in query.lower())
+        scored.append((score, t.name, t))
+    scored.sort(key=lambda x: (-x[0], x[1]))
+    return [t for s, _, t in scored[:k]]
+
+
+def deep(ir: Any) -> Any:
+    return copy.deepcopy(ir)

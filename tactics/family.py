@@ -1,0 +1,119 @@
+"""Family tactics: re-instantiate a parametrised seed family (tile sizes, warp-role split) and replay
+the candidate's IR tactic steps on the result.
+
+Families come from tasks/<task>/programs.py FAMILIES: {"make", "defaults", "space", "check",
+"tactics": {tactic name: [params it may change]}}. These tactics apply only to candidates with a
+recipe (built from a family); programs written from scratch (e.g. by an LLM) get IR tactics only.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import itertools
+from typing import Optional
+
+from .base import Tactic, TacticError, get_tactic
+
+DEFAULT_GROUPS = {"retile": ["bm", "bn", "bk"], "warp_split": ["warps_m", "warps_n"]}
+MAX_CHANGED = 2
+
+
+def family(recipe: Optional[dict]) -> Optional[dict]:
+    if not recipe or not recipe.get("family") or not recipe.get("task"):
+        return None
+    try:
+        mod = importlib.import_module(f"tasks.{recipe['task']}.programs")
+    except ImportError:
+        return None
+    return getattr(mod, "FAMILIES", {}).get(recipe["family"])
+
+
+def instantiate(fam: dict, params: dict) -> dict:
+    from cake_ir.io import to_dict
+    return to_dict(fam["make"](**params))
+
+
+def replay(ir: dict, steps: list[dict]) -> tuple[dict, list[dict], list[dict]]:
+    """Apply IR steps in order; returns (ir, kept steps, dropped steps)."""
+    kept, dropped = [], []
+    for s in steps:
+        try:
+            t = get_tactic(s["tactic"])
+            g = {"ir": ir, "recipe": None}
+            if t.precondition(g):
+                raise TacticError("precondition")
+            ir = t.transform(copy.deepcopy(ir), dict(s["params"]), g)
+            kept.append(s)
+        except Exception:  # noqa: BLE001 - a step that no longer applies is dropped
+            dropped.append(s)
+    return ir, kept, dropped
+
+
+class FamilyTactic(Tactic):
+    def group(self, g: dict) -> list[str]:
+        fam = family(g.get("recipe"))
+        if fam is None:
+            return []
+        groups = fam.get("tactics", DEFAULT_GROUPS)
+        return [p for p in groups.get(self.name, []) if p in fam["space"]]
+
+    def precondition(self, g: dict) -> Optional[str]:
+        if family(g.get("recipe")) is None:
+            return "the program has no recipe from a parametrised seed family"
+        if not self.group(g):
+            return f"the family declares no {self.name} parameters"
+        return None
+
+    def choices(self, g: dict) -> list[dict]:
+        fam, names = family(g.get("recipe")), self.group(g)
+        if fam is None or not names:
+            return []
+        cur = {**fam["defaults"], **g["recipe"].get("params", {})}
+        out = []
+        for vals in itertools.product(*[fam["space"][n] for n in names]):
+            cand = dict(zip(names, vals))
+            changed = sum(cand[n] != cur.get(n) for n in names)
+            if not 1 <= changed <= MAX_CHANGED:
+                continue
+            try:
+                if not fam.get("check", lambda p: True)({**cur, **cand}):
+                    continue
+            except Exception:  # noqa: BLE001
+                continue
+            out.append(cand)
+        return out
+
+    def apply(self, g: dict, params: dict) -> dict:
+        why = self.precondition(g)
+        if why:
+            raise TacticError(f"{self.name}: {why}")
+        fam, recipe = family(g["recipe"]), g["recipe"]
+        new_params = {**fam["defaults"], **recipe.get("params", {}), **params}
+        try:
+            ir = instantiate(fam, new_params)
+        except Exception as e:  # noqa: BLE001 - the generator rejects the combination
+            raise TacticError(f"{self.name}{params}: the family generator failed: {type(e).__name__}: {e}") from None
+        ir, kept, dropped = replay(ir, recipe.get("steps", []))
+        if ir == g["ir"]:
+            raise TacticError(f"{self.name}{params}: no change")
+        return {"ir": ir, "recipe": {**copy.deepcopy(recipe), "params": new_params, "steps": kept},
+                "dropped": dropped}
+
+
+TACTICS = [
+    FamilyTactic(
+        name="retile",
+        kind="family",
+        description="Change the CTA tile sizes (BM, BN, BK) of a GEMM-like kernel built from a seed family and "
+                    "replay its IR steps. Bigger tiles raise arithmetic intensity and cut global traffic but "
+                    "need more shared memory and registers and leave fewer CTAs per wave.",
+        keywords=("memory", "compute", "tile", "waves", "E-RES-01", "intensity", "bandwidth"),
+    ),
+    FamilyTactic(
+        name="warp_split",
+        kind="family",
+        description="Change how warps split the CTA tile: warps along M and N for mma.sync kernels, or the "
+                    "number of wgmma consumer warpgroups (each owning 64 rows) for warp-specialised kernels.",
+        keywords=("warp-role", "warps", "consumer", "registers", "E-RES-03", "occupancy", "compute", "issue"),
+    ),
+]

@@ -1,0 +1,154 @@
+"""Task registry: every task package under tasks/ that the agent can run.
+
+A runnable task is a package `tasks/<name>/` with `task.py` (defining TASK, the tasks.base.Task
+protocol: shapes, inputs, reference, tolerance, FLOP/byte counts) and `programs.py` (SEEDS, and
+optionally FAMILIES for family tactics). The registry adds what the agent needs on top:
+
+- `baselines`: library implementations timed next to candidates on the GPU (e.g. torch.matmul). A
+  task object may declare its own `baselines` attribute (list of {"name", "call"}); otherwise the
+  defaults below apply. `call` is "module:function" taking a dict of torch tensors (the task's input
+  names) and returning a dict of output tensors.
+- `seeds()`: name -> Kernel of the seed programs; `families()`: the parametrised seed families.
+- `description`: the first paragraph of tasks/<name>/task.py's docstring.
+
+Packages without task.py (a task still being written) are listed with `runnable=False`.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent
+
+DEFAULT_BASELINES = {
+    "gemm": [{"name": "torch.matmul", "call": "tasks.registry:torch_gemm"}],
+    "softmax": [{"name": "torch.softmax", "call": "tasks.registry:torch_softmax"}],
+}
+
+
+# --------------------------------------------------------------------------- baseline callables
+def torch_gemm(inputs: dict) -> dict:
+    """C = A @ B^T in bf16 (torch accumulates in fp32, like the candidates)."""
+    return {"C": inputs["A"] @ inputs["B"].T}
+
+
+def torch_softmax(inputs: dict) -> dict:
+    import torch
+    return {"Y": torch.softmax(inputs["X"], dim=-1)}
+
+
+# --------------------------------------------------------------------------- entries
+@dataclass
+class TaskEntry:
+    name: str
+    path: Path
+    runnable: bool
+    problem: Optional[str] = None
+    _task: Any = field(default=None, repr=False)
+
+    @property
+    def task(self):
+        if self._task is None:
+            if not self.runnable:
+                raise KeyError(f"task {self.name!r} is not runnable: {self.problem}")
+            self._task = importlib.import_module(f"tasks.{self.name}.task").TASK
+        return self._task
+
+    @cached_property
+    def description(self) -> str:
+        try:
+            doc = importlib.import_module(f"tasks.{self.name}.task").__doc__ if self.runnable else None
+        except Exception:  # noqa: BLE001
+            doc = None
+        doc = doc or importlib.import_module(f"tasks.{self.name}").__doc__ or ""
+        return doc.strip().split("\n\n")[0].replace("\n", " ")
+
+    @property
+    def long_description(self) -> str:
+        mod = importlib.import_module(f"tasks.{self.name}.task")
+        return (mod.__doc__ or "").strip()
+
+    @property
+    def baselines(self) -> list[dict]:
+        own = getattr(self.task, "baselines", None)
+        return list(own) if own else list(DEFAULT_BASELINES.get(self.name, []))
+
+    def programs(self):
+        return importlib.import_module(f"tasks.{self.name}.programs")
+
+    def seeds(self) -> dict:
+        return {n: make() for n, make in self.programs().SEEDS.items()}
+
+    def families(self) -> dict:
+        return dict(getattr(self.programs(), "FAMILIES", {}))
+
+    def seed_genomes(self) -> list[dict]:
+        """Seed programs as genomes: IR dict + recipe (family, defaults) where the seed has a family."""
+        from cake_ir.io import to_dict
+        fams = self.families()
+        out = []
+        for n, make in self.programs().SEEDS.items():
+            k = make()
+            recipe = None
+            if n in fams:
+                recipe = {"family": n, "task": self.name, "params": dict(fams[n]["defaults"]), "steps": []}
+            out.append({"name": n, "ir": to_dict(k), "recipe": recipe})
+        return out
+
+    @property
+    def bench_shape(self) -> dict:
+        t = self.task
+        return dict((t.bench_shapes or t.shapes)[0])
+
+    def shape_key(self, shape: Optional[dict] = None) -> str:
+        shape = shape if shape is not None else self.bench_shape
+        return "_".join(f"{k}{v}" for k, v in shape.items())
+
+    def library_dir(self, root: Optional[Path] = None) -> Path:
+        return (Path(root) / self.name / "library") if root else self.path / "library"
+
+    def info(self) -> dict:
+        if not self.runnable:
+            return {"name": self.name, "runnable": False, "problem": self.problem}
+        t = self.task
+        return {"name": self.name, "runnable": True, "description": self.description,
+                "shapes": list(t.shapes), "bench_shapes": list(t.bench_shapes),
+                "tolerance": {"rel_rmse": t.tolerance.rel_rmse, "max_abs": t.tolerance.max_abs},
+                "inputs": [s.name for s in t.inputs(self.bench_shape)],
+                "outputs": [s.name for s in t.outputs(self.bench_shape)],
+                "baselines": [b["name"] for b in self.baselines],
+                "seeds": list(self.programs().SEEDS), "families": list(self.families())}
+
+
+def discover() -> dict[str, TaskEntry]:
+    import tasks
+    out = {}
+    for info in sorted(pkgutil.iter_modules(tasks.__path__), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        path = ROOT / info.name
+        if not (path / "task.py").exists():
+            out[info.name] = TaskEntry(info.name, path, False, "no task.py (reference, inputs, shapes) yet")
+        elif not (path / "programs.py").exists():
+            out[info.name] = TaskEntry(info.name, path, False, "no programs.py (seed programs) yet")
+        else:
+            out[info.name] = TaskEntry(info.name, path, True)
+    return out
+
+
+def get(name: str) -> TaskEntry:
+    entries = discover()
+    if name not in entries:
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(entries) or 'none'}")
+    e = entries[name]
+    if not e.runnable:
+        raise KeyError(f"task {name!r} is not runnable yet: {e.problem}")
+    return e
+
+
+def names(runnable_only: bool = True) -> list[str]:
+    return [n for n, e in discover().items() if e.runnable or not runnable_only]
