@@ -17,9 +17,9 @@ Two steps:
        mean_i (ln estimate_i(spec x factors) - ln measured_i)^2  +  ridge * sum_g (ln f_g)^2
 
    over real kernels with measured times (`Sample`s), with |ln f_g| <= ln(max_factor). The
-   estimate is a max of terms (not smooth), so the minimiser is derivative-free coordinate descent:
-   per group a coarse grid over the bound, then golden-section search around the best grid point,
-   a few sweeps. Groups that change no prediction are left at 1. The ridge keeps factors near 1
+   estimate is a max of terms (not smooth, with plateaus where another term binds), so the
+   minimiser is derivative-free coordinate descent: per group a fine grid over the whole bound (25
+   points), then golden-section search between the best grid point's neighbours, a few sweeps. Groups that change no prediction are left at 1. The ridge keeps factors near 1
    when the data do not pin them down (the microbenchmarks are the prior). Spearman's rank
    correlation before/after is reported next to the log error.
 
@@ -243,7 +243,7 @@ def _summary(pred, meas) -> dict:
 
 
 def refine(spec: ArchSpec, samples: Sequence[Sample], groups: Optional[dict] = None, *, max_factor: float = 4.0,
-           ridge: float = 0.02, sweeps: int = 3, grid: int = 9, golden_iters: int = 14,
+           ridge: float = 0.02, sweeps: int = 4, grid: int = 25, golden_iters: int = 12,
            predict: Optional[Callable[[ArchSpec, Sample], float]] = None) -> RefineResult:
     """Choose one multiplicative factor per group (see the module docstring)."""
     groups = dict(groups or GROUPS)

@@ -1,0 +1,43 @@
+"""Job functions that run inside evaluation workers (gpu_backend.worker.WorkerPool processes or Ray
+actors). A job function takes (job dict, progress callback) and returns an EvalRecord-shaped dict.
+
+compile_job: CPU only. Compiles a verified IR program for its own arch with NVRTC (disk cache in
+CAKE_CACHE_DIR) and returns diagnostics and the resource report (registers, spills, shared memory).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+
+def compile_job(job: dict, progress=None) -> dict:
+    t0 = time.perf_counter()
+    if progress:
+        progress("compile")
+    from cake_ir.compiler import compile_kernel
+    from cake_ir.io import load
+
+    rec = {"job_id": job.get("job_id"), "candidate": job.get("name", "?"), "task": job.get("task", "?"),
+           "stage": "compile", "worker_pid": os.getpid()}
+    kernel, diags = load(job["ir"])
+    if kernel is None:
+        rec.update(status="fail", error_class="parse_error", diagnostics=[d.model_dump(exclude_none=True) for d in diags][:20],
+                   message="; ".join(d.short() for d in diags[:3]), node=diags[0].node if diags else None)
+        rec["wall_s"] = time.perf_counter() - t0
+        return rec
+    res = compile_kernel(kernel, verify_first=bool(job.get("verify", False)))
+    keep = [d for d in res.diagnostics if d.severity in ("error", "warning")]
+    rec["diagnostics"] = [d.model_dump(exclude_none=True) for d in keep][:20]
+    rec["compile"] = {"arch": res.arch, "registers": res.resources.get("registers"),
+                      "spill_bytes": res.resources.get("spill_store_bytes", 0) + res.resources.get("spill_load_bytes", 0),
+                      "stack_bytes": res.resources.get("stack_bytes", 0), "smem_bytes": res.smem_bytes,
+                      "cached": res.cached, "seconds": res.seconds, "kernel_name": res.kernel_name}
+    if res.ok:
+        rec["status"] = "ok"
+    else:
+        errs = [d for d in res.diagnostics if d.severity == "error"]
+        rec.update(status="fail", error_class="compile_error",
+                   message="; ".join(d.short() for d in errs[:3]) or "compile failed",
+                   node=errs[0].node if errs else None)
+    rec["wall_s"] = time.perf_counter() - t0
+    return rec
