@@ -28,7 +28,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 FIXTURES = ROOT / "rules" / "fixtures"
-TIMEOUT_S = 30
+TIMEOUT_S = 15
 
 
 def scalar_values(kernel) -> dict:
