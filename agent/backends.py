@@ -40,6 +40,7 @@ class LocalBackend:
         self._gpool = None
         self.busy = 0
         self.jobs = collections.Counter()
+        self.gpu_s = 0.0
 
     def _compile_pool(self):
         if self._cpool is None:
@@ -62,6 +63,8 @@ class LocalBackend:
                 d = rec.model_dump()
                 d["executor"] = f"{label}:{rec.gpu if rec.gpu is not None else 'cpu'}:{rec.worker_pid}"
                 self.jobs[label] += 1
+                if label == "gpu":
+                    self.gpu_s += float(rec.wall_s or 0.0)
                 on_result(idx, d)
         finally:
             self.busy = 0
@@ -76,7 +79,7 @@ class LocalBackend:
 
     def usage(self) -> dict:
         return {"kind": self.kind, "gpus": self.gpus, "compile_workers": self.compile_workers, "busy": self.busy,
-                "jobs": dict(self.jobs),
+                "jobs": dict(self.jobs), "gpu_s": self.gpu_s,
                 "restarts": (self._gpool.stats.get("restarts", 0) if self._gpool else 0)}
 
     def close(self) -> None:
@@ -122,9 +125,11 @@ class RayBackend:
                  dry_run: bool = False):
         import ray
         if not ray.is_initialized():
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, namespace="cake",
-                     include_dashboard=False) if address not in ("local",) else ray.init(
-                ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+            kw = {"ignore_reinit_error": True, "log_to_driver": False}
+            if address == "local":      # start a local Ray runtime in this process
+                ray.init(include_dashboard=False, **kw)
+            else:                       # connect to a running cluster ("auto" or host:port)
+                ray.init(address=address, **kw)
         self.ray = ray
         self.Actor = ray.remote(EvalActor)
         self.deadline_s = deadline_s
@@ -135,6 +140,7 @@ class RayBackend:
         self.busy = 0
         self.jobs = collections.Counter()
         self.restarts = 0
+        self.gpu_s = 0.0
 
     def _new(self, kind: str):
         opts = {"num_cpus": 1} if kind == "cpu" else {"num_gpus": 1, "num_cpus": 1}
@@ -170,6 +176,8 @@ class RayBackend:
                     self.restarts += 1
                 rec["executor"] = f"ray:{kind}:{rec.get('worker_pid')}"
                 self.jobs["ray"] += 1
+                if kind == "gpu":
+                    self.gpu_s += float(rec.get("wall_s") or 0.0)
                 free.append(slot)
                 on_result(idx, rec)
             now = time.monotonic()
@@ -196,7 +204,7 @@ class RayBackend:
 
     def usage(self) -> dict:
         return {"kind": self.kind, "gpus": self.gpus, "compile_workers": self.compile_workers, "busy": self.busy,
-                "jobs": dict(self.jobs), "restarts": self.restarts}
+                "jobs": dict(self.jobs), "restarts": self.restarts, "gpu_s": self.gpu_s}
 
     def close(self) -> None:
         for a in self.cpu + self.gpu:

@@ -120,7 +120,7 @@ def rate(row) -> str:
     return f"{2 * 2 * sh['M'] * n / s / 1e12:.2f} TB/s"
 
 
-def print_table(rows, sp, skipped):
+def print_table(rows, sp, skipped, dry_run=False):
     print(f"\n{'variant':36s} {'shape':16s} {'measured':>11s} {'rate':>14s} {'pred table':>11s} "
           f"{'pred cal':>11s} {'ok':>3s}")
     for r in sorted(rows, key=lambda r: (r["family"], shape_key(r["shapes"]), r.get("seconds") or 1e9)):
@@ -131,7 +131,8 @@ def print_table(rows, sp, skipped):
         print(f"{r['name']:36s} {shape_key(r['shapes']):16s} {ms:>11s} {rate(r):>14s} {pt:>11s} {pc:>11s} {ok:>3s}")
     for s in skipped:
         print(f"  skipped {s['name']}: {s['reason'][:110]}")
-    print(f"\nSpearman rank correlation, predicted vs measured time (target >= {TARGET}):")
+    print(f"\nSpearman rank correlation, predicted vs measured time (target >= {TARGET}):"
+          + ("\n  DRY RUN: 'measured' is the table prediction, so these are a self-check, not results" if dry_run else ""))
     for g, v in sp.items():
         def f(x):
             return "   -  " if x is None else f"{x:+.3f}"
@@ -174,7 +175,11 @@ def main(argv=None) -> int:
         from calibration.measure import InputCache, Timer, device_info, run_variant, versions
         from gpu_backend.timing import L2Flusher
 
-        dev = device_info(0)
+        try:
+            dev = device_info(0)
+        except Exception as e:  # noqa: BLE001
+            print(f"[rank] no usable CUDA device ({type(e).__name__}: {e}); use --dry-run on a CPU", file=sys.stderr)
+            return 2
         result.update({"gpu": dev["name"], "device": dev})
         reps = args.reps or (5 if args.quick else 20)
         timer = Timer(reps=reps, warmup=3 if not args.quick else 1, flusher=L2Flusher.for_device(0))
@@ -220,7 +225,7 @@ def main(argv=None) -> int:
         _write(out_path, result)
         if os.environ.get("OUT") and Path(os.environ["OUT"]).resolve() != out_path.parent.resolve():
             _write(Path(os.environ["OUT"]) / out_path.name, result)
-    print_table(rows, result["spearman"], skipped)
+    print_table(rows, result["spearman"], skipped, args.dry_run)
     print(f"\n{n_variants} variants ({len(rows)} rows), {len(skipped)} skipped; wall {result['wall_s']:.0f} s"
           + ("" if args.dry_run else f"; wrote {out_path}"))
     return 0

@@ -87,7 +87,12 @@ def main(argv=None) -> int:
     from .report import constants_table, micro_table, refine_table
     from .variants import refine_set
 
-    dev = device_info(0)
+    try:
+        dev = device_info(0)
+    except Exception as e:  # noqa: BLE001
+        print(f"[calibration] no usable CUDA device ({type(e).__name__}: {e}); run this on the GPU machine",
+              file=sys.stderr)
+        return 2
     gpu = (args.gpu or gpu_slug(dev["name"])).lower()
     arch = GPU_ARCH.get(gpu) or {(9, 0): "sm_90a", (8, 0): "sm_80", (8, 6): "sm_86", (8, 9): "sm_89"}.get(
         tuple(dev.get("cc", ())), "sm_90a")
@@ -128,6 +133,18 @@ def main(argv=None) -> int:
         if not context_ok:
             print("[calibration] CUDA context lost; remaining measurements skipped", flush=True)
             break
+
+    # Reference point (not CAKE IR, not fitted): the driver's device-to-device copy, same protocol.
+    if context_ok and (only is None or "hbm" in only):
+        try:
+            import gpu_backend.timing as GT
+            if hasattr(GT, "copy_ceiling_tbps"):
+                measured["reference"] = {"cuMemcpyDtoD_TBps": GT.copy_ceiling_tbps(1 << 30 if not args.quick else 1 << 28)}
+                print(f"  {'cuMemcpyDtoD (reference)':24s} {measured['reference']['cuMemcpyDtoD_TBps']:.3f} TB/s",
+                      flush=True)
+        except Exception as e:  # noqa: BLE001
+            measured["reference"] = {"error": f"{type(e).__name__}: {e}"}
+            context_ok = _context_usable()
 
     if context_ok and variants:
         inputs = InputCache()

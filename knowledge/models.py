@@ -74,6 +74,7 @@ class CandidateRow(SQLModel, table=True):
     status: str = "proposed"             # proposed | ok | failed
     stage: str = "propose"               # last stage reached
     predicted_s: Optional[float] = None  # cost model, bench shape
+    cost: Any = Field(default=None, sa_column=_json_col())      # cost-model summary (bound, DRAM bytes, ...)
     measured_s: Optional[float] = None   # median, bench shape
     created_at: _dt.datetime = Field(default_factory=now)
     updated_at: _dt.datetime = Field(default_factory=now)

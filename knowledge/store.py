@@ -109,7 +109,7 @@ class Store:
                                    params=cand.get("params"), proposer=cand.get("proposer", ""),
                                    strategy=cand.get("strategy", ""), recipe=cand.get("recipe"),
                                    iteration=int(cand.get("iteration", 0)), slot=int(cand.get("slot", 0)),
-                                   predicted_s=cand.get("predicted_s"))
+                                   predicted_s=cand.get("predicted_s"), cost=cand.get("cost"))
             row.status, row.stage = cand.get("status", row.status), cand.get("stage", row.stage)
             if cand.get("measured_s") is not None:
                 row.measured_s = cand["measured_s"]

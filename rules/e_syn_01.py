@@ -18,7 +18,7 @@ import itertools
 
 from cake_ir import expr as E
 from cake_ir.analysis import sync
-from cake_ir.nodes import Fence, If, MBarrier, MbarInit, NamedBarSync, NamedBarrier, SimpleSync
+from cake_ir.nodes import Fence, MBarrier, MbarInit, NamedBarSync, NamedBarrier, SimpleSync
 
 from ._syn_util import barrier_in_source, safe
 
@@ -76,8 +76,13 @@ def check(ctx):
                              "re-initialising a live barrier loses arrivals of the other roles",
                              related=[bpath])
             continue
-        prologue_inits.append(s)
         cnt = ks.count(s)
+        if cnt == 0:
+            yield ctx.report(s.path, f"no thread executes this mbar_init of {name!r} (its guards select no thread "
+                             "of the CTA), so the barrier stays uninitialised", legal=1,
+                             related=ks.thread_guards(s) + [bpath])
+            continue
+        prologue_inits.append(s)
         if cnt is not None and cnt > 1:
             sp = ks.space(None)
             fix = None

@@ -17,7 +17,6 @@ a stage still being read), and the surplus arrivals spill into the next phase, s
 out of step: wrong results, then a hang. A named barrier with the wrong thread count either hangs or
 releases before all participants arrived.
 """
-from cake_ir import expr as E
 from cake_ir.analysis import sync
 from cake_ir.nodes import CpAsyncArrive, MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, NamedBarSync, NamedBarrier
 

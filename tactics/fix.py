@@ -16,11 +16,21 @@ class VerifierFix(Tactic):
         return None if _fixes(g) else "no verifier diagnostic with a fix for this program"
 
     def choices(self, g: dict) -> list[dict]:
-        return [{"code": d["code"], "node": d.get("node"), "fix": d["fix"]} for d in _fixes(g)]
+        fixes = _fixes(g)
+        out = [{"code": d["code"], "node": d.get("node"), "fix": d["fix"]} for d in fixes]
+        if len(fixes) > 1:   # every suggested fix at once (distinct paths only)
+            seen, ops = set(), []
+            for d in fixes:
+                for op in d["fix"]:
+                    if op.get("path") not in seen:
+                        seen.add(op.get("path"))
+                        ops.append(op)
+            out.insert(0, {"code": "all", "node": None, "fix": ops})
+        return out
 
     def transform(self, ir: dict, params: dict, g: dict) -> dict:
         try:
-            return apply_patch(ir, params["fix"])
+            return apply_patch(ir, params["fix"], lenient_replace=True)
         except PatchError as e:
             raise TacticError(f"fix for {params.get('code')} at {params.get('node')}: {e}") from None
 

@@ -2,7 +2,8 @@
 
     doc2 = apply_patch(doc, [{"op": "replace", "path": "/launch/threads", "value": 128}])
 
-Operations: add, remove, replace, move, copy, test. The input is not modified. Any problem raises
+Operations: add, remove, replace, move, copy, test. The input is not modified. With
+`lenient_replace=True` a replace of an absent object member adds it (see apply_patch). Any problem raises
 PatchError naming the operation's index and pointer, e.g. `op 2 (replace /roles/0/warps): path not
 found: no member 'warps' at /roles/0` - the text an LLM repair turn gets verbatim.
 """
@@ -100,13 +101,15 @@ def _remove(doc, tokens):
     raise PatchError(f"cannot remove from {where}: it is a {type(parent).__name__}")
 
 
-def _replace(doc, tokens, value):
+def _replace(doc, tokens, value, lenient: bool = False):
     if not tokens:
         return value
     parent = _parent(doc, tokens)
     last, where = tokens[-1], _pointer_text(tokens[:-1]) or "/"
     if isinstance(parent, dict):
-        if last not in parent:
+        if last not in parent and lenient:
+            parent[last] = value
+        elif last not in parent:
             raise PatchError(f"path not found: no member {last!r} at {where} (use add to create it)")
         parent[last] = value
     elif isinstance(parent, list):
@@ -116,8 +119,12 @@ def _replace(doc, tokens, value):
     return doc
 
 
-def apply_patch(doc: Any, patch: Any) -> Any:
-    """Apply an RFC 6902 patch (a list of operation objects) to a copy of `doc`."""
+def apply_patch(doc: Any, patch: Any, lenient_replace: bool = False) -> Any:
+    """Apply an RFC 6902 patch (a list of operation objects) to a copy of `doc`.
+
+    lenient_replace: a `replace` of a member an object lacks acts as `add`. IR documents leave fields
+    at their schema defaults unwritten, and both verifier fixes and LLM replies "replace" such fields;
+    strict RFC 6902 would reject that."""
     if not isinstance(patch, list):
         raise PatchError(f"a JSON Patch is an array of operations, got {type(patch).__name__}")
     doc = copy.deepcopy(doc)
@@ -141,7 +148,7 @@ def apply_patch(doc: Any, patch: Any) -> Any:
             elif kind == "remove":
                 doc, _ = _remove(doc, tokens)
             elif kind == "replace":
-                doc = _replace(doc, tokens, copy.deepcopy(op["value"]))
+                doc = _replace(doc, tokens, copy.deepcopy(op["value"]), lenient_replace)
             elif kind == "move":
                 src = parse_pointer(op["from"])
                 if tokens[:len(src)] == src and len(tokens) > len(src):

@@ -68,7 +68,7 @@ def _model_work(m, rep):
         return t["smem_bytes"]
     if m.name == "simt_fmul":
         return 2 * t["simt_ops"]
-    if m.name == "sfu_rsqrt":
+    if m.name.startswith("sfu_"):
         return t["sfu_ops"]
     raise AssertionError(m.name)
 
@@ -434,6 +434,7 @@ def test_calibration_run_end_to_end_with_synthetic_measurements(tmp_path, monkey
     monkeypatch.setattr(M, "InputCache", FakeInputs)
     monkeypatch.setattr(M, "warm_compile_cache", lambda kernels, jobs=None: None)
     monkeypatch.setattr(T.L2Flusher, "for_device", classmethod(lambda cls, device=0: None))
+    monkeypatch.setattr(T, "copy_ceiling_tbps", lambda nbytes=0, device=0, reps=20: 4.2, raising=False)
     monkeypatch.delenv("OUT", raising=False)
     out = tmp_path / "h200.json"
     assert R.main(["--quick", "--out", str(out)]) == 0
@@ -442,6 +443,7 @@ def test_calibration_run_end_to_end_with_synthetic_measurements(tmp_path, monkey
     m = doc["measured"]
     assert m["device"]["name"] == "NVIDIA H200" and m["command"].startswith("python -m calibration.run")
     assert m["date"] and m["versions"]["numpy"]
+    assert m["reference"]["cuMemcpyDtoD_TBps"] == 4.2
     assert len(m["micro"]) == len(by_name) and len(m["refine_samples"]) >= 5
     spec = load_constants(str(out))
     for f in ("hbm_bw", "wgmma_flops", "mma_sync_flops", "launch_overhead_s", "tma_latency_s"):
@@ -450,6 +452,11 @@ def test_calibration_run_end_to_end_with_synthetic_measurements(tmp_path, monkey
     assert spec.l2_bytes == 62914560
     assert R.main(["--quick", "--out", str(out), "--no-refine"]) == 0
     assert json.loads(out.read_text())["version"] == 2
+    # Refit from the stored raw measurements, no GPU.
+    refit = tmp_path / "refit.json"
+    assert F.main(["--from", str(out), "--out", str(refit), "--no-refine"]) == 0
+    again = load_constants(str(refit))
+    assert again.hbm_bw == pytest.approx(spec.hbm_bw) and json.loads(refit.read_text())["version"] == 1
 
 
 def test_gpu_slug():
@@ -480,3 +487,285 @@ def test_rank_spearman_report():
     assert sp["softmax"]["table"] is None and sp["softmax"]["calibrated"] == pytest.approx(1.0)
     assert sp["softmax"]["n"] == 4
     assert sp["gemm@4096x4096x4096"]["n"] == 5 and sp["overall"]["n"] == 9
+
+
+# ------------------------------------------------------- measure.py plumbing with a fake device
+class _FakeArray:
+    """Host-memory stand-in for gpu_backend.memory.DeviceArray."""
+
+    _next = [1 << 20]
+
+    def __init__(self, shape, dtype):
+        from gpu_backend.memory import BITS_DTYPE
+        self.shape, self.dtype = tuple(int(s) for s in shape), dtype
+        self.bits = np.zeros(self.shape, BITS_DTYPE[dtype])
+        self.ptr = self._next[0]
+        self._next[0] += 1 << 20
+
+    @classmethod
+    def alloc(cls, shape, dtype):
+        return cls(shape, dtype)
+
+    @classmethod
+    def from_host(cls, values, dtype):
+        a = cls(np.shape(values), dtype)
+        a.upload(values)
+        return a
+
+    def upload(self, values):
+        from gpu_backend.memory import to_bits
+        self.bits[...] = to_bits(values, self.dtype).reshape(self.shape)
+
+    def upload_bits(self, bits):
+        self.bits[...] = bits
+
+    def download_bits(self):
+        return self.bits.copy()
+
+    def poison(self, stream=0):
+        from gpu_backend.memory import POISON_BITS
+        self.bits[...] = POISON_BITS[self.dtype]
+
+    def free(self):
+        pass
+
+
+def _fake_semantics(kernel, arrays):
+    """What the real kernel would compute, for the kernels the plumbing test launches."""
+    from gpu_backend.memory import bf16_bits_to_f32, f32_to_bf16_bits
+    name = kernel.name
+    if "copy" in name:
+        arrays["Y"].bits[...] = arrays["X"].bits
+    elif name.startswith("gemm"):
+        A = bf16_bits_to_f32(arrays["A"].bits).astype(np.float64)
+        B = bf16_bits_to_f32(arrays["B"].bits).astype(np.float64)
+        arrays["C"].bits[...] = f32_to_bf16_bits((A @ B.T).astype(np.float32))
+    elif name.startswith("softmax"):
+        x = bf16_bits_to_f32(arrays["X"].bits).astype(np.float64)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        arrays["Y"].bits[...] = f32_to_bf16_bits((e / e.sum(axis=1, keepdims=True)).astype(np.float32))
+    else:
+        for n, a in arrays.items():
+            if kernel.param(n).access != "read":
+                a.bits[...] = 0
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    import calibration.measure as M
+    import gpu_backend.memory as GM
+    import gpu_backend.runner as GR
+    import gpu_backend.timing as GT
+
+    launches = []
+
+    class FakeCK:
+        def __init__(self, kernel, result, device=0):
+            assert result.ok and kernel.arch == "sm_90a"
+            self.kernel = kernel
+
+        def prepare(self, tensors, scalars):
+            for p in self.kernel.params:           # every param must be supplied
+                assert p.name in tensors or p.name in scalars, p.name
+            return [1], 0, dict(tensors)
+
+        def launch_prepared(self, prepared, stream=0):
+            launches.append(self.kernel.name)
+            _fake_semantics(self.kernel, prepared[2])
+
+        def unload(self):
+            pass
+
+    def fake_time(launch, *, warmup=3, reps=20, flusher=None, before_each=None, stream=0):
+        for _ in range(warmup + reps):
+            if before_each:
+                before_each()
+            launch()
+        return GT.summarize([1.0] * reps, warmup, 0)
+
+    class FakeEvent:
+        def record(self, stream=0):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_ms(self, start):
+            return 0.5
+
+        def destroy(self):
+            pass
+
+    monkeypatch.setattr(GM, "DeviceArray", _FakeArray)
+    monkeypatch.setattr(GM, "synchronize", lambda call="": None)
+    monkeypatch.setattr(GR, "CompiledKernel", FakeCK)
+    monkeypatch.setattr(GT, "time_launches", fake_time)
+    monkeypatch.setattr(GT, "Event", FakeEvent)
+    monkeypatch.setattr(M, "wait_or_die", lambda *a, **k: None)
+    return launches
+
+
+def _small_copy(m):
+    """The same copy kernel on a few tiles (the registry's sizes are 256 MiB even with --quick)."""
+    from calibration.micro.base import TensorArg
+    from dataclasses import replace as dc_replace
+
+    br = m.kernel.consts["BR"]
+    G, T = 4, 4
+    rows = G * T * br
+    return dc_replace(m, shapes={"G": G, "T": T},
+                      tensors={"X": TensorArg((rows, 64), "bf16", "randn"), "Y": TensorArg((rows, 64), "bf16", "poison")})
+
+
+def test_run_micro_plumbing_on_a_fake_device(fake_device):
+    from calibration.measure import Timer, run_micro
+
+    by = {m.name: m for m in all_micros(4, quick=True)}
+    rec = run_micro(_small_copy(by["hbm_ldg_copy"]), Timer(reps=3, warmup=1))
+    assert rec["correct"] and rec["seconds"] == pytest.approx(1e-3), rec
+    assert any("bitwise equal" in c for c in rec["checks"])
+    rec = run_micro(by["tensor_wgmma"], Timer(reps=3, warmup=1))
+    assert rec["correct"] and any("fully written" in c for c in rec["checks"]), rec
+    rec = run_micro(by["launch_empty"], Timer(reps=3, warmup=1))
+    assert rec["correct"] and rec["back_to_back_s"] == pytest.approx(0.5e-3 / 200)
+    assert fake_device.count("launch_empty") == 1 + 4 + 200
+
+
+def test_run_micro_reports_a_broken_copy(fake_device, monkeypatch):
+    from calibration.measure import Timer, run_micro
+
+    monkeypatch.setitem(globals(), "_fake_semantics", lambda kernel, arrays: None)   # the "kernel" copies nothing
+    m = _small_copy({m.name: m for m in all_micros(4, quick=True)}["hbm_tma_copy"])
+    rec = run_micro(m, Timer(reps=2, warmup=0))
+    assert rec["correct"] is False and "differ" in rec["checks"][0], rec
+
+
+def test_run_variant_plumbing_on_a_fake_device(fake_device):
+    from calibration.measure import InputCache, Timer, run_variant
+    from calibration.variants import softmax_kernel
+    from cake_ir.compiler import compile_kernel
+    from tasks.gemm.programs import gemm_wgmma_sm90a
+
+    inputs = InputCache(softmax_rows=64)
+    timer = Timer(reps=2, warmup=1)
+    k = gemm_wgmma_sm90a(128, 256, 64, 4, 2)
+    shape = {"M": 256, "N": 256, "K": 256}
+    rec = run_variant("g", "gemm", k, compile_kernel(k), shape, inputs, timer)
+    assert rec["correct"] and rec["rel_rmse"] < 1e-2 and rec["seconds"] == pytest.approx(1e-3), rec
+    k = softmax_kernel(2048, 4, 4)
+    rec = run_variant("s", "softmax", k, compile_kernel(k), {"M": 256}, inputs, timer)
+    assert rec["correct"] and rec["rel_rmse"] < 1e-2, rec
+    assert len(inputs.sets) == 2
+    inputs.free()
+
+
+def test_rank_variants_main_with_synthetic_measurements(tmp_path, monkeypatch):
+    import importlib.util
+    import pathlib
+
+    import calibration.measure as M
+    import gpu_backend.timing as T
+
+    p = pathlib.Path(__file__).resolve().parent.parent / "bench" / "rank_variants.py"
+    spec = importlib.util.spec_from_file_location("rank_variants_main", p)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    truth = _truth()
+
+    def fake_variant(name, family, kernel, compiled, shape, inputs, timer, tol=1e-2, on_timeout=None):
+        return {"name": name, "family": family, "shapes": dict(shape), "correct": True, "rel_rmse": 1e-3,
+                "seconds": estimate(kernel, shape, truth).seconds * (1.1 if "mma" in name else 1.0)}
+
+    class FakeInputs:
+        def free(self):
+            pass
+
+    monkeypatch.setattr(M, "device_info", lambda ordinal=0: {"name": "NVIDIA H200", "sms": 132})
+    monkeypatch.setattr(M, "run_variant", fake_variant)
+    monkeypatch.setattr(M, "InputCache", FakeInputs)
+    monkeypatch.setattr(M, "warm_compile_cache", lambda kernels, jobs=None: None)
+    monkeypatch.setattr(T.L2Flusher, "for_device", classmethod(lambda cls, device=0: None))
+    monkeypatch.delenv("OUT", raising=False)
+    cal = tmp_path / "h200.json"
+    d = F.direct(_synth(MICROS, truth), BASE, sms=SMS)
+    F.write_json(cal, F.calibration_document(d.spec(BASE), sorted(d.values), "sm_90a", "h200", 1, {}))
+    out = tmp_path / "rank.json"
+    assert mod.main(["--quick", "--out", str(out), "--calibration", str(cal)]) == 0
+    doc = json.loads(out.read_text())
+    assert {"gpu", "versions", "command", "date", "rows", "spearman"} <= set(doc)
+    assert doc["gpu"] == "NVIDIA H200" and doc["variants"] >= 36
+    assert len(doc["rows"]) == doc["variants"]          # --quick: one GEMM shape
+    sp = doc["spearman"]
+    assert {"overall", "gemm", "softmax"} <= set(sp)
+    # measured = the truth spec's estimate: the calibrated predictions (same spec) rank GEMMs of one kind exactly
+    assert sp["gemm_wgmma"]["calibrated"] == pytest.approx(1.0)
+    assert sp["softmax"]["calibrated"] == pytest.approx(1.0)
+    assert all(r["pred_table_s"] > 0 and r["pred_calibrated_s"] > 0 for r in doc["rows"])
+
+
+def _stg_coverage(m):
+    """Which elements of each poisoned output the kernel's top-level stg statements write, evaluated
+    for every CTA and every executing warp / warpgroup / thread (the micro kernels store once, at the
+    end, outside loops)."""
+    from cake_ir import expr as E
+    from cake_ir.nodes import Access
+
+    k = m.kernel
+    grid = [E.evaluate(E.parse_index(g), dict(k.consts, **m.shapes)) for g in k.launch.grid]
+    cov = {n: np.zeros(ta.shape, bool) for n, ta in m.tensors.items() if ta.init == "poison"}
+    for role in k.roles:
+        for st in role.body:
+            if not (isinstance(st, Access) and st.op == "stg" and st.dst.buf in cov):
+                continue
+            reg = k.buffer(st.src.buf)
+            if reg.layout == "mma_acc":
+                units = [{"role_warp": w} for w in range(role.num_warps)]
+            elif reg.layout == "wgmma_acc":
+                units = [{"wg": g} for g in range(role.num_warps // 4)]
+            elif reg.layout == "row_major" and reg.scope == "thread":
+                units = [{"tid": t, "role_tid": t} for t in range(role.threads)]
+            elif reg.layout == "blocked" and reg.scope == "warp":
+                units = [{"role_warp": w} for w in range(role.num_warps)]
+            else:
+                units = [{}]
+            for b in range(grid[0]):
+                for u in units:
+                    env = dict(k.consts, **m.shapes, **u)
+                    env["bid.x"] = b
+                    off = [E.evaluate(E.parse_index(o), env) for o in st.dst.offset]
+                    sl = tuple(slice(o, o + s) for o, s in zip(off, st.dst.shape))
+                    cov[st.dst.buf][sl] = True
+    return cov
+
+
+@pytest.mark.parametrize("m", [m for m in all_micros(4, quick=True) if any(t.init == "poison" for t in m.tensors.values())],
+                         ids=lambda m: m.name)
+def test_micro_outputs_are_fully_written(m):
+    """run_micro checks every poisoned output is fully written on the GPU; make sure that holds by
+    construction (a partially written output would fail the run)."""
+    if m.check and m.check.startswith("copy:"):
+        pytest.skip("copies are checked bitwise against their input")
+    for name, c in _stg_coverage(m).items():
+        assert c.all(), f"{m.name}: {name} {int((~c).sum())} of {c.size} elements never written"
+
+
+@pytest.mark.parametrize("m", MICROS, ids=lambda m: m.name)
+def test_micro_launch_arguments_match_the_kernel(m):
+    """What run_micro hands the runner: every tensor and scalar param, buffer shapes equal to the
+    declared ones (gpu_backend.runner raises ShapeMismatch otherwise), a grid that evaluates."""
+    from cake_ir.nodes import ScalarParam, TensorParam
+    from gpu_backend.runner import spec_from_kernel
+
+    r = compile_kernel(m.kernel, arch="sm_90a")
+    spec = spec_from_kernel(m.kernel, r)
+    shapes = {n: list(t.shape) for n, t in m.tensors.items()}
+    assert spec.shape_problem(shapes, m.shapes) is None
+    assert {p.name for p in m.kernel.params if isinstance(p, TensorParam)} == set(m.tensors)
+    assert {p.name for p in m.kernel.params if isinstance(p, ScalarParam)} == set(m.shapes)
+    assert all(isinstance(v, int) for v in m.shapes.values())
+    grid = spec.grid_dims(m.shapes)
+    assert all(g >= 1 for g in grid)
+    for p in m.kernel.params:
+        if isinstance(p, ScalarParam):
+            v = m.shapes[p.name]
+            assert (p.min is None or v >= p.min) and v % p.divisible_by == 0, p.name

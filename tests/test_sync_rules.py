@@ -3,7 +3,6 @@ variants of the fixture kernels stay clean, one-bug variants trip the intended r
 repairs its failing fixture, and no rule raises on mangled kernels."""
 import copy
 import json
-import os
 import pathlib
 import time
 

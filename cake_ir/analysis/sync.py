@@ -15,10 +15,10 @@ Three layers, cheapest first:
    consumer's `k % S` compare equal with `expr.canon`. Used to group arrivals per phase and to match
    expect-tx bytes with the TMA copies of the same phase.
 
-3. **Protocol simulation** (`simulate`): every role (and the prologue) is interpreted as a process
-   over the expanded kernel with sampled sizes (integer params get values that make the
-   param-dependent loops run >= 2*stages+2 iterations; block index 0). mbarriers (phase, pending
-   arrivals, tx-count), named barriers/__syncthreads, cp.async / wgmma / TMA-store groups are modelled
+3. **Protocol simulation** (`KernelSync.sim()`, class `Simulator`): every role (and the prologue) is
+   interpreted as a process over the expanded kernel with sampled sizes (integer params get values
+   that make the param-dependent loops run >= stages+3 iterations, so every stage is reused; block
+   index 0). mbarriers (phase, pending arrivals, tx-count), named barriers/__syncthreads, cp.async / wgmma / TMA-store groups are modelled
    exactly; waits block until the phase they test completes (parity semantics of
    `mbarrier.try_wait.parity`). Roles run round-robin, each until it blocks; if none can progress the
    run is a deadlock. Every executed statement becomes a node of a happens-before DAG:
@@ -39,8 +39,6 @@ thread-dependent loop bounds, too many steps) the simulation is skipped and its 
 """
 from __future__ import annotations
 
-import itertools
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
@@ -643,7 +641,7 @@ def equal_on_samples(a: E.Node, b: E.Node, samples: list[dict]) -> Optional[bool
 
 # =============================================================================== simulation
 BLOCK = object()
-MAX_STEPS = 40000
+MAX_STEPS = 20000
 RACE_WINDOW = 48
 
 
@@ -816,6 +814,7 @@ class Simulator:
         self._tcache: dict = {}
         self._rcache: dict = {}
         self._wcache: dict = {}
+        self._pure_cache: dict = {}
 
     # ------------------------------------------------------------------ setup
     def _sizes(self) -> dict:
@@ -828,22 +827,20 @@ class Simulator:
             smax = max(smax, b.stages)
         for p in k.pipelines:
             smax = max(smax, p.stages)
-        target = max(6, 2 * smax + 2)
-        best = None
+        target = max(6, smax + 3)  # every stage reused at least once (wrap-around bugs show there)
+        best, best_key = None, None
         for j in range(4, 21):
             m = 1 << j
             env = self._base_env({p.name: _fit(p, m) for p in k.params
                                   if isinstance(p, ScalarParam) and p.dtype != "f32"})
             trips = self._param_trips(env)
-            if trips is None:
-                return env
             if not trips:
-                return env
-            if best is None:
-                best = env
+                return env  # no loop depends on the params
             if min(trips) >= target:
                 return env
-            best = env
+            key = (max(trips) <= 256, min(trips))
+            if best is None or key > best_key:
+                best, best_key = env, key
         return best
 
     def _base_env(self, params: dict) -> dict:
@@ -864,13 +861,16 @@ class Simulator:
         for s in self.ks.sites:
             if not isinstance(s.node, For):
                 continue
-            a = subst_lets(parse_i(s.node.start), s.lets)
-            b = subst_lets(parse_i(s.node.stop), s.lets)
+            a, b = parse_i(s.node.start), parse_i(s.node.stop)
+            if a is None or b is None:
+                continue
+            a, b = subst_lets(a, s.lets), subst_lets(b, s.lets)
             if not ((E.free_vars(a) | E.free_vars(b)) & pnames):
                 continue
             lenv = dict(env)
             for lp in s.loops:
-                v = E.try_const(subst_lets(parse_i(lp.start), s.lets), lenv)
+                st = parse_i(lp.start)
+                v = E.try_const(subst_lets(st, s.lets), lenv) if st is not None else None
                 lenv[lp.var] = v if isinstance(v, int) else 0
             va, vb = E.try_const(a, lenv), E.try_const(b, lenv)
             if isinstance(va, int) and isinstance(vb, int):
@@ -894,6 +894,9 @@ class Simulator:
         self.env0 = self._sizes()
         if self.env0 is None:
             return None
+        est = self._estimate(k.prologue, self.env0) + sum(self._estimate(r.body, self.env0) for r in k.roles)
+        if est > MAX_STEPS:
+            return None  # too large to unroll: the simulation-based rules stay silent
         # processes: prologue (all CTA threads) then one per role
         pro_sp = self.ks.space(None)
         pro_masks = [pro_sp.to_int(m) for s in self.ks.sites if s.role is None
@@ -1096,19 +1099,20 @@ class Simulator:
         if r is not None:
             return r
         slots = frozenset(int(x) for x in np.unique(slot)) if isinstance(slot, np.ndarray) else frozenset([int(slot)])
-        warps_exec = p.sp.gwarp[p.sp.to_arr(mask)]
         if any(isinstance(v, np.ndarray) for v in vals) and local:
-            region = {}
-            for w in wset:
-                sel = warps_exec == w
-                reg = []
-                for v, sh in zip(vals, shape):
-                    if isinstance(v, np.ndarray):
-                        vv = v[sel]
-                        reg.append((int(vv.min()), int(vv.max()) + sh))
-                    else:
-                        reg.append((int(v), int(v) + sh))
-                region[w] = tuple(reg)
+            warps_exec = p.sp.gwarp[p.sp.to_arr(mask)]          # ascending: each warp's threads are contiguous
+            starts = np.flatnonzero(np.diff(warps_exec)) + 1
+            starts = np.concatenate(([0], starts))
+            wids = [int(w) for w in warps_exec[starts]]
+            cols = []
+            for v, sh in zip(vals, shape):
+                if isinstance(v, np.ndarray):
+                    lo = np.minimum.reduceat(v, starts).tolist()
+                    hi = np.maximum.reduceat(v, starts).tolist()
+                    cols.append([(a, b + sh) for a, b in zip(lo, hi)])
+                else:
+                    cols.append([(int(v), int(v) + sh)] * len(wids))
+            region = {w: tuple(c[i] for c in cols) for i, w in enumerate(wids)}
         else:
             reg = []
             for v, sh in zip(vals, shape):
@@ -1181,6 +1185,8 @@ class Simulator:
         if isinstance(st, For):
             a = self._uval(path, "start", st.start, env, tl)
             b = self._uval(path, "stop", st.stop, env, tl)
+            if self._pure(st):
+                b = min(b, a + st.step)  # register-only loop: one iteration shows its effect
             for v in range(a, b, st.step):
                 self._step()
                 env2 = env.copy()
@@ -1213,6 +1219,65 @@ class Simulator:
             yield from self._barsync(p, st, path, env, tl, mask)
             return
         self._op(p, st, path, env, tl, mask)
+
+    _IMPURE = (MbarWait, MbarArrive, MbarExpectTx, CpAsyncArrive, NamedBarSync, SimpleSync, WaitGroup, Fence,
+               Copy, Wgmma, MbarInit, PipeOp)
+
+    def _pure(self, st) -> bool:
+        """A loop whose body touches only registers (no smem, no synchronisation)."""
+        r = self._pure_cache.get(id(st))
+        if r is None:
+            r = self._pure_cache[id(st)] = self._pure_body(st.body)
+        return r
+
+    def _pure_body(self, body) -> bool:
+        for st in body:
+            if isinstance(st, self._IMPURE):
+                return False
+            if isinstance(st, (For, Block)):
+                if not self._pure_body(st.body):
+                    return False
+            elif isinstance(st, If):
+                if not (self._pure_body(st.then) and self._pure_body(st.else_)):
+                    return False
+            elif isinstance(st, (Access, Fill, Map, Reduce, Scan)):
+                if any(self._is_smem(ref) for ref, _ in smem_refs(st)):
+                    return False
+                if isinstance(st, Map):
+                    try:
+                        names = E.free_vars(E.parse_value(st.expr))
+                    except E.ExprError:
+                        return False
+                    if names & self._smem:
+                        return False
+        return True
+
+    def _estimate(self, body, env, depth=0) -> float:
+        """Rough number of statement executions (loop bounds at the sampled sizes)."""
+        total = 0.0
+        env = dict(env)
+        for st in body:
+            total += 1
+            if isinstance(st, Let):
+                node = parse_i(st.value)
+                v = E.try_const(node, env) if node is not None else None
+                if isinstance(v, int):
+                    env[st.name] = v
+            elif isinstance(st, For):
+                a, b = E.try_const(parse_i(st.start) or E.Num(0), env), E.try_const(parse_i(st.stop) or E.Num(0), env)
+                trips = max(0, -(-(b - a) // st.step)) if isinstance(a, int) and isinstance(b, int) else 1
+                if self._pure(st):
+                    trips = min(trips, 1)
+                e2 = dict(env)
+                e2[st.var] = a if isinstance(a, int) else 0
+                total += trips * (1 + self._estimate(st.body, e2, depth + 1))
+            elif isinstance(st, If):
+                total += self._estimate(st.then, env, depth + 1) + self._estimate(st.else_, env, depth + 1)
+            elif isinstance(st, Block):
+                total += self._estimate(st.body, env, depth + 1)
+            if total > MAX_STEPS:
+                return total
+        return total
 
     def _fork(self, gens):
         alive = list(gens)
@@ -1329,13 +1394,14 @@ class Simulator:
     # ---- everything that does not block
     def _op(self, p: _Proc, st, path, env, tl, mask):
         k = self.k
-        cnt = mask.bit_count()
         if isinstance(st, Copy):
             src_smem, dst_smem = self._is_smem(st.src), self._is_smem(st.dst)
             if st.kind == "tma_load":
                 n, cls = self._node(p, mask, path)
                 comp = self.g.add([n], path)
-                self._acc(st.dst, True, "tma", n, comp, p, mask, path, env, tl, fld="dst")
+                a = self._acc(st.dst, True, "tma", n, comp, p, mask, path, env, tl, fld="dst")
+                if a is not None and st.barrier is not None:
+                    a.info["barrier"] = st.barrier.name
                 if st.barrier is not None:
                     nbytes = tile_bytes_of_tma(k, st) or 0
                     for sub, mb, _ in self._mbars(st.barrier, env, tl, p, mask, path):
@@ -1590,7 +1656,6 @@ class Simulator:
 
     # ------------------------------------------------------------------ race analysis
     def _analyse(self):
-        g = self.g
         by_buf: dict = {}
         for a in self.accs:
             by_buf.setdefault(a.buf, []).append(a)
@@ -1777,6 +1842,11 @@ class Simulator:
 
     def _barrier_hint(self, a1: Acc, a2: Acc) -> list:
         out = []
+        for a in (a1, a2):
+            name = a.info.get("barrier")
+            bi = next((i for i, b in enumerate(self.k.barriers) if b.name == name), None) if name else None
+            if bi is not None:
+                out.append(f"/barriers/{bi}")
         p = self.procs[a2.proc]
         for n, path, name in reversed(p.waits):
             if n < a2.start:
@@ -1841,7 +1911,7 @@ def _overlap(a1: Acc, a2: Acc) -> tuple[bool, bool]:
         return True, not single
     r1 = a1.region if isinstance(a1.region, dict) else {w: a1.region for w in a1.warps}
     r2 = a2.region if isinstance(a2.region, dict) else {w: a2.region for w in a2.warps}
-    ov = xw = False
+    ov = False
     for w1, x in r1.items():
         for w2, y in r2.items():
             if _ov(x, y):

@@ -8,8 +8,8 @@
 - lat_cp_async_cold / lat_cp_async_warm: 4 warps; per iteration one cp.async of a 32x64 bf16 tile
   (4 KiB, 16-byte chunks, two per thread), commit, wait_group 0.
 - lat_ldg_cold: 4 warps; per iteration one ldg of a 32x64 bf16 tile into registers added into an
-  accumulator, in a loop that is not unrolled (in-order issue: the next load waits for the add,
-  which waits for the load). The cost model charges ldg streams cp_async_latency_s; informational.
+  accumulator, in a loop kept rolled (`unroll: 1` -> #pragma unroll 1; in-order issue: the next
+  load waits for the add, which waits for the load). The cost model charges ldg streams cp_async_latency_s; informational.
 - sync_mbarrier_pingpong: warp 0 arrives on `ping` and waits on `pong`; warp 1 waits on `ping` and
   arrives on `pong`. One iteration is one round trip.
 
@@ -87,7 +87,7 @@ def ldg_latency(name: str, br: int = 32, tiles: int = 1, warps: int = 4):
     idx = "0" if tiles == 1 else "(i % W) * BR"
     with kb.role("main", warps=(0, warps)) as r:
         r.fill("acc", 0.0)
-        with r.for_("i", 0, "J", id="loop"):
+        with r.for_("i", 0, "J", unroll=1, id="loop"):     # '#pragma unroll 1': no overlap across iterations
             r.ldg(tile("X", [idx, 0], [br, COLS]), tile("x"), vec_bytes=16, id="ldg")
             r.map("acc", "acc + x")
         r.stg(tile("acc"), tile("Y", [0, 0], [br, COLS]), vec_bytes=16)

@@ -2,8 +2,8 @@
 
 - smem_lds_wide: 8 warps lds a 64x128 f32 tile (16-byte vectors, row-contiguous: conflict-free)
   from alternating halves of a 128x128 buffer and add it into a register accumulator; one stg at
-  the end keeps it live. The row offset depends on the loop variable, so the compiler cannot hoist
-  the loads out of the loop.
+  the end keeps it live. The row offset depends on the loop variable and the loop is kept rolled
+  (`unroll: 1`), so the compiler cannot hoist the loads out of the loop.
 - smem_sts_wide: the same tile stored (sts) J times to alternating halves; read back once at the end.
 - smem_lds_col_pad{0,1} / smem_lds_col_swz128: every warp reads one column of a 32x32 f32 buffer
   per lds (lane i reads row i: 4-byte accesses 128 bytes apart). pad 0: all lanes hit one bank
@@ -39,7 +39,9 @@ def lds_wide(name: str = "smem_lds_wide", store: bool = False, warps: int = 8):
         r.sts(tile("x"), tile("s", [ROWS, 0], [ROWS, COLS_F32]), vec_bytes=16)
         r.fill("acc", 0.0)
         r.sync("syncthreads")
-        with r.for_("j", 0, "J", id="loop"):
+        # '#pragma unroll 1': unrolled by 2 the two halves' addresses would be loop-invariant and the
+        # compiler could hoist the loads (or sink the stores) out of the loop.
+        with r.for_("j", 0, "J", unroll=1, id="loop"):
             if store:
                 r.sts(tile("x"), tile("s", ["(j % 2) * R", 0], [ROWS, COLS_F32]), vec_bytes=16, id="sts")
             else:
@@ -59,7 +61,7 @@ def lds_column(name: str, layout: str = "row_major", pad: int = 0, warps: int = 
     kb.const(U=unroll)
     kb.scalar("G", min=1)
     kb.scalar("J", min=1)
-    kb.tensor("Y", "f32", ["G * 32", 32 * warps], access="write")
+    kb.tensor("Y", "f32", ["G * 32", warps], access="write")
     kb.buffer("s", "smem", "f32", [32, 32], layout=layout, pad=pad if layout == "row_major" else None)
     kb.buffer("init", "reg", "f32", [32, 32], layout="blocked", vec=4, scope="cta")
     kb.buffer("x", "reg", "f32", [32, 1], layout="blocked", vec=1, scope="warp")
@@ -69,11 +71,11 @@ def lds_column(name: str, layout: str = "row_major", pad: int = 0, warps: int = 
         r.sts(tile("init"), tile("s"), vec_bytes=4)
         r.fill("acc", 0.0)
         r.sync("syncthreads")
-        with r.for_("j", 0, "J", id="loop"):
+        with r.for_("j", 0, "J", unroll=1, id="loop"):     # kept rolled: see lds_wide
             with r.for_("u", 0, "U", unroll=True):
                 r.lds(tile("s", [0, "(j * U + u + role_warp) % 32"], [32, 1]), tile("x"), vec_bytes=4, id="lds")
                 r.map("acc", "acc + x")
-        r.stg(tile("acc"), tile("Y", ["bid.x * 32", "role_warp * 32"], [32, 1]), vec_bytes=4)
+        r.stg(tile("acc"), tile("Y", ["bid.x * 32", "role_warp"], [32, 1]), vec_bytes=4)
     return kb.build()
 
 
@@ -106,7 +108,7 @@ def micros(sms: int, quick: bool = False) -> list[Micro]:
         work = 1.0 * G * warps * J * U * 32 * 4      # lds bytes as the cost model counts them
         out.append(Micro(
             name, "smem", lds_column(name, layout, pad, warps, U), {"G": G, "J": J},
-            {"Y": TensorArg((G * 32, 32 * warps), "f32", "poison")},
+            {"Y": TensorArg((G * 32, warps), "f32", "poison")},
             "rate_per_sm" if pad == 1 else "info", ("smem_bw_per_sm",) if pad == 1 else (), work=work,
             unit="B/s/SM", primary=False, flush_l2=False,
             allowed_warnings=frozenset({"W-PERF-01", "W-PERF-02"}),

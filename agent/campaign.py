@@ -1,0 +1,156 @@
+"""Running and resuming a campaign: the checkpointed graph, the DB rows, and what is left at the end
+(summary table, library export, HTML report).
+
+A run is a LangGraph thread (thread_id = run id) checkpointed by SqliteSaver in
+CAKE_HOME/checkpoints.sqlite with durability "sync" (each node's checkpoint is on disk before the
+next node starts). `resume(run_id)` reads the run's config back from its last checkpoint and calls
+`invoke(None, ...)`, which re-runs the interrupted node from its start; nodes reuse the evaluations
+the killed process already stored (agent/graph.py), so nothing is lost or done twice.
+"""
+from __future__ import annotations
+
+import datetime
+import sqlite3
+import sys
+import traceback
+from typing import Optional
+
+from . import config as C
+
+
+class CampaignError(RuntimeError):
+    pass
+
+
+def _spec(target: str):
+    from cake_ir import arch as A
+    from cake_ir.cost import load_constants
+    try:
+        return load_constants(target)
+    except Exception:  # noqa: BLE001 - an unknown target falls back to the Hopper table
+        return A.spec("sm_90a")
+
+
+def _saver():
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    conn = sqlite3.connect(str(C.checkpoint_path()), check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    saver = SqliteSaver(conn)
+    saver.setup()
+    return saver, conn
+
+
+def _thread(run_id: str, cfg: Optional[C.RunConfig] = None) -> dict:
+    limit = 10 * (cfg.max_candidates + 20) * 8 if cfg else 100000
+    return {"configurable": {"thread_id": run_id}, "recursion_limit": max(1000, limit)}
+
+
+def checkpoint_values(run_id: str) -> Optional[dict]:
+    saver, conn = _saver()
+    try:
+        tup = saver.get_tuple({"configurable": {"thread_id": run_id}})
+        return None if tup is None else dict(tup.checkpoint.get("channel_values") or {})
+    finally:
+        conn.close()
+
+
+def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Optional[dict] = None) -> dict:
+    from knowledge.store import Store
+    from tasks.registry import get
+
+    from .backends import make_backend
+    from .graph import Runtime, build_graph, initial_state
+    from .progress import Progress
+
+    progress = progress or Progress()
+    saver, conn = _saver()
+    store = Store()
+    backend = None
+    run_id = cfg.run_id
+    try:
+        tup = saver.get_tuple({"configurable": {"thread_id": run_id}})
+        if resume:
+            if tup is None:
+                raise CampaignError(f"no checkpoint for run {run_id!r} in {C.checkpoint_path()}")
+            values = dict(tup.checkpoint.get("channel_values") or {})
+            cfg = C.RunConfig.from_dict({**values["run"], **(overrides or {})})
+            elapsed0 = float(values.get("elapsed_s") or 0.0)
+        else:
+            if tup is not None:
+                raise CampaignError(f"run {run_id!r} already exists; continue it with --resume {run_id}")
+            elapsed0 = 0.0
+        entry = get(cfg.task)
+        spec = _spec(cfg.target)
+        if not resume:
+            store.create_run(run_id, cfg.task, task_description=entry.description, proposer=cfg.proposer,
+                             model=cfg.model, dry_run=cfg.dry_run, config=cfg.to_dict())
+        else:
+            store.update_run(run_id, status="running", finished_at=None)
+        backend = make_backend(cfg)
+        rt = Runtime(cfg, entry, store, backend, progress, spec, elapsed0=elapsed0)
+        graph = build_graph(rt).compile(checkpointer=saver)
+        thread = _thread(run_id, cfg)
+        mode = "dry run: verify + compile + cost model, nothing measured" if cfg.dry_run else \
+            f"GPUs {cfg.gpus} ({backend.kind})"
+        progress.event(f"[{run_id}] {'resuming' if resume else 'starting'}: task {cfg.task}, strategies "
+                       f"{'+'.join(cfg.strategies)}, max {cfg.max_candidates} candidates, {mode}")
+        if resume:
+            snap = graph.get_state(thread)
+            if snap.next:
+                graph.invoke(None, thread, durability="sync")
+            else:
+                progress.event(f"[{run_id}] the run had already finished")
+        else:
+            graph.invoke(initial_state(cfg), thread, durability="sync")
+        final = dict(graph.get_state(thread).values)
+        return finish(cfg, entry, store, final, spec, progress)
+    except KeyboardInterrupt:
+        store.update_run(run_id, status="interrupted")
+        progress.event(f"[{run_id}] interrupted; continue with: python -m agent.run --resume {run_id}")
+        raise
+    except CampaignError:
+        raise
+    except Exception:
+        store.update_run(run_id, status="failed")
+        progress.event(f"[{run_id}] failed:\n{traceback.format_exc()}\ncontinue with: python -m agent.run --resume {run_id}")
+        raise
+    finally:
+        if backend is not None:
+            backend.close()
+        progress.close()
+        conn.close()
+
+
+def finish(cfg, entry, store, state: dict, spec, progress) -> dict:
+    from . import library, report
+    from .graph import _summary
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    store.update_run(cfg.run_id, status="finished", stop_reason=state.get("stop"), finished_at=now,
+                     best_hash=(state.get("best") or {}).get("hash"), summary=_summary(state))
+    lib = library.export_best(entry, store, state, cfg, C.library_root())
+    rpath = C.reports_dir() / f"{cfg.run_id}.html"
+    report.write_report(rpath, cfg=cfg, entry=entry, state=state, store=store, spec=spec)
+    cands = store.candidates(cfg.run_id)
+    evs = store.evaluations(cfg.run_id)
+    comp = {(e.candidate_id, "compile"): (e.metrics or {}) for e in evs if e.stage == "compile"}
+    rows = report.summary_rows(cands, comp, (state.get("best") or {}).get("hash"))
+    lines = ["", f"== run {cfg.run_id}: {state.get('stop') or 'stopped'}",
+             f"   {state.get('n_proposed', 0)} candidates; "
+             + progress.funnel_text({"funnel": state.get("funnel"), "dry_run": cfg.dry_run}),
+             "   " + progress.fail_text({"failures_by_code": state.get("failures_by_code")}, 8),
+             "   " + progress.best_text({"best": state.get("best")}),
+             ""]
+    if cfg.dry_run:
+        lines.insert(2, "   DRY RUN: times are cost-model predictions (unmeasured)")
+    lines.append(report.text_table(rows) if rows else "   (no candidate passed)")
+    lines += ["", f"   library: {lib.get('path', '-')} ({lib.get('reason')})" + ("" if lib.get("written") else " [not written]"),
+              f"   report:  {rpath}", f"   resume:  python -m agent.run --resume {cfg.run_id}", ""]
+    progress.event("\n".join(lines))
+    return {"run_id": cfg.run_id, "state": state, "library": lib, "report": str(rpath), "rows": rows}
+
+
+def list_runs(out=sys.stdout) -> None:
+    from knowledge.store import Store
+    for r in Store().runs():
+        out.write(f"{r.id}  {r.status:<11} {r.proposer:<12} best {r.best_hash or '-'}  {r.stop_reason or ''}\n")

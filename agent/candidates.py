@@ -1,0 +1,74 @@
+"""Candidates as plain JSON (graph state), and the cost-model pre-ranking every proposer shares."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class ProposeContext:
+    rng: random.Random
+    seen: set
+    notes: list
+    iteration: int
+    entry: Any                    # tasks.registry.TaskEntry
+    spec: Any                     # cake_ir.arch.ArchSpec used by the cost model
+    shape: dict                   # the bench shape the cost model and the profile stage use
+    dry_run: bool
+    cfg: Any = None               # agent.config.RunConfig
+    extra: dict = field(default_factory=dict)
+
+
+def cost_summary(kernel, ctx: ProposeContext) -> dict:
+    from cake_ir.cost import estimate
+    try:
+        rep = estimate(kernel, ctx.shape, ctx.spec)
+    except Exception as e:  # noqa: BLE001 - estimate never should, but ranking must not crash
+        return {"seconds": None, "error": f"{type(e).__name__}: {e}"[:200]}
+    return {"seconds": rep.seconds, "bound": rep.bound, "binding_path": rep.binding_path,
+            "dram_bytes": rep.dram_bytes, "efficiency": rep.efficiency, "roofline_s": rep.roofline_s,
+            "flops": rep.totals.get("flops"), "blocks_per_sm": rep.blocks_per_sm, "waves": rep.waves,
+            "smem_bytes": rep.smem_bytes,
+            # a ranking hint only (the verifier judges): does the shared memory fit a block at all?
+            "fits": rep.smem_bytes <= getattr(ctx.spec, "smem_per_block_max", rep.smem_bytes)}
+
+
+def make_candidate(genome: dict, ctx: ProposeContext, *, strategy: str, proposer: str, tactic: Optional[str],
+                   params: Optional[dict] = None, parent: Optional[dict] = None) -> tuple[Optional[dict], Optional[list]]:
+    """(candidate, None) or (None, schema diagnostics) when the IR does not load."""
+    from cake_ir.io import ir_hash, load, to_dict
+    kernel, diags = load(genome["ir"])
+    if kernel is None:
+        return None, [d.model_dump(exclude_none=True) for d in diags]
+    cost = cost_summary(kernel, ctx)
+    cand = {
+        "hash": ir_hash(kernel), "name": kernel.name, "ir": to_dict(kernel), "recipe": genome.get("recipe"),
+        "parent": parent["hash"] if parent else None, "parent_name": parent.get("name") if parent else None,
+        "parent_score": parent.get("score") if parent else None,
+        "tactic": tactic, "params": params or {}, "strategy": strategy, "proposer": proposer,
+        "iteration": ctx.iteration, "slot": 0, "predicted_s": cost.get("seconds"), "cost": cost,
+        "status": "alive", "stage": "propose", "fail": None, "diagnostics": [], "score_s": None, "measured": False,
+    }
+    if genome.get("dropped"):
+        cand["dropped_steps"] = genome["dropped"]
+    return cand, None
+
+
+def prerank(pool: list[dict], n: int, rng: random.Random, explore: float = 0.25) -> list[dict]:
+    """The n best by predicted time (programs whose shared memory cannot fit a block last), with about
+    `explore` of the slots given to random others (the cost model is a guide, not the judge)."""
+    if len(pool) <= n:
+        return sorted(pool, key=_pred)
+    ranked = sorted(pool, key=_pred)
+    k_explore = int(n * explore) if n >= 2 else (1 if rng.random() < explore else 0)
+    picked = ranked[: n - k_explore]
+    rest = ranked[n - k_explore:]
+    picked += rng.sample(rest, k_explore)
+    return picked
+
+
+def _pred(c: dict) -> tuple:
+    p = c.get("predicted_s")
+    fits = (c.get("cost") or {}).get("fits", True)
+    return (0 if fits else 1, p if p is not None else float("inf"))

@@ -1,0 +1,557 @@
+"""The agent loop as a LangGraph StateGraph:
+
+    propose -> verify -> compile -> test -> profile -> reflect -> (propose | END)
+                 |          |         |                   ^
+                 +----------+---------+---- failure ------+
+
+A step works on a *batch* of candidates (one per evaluation worker, `--batch`). Each stage runs on
+the candidates still alive; a candidate that fails is marked with its stage, code, node and
+diagnostics; when no candidate is left alive the graph goes straight to reflect. In a dry run
+compile goes to reflect (test and profile need a GPU): candidates are ranked by the cost model and
+labelled unmeasured.
+
+State is plain JSON (see `initial_state`) and is checkpointed by the SQLite saver after every node.
+Every node writes what it learned to the knowledge DB before returning, keyed so that a node that
+re-runs after a crash (kill -9 included) reuses the stored results instead of redoing or duplicating
+them; the search proposer is deterministic for a given (run seed, iteration), so a re-run propose
+makes the same batch.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import copy
+import json
+import os
+import random
+import signal
+import time
+import zlib
+from typing import Any, Optional, TypedDict
+
+from .candidates import ProposeContext, make_candidate
+from .strategies import add_note, allocate, better, conclusion, new_strategy_state, observe
+
+STAGES = ("verify", "compile", "test", "profile")
+MAX_EMPTY_ITERATIONS = 3
+
+
+class AgentState(TypedDict, total=False):
+    run: dict                 # RunConfig as a dict
+    iteration: int            # -1 before the seeds
+    batch: list               # candidates of the current step
+    proposer_failures: list   # replies that never became programs (this step)
+    seen: list                # IR hashes proposed so far
+    n_proposed: int
+    n_evaluated: int
+    strategies: dict          # per strategy: population, bandit arms, plateau, budget use
+    notes: list               # shared conclusions
+    best: dict                # the best candidate so far (summary)
+    seed_best_s: Optional[float]
+    baseline: dict            # name -> {"status", "ms", ...}
+    funnel: dict              # candidates that passed each stage
+    failures_by_code: dict
+    history: list             # best-so-far over time
+    events: list              # plateau shifts, budget stops, ...
+    elapsed_s: float
+    empty_iterations: int
+    stop: Optional[str]
+
+
+def initial_state(cfg) -> dict:
+    return {"run": cfg.to_dict(), "iteration": -1, "batch": [], "proposer_failures": [], "seen": [],
+            "n_proposed": 0, "n_evaluated": 0,
+            "strategies": {n: {**new_strategy_state(n, "llm" if n == "llm" else "search"),
+                               "weight": round(1.0 / len(cfg.strategies), 4)} for n in cfg.strategies},
+            "notes": [], "best": {}, "seed_best_s": None, "baseline": {}, "funnel": {"proposed": 0},
+            "failures_by_code": {}, "history": [], "events": [], "elapsed_s": 0.0, "empty_iterations": 0,
+            "stop": None}
+
+
+def _rng(seed: int, iteration: int, name: str) -> random.Random:
+    return random.Random(zlib.crc32(f"{seed}:{iteration}:{name}".encode()))
+
+
+class Runtime:
+    """What the nodes need besides the state (not checkpointed): config, task, DB, backend, display."""
+
+    def __init__(self, cfg, entry, store, backend, progress, spec, elapsed0: float = 0.0):
+        self.cfg, self.entry, self.store, self.backend, self.progress, self.spec = cfg, entry, store, backend, progress, spec
+        self.t0, self.elapsed0 = time.monotonic(), elapsed0
+        self.strategies = {}
+        for n in cfg.strategies:
+            if n == "llm":
+                from .llm import LLMStrategy
+                self.strategies[n] = LLMStrategy(n)
+            else:
+                from .search import SearchStrategy
+                self.strategies[n] = SearchStrategy(n, n)
+        self.shape = entry.bench_shape
+        self._fault = self._parse_fault(os.environ.get("CAKE_FAULT_AFTER"))
+        self._records: dict = {}
+
+    # ---- test hook: CAKE_FAULT_AFTER=<stage>:<n> kills this process (SIGKILL) right after the n-th
+    # evaluation of that stage is stored, i.e. in the middle of a node, before its checkpoint.
+    @staticmethod
+    def _parse_fault(v: Optional[str]):
+        if not v:
+            return None
+        stage, _, n = v.partition(":")
+        return stage, int(n or 1)
+
+    def stored(self, stage: str) -> None:
+        self._records[stage] = self._records.get(stage, 0) + 1
+        if self._fault and self._fault[0] == stage and self._records[stage] >= self._fault[1]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def elapsed(self) -> float:
+        return self.elapsed0 + (time.monotonic() - self.t0)
+
+    def ctx(self, state: dict, iteration: int, name: str) -> ProposeContext:
+        return ProposeContext(rng=_rng(self.cfg.seed, iteration, name), seen=set(state.get("seen", [])),
+                              notes=list(state.get("notes", [])), iteration=iteration, entry=self.entry,
+                              spec=self.spec, shape=self.shape, dry_run=self.cfg.dry_run, cfg=self.cfg)
+
+    def show(self, state: dict, node: Optional[str] = None) -> None:
+        snap = {"run": self.cfg.run_id, "task": self.cfg.task, "iteration": state.get("iteration", 0),
+                "n_proposed": state.get("n_proposed", 0), "max": self.cfg.max_candidates,
+                "funnel": state.get("funnel", {}), "failures_by_code": state.get("failures_by_code", {}),
+                "best": state.get("best", {}), "strategies": state.get("strategies", {}),
+                "workers": self.backend.usage() if self.backend else {}, "dry_run": self.cfg.dry_run,
+                "elapsed_s": self.elapsed(), "node": node}
+        self.progress.update(snap)
+
+
+# ------------------------------------------------------------------------------ helpers
+def _alive(batch: list) -> list:
+    return [c for c in batch if c.get("status") == "alive"]
+
+
+def _fail(c: dict, stage: str, code: str, node: Optional[str], message: str) -> None:
+    c["status"], c["stage"] = "failed", stage
+    c["fail"] = {"stage": stage, "code": code, "node": node, "message": (message or "")[:2000]}
+
+
+def _db_cand(c: dict) -> dict:
+    """The candidate fields the DB keeps (the IR once, at verify)."""
+    keys = ("hash", "name", "ir", "parent", "tactic", "params", "proposer", "strategy", "recipe", "iteration",
+            "slot", "predicted_s", "cost", "status", "stage")
+    d = {k: c.get(k) for k in keys}
+    if c.get("measured"):
+        d["measured_s"] = c.get("score_s")
+    if d["status"] == "alive":
+        d["status"] = "running"
+    return d
+
+
+def _reuse(rt: Runtime, c: dict, stage: str) -> Optional[dict]:
+    row = rt.store.stage_result(rt.cfg.run_id, c["hash"], stage)
+    return row.result if row is not None and row.result is not None else None
+
+
+# ------------------------------------------------------------------------------ nodes
+def make_nodes(rt: Runtime) -> dict:
+    cfg = rt.cfg
+
+    def stop_reason(state: dict) -> Optional[str]:
+        if state.get("stop"):
+            return state["stop"]
+        if state.get("n_proposed", 0) >= cfg.max_candidates:
+            return f"max candidates reached ({cfg.max_candidates})"
+        if cfg.budget_s is not None and rt.elapsed() >= cfg.budget_s:
+            return f"time budget reached ({cfg.budget_s / 60:g} min)"
+        if state.get("iteration", -1) >= 0:
+            sts = state.get("strategies", {})
+            if sts and not any(s.get("active", True) for s in sts.values()):
+                return "; ".join(f"{n}: {s.get('inactive_reason')}" for n, s in sts.items())
+        if state.get("empty_iterations", 0) >= MAX_EMPTY_ITERATIONS:
+            return "no new candidates (search space exhausted for the active strategies)"
+        return None
+
+    # -------------------------------------------------------------------- propose
+    def propose(state: dict) -> dict:
+        why = stop_reason(state)
+        if why:
+            return {"stop": why, "batch": [], "proposer_failures": [], "elapsed_s": rt.elapsed()}
+        it = state["iteration"] + 1
+        left = cfg.max_candidates - state["n_proposed"]
+        strategies = copy.deepcopy(state["strategies"])
+        cands, pfails, events = [], [], []
+        if it == 0:
+            ctx = rt.ctx(state, it, "seed")
+            for g in rt.entry.seed_genomes():
+                if len(cands) >= left:
+                    break
+                c, diags = make_candidate(g, ctx, strategy="seed", proposer="seed", tactic="seed",
+                                          params={"seed": g["name"]})
+                if c is None:
+                    pfails.append({"stage": "propose", "strategy": "seed", "code": "E-SEED-SCHEMA",
+                                   "message": f"seed {g['name']} does not load: {diags}"[:1000]})
+                elif c["hash"] not in {x["hash"] for x in cands}:
+                    cands.append(c)
+        else:
+            alloc = allocate(strategies, min(cfg.batch, left), cfg.plateau)
+            jobs = {n: k for n, k in alloc.items() if k > 0 and strategies[n].get("active", True)}
+            results: dict[str, Any] = {}
+            if len(jobs) > 1:
+                with cf.ThreadPoolExecutor(max_workers=len(jobs)) as ex:
+                    futs = {n: ex.submit(rt.strategies[n].propose, strategies[n], k, rt.ctx(state, it, n))
+                            for n, k in jobs.items()}
+                    results = {n: f.result() for n, f in futs.items()}
+            else:
+                results = {n: rt.strategies[n].propose(strategies[n], k, rt.ctx(state, it, n)) for n, k in jobs.items()}
+            hashes = set()
+            for n in sorted(results):
+                cs, fs = results[n]
+                strategies[n]["proposed"] = strategies[n].get("proposed", 0) + len(cs)
+                for c in cs:
+                    if c["hash"] not in hashes:
+                        hashes.add(c["hash"])
+                        cands.append(c)
+                pfails.extend(fs)
+                if not strategies[n].get("active", True) and state["strategies"][n].get("active", True):
+                    events.append(f"{n} stopped: {strategies[n].get('inactive_reason')}")
+        for i, c in enumerate(cands):
+            c["slot"], c["iteration"], c["id"] = i, it, f"{it}.{i}"
+        for i, f in enumerate(pfails):
+            f["key"] = f"propose:{it}:{f.get('strategy')}:{i}"
+        empty = 0 if (cands or pfails) else state.get("empty_iterations", 0) + 1
+        for e in events:
+            rt.progress.event(f"[{cfg.run_id}] {e}")
+        return {"iteration": it, "batch": cands, "proposer_failures": pfails,
+                "seen": state["seen"] + [c["hash"] for c in cands], "n_proposed": state["n_proposed"] + len(cands),
+                "strategies": strategies, "empty_iterations": empty, "events": (state.get("events", []) + events)[-50:],
+                "funnel": {**state["funnel"], "proposed": state["funnel"].get("proposed", 0) + len(cands)},
+                "elapsed_s": rt.elapsed()}
+
+    # -------------------------------------------------------------------- verify
+    def verify(state: dict) -> dict:
+        from cake_ir.io import load
+        from cake_ir.verifier import verify as run_verify
+        batch = copy.deepcopy(state["batch"])
+        for c in _alive(batch):
+            result = _reuse(rt, c, "verify")
+            if result is None:
+                t0 = time.perf_counter()
+                kernel, diags = load(c["ir"])
+                if kernel is not None:
+                    diags = run_verify(kernel).diagnostics
+                errs = [d for d in diags if d.severity == "error"]
+                warns = [d for d in diags if d.severity == "warning"]
+                result = {"ok": not errs, "seconds": time.perf_counter() - t0,
+                          "diagnostics": [d.model_dump(exclude_none=True) for d in (errs + warns)[:12]],
+                          "n_errors": len(errs), "n_warnings": len(warns)}
+                _apply_verify(c, result)
+                rt.store.record_stage(cfg.run_id, _db_cand(c), "verify", "ok" if result["ok"] else "fail",
+                                      error_class=None if result["ok"] else "verify_error",
+                                      metrics={"errors": len(errs), "warnings": len(warns)}, result=result,
+                                      seconds=result["seconds"], executor="local",
+                                      failures=[{"code": d.code, "node": d.node, "message": d.message} for d in errs[:10]])
+                rt.stored("verify")
+            else:
+                _apply_verify(c, result)
+        rt.show({**state, "batch": batch}, "verify")
+        return {"batch": batch, "elapsed_s": rt.elapsed()}
+
+    # -------------------------------------------------------------------- compile
+    def compile_(state: dict) -> dict:
+        batch = copy.deepcopy(state["batch"])
+        todo = []
+        for c in _alive(batch):
+            result = _reuse(rt, c, "compile")
+            if result is None:
+                todo.append(c)
+            else:
+                _apply_compile(c, result, cfg.dry_run)
+        jobs = [{"ir": c["ir"], "name": c["id"], "task": cfg.task, "hash": c["hash"]} for c in todo]
+
+        def done(idx: int, rec: dict) -> None:
+            c = todo[idx]
+            result = {"ok": rec.get("status") == "ok", "status": rec.get("status"), "error_class": rec.get("error_class"),
+                      "message": rec.get("message", "")[:2000], "node": rec.get("node"),
+                      "diagnostics": (rec.get("diagnostics") or [])[:12], "compile": rec.get("compile") or {},
+                      "executor": rec.get("executor"), "seconds": rec.get("wall_s", 0.0)}
+            _apply_compile(c, result, cfg.dry_run)
+            errs = [d for d in result["diagnostics"] if d.get("severity", "error") == "error"]
+            fails = [{"code": d.get("code"), "node": d.get("node"), "message": d.get("message")} for d in errs[:10]]
+            if not result["ok"] and not fails:
+                fails = [{"code": (result.get("error_class") or "compile_error"), "node": result.get("node"),
+                          "message": result.get("message")}]
+            rt.store.record_stage(cfg.run_id, _db_cand(c), "compile", result["status"] or "error",
+                                  error_class=result.get("error_class"), metrics=result["compile"], result=result,
+                                  seconds=result["seconds"], executor=result.get("executor"), failures=fails)
+            rt.stored("compile")
+            rt.show({**state, "batch": batch}, "compile")
+
+        rt.backend.compile(jobs, done)
+        return {"batch": batch, "elapsed_s": rt.elapsed()}
+
+    # -------------------------------------------------------------------- test / profile (GPU)
+    def _gpu_stage(state: dict, stage: str) -> dict:
+        batch = copy.deepcopy(state["batch"])
+        extra: dict = {}
+        if stage == "profile" and not state.get("baseline"):
+            extra["baseline"] = _baselines(rt)
+        baseline = extra.get("baseline", state.get("baseline", {}))
+        todo = []
+        for c in _alive(batch):
+            result = _reuse(rt, c, stage)
+            if result is None:
+                todo.append(c)
+            else:
+                _apply_gpu(c, stage, result)
+        jobs = []
+        for c in todo:
+            job = {"candidate": json.dumps(c["ir"]), "task": cfg.task, "name": c["id"],
+                   "seed": zlib.crc32(f"{cfg.seed}:{c['hash']}:{stage}".encode()) & 0x7FFFFFFF,
+                   "deadline_s": cfg.deadline_s}
+            if stage == "test":
+                job.update(profile=False, reruns=1)
+            else:  # a quick re-test on the smallest shape, then timing on the bench shapes
+                job.update(profile=True, reruns=0, shapes=[min(rt.entry.task.shapes, key=lambda s: sum(s.values()))])
+            jobs.append(job)
+
+        def done(idx: int, rec: dict) -> None:
+            c = todo[idx]
+            result = _gpu_result(rt, stage, rec, baseline, c)
+            _apply_gpu(c, stage, result)
+            fails = [] if result["ok"] else [{"code": result.get("error_class") or result.get("status") or "error",
+                                              "node": result.get("node"), "message": result.get("message")}]
+            rt.store.record_stage(cfg.run_id, _db_cand(c), stage, result.get("status") or "error",
+                                  error_class=result.get("error_class"), metrics=result.get("metrics"),
+                                  timings=result.get("timings"), result=result, seconds=result.get("seconds", 0.0),
+                                  executor=result.get("executor"), failures=fails)
+            rt.stored(stage)
+            rt.show({**state, "batch": batch}, stage)
+
+        rt.backend.evaluate(jobs, done)
+        return {"batch": batch, "elapsed_s": rt.elapsed(), **extra}
+
+    def test(state: dict) -> dict:
+        return _gpu_stage(state, "test")
+
+    def profile(state: dict) -> dict:
+        return _gpu_stage(state, "profile")
+
+    # -------------------------------------------------------------------- reflect
+    def reflect(state: dict) -> dict:
+        strategies = copy.deepcopy(state["strategies"])
+        notes = list(state.get("notes", []))
+        funnel = dict(state.get("funnel", {}))
+        fbc = dict(state.get("failures_by_code", {}))
+        best = dict(state.get("best") or {})
+        history = list(state.get("history", []))
+        events = []
+        seed_best = state.get("seed_best_s")
+        measured = not cfg.dry_run
+        for c in state["batch"]:
+            if c.get("status") == "alive":   # a dry run ends at compile
+                c = {**c, "status": "ok"}
+            for s in STAGES:
+                if _passed(c, s):
+                    funnel[s] = funnel.get(s, 0) + 1
+            if c["status"] == "failed":
+                code = (c.get("fail") or {}).get("code") or "?"
+                fbc[code] = fbc.get(code, 0) + 1
+            if c.get("strategy") == "seed":
+                if c["status"] == "ok":
+                    if better(c.get("score_s"), seed_best):
+                        seed_best = c["score_s"]
+                    from .strategies import add_member, member_of
+                    for st in strategies.values():
+                        add_member(st, member_of(c))
+                        if better(c.get("score_s"), st.get("best_s")):
+                            st["best_s"], st["best_hash"] = c["score_s"], c["hash"]
+            elif c.get("strategy") in strategies:
+                st = strategies[c["strategy"]]
+                events += observe(st, c, cfg.plateau)
+                if c["status"] == "failed" and c.get("strategy") == "llm":
+                    from .llm import remember_failure
+                    remember_failure(st, c)
+                notes = add_note(notes, conclusion(c, measured))
+            if c["status"] == "ok" and better(c.get("score_s"), best.get("score_s")):
+                best = {"hash": c["hash"], "name": c.get("name"), "score_s": c["score_s"], "measured": measured,
+                        "strategy": c.get("strategy"), "tactic": c.get("tactic"), "params": c.get("params"),
+                        "predicted_s": c.get("predicted_s"), "iteration": c.get("iteration"),
+                        "profile": c.get("profile"), "cost": c.get("cost")}
+                history.append({"n": state.get("n_evaluated", 0) + 1, "t": rt.elapsed(), "best_s": c["score_s"],
+                                "hash": c["hash"]})
+        for f in state.get("proposer_failures", []):
+            fbc[f["code"]] = fbc.get(f["code"], 0) + 1
+            rt.store.add_failure(cfg.run_id, f["key"], "propose", f["code"], f.get("message", ""),
+                                 strategy=f.get("strategy"))
+        # speedup of the best: vs the measured baseline, else vs the best seed (same measure)
+        if best:
+            base = _baseline_ms(state.get("baseline", {}))
+            if measured and base:
+                best["speedup"], best["speedup_vs"] = base[1] * 1e-3 / best["score_s"], base[0]
+            elif seed_best:
+                best["speedup"] = seed_best / best["score_s"]
+                best["speedup_vs"] = "best seed" + ("" if measured else " (predicted)")
+        n_eval = state.get("n_evaluated", 0) + len(state["batch"])
+        out = {"batch": [], "proposer_failures": [], "strategies": strategies, "notes": notes, "funnel": funnel,
+               "failures_by_code": fbc, "best": best, "history": history, "seed_best_s": seed_best,
+               "n_evaluated": n_eval, "events": (state.get("events", []) + events)[-50:], "elapsed_s": rt.elapsed()}
+        for e in events:
+            rt.progress.event(f"[{cfg.run_id}] {e}")
+        nxt = {**state, **out}
+        why = stop_reason(nxt)
+        out["stop"] = why
+        rt.store.update_run(cfg.run_id, best_hash=best.get("hash"), summary=_summary(nxt))
+        rt.show(nxt, "reflect")
+        return out
+
+    return {"propose": propose, "verify": verify, "compile": compile_, "test": test, "profile": profile,
+            "reflect": reflect, "stop_reason": stop_reason}
+
+
+def _passed(c: dict, stage: str) -> bool:
+    return stage in c.get("passed", [])
+
+
+def _apply_verify(c: dict, result: dict) -> None:
+    c["stage"] = "verify"
+    c["diagnostics"] = result.get("diagnostics", [])
+    if result["ok"]:
+        c.setdefault("passed", []).append("verify")
+    else:
+        d = next((d for d in c["diagnostics"] if d.get("severity", "error") == "error"), {})
+        _fail(c, "verify", d.get("code", "E-VERIFY"), d.get("node"), d.get("message", "verification failed"))
+
+
+def _apply_compile(c: dict, result: dict, dry_run: bool) -> None:
+    c["stage"] = "compile"
+    c["compile"] = result.get("compile") or {}
+    if result.get("diagnostics"):
+        c["diagnostics"] = result["diagnostics"]
+    if result["ok"]:
+        c.setdefault("passed", []).append("compile")
+        if dry_run:
+            c["status"], c["score_s"], c["measured"] = "ok", c.get("predicted_s"), False
+    else:
+        errs = [d for d in result.get("diagnostics") or [] if d.get("severity", "error") == "error"]
+        d = errs[0] if errs else {}
+        _fail(c, "compile", d.get("code") or result.get("error_class") or "compile_error",
+              d.get("node") or result.get("node"), d.get("message") or result.get("message", ""))
+
+
+def _apply_gpu(c: dict, stage: str, result: dict) -> None:
+    c["stage"] = stage
+    c[stage] = {k: v for k, v in result.items() if k not in ("timings",)}
+    if result["ok"]:
+        c.setdefault("passed", []).append(stage)
+        if stage == "profile":
+            c["status"], c["score_s"], c["measured"] = "ok", result["metrics"]["seconds"], True
+    else:
+        _fail(c, stage, result.get("error_class") or result.get("status") or "error", result.get("node"),
+              result.get("message", ""))
+
+
+def _gpu_result(rt: Runtime, stage: str, rec: dict, baseline: dict, c: dict) -> dict:
+    from cake_ir.cost import roofline_floor
+    ok = rec.get("status") == "ok"
+    result = {"ok": ok, "status": rec.get("status"), "error_class": rec.get("error_class"),
+              "message": (rec.get("message") or "")[:2000], "node": rec.get("node"), "executor": rec.get("executor"),
+              "device": rec.get("device"), "seconds": rec.get("wall_s", 0.0), "max_rel_rmse": rec.get("max_rel_rmse"),
+              "seed": rec.get("seed"), "timings": rec.get("timings") or [],
+              "shapes": [{k: s.get(k) for k in ("shape", "run", "ok", "rel_rmse", "error_class")} for s in rec.get("shapes") or []][:12]}
+    metrics: dict = {"max_rel_rmse": rec.get("max_rel_rmse")}
+    if stage == "profile" and ok:
+        tm = next((t for t in result["timings"] if t.get("shape") == rt.shape), (result["timings"] or [None])[0])
+        if tm is None:
+            result.update(ok=False, status="error", error_class="no_timing", message="the profile record has no timing")
+        else:
+            sec = tm["ms_median"] * 1e-3
+            t = rt.entry.task
+            floor = roofline_floor(t.flops(rt.shape), t.bytes(rt.shape), rt.spec)
+            metrics.update(seconds=sec, ms_median=tm["ms_median"], ms_min=tm.get("ms_min"), ms_max=tm.get("ms_max"),
+                           tflops=tm.get("tflops"), tbps=tm.get("tbps"), roofline_frac=floor / sec if sec > 0 else None,
+                           residual=(sec / c["predicted_s"]) if c.get("predicted_s") else None,
+                           speedup={n: b["ms"] / tm["ms_median"] for n, b in baseline.items()
+                                    if b.get("status") == "ok" and b.get("ms")})
+    result["metrics"] = metrics
+    return result
+
+
+def _baselines(rt: Runtime) -> dict:
+    """Time the task's baselines once per run (on the GPU workers); {} entries say why not."""
+    out: dict = {}
+    bl = rt.entry.baselines
+    if not bl:
+        return {"_none": {"status": "none", "message": "the task declares no baselines"}}
+    jobs = [{"baseline": b["name"], "call": b["call"], "task": rt.cfg.task, "shape": rt.shape,
+             "seed": zlib.crc32(f"{rt.cfg.seed}:baseline:{b['name']}".encode()) & 0x7FFFFFFF,
+             "deadline_s": rt.cfg.deadline_s} for b in bl]
+
+    def done(idx: int, rec: dict) -> None:
+        tm = (rec.get("timings") or [None])[0]
+        out[bl[idx]["name"]] = {"status": rec.get("status"), "ms": tm["ms_median"] if tm else None,
+                                "device": rec.get("device"), "message": (rec.get("message") or "")[:300],
+                                "error_class": rec.get("error_class")}
+
+    try:
+        rt.backend.evaluate(jobs, done)
+    except Exception as e:  # noqa: BLE001 - no baseline is not a reason to stop the run
+        out["_error"] = {"status": "error", "message": f"{type(e).__name__}: {e}"[:300]}
+    for n, b in out.items():
+        if b.get("status") == "ok":
+            rt.progress.event(f"[{rt.cfg.run_id}] baseline {n}: {b['ms']:.4f} ms on {b.get('device')}")
+        else:
+            rt.progress.event(f"[{rt.cfg.run_id}] baseline {n}: not timed ({b.get('error_class') or b.get('status')}: "
+                              f"{b.get('message', '')[:120]})")
+    return out
+
+
+def _baseline_ms(baseline: dict) -> Optional[tuple[str, float]]:
+    ok = [(n, b["ms"]) for n, b in baseline.items() if b.get("status") == "ok" and b.get("ms")]
+    return min(ok, key=lambda x: x[1]) if ok else None
+
+
+def _summary(state: dict) -> dict:
+    return {"iteration": state.get("iteration"), "n_proposed": state.get("n_proposed"),
+            "n_evaluated": state.get("n_evaluated"), "funnel": state.get("funnel"),
+            "failures_by_code": state.get("failures_by_code"), "best": state.get("best"),
+            "baseline": state.get("baseline"), "elapsed_s": state.get("elapsed_s"),
+            "strategies": {n: {k: s.get(k) for k in ("evaluated", "ok", "improved", "best_s", "plateau", "active",
+                                                     "inactive_reason", "weight", "tokens", "cost_usd", "calls",
+                                                     "proposer_failures")}
+                           for n, s in (state.get("strategies") or {}).items()}}
+
+
+# ------------------------------------------------------------------------------ the graph
+def build_graph(rt: Runtime):
+    from langgraph.graph import END, START, StateGraph
+
+    nodes = make_nodes(rt)
+    g = StateGraph(AgentState)
+    for name in ("propose", "verify", "compile", "test", "profile", "reflect"):
+        g.add_node(name, nodes[name])
+    g.add_edge(START, "propose")
+
+    def after_propose(state: dict) -> str:
+        if state.get("stop"):
+            return END
+        if _alive(state.get("batch", [])):
+            return "verify"
+        return "reflect" if state.get("proposer_failures") else "propose"
+
+    def after_verify(state: dict) -> str:
+        return "compile" if _alive(state["batch"]) else "reflect"
+
+    def after_compile(state: dict) -> str:
+        if rt.cfg.dry_run or not _alive(state["batch"]):
+            return "reflect"
+        return "test"
+
+    def after_test(state: dict) -> str:
+        return "profile" if _alive(state["batch"]) else "reflect"
+
+    def after_reflect(state: dict) -> str:
+        return END if state.get("stop") else "propose"
+
+    g.add_conditional_edges("propose", after_propose, ["verify", "reflect", "propose", END])
+    g.add_conditional_edges("verify", after_verify, ["compile", "reflect"])
+    g.add_conditional_edges("compile", after_compile, ["test", "reflect"])
+    g.add_conditional_edges("test", after_test, ["profile", "reflect"])
+    g.add_edge("profile", "reflect")
+    g.add_conditional_edges("reflect", after_reflect, ["propose", END])
+    return g

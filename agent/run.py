@@ -1,0 +1,144 @@
+"""python -m agent.run: run (or resume) an agent campaign on one task.
+
+    python -m agent.run --list-tasks
+    python -m agent.run --task gemm --dry-run --max-candidates 30          # offline: no GPU, no LLM
+    python -m agent.run --task softmax --gpus 0,1 --budget-minutes 30      # measured on two GPUs
+    python -m agent.run --task gemm --proposer search,llm --model openai/gpt-4.1 --token-budget 200000
+    python -m agent.run --resume gemm-20261130-101500-1a2b                  # continue a killed run
+
+Exit status: 0 finished, 1 error, 2 bad usage, 130 interrupted. Everything heavy is imported after
+the arguments are parsed, so --help is instant. docs/agent.md describes the harness.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m agent.run",
+                                description="Run the CAKE agent loop (propose -> verify -> compile -> test -> profile "
+                                            "-> reflect) on a task; checkpointed and resumable.")
+    p.add_argument("--task", help="task name (see --list-tasks)")
+    p.add_argument("--proposer", default="search",
+                   help="search (default: bandit + evolve strategies), llm, or a comma list of strategies run "
+                        "side by side, e.g. search,llm or bandit,llm")
+    p.add_argument("--model", help="litellm model for the llm proposer, provider/name (keys from the environment)")
+    p.add_argument("--api-base", help="base URL of an OpenAI-compatible server (or CAKE_LLM_API_BASE)")
+    p.add_argument("--budget-minutes", type=float, help="stop after this much run time")
+    p.add_argument("--max-candidates", type=int, default=100, help="stop after this many candidates (default 100)")
+    p.add_argument("--gpus", help="GPU ids for evaluation workers, e.g. 0,1 (default: every local GPU)")
+    p.add_argument("--resume", metavar="RUN", help="continue the run RUN from its last checkpoint")
+    p.add_argument("--dry-run", action="store_true",
+                   help="no GPU: verify, compile and rank by the cost model (results labelled unmeasured)")
+    p.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
+    p.add_argument("--list-runs", action="store_true", help="list the runs in the knowledge DB and exit")
+    g = p.add_argument_group("more options")
+    g.add_argument("--batch", type=int, help="candidates per step (default: 2, or the number of GPUs if more)")
+    g.add_argument("--seed", type=int, default=0, help="random seed of the search (default 0)")
+    g.add_argument("--target", default="h200",
+                   help="GPU whose constants the cost model uses (calibration/data/<target>.json; default h200)")
+    g.add_argument("--token-budget", type=int, help="LLM tokens (prompt + completion) the run may spend")
+    g.add_argument("--cost-budget", type=float, help="LLM cost in USD the run may spend (where litellm knows prices)")
+    g.add_argument("--context-tokens", type=int, default=12000, help="prompt size budget (default 12000)")
+    g.add_argument("--plateau", type=int, default=8,
+                   help="candidates without improvement after which a strategy's share drops (default 8)")
+    g.add_argument("--ray-address", help="run evaluation workers as Ray actors on this cluster ('auto', host:port, "
+                                         "or 'local' to start one); needs the ray extra")
+    g.add_argument("--compile-workers", type=int, help="parallel NVRTC compile workers (default: min(4, CPUs))")
+    g.add_argument("--deadline", type=float, default=300.0, help="seconds per evaluation job before the watchdog kills it")
+    g.add_argument("--run-id", help="name for a new run (default <task>-<date>-<time>-<hex>)")
+    g.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    g.add_argument("--quiet", action="store_true", help="no progress output (the summary still prints)")
+    return p
+
+
+def list_tasks(out=sys.stdout) -> int:
+    from tasks.registry import discover
+    for name, e in discover().items():
+        if not e.runnable:
+            out.write(f"{name:<10} (not runnable yet: {e.problem})\n")
+            continue
+        i = e.info()
+        out.write(f"{name:<10} {i['description']}\n")
+        out.write(f"{'':<10} timed shape {i['bench_shapes']}; test shapes {len(i['shapes'])}; "
+                  f"tolerance rel RMSE {i['tolerance']['rel_rmse']}"
+                  + (f", max-abs {i['tolerance']['max_abs']}" if i['tolerance']['max_abs'] is not None else "") + "\n")
+        out.write(f"{'':<10} seeds {', '.join(i['seeds'])}; baselines {', '.join(i['baselines']) or '-'}\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    from . import config as C
+    C.setup_environment()
+    if args.list_tasks:
+        return list_tasks()
+    if args.list_runs:
+        from .campaign import list_runs
+        list_runs()
+        return 0
+    if not args.task and not args.resume:
+        parser().print_usage(sys.stderr)
+        sys.stderr.write("error: --task NAME (or --resume RUN, --list-tasks) is required\n")
+        return 2
+
+    from .progress import Progress
+    progress = Progress(tty=False if args.plain else None, quiet=args.quiet)
+    from .campaign import CampaignError, run
+
+    overrides = {}
+    if args.resume:
+        if args.gpus is not None:
+            overrides["gpus"] = [int(x) for x in args.gpus.split(",") if x.strip()]
+        if args.ray_address:
+            overrides["ray_address"] = args.ray_address
+        if args.compile_workers:
+            overrides["compile_workers"] = args.compile_workers
+        cfg = C.RunConfig(run_id=args.resume, task=args.task or "?")
+    else:
+        try:
+            strategies = C.expand_proposer(args.proposer)
+        except ValueError as e:
+            sys.stderr.write(f"error: {e}\n")
+            return 2
+        if "llm" in strategies and not args.model:
+            sys.stderr.write("error: the llm proposer needs --model provider/name\n")
+            return 2
+        from tasks.registry import discover
+        tasks = discover()
+        if args.task not in tasks or not tasks[args.task].runnable:
+            known = ", ".join(n for n, e in tasks.items() if e.runnable)
+            sys.stderr.write(f"error: unknown task {args.task!r}; runnable tasks: {known}\n")
+            return 2
+        from .backends import gpu_list
+        gpus = [] if args.dry_run else gpu_list(args.gpus)
+        if not args.dry_run and not gpus and not args.ray_address:
+            sys.stderr.write("error: no GPU found for evaluation workers; pass --gpus, --ray-address, or use --dry-run "
+                             "(verify + compile + cost model, unmeasured)\n")
+            return 2
+        cw = args.compile_workers or max(1, min(4, os.cpu_count() or 1))
+        cfg = C.RunConfig(run_id=args.run_id or C.new_run_id(args.task), task=args.task, proposer=args.proposer,
+                          strategies=strategies, model=args.model, api_base=args.api_base, dry_run=args.dry_run,
+                          max_candidates=args.max_candidates,
+                          budget_s=args.budget_minutes * 60 if args.budget_minutes is not None else None,
+                          gpus=gpus, batch=args.batch or max(2, len(gpus)), seed=args.seed, target=args.target,
+                          token_budget=args.token_budget, cost_budget=args.cost_budget,
+                          context_tokens=args.context_tokens, plateau=args.plateau, ray_address=args.ray_address,
+                          compile_workers=cw, deadline_s=args.deadline)
+    try:
+        run(cfg, resume=bool(args.resume), progress=progress, overrides=overrides)
+    except CampaignError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - the traceback was shown by the campaign
+        sys.stderr.write(f"error: {type(e).__name__}: {e}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The search proposer: tactics applied to seed programs and the best candidates so far.
+
+Two strategies share this code and differ in how they pick what to try next:
+
+- bandit: UCB1 over tactic names (reward 1 when the child beats its parent, 0.25 when it works but is
+  slower, 0 when it fails), applied to the strategy's best candidate (60 %) or another population
+  member; other strategies' notes count as half-weight pseudo-observations.
+- evolve: tournament selection (size 3) over the strategy's population, a random applicable tactic
+  (avoiding tactic+params that other strategies' notes report as failing on the same family), and
+  crossover (25 %) of two members of the same seed family (parameters mixed, IR steps merged).
+
+Both also repair: a candidate that failed verification with a diagnostic carrying a JSON-Patch fix is
+retried through the `verifier_fix` tactic. Each step draws several times more children than it needs,
+drops those whose IR hash was seen before, and keeps the best by the cost model's prediction (plus a
+random quarter, so the model's blind spots still get measured).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Optional
+
+from .candidates import ProposeContext, make_candidate, prerank
+from .strategies import better
+
+OVERSAMPLE = 4
+UCB_C = 0.8
+NOTE_WEIGHT = 0.5
+CROSSOVER_P = 0.25
+REPAIR_P = 0.15
+
+
+class SearchStrategy:
+    proposer = "search"
+
+    def __init__(self, name: str, mode: str):
+        self.name, self.mode = name, mode
+
+    # ------------------------------------------------------------------ proposing
+    def propose(self, st: dict, n: int, ctx: ProposeContext) -> tuple[list[dict], list[dict]]:
+        from tactics import load_tactics
+        from tactics.base import TacticError
+        tactics = {t.name: t for t in load_tactics()}
+        pool, hashes = [], set()
+        attempts, limit = 0, 40 * n + 40
+        while len(pool) < n * OVERSAMPLE and attempts < limit and (st["pop"] or st["repair"]):
+            attempts += 1
+            pick = self._pick(st, tactics, ctx)
+            if pick is None:
+                continue
+            parent, tname, params, genome_fn = pick
+            try:
+                genome = genome_fn()
+            except TacticError:
+                continue
+            except Exception:  # noqa: BLE001 - a broken tactic must not stop the search
+                continue
+            cand, _ = make_candidate(genome, ctx, strategy=self.name, proposer=self.proposer, tactic=tname,
+                                     params=params, parent=parent)
+            if cand is None or cand["hash"] in ctx.seen or cand["hash"] in hashes:
+                continue
+            hashes.add(cand["hash"])
+            pool.append(cand)
+        if not pool:
+            st["exhausted"] = st.get("exhausted", 0) + 1
+        else:
+            st["exhausted"] = 0
+        return prerank(pool, n, ctx.rng), []
+
+    def _pick(self, st: dict, tactics: dict, ctx: ProposeContext):
+        rng = ctx.rng
+        if st["repair"] and rng.random() < REPAIR_P:
+            parent = rng.choice(st["repair"])
+            t = tactics.get("verifier_fix")
+            if t is not None and t.applicable(parent["genome"]) is None:
+                params = rng.choice(t.choices(parent["genome"]))
+                return parent, t.name, params, lambda: t.apply(parent["genome"], params)
+        if not st["pop"]:
+            return None
+        if self.mode == "evolve":
+            parent = self._tournament(st["pop"], rng)
+            if rng.random() < CROSSOVER_P:
+                x = self._crossover(st["pop"], parent, ctx)
+                if x is not None:
+                    return x
+        else:
+            parent = st["pop"][0] if rng.random() < 0.6 else rng.choice(st["pop"])
+        g = parent["genome"]
+        usable = [t for t in tactics.values() if t.kind != "repair" and t.applicable(g) is None]
+        if not usable:
+            return None
+        t = self._ucb(st, usable, ctx) if self.mode == "bandit" else rng.choice(usable)
+        choices = t.choices(g)
+        family = (g.get("recipe") or {}).get("family") or parent.get("name")
+        taboo = {str(nt["params"]) for nt in ctx.notes
+                 if nt.get("outcome") == "failed" and nt.get("tactic") == t.name and nt.get("family") == family}
+        fresh = [c for c in choices if str(c) not in taboo] or choices
+        params = rng.choice(fresh)
+        return parent, t.name, params, lambda: t.apply(g, params)
+
+    @staticmethod
+    def _tournament(pop: list, rng, k: int = 3) -> dict:
+        group = rng.sample(pop, min(k, len(pop)))
+        return min(group, key=lambda m: m["score"] if m.get("score") is not None else math.inf)
+
+    def _ucb(self, st: dict, usable: list, ctx: ProposeContext):
+        prior: dict[str, list] = {}
+        for nt in ctx.notes:
+            if nt.get("strategy") == self.name:
+                continue
+            r = {"improved": 1.0, "slower": 0.25}.get(nt.get("outcome"), 0.0)
+            p = prior.setdefault(nt["tactic"], [0.0, 0.0])
+            p[0] += NOTE_WEIGHT
+            p[1] += NOTE_WEIGHT * r
+        stats = {}
+        for t in usable:
+            n, s = st["arms"].get(t.name, [0, 0.0])
+            pn, ps = prior.get(t.name, [0.0, 0.0])
+            stats[t.name] = (n + pn, s + ps)
+        untried = [t for t in usable if stats[t.name][0] == 0]
+        if untried:
+            return ctx.rng.choice(untried)
+        total = sum(v[0] for v in stats.values())
+        return max(usable, key=lambda t: (stats[t.name][1] / stats[t.name][0]
+                                          + UCB_C * math.sqrt(math.log(total + 1) / stats[t.name][0]),
+                                          ctx.rng.random()))
+
+    def _crossover(self, pop: list, p1: dict, ctx: ProposeContext):
+        from tactics.family import family, instantiate, replay
+        r1 = p1["genome"].get("recipe")
+        fam = family(r1)
+        if fam is None:
+            return None
+        mates = [m for m in pop if m["hash"] != p1["hash"] and (m["genome"].get("recipe") or {}).get("family") == r1["family"]]
+        if not mates:
+            return None
+        p2 = ctx.rng.choice(mates)
+        r2 = p2["genome"]["recipe"]
+        rng = ctx.rng
+        params = {k: (r1["params"].get(k) if rng.random() < 0.5 else r2["params"].get(k, r1["params"].get(k)))
+                  for k in r1["params"]}
+        if not fam.get("check", lambda p: True)(params):
+            return None
+        keys = {(s["tactic"], str(sorted(s["params"].items()))) for s in r1.get("steps", [])}
+        steps = copy.deepcopy(r1.get("steps", [])) + [copy.deepcopy(s) for s in r2.get("steps", [])
+                                                      if (s["tactic"], str(sorted(s["params"].items()))) not in keys
+                                                      and s["tactic"] not in {x["tactic"] for x in r1.get("steps", [])}]
+
+        def genome():
+            ir = instantiate(fam, params)
+            ir, kept, dropped = replay(ir, steps)
+            return {"ir": ir, "recipe": {**r1, "params": params, "steps": kept}, "dropped": dropped}
+
+        return p1, "crossover", {"with": p2["hash"]}, genome
+
+
+def improved(child: Optional[float], parent: Optional[float]) -> bool:
+    return better(child, parent)

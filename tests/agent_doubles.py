@@ -1,0 +1,43 @@
+"""Test doubles for the agent's GPU path on a machine without a GPU (imported by spawned workers).
+
+`fake_eval(job, progress)` stands in for gpu_backend.evaluate.run_job / the baseline hook: it checks
+the candidate loads as CAKE IR, fails about one candidate in five at the test stage (wrong_result, as
+a real test would report it), and reports a deterministic fake timing derived from the cost model
+(1.3x its prediction). Baseline jobs get a fixed 1.0 ms. Nothing here is a measurement.
+"""
+import json
+import os
+import zlib
+
+
+def fake_eval(job, progress=None):
+    if progress:
+        progress("compile")
+    if "baseline" in job:
+        shape = job["shape"]
+        return {"status": "ok", "stage": "profile", "candidate": job["baseline"], "task": job["task"],
+                "device": "FakeGPU", "worker_pid": os.getpid(),
+                "timings": [{"shape": shape, "ms_min": 0.9, "ms_median": 1.0, "ms_max": 1.1, "reps": 5, "warmup": 1}]}
+    from cake_ir.cost import estimate
+    from cake_ir.io import ir_hash, load
+    from tasks.registry import get
+
+    text = job["candidate"]
+    kernel, diags = load(text)
+    rec = {"candidate": job.get("name", "?"), "task": job["task"], "device": "FakeGPU", "worker_pid": os.getpid(),
+           "seed": job.get("seed")}
+    if kernel is None:
+        return {**rec, "status": "fail", "stage": "compile", "error_class": "parse_error", "message": str(diags)[:200]}
+    h = ir_hash(kernel)
+    if zlib.crc32(h.encode()) % 5 == 0:
+        return {**rec, "status": "fail", "stage": "test", "error_class": "wrong_result",
+                "message": "shape {'M': 7}: rel RMSE 0.31 > 0.01 (fake)", "max_rel_rmse": 0.31}
+    if not job.get("profile", True):
+        return {**rec, "status": "ok", "stage": "test", "max_rel_rmse": 0.002}
+    entry = get(job["task"])
+    shape = entry.bench_shape
+    pred = estimate(kernel, shape).seconds
+    ms = pred * 1.3e3
+    return {**rec, "status": "ok", "stage": "profile", "max_rel_rmse": 0.002,
+            "timings": [{"shape": shape, "ms_min": ms * 0.98, "ms_median": ms, "ms_max": ms * 1.05, "reps": 5,
+                         "warmup": 1, "tflops": entry.task.flops(shape) / (ms * 1e-3) / 1e12}]}
