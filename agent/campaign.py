@@ -69,9 +69,15 @@ def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Opt
     run_id = cfg.run_id
     try:
         tup = saver.get_tuple({"configurable": {"thread_id": run_id}})
-        if resume:
-            if tup is None:
-                raise CampaignError(f"no checkpoint for run {run_id!r} in {C.checkpoint_path()}")
+        fresh_start = False
+        if resume and tup is None:
+            row = store.get_run(run_id)
+            if row is None or not row.config:
+                raise CampaignError(f"no run {run_id!r}: no checkpoint in {C.checkpoint_path()} and no row in the DB")
+            # killed before the first checkpoint: nothing was evaluated yet; start it from the beginning
+            cfg = C.RunConfig.from_dict({**row.config, **(overrides or {})})
+            fresh_start, elapsed0 = True, 0.0
+        elif resume:
             values = dict(tup.checkpoint.get("channel_values") or {})
             cfg = C.RunConfig.from_dict({**values["run"], **(overrides or {})})
             elapsed0 = float(values.get("elapsed_s") or 0.0)
@@ -94,12 +100,14 @@ def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Opt
             f"GPUs {cfg.gpus} ({backend.kind})"
         progress.event(f"[{run_id}] {'resuming' if resume else 'starting'}: task {cfg.task}, strategies "
                        f"{'+'.join(cfg.strategies)}, max {cfg.max_candidates} candidates, {mode}")
-        if resume:
-            snap = graph.get_state(thread)
-            if snap.next:
-                graph.invoke(None, thread, durability="sync")
-            else:
+        if resume and not fresh_start:
+            # Finished means the state says why it stopped. (`get_state().next` is empty also when the
+            # killed node's writes were saved as pending writes but the next checkpoint was not:
+            # invoke(None) applies them and goes on.)
+            if graph.get_state(thread).values.get("stop"):
                 progress.event(f"[{run_id}] the run had already finished")
+            else:
+                graph.invoke(None, thread, durability="sync")
         else:
             graph.invoke(initial_state(cfg), thread, durability="sync")
         final = dict(graph.get_state(thread).values)
@@ -146,7 +154,7 @@ def finish(cfg, entry, store, state: dict, spec, progress) -> dict:
     lines.append(report.text_table(rows) if rows else "   (no candidate passed)")
     lines += ["", f"   library: {lib.get('path', '-')} ({lib.get('reason')})" + ("" if lib.get("written") else " [not written]"),
               f"   report:  {rpath}", f"   resume:  python -m agent.run --resume {cfg.run_id}", ""]
-    progress.event("\n".join(lines))
+    progress.final("\n".join(lines))
     return {"run_id": cfg.run_id, "state": state, "library": lib, "report": str(rpath), "rows": rows}
 
 

@@ -54,6 +54,11 @@ class Progress:
         if self.tty and self.snapshot:
             self._draw()
 
+    def final(self, text: str) -> None:
+        """The end-of-run summary: printed even with --quiet."""
+        self._clear()
+        self._write(text.rstrip() + "\n")
+
     def update(self, snap: dict, force_line: bool = False) -> None:
         self.snapshot = snap
         if self.quiet:

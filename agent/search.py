@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Optional
-
 from .candidates import ProposeContext, make_candidate, prerank
-from .strategies import better
 
 OVERSAMPLE = 4
 UCB_C = 0.8
@@ -152,7 +149,3 @@ class SearchStrategy:
             return {"ir": ir, "recipe": {**r1, "params": params, "steps": kept}, "dropped": dropped}
 
         return p1, "crossover", {"with": p2["hash"]}, genome
-
-
-def improved(child: Optional[float], parent: Optional[float]) -> bool:
-    return better(child, parent)

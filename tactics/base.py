@@ -19,7 +19,7 @@ import copy
 import importlib
 import json
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 SUPPORT_MODULES = {"base", "jsonpatch"}
@@ -198,14 +198,6 @@ def get_tactic(name: str) -> Tactic:
     raise KeyError(f"unknown tactic {name!r}")
 
 
-@dataclass
-class Applied:
-    tactic: str
-    params: dict
-    genome: dict
-    dropped: list = field(default_factory=list)
-
-
 def retrieve(query: str, k: int = 5, tactics: Optional[list[Tactic]] = None) -> list[Tactic]:
     """Tactics whose description/keywords share the most words with `query` (minimal keyword
     retrieval; the knowledge issue replaces it with embeddings)."""
@@ -219,7 +211,3 @@ def retrieve(query: str, k: int = 5, tactics: Optional[list[Tactic]] = None) -> 
         scored.append((score, t.name, t))
     scored.sort(key=lambda x: (-x[0], x[1]))
     return [t for s, _, t in scored[:k]]
-
-
-def deep(ir: Any) -> Any:
-    return copy.deepcopy(ir)

@@ -5,7 +5,6 @@ the candidate loads as CAKE IR, fails about one candidate in five at the test st
 a real test would report it), and reports a deterministic fake timing derived from the cost model
 (1.3x its prediction). Baseline jobs get a fixed 1.0 ms. Nothing here is a measurement.
 """
-import json
 import os
 import zlib
 

@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +41,8 @@ def _db(tmp: Path):
 
 
 def test_dry_run_gemm_30_candidates_offline(tmp_path):
+    repo_lib = ROOT / "tasks" / "gemm" / "library"
+    before = sorted(repo_lib.iterdir()) if repo_lib.exists() else None
     p = _agent(tmp_path, "--task", "gemm", "--dry-run", "--max-candidates", "30", "--run-id", "dry1")
     out = p.stdout
     assert "DRY RUN" in out and "unmeasured" in out and "max candidates reached (30)" in out
@@ -71,7 +72,8 @@ def test_dry_run_gemm_30_candidates_offline(tmp_path):
     from cake_ir.io import ir_hash, load_file
     k, d = load_file(lib / "M4096_N4096_K4096.json")
     assert k is not None and ir_hash(k) == meta["hash"]
-    assert not (ROOT / "tasks" / "gemm" / "library").exists() or True  # the repo is untouched (CAKE_LIBRARY_DIR)
+    assert (sorted(repo_lib.iterdir()) if repo_lib.exists() else None) == before   # the repo is untouched
+    assert not (ROOT / ".cake" / "reports" / "dry1.html").exists()
 
 
 def test_gpu_path_with_a_worker_double(tmp_path):
@@ -150,6 +152,7 @@ def test_kill_mid_node_and_resume_loses_nothing(tmp_path):
         st = campaign.checkpoint_values(run)
     finally:
         os.environ.pop("CAKE_HOME")
+    assert json.loads(json.dumps(st)) == st                 # the graph state is plain JSON
     assert st["n_proposed"] == st["n_evaluated"] == 12
     assert sorted(st["seen"]) == sorted(c[1] for c in c3)
     assert st["funnel"]["verify"] == len(verify_ok)

@@ -269,3 +269,43 @@ def test_cli_help_is_fast_and_lists_tasks():
     p = subprocess.run([sys.executable, "-m", "agent.run", "--task", "nope", "--dry-run"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "unknown task" in p.stderr
+
+
+def test_progress_redraws_on_a_terminal_and_prints_lines_otherwise():
+    import io
+
+    from agent.progress import Progress
+    snap = {"run": "r", "task": "gemm", "iteration": 3, "n_proposed": 8, "max": 30, "dry_run": True,
+            "funnel": {"proposed": 8, "verify": 6, "compile": 5}, "failures_by_code": {"E-RES-01": 2},
+            "best": {"score_s": 1.9e-4, "measured": False, "speedup": 1.1, "speedup_vs": "best seed (predicted)",
+                     "name": "k", "hash": "abcdef0123"},
+            "strategies": {"bandit": {"weight": 0.8, "best_s": 1.9e-4}, "evolve": {"weight": 0.2, "plateau": True}},
+            "workers": {"kind": "local", "compile_workers": 2}, "elapsed_s": 12, "node": "reflect"}
+    tty = io.StringIO()
+    p = Progress(stream=tty, tty=True)
+    p.update(snap)
+    p.update({**snap, "node": "verify"})
+    p.event("plateau: evolve")
+    out = tty.getvalue()
+    assert "\x1b[" in out and out.count("CAKE r") == 3          # redrawn in place, and after the event line
+    assert "predicted, unmeasured" in out and "E-RES-01 2" in out and "evolve 20% best - plateau" in out
+    plain = io.StringIO()
+    p = Progress(stream=plain, tty=False)
+    p.update({**snap, "node": "verify"})                          # mid-step updates are not printed
+    p.update(snap)
+    p.event("plateau: evolve")
+    lines = plain.getvalue().splitlines()
+    assert "\x1b[" not in plain.getvalue() and len(lines) == 2
+    assert lines[0].startswith("[r] it 3 cand 8/30") and "compile 5" in lines[0] and "GPU none (dry run" in lines[0]
+
+
+def test_library_replacement_policy():
+    from agent.library import _should_replace
+    dry = {"hash": "a", "measured": False, "seconds": 1e-3, "target": "h200", "device": None}
+    meas = {"hash": "b", "measured": True, "seconds": 2e-3, "device": "H200", "target": None}
+    assert _should_replace(None, dry)[0]
+    assert _should_replace(dry, meas)[0]                            # measured beats predicted
+    assert not _should_replace(meas, {**dry, "hash": "c"})[0]        # a dry run never replaces a measurement
+    assert _should_replace(meas, {**meas, "hash": "d", "seconds": 1e-3})[0]
+    assert not _should_replace(meas, {**meas, "hash": "e", "seconds": 3e-3})[0]
+    assert _should_replace(meas, {**meas, "hash": "f", "seconds": 3e-3, "device": "A100"})[0]
