@@ -93,7 +93,7 @@ class RunConfig:
     plateau: int = 8
     ray_address: Optional[str] = None
     compile_workers: int = 2
-    deadline_s: float = 300.0
+    deadline_s: float = 90.0
 
     def to_dict(self) -> dict:
         return asdict(self)

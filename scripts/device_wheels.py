@@ -18,7 +18,8 @@ CORE = ["pydantic", "pydantic-core", "annotated-types", "typing-inspection", "ty
 AGENT = ["langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "langgraph-prebuilt", "langgraph-sdk",
          "langchain-core", "langchain-protocol", "langsmith", "sqlmodel", "sqlalchemy", "jsonpatch", "jsonpointer",
          "orjson", "ormsgpack", "xxhash", "uuid-utils", "zstandard", "tenacity", "requests-toolbelt", "httpx",
-         "httpcore", "h11", "anyio", "sniffio", "websockets", "greenlet", "sqlite-vec", "aiosqlite"]
+         "httpcore", "h11", "anyio", "sniffio", "websockets", "greenlet", "sqlite-vec", "aiosqlite", "distro",
+         "requests", "urllib3", "idna", "certifi", "charset-normalizer", "packaging", "pyyaml", "jsonschema"]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux_2_5_x86_64", "manylinux1_x86_64"]
 
