@@ -2,9 +2,15 @@
 
 On sm_90a `setmaxnreg` takes a multiple of 8 in [24, 256]. Warps start at the launch register count
 (the compiler's `__launch_bounds__(threads, min_blocks_per_sm)` allocation); roles then release or
-claim registers from the block's pool. The sum over roles of `regs x threads` (roles without `regs`
-and idle warps at the launch count) must fit `regs_per_sm / min_blocks_per_sm`, or `setmaxnreg.inc`
-waits forever. Legal values for the offending role's budget are listed.
+claim registers from the block's own pool, which is what the block was launched with: launch count x
+threads (and never more than `regs_per_sm / min_blocks_per_sm`). The sum over roles of
+`regs x threads` (roles without `regs` and idle warps at the launch count) must fit that pool, or
+`setmaxnreg.inc` waits forever.
+
+Found on the H200 (agent campaign gemm-20261130-020700): the seed GEMM (384 threads, launch count
+168, pool 64512) with producer 32 / consumers 240 claims 65536 registers, which fits the SM's 65536
+but not the block's pool; it passed the old check and hung until the watchdog killed it.
+Legal values for the offending role's budget are listed.
 """
 from ._res_util import launch_regs
 
@@ -28,8 +34,8 @@ def check(ctx):
                              legal=LEGAL, fix=[{"op": "replace", "path": f"/roles/{ri}/regs", "value": v}])
     if bad:
         return
-    budget = a.regs_per_sm // max(1, k.launch.min_blocks_per_sm)
     r0 = launch_regs(k, a)
+    budget = min(a.regs_per_sm // max(1, k.launch.min_blocks_per_sm), r0 * k.launch.threads)
     nwarps = k.launch.threads // 32
     used = [r0 * 32] * nwarps  # per warp
     for r in k.roles:
