@@ -157,6 +157,11 @@ def nvrtc_compile(source: str, arch: str, line_map: dict[int, str], kernel_name:
                 node = _node_for_line(line_map, int(m.group(1))) if m else "/"
                 code = "W-BACKEND-SETMAXNREG" if _WARN_C7508.search(raw) else "W-BACKEND-WARNING"
                 diags.append(Diagnostic(code=code, severity="warning", node=node, message=raw.strip()[:400]))
+        if "registers" in res:
+            diags.append(Diagnostic(code="N-BACKEND-RESOURCES", severity="note", node="/launch",
+                                    message=f"ptxas ({arch}): {res['registers']} registers/thread, "
+                                            f"{res.get('stack_bytes', 0)} B stack, {res.get('spill_store_bytes', 0)} B spill "
+                                            f"stores, {res.get('static_smem_bytes', 0)} B static shared memory"))
         if res.get("spill_store_bytes", 0) or res.get("spill_load_bytes", 0):
             diags.append(Diagnostic(code="W-BACKEND-SPILL", severity="warning", node="/roles",
                                     message=f"ptxas spills: {res['spill_store_bytes']} bytes stored, "
