@@ -87,3 +87,10 @@ def get_task(name: str) -> Task:
     if name not in TASK_NAMES:
         raise KeyError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)}")
     return importlib.import_module(f"tasks.{name}.task").TASK
+
+
+def signature_defaults(fn) -> dict:
+    """A seed generator's default parameters, read from its signature (one source of truth)."""
+    import inspect
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+            if p.default is not inspect.Parameter.empty}

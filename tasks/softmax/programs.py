@@ -1,5 +1,6 @@
 """Seed programs for row softmax, written with the builder; `python -m tasks.export_seeds` writes
 them to seeds/*.json (the files CI verifies and compiles)."""
+from tasks.base import signature_defaults
 from cake_ir.builder import KernelBuilder, tile
 
 
@@ -37,7 +38,7 @@ SEEDS = {"softmax_row_n4096": lambda: softmax_row(4096)}
 FAMILIES = {
     "softmax_row_n4096": {
         "make": softmax_row,
-        "defaults": {"n": 4096, "warps": 8, "vec": 8},
+        "defaults": signature_defaults(softmax_row),
         "space": {"warps": [1, 2, 4, 8, 16, 32], "vec": [1, 2, 4, 8]},
         "check": lambda p: p["n"] % (32 * p["warps"] * p["vec"]) == 0,
         "tactics": {},   # warps and vector width are IR tactics (cta_warps, vector_width)
