@@ -68,6 +68,7 @@ def main() -> int:
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--scale-copies", type=int, default=2, help="copies of the seed batch for the 1-vs-N GPU comparison")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -99,7 +100,7 @@ def main() -> int:
 
     scaling = None
     if n > 1:   # the same batch (x2) on one GPU, then on all of them; compile caches are warm
-        batch = jobs * 2
+        batch = jobs * args.scale_copies
         walls = {}
         for g in ([0], gpus):
             with WorkerPool(gpus=g) as pool:
