@@ -70,7 +70,8 @@ VALUE_FUNCS = {
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\d*\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|0x[0-9a-fA-F]+|\d+)"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)"
-    r"|(?P<op>&&|\|\||<=|>=|==|!=|[-+*/%<>!(),?:]))"
+    r"|(?P<op>&&|\|\||<=|>=|==|!=|[-+*/%<>!(),?:]))",
+    re.ASCII,  # ASCII digits and whitespace only: no Unicode digits/spaces as lookalikes
 )
 
 _BINARY_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,

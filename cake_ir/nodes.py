@@ -40,7 +40,8 @@ _C_RESERVED = {
 
 
 def _check_ident(v: str) -> str:
-    if not isinstance(v, str) or not _IDENT.match(v):
+    # fullmatch: `$` in match() also accepts a trailing newline, which would reach the C++ as code
+    if not isinstance(v, str) or not _IDENT.fullmatch(v):
         raise ValueError("must be an identifier: a letter or '_' then letters, digits or '_' (at most 48)")
     if v in _C_RESERVED or v.startswith("__") or v.startswith("cake_"):
         raise ValueError(f"{v!r} is reserved (C/CUDA keyword, builtin index name, or cake_/__ prefix)")
