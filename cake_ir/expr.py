@@ -80,14 +80,17 @@ _CMP = {"<", "<=", ">", ">=", "==", "!="}
 _LOGIC = {"&&", "||"}
 
 
+_WS = " \t\n\r\f\v"  # the whitespace _TOKEN skips (ASCII)
+
+
 def _tokenize(text: str) -> list[tuple[str, str, int]]:
     out, pos = [], 0
     while pos < len(text):
-        if text[pos:].strip() == "":
+        if text[pos:].strip(_WS) == "":
             break
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise ExprError(f"unexpected character {text[pos:].lstrip()[:1]!r}", text, pos)
+            raise ExprError(f"unexpected character {text[pos:].lstrip(_WS)[:1]!r}", text, pos)
         kind = m.lastgroup
         out.append((kind, m.group(kind), m.start(kind)))
         pos = m.end()
