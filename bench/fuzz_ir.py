@@ -14,6 +14,8 @@ import collections
 import json
 import os
 import random
+import resource
+import signal
 import sys
 import time
 
@@ -45,14 +47,24 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=1, help="example documents to print per crash location")
+    ap.add_argument("--doc-seconds", type=float, default=5.0, help="per-document limit (a hang is a crash)")
+    ap.add_argument("--mem-gb", type=float, default=4.0, help="address-space limit (a blow-up is a crash)")
     a = ap.parse_args(argv)
+    lim = int(a.mem_gb * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+
+    def on_alarm(*_):
+        raise TimeoutError(f"document took longer than {a.doc_seconds}s")
+    signal.signal(signal.SIGALRM, on_alarm)
     rng = random.Random(a.seed)
     counts = collections.Counter()
     crashes = collections.Counter()
     examples: dict[str, list] = collections.defaultdict(list)
     t0 = time.perf_counter()
     for doc in documents(a.n, rng):
+        signal.setitimer(signal.ITIMER_REAL, a.doc_seconds)
         outcome, where = _fuzz.check(doc)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         counts[outcome] += 1
         if where:
             crashes[where] += 1

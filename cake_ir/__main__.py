@@ -331,7 +331,16 @@ _OTHER_CODES = [
     ("E-SCHEMA-VALUE", "error", "a value outside a field's legal set (`legal` lists them)"),
     ("E-SCHEMA-TYPE", "error", "a value of the wrong type, or an invalid identifier / expression"),
     ("E-VERIFY-INTERNAL", "error", "a verifier rule raised; the message names the rule, file and line"),
-    ("E-BACKEND-*", "error", "NVRTC / ptxas errors and resource problems, mapped to node paths via the line map"),
+    ("W-VERIFY-SKIPPED", "warning", "a rule's analysis could not handle this kernel; that check did not run"),
+    ("E-LOWER-UNSUPPORTED", "error", "the lowering has no rule for this construct yet (the node path names it)"),
+    ("E-LOWER-EXPR", "error", "an expression could not be rendered as C"),
+    ("E-BACKEND-COMPILE", "error", "NVRTC front-end errors, mapped to node paths via the line map"),
+    ("E-BACKEND-PTXAS", "error", "ptxas errors, mapped to node paths through a -lineinfo PTX compile"),
+    ("W-BACKEND-SPILL", "warning", "ptxas spilled registers (bytes stored/loaded in the message)"),
+    ("W-BACKEND-LOCAL", "warning", "the kernel uses local memory (a register array indexed at run time?)"),
+    ("W-BACKEND-SETMAXNREG", "warning", "ptxas ignored setmaxnreg (warning C7508)"),
+    ("W-BACKEND-WARNING", "warning", "another NVRTC/ptxas warning"),
+    ("N-BACKEND-RESOURCES", "note", "ptxas's resource report: registers, stack, spills, static shared memory"),
 ]
 
 
