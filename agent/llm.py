@@ -27,16 +27,37 @@ from .candidates import ProposeContext, make_candidate
 
 MAX_CONSECUTIVE_CALL_FAILURES = 3
 MAX_FAILURES_IN_PROMPT = 4
+MAX_REPLY_CHARS = 1_000_000   # an IR program is a few tens of KB; a larger reply is rejected unread
+MAX_REPLY_DEPTH = 80          # nesting beyond what an IR document (cake_ir.io.MAX_DEPTH) can use
 
 
 class ReplyError(ValueError):
     pass
 
 
+_SECRET_ENV = re.compile(r"(API_KEY|API_TOKEN|SECRET|ACCESS_KEY|AUTH_TOKEN)", re.I)
+_KEY_SHAPE = re.compile(r"\b(sk|pk|rk|key|tok)-[A-Za-z0-9_\-]{8,}|\bBearer\s+\S{8,}", re.I)
+
+
+def redact(text: str) -> str:
+    """`text` with API keys removed: every secret-looking environment value, and key-shaped tokens.
+    Error texts from providers (or proxies) can echo the key; they are stored in the DB and reports."""
+    text = str(text)
+    for name, value in os.environ.items():
+        if value and len(value) >= 8 and _SECRET_ENV.search(name) and value in text:
+            text = text.replace(value, f"<{name}>")
+    return _KEY_SHAPE.sub("<redacted>", text)
+
+
 def extract_json(text: str):
-    """The JSON value in a reply: a ```json fence if present, else the outermost {...} or [...]."""
+    """The JSON value in a reply: a ```json fence if present, else the outermost {...} or [...].
+
+    The reply is only ever parsed as JSON data: nothing in it is executed, imported or evaluated."""
     if text is None:
         raise ReplyError("the reply is empty")
+    if len(text) > MAX_REPLY_CHARS:
+        raise ReplyError(f"the reply is {len(text)} characters; at most {MAX_REPLY_CHARS} are read "
+                         "(reply with a JSON Patch or one IR program)")
     m = re.search(r"```(?:json)?\s*\n(.*?)```", text, re.S)
     body = m.group(1) if m else text.strip()
     if not m:
@@ -47,9 +68,15 @@ def extract_json(text: str):
             if e > s:
                 body = body[s:e + 1]
     try:
-        return json.loads(body)
+        obj = json.loads(body)
     except json.JSONDecodeError as e:
         raise ReplyError(f"the reply is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except (RecursionError, ValueError) as e:
+        raise ReplyError(f"the reply is not usable JSON ({type(e).__name__})") from None
+    from cake_ir.io import _depth
+    if _depth(obj, MAX_REPLY_DEPTH) > MAX_REPLY_DEPTH:
+        raise ReplyError(f"the reply nests deeper than {MAX_REPLY_DEPTH} levels")
+    return obj
 
 
 def parse_reply(text: str, base_ir: dict) -> tuple[dict, str]:
@@ -176,7 +203,7 @@ class LLMStrategy:
                             fail = {"code": "E-PROPOSER-REPLY", "message": str(e)}
                 st["consecutive_failures"] = 0
             except Exception as e:  # noqa: BLE001 - a failed call is recorded, not raised
-                fail = {"code": "E-PROPOSER-CALL", "message": f"{type(e).__name__}: {str(e)[:800]}"}
+                fail = {"code": "E-PROPOSER-CALL", "message": redact(f"{type(e).__name__}: {str(e)[:800]}")}
                 st["consecutive_failures"] = st.get("consecutive_failures", 0) + 1
                 if st["consecutive_failures"] >= MAX_CONSECUTIVE_CALL_FAILURES:
                     st["active"], st["inactive_reason"] = False, f"{st['consecutive_failures']} failed calls in a row: {fail['message'][:200]}"

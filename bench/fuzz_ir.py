@@ -47,6 +47,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=1, help="example documents to print per crash location")
+    ap.add_argument("--dump", help="write one example document per crash location into this folder")
     ap.add_argument("--doc-seconds", type=float, default=5.0, help="per-document limit (a hang is a crash)")
     ap.add_argument("--mem-gb", type=float, default=4.0, help="address-space limit (a blow-up is a crash)")
     a = ap.parse_args(argv)
@@ -76,8 +77,14 @@ def main(argv=None) -> int:
           f"verified clean {counts['clean']}, diagnostics {counts['diagnostics']}, crashes {counts['crash']}")
     for where, c in crashes.most_common():
         print(f"  crash x{c}: {where}")
-        for ex in examples[where]:
-            print("    example:", (ex if isinstance(ex, str) else json.dumps(ex))[:2000])
+        for j, ex in enumerate(examples[where]):
+            text = ex if isinstance(ex, str) else json.dumps(ex)
+            print("    example:", text[:300], "...")
+            if a.dump:
+                os.makedirs(a.dump, exist_ok=True)
+                name = "".join(ch if ch.isalnum() else "_" for ch in where)[:120]
+                with open(os.path.join(a.dump, f"{name}_{j}.json"), "w") as f:
+                    f.write(text)
     return 1 if crashes else 0
 
 

@@ -333,6 +333,7 @@ _OTHER_CODES = [
     ("E-VERIFY-INTERNAL", "error", "a verifier rule raised; the message names the rule, file and line"),
     ("W-VERIFY-SKIPPED", "warning", "a rule's analysis could not handle this kernel; that check did not run"),
     ("E-LOWER-UNSUPPORTED", "error", "the lowering has no rule for this construct yet (the node path names it)"),
+    ("E-PASS-EXPAND", "error", "pipeline sugar could not be expanded into valid nodes (it stays unexpanded)"),
     ("E-LOWER-EXPR", "error", "an expression could not be rendered as C"),
     ("E-BACKEND-COMPILE", "error", "NVRTC front-end errors, mapped to node paths via the line map"),
     ("E-BACKEND-PTXAS", "error", "ptxas errors, mapped to node paths through a -lineinfo PTX compile"),

@@ -186,10 +186,29 @@ class _Parser:
         raise ExprError(f"unexpected {v or 'end of input'!r}", self.text, pos)
 
 
+MAX_HEIGHT = 200  # operator nesting, parentheses or long chains alike ("a+a+...+a" is left-deep)
+
+
+def _height(node: Node) -> int:
+    worst, stack = 0, [(node, 1)]
+    while stack:
+        n, h = stack.pop()
+        worst = max(worst, h)
+        if isinstance(n, Un):
+            stack.append((n.a, h + 1))
+        elif isinstance(n, Bin):
+            stack.extend(((n.a, h + 1), (n.b, h + 1)))
+        elif isinstance(n, Call):
+            stack.extend((x, h + 1) for x in n.args)
+    return worst
+
+
 @lru_cache(maxsize=8192)
 def _parse_cached(text: str, ctx: str) -> Node:
     funcs = {"index": INDEX_FUNCS, "cond": COND_FUNCS, "value": VALUE_FUNCS}[ctx]
     node = _Parser(text, funcs).parse()
+    if _height(node) > MAX_HEIGHT:  # renderers and analyses recurse over the tree
+        raise ExprError(f"expression has more than {MAX_HEIGHT} nested operations", text)
     if ctx == "index":
         _check_integer(node, text, allow_logic=False)
     elif ctx == "cond":

@@ -17,6 +17,22 @@ class PatchError(ValueError):
     pass
 
 
+MAX_ADDED_VALUES = 200_000  # JSON values a patch may add (repeated `copy` of a parent doubles the document)
+
+
+def _count(value: Any, limit: int) -> int:
+    """JSON values in `value` (stops counting past `limit`)."""
+    n, stack = 0, [value]
+    while stack and n <= limit:
+        v = stack.pop()
+        n += 1
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return n
+
+
 def parse_pointer(ptr: str) -> list[str]:
     if not isinstance(ptr, str):
         raise PatchError(f"a JSON pointer is a string, got {type(ptr).__name__}")
@@ -128,6 +144,7 @@ def apply_patch(doc: Any, patch: Any, lenient_replace: bool = False) -> Any:
     if not isinstance(patch, list):
         raise PatchError(f"a JSON Patch is an array of operations, got {type(patch).__name__}")
     doc = copy.deepcopy(doc)
+    added = 0
     for i, op in enumerate(patch):
         if not isinstance(op, dict):
             raise PatchError(f"op {i}: an operation is an object, got {type(op).__name__}")
@@ -143,6 +160,10 @@ def apply_patch(doc: Any, patch: Any, lenient_replace: bool = False) -> Any:
                 raise PatchError("missing 'value'")
             if kind in ("move", "copy") and "from" not in op:
                 raise PatchError("missing 'from'")
+            if kind in ("add", "replace", "copy"):
+                added += _count(op["value"] if kind != "copy" else get(doc, op["from"]), MAX_ADDED_VALUES)
+                if added > MAX_ADDED_VALUES:
+                    raise PatchError(f"the patch adds more than {MAX_ADDED_VALUES} JSON values")
             if kind == "add":
                 doc = _add(doc, tokens, copy.deepcopy(op["value"]))
             elif kind == "remove":

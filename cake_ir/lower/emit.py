@@ -21,7 +21,7 @@ from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, 
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
                      PipeOp, Reduce, Role, ScalarParam, Scan, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma)
 from ..passes.plan_smem import SmemPlan, plan_smem, row_pitch_elems
-from .writer import Writer, safe_comment
+from .writer import SourceTooLarge, Writer, safe_comment
 
 HEADER_PATH = Path(__file__).resolve().parent.parent / "runtime" / "cake.cuh"
 
@@ -84,6 +84,7 @@ class Emitter:
         self.wgmma_ns: set[tuple[int, str]] = set()
         self.diags: list[Diagnostic] = []
         self.uid = 0
+        self.cur = "/"  # path of the statement being lowered
 
     # ------------------------------------------------------------------------- helpers
     def fresh(self, base: str) -> str:
@@ -115,6 +116,8 @@ class Emitter:
 
     def smem_byte(self, b: Buffer, slot, row_c: str, col_c: str) -> str:
         """Byte offset from the smem window base of element (row, col) of stage `slot`."""
+        if b.name not in self.plan.offsets:  # a reg buffer named where an smem tile belongs
+            self.fail(self.cur, f"{b.name!r} is not a shared-memory buffer")
         es = SIZE[b.dtype]
         pitch = row_pitch_elems(b) * es
         inner = f"(unsigned)(({row_c}) * {pitch} + ({col_c}) * {es})"
@@ -144,6 +147,10 @@ class Emitter:
     def gaddr(self, p: TensorParam, idx: list[str]) -> str:
         """Element offset into a tensor param for a multi-index (C strings), 64-bit."""
         n = len(p.shape)
+        if p.strides and len(p.strides) != n:
+            self.fail(f"/params/{self.k.params.index(p)}/strides", f"{len(p.strides)} strides for a {n}-d tensor")
+        if len(idx) != n:
+            self.fail(self.cur, f"a {len(idx)}-d index into the {n}-d tensor {p.name!r}")
         if p.strides:
             strides = [f"(long long)({ix(s)})" for s in p.strides]
         else:
@@ -273,6 +280,7 @@ class Emitter:
 
     def stmt(self, st, path):
         w = self.w
+        self.cur = path  # the statement being lowered, for helpers' diagnostics
         if st.note:
             w.line(f"// {safe_comment(st.note)}")
         m = getattr(self, f"s_{type(st).__name__}", None)
@@ -402,6 +410,8 @@ class Emitter:
         if p is None or b is None or b.space != "smem":
             self.fail(path, f"{st.kind} copies a global tensor tile into an smem buffer")
         shape = dst.shape
+        if len(src.offset) != len(shape):  # the dst's rows unravel into the src's leading dims
+            self.fail(path, f"{st.kind} copies between tiles of equal rank ({len(src.offset)}-d src, {len(shape)}-d dst)")
         es = SIZE[b.dtype]
         V = st.vec_bytes // es
         if V < 1 or shape[-1] % V:
@@ -560,6 +570,8 @@ class Emitter:
     def store_acc(self, st: Access, rb: Buffer, reg, mem, path):
         """Store an mma/wgmma accumulator fragment: each thread owns pairs (row, 2c..2c+1)."""
         w = self.w
+        if len(rb.shape) != 2 or len(mem.offset) < 2:
+            self.fail(path, "an accumulator store moves a 2-d fragment into a tile of at least 2 dims")
         TM, TN = rb.shape[0], rb.shape[1]
         if rb.layout == "wgmma_acc":
             rows_base = "16 * (cake_wg_tid >> 5) + (cake_lane >> 2)"
@@ -620,6 +632,8 @@ class Emitter:
             self.fail(path, "ldmatrix loads an smem tile into an mma_a / mma_b fragment")
         if st.trans:
             self.fail(path, "ldmatrix.trans is not lowered yet (store B as [N, K])")
+        if len(src.shape) != 2 or len(db.shape) != 2:
+            self.fail(path, "ldmatrix tiles and fragment buffers are 2-d")
         R, K = src.shape[-2], src.shape[-1]
         row, col, _, _ = self.tile_rc(src, path)
         fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
@@ -661,6 +675,8 @@ class Emitter:
         ab, bb, cb = a.buffer, b.buffer, c.buffer
         if None in (ab, bb, cb):
             self.fail(path, "mma_sync operands are register fragment buffers")
+        if any(len(t.shape) != 2 for t in (a, b, c)) or any(len(x.shape) != 2 for x in (ab, bb, cb)):
+            self.fail(path, "mma_sync operands are 2-d fragment tiles")
         TM, TK = a.shape
         TN = b.shape[0]
         cst = dict(self.k.consts)
@@ -688,6 +704,8 @@ class Emitter:
             self.fail(path, "wgmma reads a and b from smem and accumulates into a wgmma_acc register tile")
         if ab.layout not in DESC_SWIZZLE or bb.layout not in DESC_SWIZZLE:
             self.fail(path, "wgmma operands need a swizzled smem layout")
+        if M != 64 or K != 16 or N % 8 or not 8 <= N <= 256:  # N sizes the generated wrapper
+            self.fail(path, f"wgmma shape is [64, N, 16] with N a multiple of 8 up to 256, got {list(st.shape)}")
         TK = a.shape[-1]
         ty = ab.dtype
         self.wgmma_ns.add((N, ty))
@@ -886,6 +904,9 @@ def lower(kernel: Kernel) -> Lowered:
     except LowerError as e:
         d = Diagnostic(code="E-LOWER-UNSUPPORTED", node=e.path, message=str(e))
         return Lowered("", {}, kernel.name, [], em.plan.total, em.plan, [d])
-    except E.ExprError as e:
-        d = Diagnostic(code="E-LOWER-EXPR", node="/", message=str(e))
+    except SourceTooLarge as e:
+        d = Diagnostic(code="E-LOWER-UNSUPPORTED", node=em.cur, message=f"{e} (tile sizes too large to unroll?)")
+        return Lowered("", {}, kernel.name, [], em.plan.total, em.plan, [d])
+    except (E.ExprError, RecursionError) as e:  # RecursionError: substituted lets built a too-deep tree
+        d = Diagnostic(code="E-LOWER-EXPR", node=em.cur, message=str(e) or "expression nests too deeply")
         return Lowered("", {}, kernel.name, [], em.plan.total, em.plan, [d])

@@ -3,6 +3,13 @@ from __future__ import annotations
 
 import re
 
+MAX_LINES = 50_000  # far above any real kernel; unrolled emission over absurd tile sizes stops here
+
+
+class SourceTooLarge(Exception):
+    """The generated source passed MAX_LINES (lower() reports it as a diagnostic)."""
+
+
 _COMMENT_BAD = re.compile(r"[^\x20-\x7e]|\*/|/\*|\\|\?\?")
 
 
@@ -19,6 +26,8 @@ class Writer:
         self.depth = 0
 
     def line(self, text: str = "", path: str | None = None) -> None:
+        if len(self.lines) >= MAX_LINES:
+            raise SourceTooLarge(f"the generated source passed {MAX_LINES} lines")
         pad = "  " * self.depth
         if path is not None:
             self.line_map[len(self.lines) + 1] = path

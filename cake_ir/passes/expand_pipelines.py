@@ -9,13 +9,26 @@ For pipeline P with S stages, mechanism m, producer role and consumer roles:
   pipe_wait(it)     -> mbar_wait(P_full[it%S], parity (it/S)%2)
   pipe_release(it)  -> syncwarp; if lane == 0: mbar_arrive(P_empty[it%S])
 The producer's first S waits on `empty` pass at once (parity 1 of a fresh barrier is complete).
+
+Sugar that cannot be expanded into valid nodes (a pipeline name too long for `<name>_empty`, an `iter`
+expression too long to wrap) stays unexpanded with an E-PASS-EXPAND diagnostic; the pass never raises.
 """
 from __future__ import annotations
+
+from pydantic import ValidationError
 
 from ..diagnostics import Diagnostic
 from ..dtypes import size
 from ..nodes import (BarRef, Block, Fence, For, If, Kernel, MBarrier, MbarArrive, MbarExpectTx, MbarInit,
                      MbarWait, CpAsyncArrive, PipeOp, SimpleSync)
+
+
+MAX_TX_BYTES = 2**31 - 1  # an oversized stage is the resource rules' to report; the count stays a valid node
+
+
+def _problem(path: str, err: ValidationError) -> Diagnostic:
+    msg = "; ".join(e.get("msg", "invalid") for e in err.errors(include_url=False)[:3])
+    return Diagnostic(code="E-PASS-EXPAND", node=path, message=f"pipeline sugar cannot be expanded: {msg}"[:500])
 
 
 def stage_bytes(kernel: Kernel, pipe) -> int:
@@ -41,7 +54,7 @@ def _expand_op(kernel: Kernel, op: PipeOp, path: str):
     if op.op == "pipe_acquire":
         body.append(MbarWait(barrier=empty, parity=f"(({it}) / {S} + 1) % 2"))
         if pipe.mechanism == "tma":
-            body.append(MbarExpectTx(barrier=full, bytes=max(1, stage_bytes(kernel, pipe))))
+            body.append(MbarExpectTx(barrier=full, bytes=min(MAX_TX_BYTES, max(1, stage_bytes(kernel, pipe)))))
     elif op.op == "pipe_commit":
         if pipe.mechanism == "cp_async":
             body.append(CpAsyncArrive(barrier=full))
@@ -53,21 +66,25 @@ def _expand_op(kernel: Kernel, op: PipeOp, path: str):
     return Block(origin=path, body=body, id=op.id)
 
 
-def _rewrite(kernel: Kernel, body: list, path: str) -> list:
+def _rewrite(kernel: Kernel, body: list, path: str, diags: list) -> list:
     out = []
     for i, st in enumerate(body):
         p = f"{path}/{i}"
         if isinstance(st, PipeOp):
-            blk = _expand_op(kernel, st, p)
+            try:
+                blk = _expand_op(kernel, st, p)
+            except ValidationError as e:
+                diags.append(_problem(p, e))
+                blk = None
             out.append(blk if blk is not None else st)
             continue
         if isinstance(st, For):
-            st = st.model_copy(update={"body": _rewrite(kernel, st.body, p + "/body")})
+            st = st.model_copy(update={"body": _rewrite(kernel, st.body, p + "/body", diags)})
         elif isinstance(st, If):
-            st = st.model_copy(update={"then": _rewrite(kernel, st.then, p + "/then"),
-                                       "else_": _rewrite(kernel, st.else_, p + "/else")})
+            st = st.model_copy(update={"then": _rewrite(kernel, st.then, p + "/then", diags),
+                                       "else_": _rewrite(kernel, st.else_, p + "/else", diags)})
         elif isinstance(st, Block):
-            st = st.model_copy(update={"body": _rewrite(kernel, st.body, p + "/body")})
+            st = st.model_copy(update={"body": _rewrite(kernel, st.body, p + "/body", diags)})
         out.append(st)
     return out
 
@@ -78,6 +95,7 @@ def expand_pipelines(kernel: Kernel) -> tuple[Kernel, list[Diagnostic]]:
     barriers = list(kernel.barriers)
     inits = []
     existing = {b.name for b in kernel.barriers}
+    diags: list[Diagnostic] = []
     for pi, pipe in enumerate(kernel.pipelines):
         prod = kernel.role(pipe.producer)
         cons = [kernel.role(c) for c in pipe.consumers]
@@ -86,16 +104,21 @@ def expand_pipelines(kernel: Kernel) -> tuple[Kernel, list[Diagnostic]]:
         for name, arr in ((f"{pipe.name}_full", full_arr), (f"{pipe.name}_empty", empty_arr)):
             if name in existing:
                 continue
-            barriers.append(MBarrier(name=name, count=pipe.stages, arrivals=arr))
-            for s in range(pipe.stages):
-                inits.append(MbarInit(barrier=BarRef(name=name, index=s), arrivals=arr))
+            try:
+                bar = MBarrier(name=name, count=pipe.stages, arrivals=arr)
+                new_inits = [MbarInit(barrier=BarRef(name=name, index=s), arrivals=arr) for s in range(pipe.stages)]
+            except ValidationError as e:
+                diags.append(_problem(f"/pipelines/{pi}", e))
+                continue
+            barriers.append(bar)
+            inits.extend(new_inits)
     prologue = list(kernel.prologue)
     if inits:
         prologue.append(Block(origin="/pipelines", body=[
             If(cond="tid == 0", then=inits), Fence(kind="mbarrier_init"), SimpleSync(op="syncthreads")]))
     roles = []
     for ri, role in enumerate(kernel.roles):
-        roles.append(role.model_copy(update={"body": _rewrite(kernel, role.body, f"/roles/{ri}/body")}))
-    prologue = _rewrite(kernel, prologue, "/prologue")
+        roles.append(role.model_copy(update={"body": _rewrite(kernel, role.body, f"/roles/{ri}/body", diags)}))
+    prologue = _rewrite(kernel, prologue, "/prologue", diags)
     out = kernel.model_copy(update={"barriers": barriers, "prologue": prologue, "roles": roles})
-    return out, []
+    return out, diags
