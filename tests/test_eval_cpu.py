@@ -211,7 +211,12 @@ def test_fake_address_keyed_cache_is_cache_cheat(monkeypatch):
         t["Y"].bits[...] = memo[key]
     rec = _run(monkeypatch, cached)
     assert (rec.status, rec.error_class) == ("fail", "cache_cheat")
-    assert rec.shapes[1].error_class == "wrong_result"
+    # Caught on a re-run with fresh inputs at the same addresses. Which shape catches it depends on the
+    # seed: a one-row shape whose row is an edge case (a constant row) has the same softmax for any
+    # fresh constant, so the stale output can still be right there.
+    stale = [r for r in rec.shapes if r.run == 1 and not r.ok]
+    assert stale and stale[0].error_class == "wrong_result"
+    assert all(r.ok for r in rec.shapes if r.run == 0)
 
 
 def test_fake_skips_work_when_timed(monkeypatch):
