@@ -49,7 +49,7 @@ _PTXAS_FN = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _REGS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")
-_PTX_LINE = re.compile(r"ptx input, line (\d+)")
+_PTX_LINE = re.compile(r"(?:ptx input, line|instruction at line) (\d+)")
 _LOC = re.compile(r"^\s*\.loc\s+\d+\s+(\d+)\s")
 _WARN_C7508 = re.compile(r"C7508|setmaxnreg ignored", re.I)
 
@@ -134,7 +134,7 @@ def nvrtc_compile(source: str, arch: str, line_map: dict[int, str], kernel_name:
         ptx_lines = None
         for raw in text.splitlines():
             m = _LINE.search(raw)
-            if "error" not in raw.lower():
+            if "error" not in raw.lower() and "fatal" not in raw.lower():
                 continue
             node = _node_for_line(line_map, int(m.group(1))) if m else "/"
             pm = _PTX_LINE.search(raw)

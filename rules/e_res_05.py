@@ -6,8 +6,19 @@ counted in 32-bit registers: two bf16 per register). Their sum plus ~16 register
 255, or regs_per_sm / threads for large blocks, e.g. 64 at 1024 threads), or the compiler
 spills to local memory (wgmma accumulators cannot spill at all). Example: a wgmma_acc [64, 256] f32
 is 128 registers per thread, more than a role with regs = 96 can hold.
+
+setmaxnreg moves registers between roles at run time, but ptxas still compiles every instruction
+under the launch cap (`__launch_bounds__(threads, min_blocks)`: regs_per_sm / threads). A wgmma's
+accumulators are one instruction's operands, so they plus ~26 registers must fit that cap too.
+Found compiling an agent candidate: a 512-thread wgmma GEMM (cap 128) with m64n256 accumulators and
+consumer regs 152 passed the budget check and failed in ptxas (C7602: "Insufficient registers (128)
+... register target of 154 or higher").
 """
-from ._res_util import REG_OVERHEAD, role_tile_regs, round_up
+from cake_ir.analysis.tiles import per_thread_elems
+
+from ._res_util import REG_OVERHEAD, launch_regs, role_tile_regs, round_up
+
+WGMMA_OPERAND_OVERHEAD = 26  # descriptors, predicates and addresses live across one wgmma (ptxas C7602)
 
 CODE = "E-RES-05"
 TITLE = "register tiles exceed the role's register budget"
@@ -16,6 +27,17 @@ STAGE = "source"
 
 def check(ctx):
     k, a = ctx.kernel, ctx.arch
+    cap = launch_regs(k, a)
+    for bi, b in enumerate(k.buffers):
+        if b.space == "reg" and b.layout == "wgmma_acc":
+            per = per_thread_elems(b, 128, k.launch.threads)
+            if per + WGMMA_OPERAND_OVERHEAD > cap:
+                yield ctx.report(f"/buffers/{bi}", (
+                    f"wgmma accumulator {b.name!r} needs {per} registers per thread in one instruction, plus "
+                    f"~{WGMMA_OPERAND_OVERHEAD}; ptxas compiles under the launch cap of {cap} "
+                    f"({k.launch.threads} threads, min_blocks_per_sm {k.launch.min_blocks_per_sm}) whatever "
+                    f"setmaxnreg later grants: use fewer threads per block or a narrower accumulator"),
+                    related=["/launch/threads"])
     for ri, r in enumerate(k.roles):
         tiles, parts = role_tile_regs(k, ri)
         # Without `regs`, the hard cap is what one resident block can get: regs_per_sm / threads.

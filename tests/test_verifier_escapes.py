@@ -1,0 +1,37 @@
+"""Verifier escapes found on the H200 or in ptxas, each now caught by a rule (regression tests)."""
+import json
+import pathlib
+
+from cake_ir.compiler import compile_kernel
+from cake_ir.io import load
+from cake_ir.verifier import verify
+
+SEED = pathlib.Path(__file__).resolve().parent.parent / "tasks/gemm/seeds/gemm_wgmma_sm90a.json"
+
+
+def test_register_split_that_hung_on_the_h200_is_rejected():
+    """Regression: producer 32 / consumers 240 on the seed (384 threads, launch count 168) passed the
+    verifier and hung on the H200; the block can only redistribute its launch allocation."""
+    ir = json.loads(SEED.read_text())
+    ir["roles"][0]["regs"], ir["roles"][1]["regs"] = 32, 240
+    res = verify(load(ir)[0])
+    hits = [d for d in res.diagnostics if d.code == "E-RES-03"]
+    assert hits and hits[0].node == "/roles/1/regs" and 232 in hits[0].legal and 240 not in hits[0].legal
+    ir["roles"][0]["regs"], ir["roles"][1]["regs"] = 24, 232   # ran correctly on the H200
+    assert not [d for d in verify(load(ir)[0]).diagnostics if d.code == "E-RES-03"]
+
+
+
+def test_wgmma_accumulator_over_the_launch_cap_is_rejected_before_ptxas(tmp_path, monkeypatch):
+    """3 consumer warpgroups (512 threads, launch cap 128) with m64n256 accumulators and regs 152 passed
+    the budget check and failed in ptxas (C7602); E-RES-05 now checks the launch cap."""
+    monkeypatch.setenv("CAKE_CACHE_DIR", str(tmp_path))
+    from tasks.gemm.programs import gemm_wgmma_sm90a
+    k = gemm_wgmma_sm90a(bm=192, consumers=3)
+    k = k.model_copy(update={"roles": [r.model_copy(update={"regs": 152}) if r.name == "consumer" else r
+                                       for r in k.roles]})
+    hits = [d for d in verify(k).diagnostics if d.code == "E-RES-05"]
+    assert hits and hits[0].node == "/buffers/2"
+    out = compile_kernel(k, verify_first=False, use_cache=False)   # what happens without the rule
+    assert not out.ok and any("C7602" in d.message for d in out.diagnostics), [d.short() for d in out.diagnostics]
+    assert not [d for d in verify(gemm_wgmma_sm90a()).diagnostics if d.code == "E-RES-05"]
