@@ -6,57 +6,19 @@ budget stops the run. The campaign is a real `agent.run` (litellm -> HTTP -> thi
 import json
 import os
 import sqlite3
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from agent.llm import ReplyError, extract_json
+from llm_server import LoopbackLLM
 
 TOKENS_PER_REPLY = 1000
 
 
-class ScriptedLLM:
-    def __init__(self, replies):
-        self.replies = list(replies)
-        self.requests = []
-        outer = self
+class ScriptedLLM(LoopbackLLM):
+    """Replays scripted replies and records every request (path and JSON body)."""
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "body": body})
-                text = outer.replies.pop(0) if outer.replies else '{"answer": "out of script"}'
-                resp = {"id": f"chatcmpl-{len(outer.requests)}", "object": "chat.completion", "created": 1,
-                        "model": body.get("model"),
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": text}}],
-                        "usage": {"prompt_tokens": TOKENS_PER_REPLY - 100, "completion_tokens": 100,
-                                  "total_tokens": TOKENS_PER_REPLY}}
-                data = json.dumps(resp).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    tokens_per_reply = TOKENS_PER_REPLY
 
 
 @pytest.fixture

@@ -11,10 +11,9 @@ cubin cache, logs) is then searched for the sentinel bytes.
 import json
 import os
 import sqlite3
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from llm_server import LoopbackLLM
 from test_malformed_replies import _attacks
 
 from agent.llm import MAX_REPLY_CHARS
@@ -23,50 +22,17 @@ KEY = "sk-SENTINEL-7f3a9c1e5b2d4f60"
 CAKE_KEY = "cake-SENTINEL-key-0a1b2c3d4e"
 
 
-class EchoingLLM:
+class EchoingLLM(LoopbackLLM):
     """Replays `replies`, then answers 401 quoting the request's Authorization header."""
 
-    def __init__(self, replies):
-        self.replies, self.requests = list(replies), []
-        outer = self
+    tokens_per_reply = 1000
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
+    def record(self, handler, body) -> dict:
+        return {k.lower(): v for k, v in handler.headers.items()}
 
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({k.lower(): v for k, v in self.headers.items()})
-                if outer.replies:
-                    status, resp = 200, {
-                        "id": "c", "object": "chat.completion", "created": 1, "model": body.get("model"),
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": outer.replies.pop(0)}}],
-                        "usage": {"prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000}}
-                else:
-                    status, resp = 401, {"error": {"message": f"Incorrect API key: {self.headers.get('Authorization')}",
-                                                   "type": "invalid_request_error", "code": "invalid_api_key"}}
-                data = json.dumps(resp).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    def exhausted(self, handler, body):
+        return 401, {"error": {"message": f"Incorrect API key: {handler.headers.get('Authorization')}",
+                               "type": "invalid_request_error", "code": "invalid_api_key"}}
 
 
 def test_keys_never_written_and_hostile_replies_never_run(tmp_path, monkeypatch, capsys):
