@@ -8,7 +8,6 @@ the error body, as some proxies do, so the key appears in the exception text lit
 under the run's directory (the .cake home with cake.db, checkpoints, reports, the library export,
 cubin cache, logs) is then searched for the sentinel bytes.
 """
-import json
 import os
 import sqlite3
 from pathlib import Path
