@@ -15,6 +15,8 @@ import argparse
 import os
 import sys
 
+from agent.config import RunConfig
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m agent.run",
@@ -47,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-address", help="run evaluation workers as Ray actors on this cluster ('auto', host:port, "
                                          "or 'local' to start one); needs the ray extra")
     g.add_argument("--compile-workers", type=int, help="parallel NVRTC compile workers (default: min(4, CPUs))")
-    g.add_argument("--deadline", type=float, default=90.0, help="seconds per evaluation job before the watchdog kills it")
+    g.add_argument("--deadline", type=float, default=RunConfig.deadline_s, help="seconds per evaluation job before the watchdog kills it")
     g.add_argument("--run-id", help="name for a new run (default <task>-<date>-<time>-<hex>)")
     g.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     g.add_argument("--quiet", action="store_true", help="no progress output (the summary still prints)")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Optional, Union
 
+from ..dtypes import SIZE as _SIZES
 from ..dtypes import size
 from ..nodes import Buffer, Kernel, TensorParam, TileRef
 
@@ -41,8 +42,6 @@ class Tile:
     def param(self) -> Optional[TensorParam]:
         return self.target if isinstance(self.target, TensorParam) else None
 
-
-from ..dtypes import SIZE as _SIZES  # noqa: E402
 
 
 def resolve_tile(k: Kernel, ref: TileRef) -> Tile:
