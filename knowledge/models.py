@@ -7,9 +7,14 @@ candidates   every proposed program of a run: IR JSON, hash, parent hash, tactic
 evaluations  one row per (candidate, stage): verify / compile / test / profile, with status, metrics,
              timings
 failures     what went wrong: stage, code, IR node path, message; candidate-less rows are proposer
-             failures (an LLM reply that never became a program), keyed by `key` per run
-
-The knowledge issue extends this (signatures, clusters, proposals, tactic stats, calibrations).
+             failures (an LLM reply that never became a program), keyed by `key` per run; each gets a
+             normalised `signature` and, once clustered, a `cluster_id`
+clusters     failures with one signature across runs: how often, over how many distinct candidates
+proposals    promotion proposals (rule | primitive | calibration | tactic) and their review outcome;
+             `fingerprint` is unique so a rejected proposal cannot come back
+tactic_stats per (tactic, task, arch): times applied, successes, improvements and the relative gains
+calibrations cost-model constant sets per GPU, versioned; at most one active per GPU
+notes        experience notes (what worked / failed), also embedded in the vector store
 """
 from __future__ import annotations
 
@@ -108,7 +113,87 @@ class FailureRow(SQLModel, table=True):
     node: Optional[str] = None           # IR JSON pointer where known
     message: str = ""
     strategy: Optional[str] = None
+    signature: Optional[str] = Field(default=None, index=True)   # knowledge.signature.signature()
+    node_kind: Optional[str] = None      # IR statement kind at `node` ("wgmma", "copy", ...)
+    features: Any = Field(default=None, sa_column=_json_col())   # IR features of the candidate
+    cluster_id: Optional[int] = Field(default=None, foreign_key="clusters.id", index=True)
     created_at: _dt.datetime = Field(default_factory=now)
 
 
-TABLES = (TaskRow, RunRow, CandidateRow, EvaluationRow, FailureRow)
+class ClusterRow(SQLModel, table=True):
+    __tablename__ = "clusters"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    signature: str = Field(index=True, unique=True)
+    stage: str = ""
+    code: str = ""
+    node_kind: Optional[str] = None
+    template: str = ""                   # the message with names and numbers abstracted
+    count: int = 0                       # failures with this signature
+    candidates: int = 0                  # distinct candidates (by IR hash) among them
+    runs: int = 0                        # distinct runs
+    tasks: Any = Field(default=None, sa_column=_json_col())     # task names seen
+    status: str = "open"                 # open | proposed | covered (an accepted proposal handles it)
+    first_seen: _dt.datetime = Field(default_factory=now)
+    last_seen: _dt.datetime = Field(default_factory=now)
+
+
+class ProposalRow(SQLModel, table=True):
+    __tablename__ = "proposals"
+    id: str = Field(primary_key=True)    # "<kind>-<short fingerprint>", e.g. "rule-3fa2c1d0"
+    kind: str                            # rule | primitive | calibration | tactic
+    title: str = ""
+    fingerprint: str = Field(index=True, unique=True)   # what the proposal is about; blocks re-proposal
+    status: str = "proposed"             # proposed | accepted | rejected
+    reason: Optional[str] = None         # why rejected (or accepted with a comment)
+    cluster_id: Optional[int] = Field(default=None, foreign_key="clusters.id")
+    branch: Optional[str] = None         # git branch holding the proposal commit, when in a git repo
+    path: Optional[str] = None           # knowledge/proposals/<id>/ otherwise
+    files: Any = Field(default=None, sa_column=_json_col())     # repo-relative paths the proposal adds
+    evidence: Any = Field(default=None, sa_column=_json_col())
+    test_result: Any = Field(default=None, sa_column=_json_col())
+    created_at: _dt.datetime = Field(default_factory=now)
+    decided_at: Optional[_dt.datetime] = None
+
+
+class TacticStatRow(SQLModel, table=True):
+    __tablename__ = "tactic_stats"
+    __table_args__ = (UniqueConstraint("tactic", "task", "arch", name="uq_tactic_stat"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    tactic: str = Field(index=True)
+    task: str = ""
+    arch: str = ""
+    applied: int = 0                     # candidates produced by the tactic that reached evaluation
+    ok: int = 0                          # ... that passed every stage they reached
+    improved: int = 0                    # ... that beat their parent
+    gains: Any = Field(default=None, sa_column=_json_col())     # relative gains (parent/child - 1), newest last
+    updated_at: _dt.datetime = Field(default_factory=now)
+
+
+class CalibrationRow(SQLModel, table=True):
+    __tablename__ = "calibrations"
+    __table_args__ = (UniqueConstraint("gpu", "version", name="uq_calibration_gpu_version"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    gpu: str = Field(index=True)
+    version: int = 1
+    constants: Any = Field(default=None, sa_column=_json_col())
+    source: str = ""                     # microbench | promotion:<proposal id>
+    evidence: Any = Field(default=None, sa_column=_json_col())
+    active: bool = False
+    created_at: _dt.datetime = Field(default_factory=now)
+
+
+class NoteRow(SQLModel, table=True):
+    __tablename__ = "notes"
+    __table_args__ = (UniqueConstraint("run_id", "key", name="uq_note_run_key"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: Optional[str] = Field(default=None, foreign_key="runs.id", index=True)
+    key: str = ""                        # idempotency key within the run
+    task: str = ""
+    arch: str = ""
+    kind: str = "experience"             # experience | failure | success
+    text: str = ""
+    created_at: _dt.datetime = Field(default_factory=now)
+
+
+TABLES = (TaskRow, RunRow, CandidateRow, EvaluationRow, ClusterRow, FailureRow, ProposalRow, TacticStatRow,
+          CalibrationRow, NoteRow)
