@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -27,7 +28,7 @@ def export_best(entry, store, state: dict, cfg, root: Optional[Path] = None) -> 
     best = state.get("best") or {}
     if not best.get("hash"):
         return {"written": False, "reason": "no candidate passed"}
-    from cake_ir.io import dumps, load
+    from cake_ir.io import dumps, ir_hash, load
     from cake_ir.nodes import IR_VERSION
 
     rows = {c.hash: c for c in store.candidates(cfg.run_id)}
@@ -60,12 +61,28 @@ def export_best(entry, store, state: dict, cfg, root: Optional[Path] = None) -> 
             old = json.loads(meta_path.read_text())
         except (OSError, ValueError):
             old = None
+    if old is not None and _entry_hash(ir_path, load, ir_hash) != old.get("hash"):
+        old = None  # a kill between the two renames left an IR that its meta does not describe: rewrite both
     ok, why = _should_replace(old, meta)
     if not ok:
         return {"written": False, "reason": why, "path": str(ir_path), "meta_path": str(meta_path)}
-    ir_path.write_text(dumps(kernel) + "\n")
-    meta_path.write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    _write_atomic(ir_path, dumps(kernel) + "\n")
+    _write_atomic(meta_path, json.dumps(meta, indent=1, default=str) + "\n")
     return {"written": True, "reason": why, "path": str(ir_path), "meta_path": str(meta_path)}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # readers see the old file or the new one, never a torn one
+
+
+def _entry_hash(ir_path: Path, load, ir_hash) -> Optional[str]:
+    try:
+        kernel, _ = load(json.loads(ir_path.read_text()))
+    except (OSError, ValueError):
+        return None
+    return ir_hash(kernel) if kernel is not None else None
 
 
 def _should_replace(old: Optional[dict], new: dict) -> tuple[bool, str]:

@@ -58,6 +58,48 @@ def visible_device(gpu: Optional[int]) -> Optional[str]:
     return parent[gpu] if 0 <= gpu < len(parent) else str(gpu)
 
 
+def _status_kb(field_name: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def probe() -> dict:
+    """What this process holds: host RSS (VmRSS / VmHWM), open file descriptors, the in-process
+    compile cache, and (only when this process already has a CUDA context; none is created here)
+    the device's used memory from cuMemGetInfo. Answered by a worker between jobs (WorkerPool.probe)."""
+    import gc
+    import sys
+    out: dict = {"pid": os.getpid(), "rss_bytes": None, "hwm_bytes": None, "fds": None,
+                 "gc_objects": len(gc.get_objects()), "compile_cache": None, "cuda_context": False,
+                 "device_used_bytes": None, "device_total_bytes": None}
+    rss, hwm = _status_kb("VmRSS"), _status_kb("VmHWM")
+    out["rss_bytes"] = rss * 1024 if rss is not None else None
+    out["hwm_bytes"] = hwm * 1024 if hwm is not None else None
+    try:
+        out["fds"] = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        pass
+    cand = sys.modules.get("gpu_backend.candidate")
+    if cand is not None:
+        out["compile_cache"] = len(getattr(cand, "_CACHE", {}))
+    drv = sys.modules.get("gpu_backend.driver")
+    if drv is not None and drv.context.cache_info().currsize > 0:   # a context exists: measure, don't create
+        try:
+            from cuda.bindings import driver
+            drv.context(0)
+            free, total = drv.check(driver.cuMemGetInfo(), "cuMemGetInfo")
+            out.update(cuda_context=True, device_used_bytes=int(total) - int(free), device_total_bytes=int(total))
+        except Exception as e:  # noqa: BLE001 - a probe never kills the worker
+            out["device_error"] = f"{type(e).__name__}: {e}"[:300]
+    return out
+
+
 def _worker_main(visible: Optional[str], conn, job_fn) -> None:
     """Worker process: serve jobs until told to stop; exit after a sticky CUDA error."""
     if visible is not None:
@@ -71,6 +113,9 @@ def _worker_main(visible: Optional[str], conn, job_fn) -> None:
             return
         if msg[0] == "stop":
             return
+        if msg[0] == "probe":   # memory / cache figures of this process (long-run leak checks)
+            conn.send(("probe", msg[1], probe()))
+            continue
         _, jid, job = msg
 
         def progress(stage: str, **info):
@@ -333,6 +378,31 @@ class WorkerPool:
 
     def evaluate(self, job: dict) -> EvalRecord:
         return self.run([job])[0]
+
+    def probe(self, timeout: float = 30.0) -> list[Optional[dict]]:
+        """Ask every idle worker for `probe()` (host RSS, device memory, caches); None for a worker
+        that is not idle or does not answer in time. Call it between runs, not during one."""
+        self.wait_ready(timeout)
+        out: list[Optional[dict]] = []
+        for w in self.workers:
+            if w.state != "idle":
+                out.append(None)
+                continue
+            self._seq += 1
+            tag = f"probe{self._seq}"
+            try:
+                w.conn.send(("probe", tag))
+                end = time.monotonic() + timeout
+                ans = None
+                while ans is None and time.monotonic() < end and w.conn.poll(max(0.0, end - time.monotonic())):
+                    msg = w.conn.recv()
+                    if msg[0] == "probe" and msg[1] == tag:
+                        ans = dict(msg[2], gpu=w.gpu)
+            except (EOFError, OSError):
+                ans = None
+                w.state = "dead"
+            out.append(ans)
+        return out
 
     def pids(self) -> list[Optional[int]]:
         return [w.pid for w in self.workers]
