@@ -1,0 +1,113 @@
+"""IR primitives: named, parametrised composite statements (a fixed sequence of CAKE IR statements).
+
+A primitive is a module here defining
+
+    NAME = "pipe_wait_wgmma_pipe_release"
+    PARAMS = {"acc_buf": "str", "k": "int", ...}     # parameter -> type: str | int | float | bool | expr
+    def expand(**params) -> list[dict]               # the IR statement dicts, in program order
+
+Most are promoted from recurring statement subtrees of successful candidates
+(knowledge/promote/primitive.py); `instantiate` is the template expansion they share. Discovery is
+like tactics/ and rules/: every module of this package that defines NAME and expand; modules whose
+name starts with `_` and sub-packages (e.g. a `proposed/` folder) are never imported.
+
+Use from the builder (cake_ir stays free of imports from here):
+
+    from primitives import emit
+    with kb.role("consumer", warps=(4, 8)) as r:
+        with r.for_("kt", 0, "K / BK"):
+            emit(r, "pipe_wait_wgmma_pipe_release", acc_buf="acc", ...)
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import pkgutil
+from types import ModuleType
+from typing import Any
+
+PARAM = "$param"            # a template leaf {"$param": name} is replaced by that parameter's value
+TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "expr": (int, str)}
+
+_CACHE: dict[str, dict[str, ModuleType]] = {}
+
+
+def _check(name: str, kind: str, value: Any) -> None:
+    ok = TYPES.get(kind)
+    if ok is None:
+        raise TypeError(f"parameter {name}: unknown type {kind!r}")
+    if isinstance(value, bool) and kind not in ("bool",):
+        raise TypeError(f"parameter {name}: expected {kind}, got bool")
+    if not isinstance(value, ok):
+        raise TypeError(f"parameter {name}: expected {kind}, got {type(value).__name__}")
+
+
+def instantiate(template: Any, types: dict[str, str], values: dict[str, Any]) -> Any:
+    """A deep copy of `template` with every {"$param": name} replaced by values[name] (type-checked;
+    missing or unknown parameters raise)."""
+    missing = sorted(set(types) - set(values))
+    extra = sorted(set(values) - set(types))
+    if missing or extra:
+        raise TypeError(f"parameters: missing {missing}, unknown {extra}")
+    for n, v in values.items():
+        _check(n, types[n], v)
+
+    def sub(node):
+        if isinstance(node, dict):
+            if set(node) == {PARAM}:
+                return copy.deepcopy(values[node[PARAM]])
+            return {k: sub(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [sub(v) for v in node]
+        return node
+    return sub(template)
+
+
+def load_primitives(package: str = "primitives") -> dict[str, ModuleType]:
+    """NAME -> module for every primitive module of `package` (cached)."""
+    if package in _CACHE:
+        return _CACHE[package]
+    pkg = importlib.import_module(package)
+    found: dict[str, ModuleType] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg or info.name.startswith("_"):
+            continue          # never a sub-package (proposed/ ...) nor a helper
+        mod = importlib.import_module(f"{package}.{info.name}")
+        name = getattr(mod, "NAME", None)
+        if not isinstance(name, str) or not callable(getattr(mod, "expand", None)):
+            continue
+        if name in found:
+            raise RuntimeError(f"duplicate primitive name {name!r}")
+        found[name] = mod
+    _CACHE[package] = found
+    return found
+
+
+def get(name: str) -> ModuleType:
+    prims = load_primitives()
+    if name not in prims:
+        raise KeyError(f"unknown primitive {name!r}; known: {', '.join(sorted(prims)) or 'none'}")
+    return prims[name]
+
+
+def expand(name: str, **params) -> list[dict]:
+    return get(name).expand(**params)
+
+
+def emit(body, name: str, **params) -> list[dict]:
+    """Append the primitive's statements to a cake_ir.builder body (a RoleBuilder, kb.prologue, or the
+    body of an open for_/if_ block) and return them."""
+    out = []
+    for st in expand(name, **params):
+        st = dict(st)
+        out.append(body.add(st.pop("op"), **st))
+    return out
+
+
+def cards() -> list[dict]:
+    """Name, parameters and description of every primitive (for listings and prompts)."""
+    return [{"name": n, "params": dict(getattr(m, "PARAMS", {})), "description": (m.__doc__ or "").strip()}
+            for n, m in sorted(load_primitives().items())]
+
+
+__all__ = ["instantiate", "load_primitives", "get", "expand", "emit", "cards", "PARAM", "TYPES"]
