@@ -225,7 +225,7 @@ def cmd_accept(store, repo: Path, row, args, out) -> int:
                 p.write_text(text)
     hook = _hook(row.kind)
     if hook is not None:
-        hook(repo, row)   # e.g. calibration: activate the constants in the DB
+        hook(repo, row, store=store)   # e.g. calibration: record the active constants in the DB
     with store.session() as s:
         r = s.get(ProposalRow, row.id)
         r.status, r.decided_at = "accepted", _now()

@@ -308,7 +308,7 @@ def on_accept(repo: Path, row, store=None) -> Optional[int]:
     GPU's active CalibrationRow (source promotion:<id>; other versions of that GPU inactive).
 
     The merged file is what the cost model reads (load_constants), so the row is bookkeeping; without
-    a store (agent/review.py passes none yet) nothing is written. Returns the row id."""
+    a store nothing is written. Returns the row id."""
     if store is None:
         return None
     from sqlmodel import select
