@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 SEARCH_STRATEGIES = ("bandit", "evolve")
-ALL_STRATEGIES = SEARCH_STRATEGIES + ("llm",)
+ALL_STRATEGIES = SEARCH_STRATEGIES + ("llm", "explore")   # explore: opt-in (agent/explore.py)
 
 
 def home() -> Path:
@@ -94,6 +94,8 @@ class RunConfig:
     ray_address: Optional[str] = None
     compile_workers: int = 2
     deadline_s: float = 90.0
+    knowledge_chars: int = 4000          # LLM prompt: retrieved tactics + experience notes of earlier runs
+    vectors: bool = True                 # at the end of a run, embed its notes and failures into Chroma
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -82,6 +82,9 @@ class Runtime:
             if n == "llm":
                 from .llm import LLMStrategy
                 self.strategies[n] = LLMStrategy(n)
+            elif n == "explore":
+                from .explore import ExploreStrategy
+                self.strategies[n] = ExploreStrategy(n)
             else:
                 from .search import SearchStrategy
                 self.strategies[n] = SearchStrategy(n, n)
@@ -171,6 +174,7 @@ def make_nodes(rt: Runtime) -> dict:
     def propose(state: dict) -> dict:
         why = stop_reason(state)
         if why:
+            _end_of_run(rt)
             return {"stop": why, "batch": [], "proposer_failures": [], "elapsed_s": rt.elapsed()}
         it = state["iteration"] + 1
         left = cfg.max_candidates - state["n_proposed"]
@@ -397,11 +401,27 @@ def make_nodes(rt: Runtime) -> dict:
         why = stop_reason(nxt)
         out["stop"] = why
         rt.store.update_run(cfg.run_id, best_hash=best.get("hash"), summary=_summary(nxt))
+        if why:
+            _end_of_run(rt)
         rt.show(nxt, "reflect")
         return out
 
     return {"propose": propose, "verify": verify, "compile": compile_, "test": test, "profile": profile,
             "reflect": reflect, "stop_reason": stop_reason}
+
+
+def _end_of_run(rt: Runtime) -> None:
+    """Experience notes, tactic statistics and Chroma embeddings of the run (knowledge/experience.py).
+    Keyed writes: a node re-run after a crash repeats it harmlessly. A failure here is reported, and
+    does not fail the run (its results are already in the DB)."""
+    try:
+        from knowledge.experience import end_of_run
+        r = end_of_run(rt.store, rt.cfg.run_id, embed=getattr(rt.cfg, "vectors", True))
+        rt.progress.event(f"[{rt.cfg.run_id}] knowledge: {r.get('notes', 0)} notes, {r.get('tactic_stats', 0)} "
+                          f"tactic statistics rows" + (f", embedded {r['experiences']} notes and {r['failures']} "
+                                                       f"failures" if "failures" in r else ""))
+    except Exception as e:  # noqa: BLE001
+        rt.progress.event(f"[{rt.cfg.run_id}] knowledge update failed: {type(e).__name__}: {str(e)[:300]}")
 
 
 def _passed(c: dict, stage: str) -> bool:

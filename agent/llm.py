@@ -29,6 +29,9 @@ MAX_CONSECUTIVE_CALL_FAILURES = 3
 MAX_FAILURES_IN_PROMPT = 4
 MAX_REPLY_CHARS = 1_000_000   # an IR program is a few tens of KB; a larger reply is rejected unread
 MAX_REPLY_DEPTH = 80          # nesting beyond what an IR document (cake_ir.io.MAX_DEPTH) can use
+K_TACTICS = 4                 # retrieved tactics and experience notes offered to the prompt (the
+K_NOTES = 6                   # character budget decides how many of them go in)
+DEFAULT_KNOWLEDGE_CHARS = 4000
 
 
 class ReplyError(ValueError):
@@ -144,6 +147,56 @@ class LLMStrategy:
 
     def __init__(self, name: str = "llm"):
         self.name = name
+        self._stats_cache: dict = {}
+
+    def knowledge(self, ctx: ProposeContext, member: dict, failures: list) -> str:
+        """The prompt's knowledge section: tactics ranked by meaning for this task, failures and
+        bottleneck (with their statistics on this task and arch from earlier runs), and the most
+        relevant experience notes of earlier runs (Chroma "experiences"; the newest NoteRows when the
+        vector store cannot be opened), within RunConfig.knowledge_chars characters."""
+        from tactics.base import retrieve
+        task = ctx.entry.name
+        arch = member["genome"]["ir"].get("arch") or ""
+        query = prompts.retrieval_query(ctx.entry, member, failures)
+        tactics = retrieve(query, k=K_TACTICS, arch=arch or None)
+        budget = int(getattr(ctx.cfg, "knowledge_chars", DEFAULT_KNOWLEDGE_CHARS) or 0)
+        return prompts.knowledge_section(tactics, self._stats(task, arch), self._notes(query, task), budget)
+
+    def _stats(self, task: str, arch: str) -> dict:
+        key = (task, arch)
+        if key not in self._stats_cache:       # statistics change between runs, not during one
+            try:
+                from knowledge.store import Store
+                from knowledge.tactic_stats import stats
+                store = Store()
+                try:
+                    self._stats_cache[key] = stats(store, task=task, arch=arch or None)
+                finally:
+                    store.close()
+            except Exception:  # noqa: BLE001 - no statistics: the tactics go in without them
+                self._stats_cache[key] = {}
+        return self._stats_cache[key]
+
+    def _notes(self, query: str, task: str) -> list[str]:
+        try:
+            from knowledge.vectors import default_store
+            vs = default_store()
+            hits = vs.query("experiences", query, k=K_NOTES, task=task)
+            if len(hits) < K_NOTES:     # too few on this task: relevant notes of other tasks too
+                ids = {h["id"] for h in hits}
+                hits += [h for h in vs.query("experiences", query, k=K_NOTES) if h["id"] not in ids]
+            return [h["text"] for h in hits[:K_NOTES]]
+        except Exception:  # noqa: BLE001 - Chroma unavailable: the newest notes of this task from the DB
+            try:
+                from knowledge.experience import recent_notes
+                from knowledge.store import Store
+                store = Store()
+                try:
+                    return [n.text for n in recent_notes(store, task, K_NOTES)]
+                finally:
+                    store.close()
+            except Exception:  # noqa: BLE001
+                return []
 
     def _budget_left(self, st: dict, cfg) -> Optional[str]:
         """None while the budgets allow another call, else why not."""
@@ -177,9 +230,11 @@ class LLMStrategy:
                 st["active"], st["inactive_reason"] = False, "no base program (every seed failed)"
                 break
             member = st["pop"][0]
+            fails = st.get("last_failures", [])[:MAX_FAILURES_IN_PROMPT]
             messages, meta = prompts.build(ctx.entry, member, measured=not ctx.dry_run, spec_name=ctx.spec.name,
-                                           dry_run=ctx.dry_run, failures=st.get("last_failures", [])[:MAX_FAILURES_IN_PROMPT],
-                                           notes=ctx.notes, context_tokens=cfg.context_tokens)
+                                           dry_run=ctx.dry_run, failures=fails, notes=ctx.notes,
+                                           context_tokens=cfg.context_tokens,
+                                           knowledge=self.knowledge(ctx, member, fails))
             st["last_prompt"] = meta
             fail = None
             program, mode, turns = None, None, 0

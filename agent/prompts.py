@@ -5,8 +5,12 @@ priority order: the task, the base program (the strategy's current best IR, comp
 score and the cost model's verdict), the reply format (these three always go in), then the localized
 diagnostics of the last failures (code, node path, message, legal values, suggested JSON-Patch fix,
 and the printed IR around the node), retrieved tactics, experience notes (conclusions shared by all
-strategies), and the IR reference (docs/ir.md). Sections after the required ones are added while
-they fit in `context_tokens`; the first one that does not fit is cut line by line, the rest dropped.
+strategies), and the IR reference (docs/ir.md). The tactics section is the retrieved knowledge:
+tactics ranked by meaning (knowledge.embedding) against the task, failures and bottleneck, with
+their statistics from earlier runs, and the most relevant experience notes of earlier runs, under a
+fixed character budget (RunConfig.knowledge_chars, default 4000). Sections after the required ones
+are added while they fit in `context_tokens`; the first one that does not fit is cut line by line,
+the rest dropped.
 Tokens are estimated as characters / 4 (no tokenizer download at run time).
 """
 from __future__ import annotations
@@ -122,6 +126,52 @@ def tactics_section(query: str, k: int = 4) -> str:
                      + [f"- {t.name}: {t.description}" for t in ts])
 
 
+def retrieval_query(entry, member: dict, failures: list) -> str:
+    """What the knowledge is retrieved by: the task, the last failures' codes and messages, and the
+    cost model's bottleneck of the base program."""
+    cost = member.get("cost") or {}
+    bound = f"{cost['bound']}-bound" if cost.get("bound") else ""
+    return " ".join([entry.name, getattr(entry, "description", "") or ""]
+                    + [d.get("code", "") + " " + d.get("message", "") for f in failures for d in (f.get("diagnostics") or [])]
+                    + [(f.get("code") or "") + " " + (f.get("message") or "")[:200] for f in failures] + [bound]).strip()
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def tactic_line(t, stat: Optional[dict]) -> str:
+    line = f"- {t.name}: {t.description}"
+    if t.params_doc:
+        line += f" Parameters: {t.params_doc}."
+    if stat and stat.get("applied"):
+        line += (f" [earlier runs: applied {stat['applied']}, worked {_pct(stat.get('success_rate'))}, beat the parent "
+                 f"{_pct(stat.get('improve_rate'))}, median gain "
+                 + ("-" if stat.get("median_gain") is None else f"{100 * stat['median_gain']:+.1f}%") + "]")
+    return line
+
+
+def knowledge_section(tactics: list, stats: dict, notes: list, budget_chars: int) -> str:
+    """Retrieved tactics (best first, with their statistics) and experience notes of earlier runs
+    (most relevant first), at most `budget_chars` characters in all. Items alternate (tactic, note,
+    tactic, ...) so both kinds get in; an item that does not fit is skipped, a shorter later one may."""
+    heads = {"t": "## Tactics that may apply (transformations the search proposer knows)",
+             "n": "## Experience from earlier runs (retrieved by relevance)"}
+    lines = {"t": [tactic_line(t, stats.get(t.name)) for t in tactics], "n": [f"- {n}" for n in notes]}
+    order = []
+    for i in range(max(len(lines["t"]), len(lines["n"]))):
+        order += [(k, lines[k][i]) for k in ("t", "n") if i < len(lines[k])]
+    picked: dict = {"t": [], "n": []}
+    used = 0
+    for kind, line in order:
+        extra = len(line) + 1 + (0 if picked[kind] else len(heads[kind]) + 2)   # +2: the blank line between parts
+        if used + extra <= budget_chars:
+            picked[kind].append(line)
+            used += extra
+    parts = ["\n".join([heads[k]] + picked[k]) for k in ("t", "n") if picked[k]]
+    return "\n\n".join(parts)
+
+
 def notes_section(notes: list, k: int = 12) -> str:
     if not notes:
         return ""
@@ -143,13 +193,14 @@ def _fit(text: str, budget_tokens: int) -> str:
 
 
 def build(entry, member: dict, *, measured: bool, spec_name: str, dry_run: bool, failures: list, notes: list,
-          context_tokens: int) -> tuple[list[dict], dict]:
-    """(messages, meta) where meta lists the sections included and the token estimate."""
+          context_tokens: int, knowledge: Optional[str] = None) -> tuple[list[dict], dict]:
+    """(messages, meta) where meta lists the sections included and the token estimate. `knowledge` is
+    the retrieved tactics + experience section (knowledge_section); without it, tactics are retrieved
+    here for the failures and bottleneck."""
     required = [task_section(entry, spec_name, dry_run), base_section(member, measured), REPLY_FORMAT]
-    query = " ".join([entry.name] + [d.get("code", "") + " " + d.get("message", "")
-                                     for f in failures for d in (f.get("diagnostics") or [])]
-                     + [f.get("code") or "" for f in failures] + [str((member.get("cost") or {}).get("bound", ""))])
-    optional = [("diagnostics", failure_section(failures)), ("tactics", tactics_section(query)),
+    if knowledge is None:
+        knowledge = tactics_section(retrieval_query(entry, member, failures))
+    optional = [("diagnostics", failure_section(failures)), ("tactics", knowledge),
                 ("notes", notes_section(notes)), ("ir_reference", "## CAKE IR reference\n" + ir_reference())]
     used = tokens(SYSTEM) + sum(tokens(s) for s in required)
     included, parts = ["task", "base", "format"], [required[0], required[1]]

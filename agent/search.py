@@ -9,6 +9,11 @@ Two strategies share this code and differ in how they pick what to try next:
   (avoiding tactic+params that other strategies' notes report as failing on the same family), and
   crossover (25 %) of two members of the same seed family (parameters mixed, IR steps merged).
 
+Both use the tactic statistics of earlier runs (knowledge/tactic_stats.py: per task and arch, how
+often a tactic worked, beat its parent, and its median gain) as a prior: the bandit counts them as
+pseudo-observations, evolve weights its random choice by them. The prior is read from the DB once
+per run and kept in the strategy's checkpointed state, so a resumed run proposes the same batches.
+
 Both also repair: a candidate that failed verification with a diagnostic carrying a JSON-Patch fix is
 retried through the `verifier_fix` tactic. Each step draws several times more children than it needs,
 drops those whose IR hash was seen before, and keeps the best by the cost model's prediction (plus a
@@ -25,6 +30,35 @@ UCB_C = 0.8
 NOTE_WEIGHT = 0.5
 CROSSOVER_P = 0.25
 REPAIR_P = 0.15
+PRIOR_WEIGHT = 0.3        # one earlier application counts as 0.3 of an observation in this run ...
+PRIOR_MAX = 10            # ... and at most 10 of them (3 pseudo-observations) per tactic
+GAIN_CLIP = 0.2           # the median gain's share of the prior reward, clipped to +-20 %
+
+
+def load_prior(task: str) -> dict:
+    """{arch: {tactic: [pseudo-count, pseudo-reward sum]}} from the tactic statistics of `task`.
+    The reward is the bandit's (1 improved, 0.25 ok but slower, 0 failed) plus the clipped median gain."""
+    try:
+        from knowledge.store import Store
+        from knowledge.tactic_stats import by_arch
+        store = Store()
+        try:
+            rows = by_arch(store, task)
+        finally:
+            store.close()
+    except Exception:  # noqa: BLE001 - no statistics (no DB, old schema) means no prior, not a failed run
+        return {}
+    return {arch: {t: prior_arm(v) for t, v in per.items() if v["applied"]} for arch, per in rows.items()}
+
+
+def prior_arm(v: dict) -> list:
+    n = v["applied"]
+    reward = (v["improved"] + 0.25 * (v["ok"] - v["improved"])) / n
+    if v.get("median_gain") is not None:
+        reward += max(-GAIN_CLIP, min(GAIN_CLIP, v["median_gain"]))
+    reward = max(0.0, min(1.0, reward))
+    w = PRIOR_WEIGHT * min(n, PRIOR_MAX)
+    return [round(w, 4), round(w * reward, 4)]
 
 
 class SearchStrategy:
@@ -38,6 +72,12 @@ class SearchStrategy:
         from tactics import load_tactics
         from tactics.base import TacticError
         tactics = {t.name: t for t in load_tactics()}
+        if "prior" not in st:
+            # a campaign (ctx.cfg set) reads the DB; callers without a run may pass one in ctx.extra
+            if "tactic_prior" in ctx.extra:
+                st["prior"] = ctx.extra["tactic_prior"]
+            else:
+                st["prior"] = load_prior(ctx.cfg.task) if ctx.cfg is not None else {}
         pool, hashes = [], set()
         attempts, limit = 0, 40 * n + 40
         while len(pool) < n * OVERSAMPLE and attempts < limit and (st["pop"] or st["repair"]):
@@ -86,7 +126,9 @@ class SearchStrategy:
         usable = [t for t in tactics.values() if t.kind != "repair" and t.applicable(g) is None]
         if not usable:
             return None
-        t = self._ucb(st, usable, ctx) if self.mode == "bandit" else rng.choice(usable)
+        arch = g["ir"].get("arch") or ""
+        prior = (st.get("prior") or {}).get(arch, {})
+        t = self._ucb(st, usable, ctx, prior) if self.mode == "bandit" else self._weighted(usable, prior, rng)
         choices = t.choices(g)
         family = (g.get("recipe") or {}).get("family") or parent.get("name")
         taboo = {str(nt["params"]) for nt in ctx.notes
@@ -100,8 +142,19 @@ class SearchStrategy:
         group = rng.sample(pop, min(k, len(pop)))
         return min(group, key=lambda m: m["score"] if m.get("score") is not None else math.inf)
 
-    def _ucb(self, st: dict, usable: list, ctx: ProposeContext):
-        prior: dict[str, list] = {}
+    @staticmethod
+    def _weighted(usable: list, prior: dict, rng):
+        """A random tactic, weighted by its prior mean reward (an unknown tactic weighs like an
+        average one, so nothing is excluded)."""
+        if not prior:
+            return rng.choice(usable)
+        means = [p[1] / p[0] for p in prior.values() if p[0] > 0]
+        default = sum(means) / len(means) if means else 0.5
+        ws = [0.1 + (prior[t.name][1] / prior[t.name][0] if prior.get(t.name, [0])[0] > 0 else default) for t in usable]
+        return rng.choices(usable, weights=ws, k=1)[0]
+
+    def _ucb(self, st: dict, usable: list, ctx: ProposeContext, runs_prior: dict | None = None):
+        prior: dict[str, list] = {t: list(v) for t, v in (runs_prior or {}).items()}
         for nt in ctx.notes:
             if nt.get("strategy") == self.name:
                 continue

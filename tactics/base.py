@@ -42,6 +42,8 @@ class Tactic:
     kind: str = "ir"                     # "ir" | "family" | "repair"
     keywords: tuple[str, ...] = ()       # for retrieval (failure codes, cost-model bounds, words)
     step_key: tuple[str, ...] = ()       # params that identify a step for collapsing repeats
+    params_doc: str = ""                 # what the parameters are and their legal values (library, prompts)
+    archs: tuple[str, ...] = ()          # architectures it can apply to; () = any
 
     # --- to implement
     def precondition(self, g: dict) -> Optional[str]:
@@ -76,7 +78,11 @@ class Tactic:
     def card(self) -> dict:
         """What retrieval and prompts show."""
         return {"name": self.name, "version": self.version, "kind": self.kind, "description": self.description,
-                "keywords": list(self.keywords)}
+                "keywords": list(self.keywords), "params": self.params_doc, "archs": list(self.archs)}
+
+    def supports(self, arch: Optional[str]) -> bool:
+        """Whether the tactic can apply to programs for `arch` (None: any)."""
+        return not arch or not self.archs or arch in self.archs
 
 
 def add_step(recipe: Optional[dict], tactic: Tactic, params: dict) -> Optional[dict]:
@@ -198,16 +204,75 @@ def get_tactic(name: str) -> Tactic:
     raise KeyError(f"unknown tactic {name!r}")
 
 
-def retrieve(query: str, k: int = 5, tactics: Optional[list[Tactic]] = None) -> list[Tactic]:
-    """Tactics whose description/keywords share the most words with `query` (minimal keyword
-    retrieval; the knowledge issue replaces it with embeddings)."""
+# ------------------------------------------------------------------------------ retrieval
+def index_text(t: Tactic) -> str:
+    """Everything retrieval sees of a tactic (one string)."""
+    parts = [f"{t.name}: {t.description}"]
+    if t.params_doc:
+        parts.append(f"Parameters: {t.params_doc}")
+    if t.keywords:
+        parts.append(f"Keywords: {', '.join(t.keywords)}.")
+    return " ".join(parts)
+
+
+def chunks(t: Tactic) -> list[str]:
+    """The passages a tactic is matched by: the whole card plus each sentence/clause of its
+    description. A tactic is scored by its best passage: one sentence that says what problem it
+    solves matches a question about that problem better than the whole card, whose other sentences
+    (mechanics, costs) dilute the embedding."""
     import re
-    words = {w for w in re.findall(r"[a-z0-9_\-]+", query.lower()) if len(w) > 2}
-    scored = []
-    for t in tactics if tactics is not None else load_tactics():
-        text = " ".join([t.name, t.description, *t.keywords]).lower()
-        tw = set(re.findall(r"[a-z0-9_\-]+", text))
-        score = len(words & tw) + 3 * sum(1 for kw in t.keywords if kw.lower() in query.lower())
-        scored.append((score, t.name, t))
-    scored.sort(key=lambda x: (-x[0], x[1]))
-    return [t for s, _, t in scored[:k]]
+    sents = [x.strip() for x in re.split(r"(?<=[.;:])\s+", t.description) if len(x.strip()) > 12]
+    return [index_text(t)] + sents
+
+
+_CODE = None
+
+
+def _codes(text: str) -> set[str]:
+    """Diagnostic codes (E-CPY-02, W-PERF-04) in a text: the embedding knows nothing about them, so
+    an exact code match is scored lexically."""
+    global _CODE
+    import re
+    _CODE = _CODE or re.compile(r"\b[EW]-[A-Z]+-\d+\b")
+    return set(_CODE.findall(text.upper()))
+
+
+CODE_BONUS = 0.25   # a shared diagnostic code outweighs most semantic differences (cosines are ~0.2-0.6)
+
+
+def rank(query: str, tactics: Optional[list[Tactic]] = None, arch: Optional[str] = None) -> list[tuple[Tactic, float]]:
+    """(tactic, score) best first: cosine similarity (all-MiniLM-L6-v2, knowledge.embedding) of the
+    query to the tactic's best passage, plus CODE_BONUS per diagnostic code of the query among the
+    tactic's keywords. Repair tactics are left out (they apply fixes, the proposers call them).
+
+    The tactic cards are embedded here directly, not through the Chroma "tactics" collection: a dozen
+    cards embed in a fraction of a second and the cache below keeps them for the process, while
+    importing chromadb alone costs about two seconds (agent/tactics.py's CLI uses the collection)."""
+    import numpy as np
+
+    from knowledge.embedding import embed_cached
+    pool = [t for t in (tactics if tactics is not None else load_tactics()) if t.kind != "repair" and t.supports(arch)]
+    if not pool:
+        return []
+    texts, owner = [], []
+    for i, t in enumerate(pool):
+        for c in chunks(t):
+            texts.append(c)
+            owner.append(i)
+    vecs = embed_cached(texts)
+    q = embed_cached([query])[0]
+    sims = vecs @ q
+    owner_a = np.asarray(owner)
+    qcodes = _codes(query)
+    out = []
+    for i, t in enumerate(pool):
+        score = float(sims[owner_a == i].max())
+        score += CODE_BONUS * len(qcodes & {k.upper() for k in t.keywords})
+        out.append((t, score))
+    out.sort(key=lambda x: (-x[1], x[0].name))
+    return out
+
+
+def retrieve(query: str, k: int = 5, tactics: Optional[list[Tactic]] = None, arch: Optional[str] = None) -> list[Tactic]:
+    """The k tactics most relevant to `query` by meaning (see `rank`)."""
+    return [t for t, _ in rank(query, tactics, arch)[:k]]

@@ -108,6 +108,8 @@ TACTICS = [
                     "replay its IR steps. Bigger tiles raise arithmetic intensity and cut global traffic but "
                     "need more shared memory and registers and leave fewer CTAs per wave.",
         keywords=("memory", "compute", "tile", "waves", "E-RES-01", "intensity", "bandwidth"),
+        params_doc="the family's tile parameters (BM, BN, BK), values from the family's search space; at most "
+                   "two change at once",
     ),
     FamilyTactic(
         name="warp_split",
@@ -115,5 +117,7 @@ TACTICS = [
         description="Change how warps split the CTA tile: warps along M and N for mma.sync kernels, or the "
                     "number of wgmma consumer warpgroups (each owning 64 rows) for warp-specialised kernels.",
         keywords=("warp-role", "warps", "consumer", "registers", "E-RES-03", "occupancy", "compute", "issue"),
+        params_doc="the family's warp parameters (warps along M / N, or consumer warpgroups), values from the "
+                   "family's search space",
     ),
 ]

@@ -41,4 +41,5 @@ TACTICS = [VerifierFix(
     description="Apply the JSON-Patch fix a verifier diagnostic proposes (e.g. a legal vector width, the "
                 "stage count that fits shared memory) to a program that failed verification.",
     keywords=("repair", "fix", "diagnostic", "verify", "E-"),
+    params_doc="fix: the diagnostic's JSON Patch (RFC 6902), applied leniently",
 )]

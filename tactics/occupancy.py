@@ -36,4 +36,5 @@ TACTICS = [MinBlocks(
     description="Set the launch bound min_blocks_per_sm (1-4): asks the compiler to cap registers so that "
                 "more blocks fit on an SM, trading spills for occupancy and latency hiding.",
     keywords=("occupancy", "latency", "registers", "launch", "waves"),
+    params_doc="min_blocks: 1..4 blocks per SM (launch bound)",
 )]

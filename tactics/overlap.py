@@ -80,4 +80,7 @@ TACTICS = [WgmmaOverlap(
                 "the tensor-core pipeline latency between consecutive k-steps of a warpgroup.",
     keywords=("W-PERF-04", "wgmma", "latency", "compute", "overlap", "pipeline"),
     step_key=("loop",),
+    params_doc="loop: the consumer k-loop (author id or JSON pointer) that ends with wgmma_commit; wgmma_wait 0; "
+               "pipe_release",
+    archs=("sm_90a",),
 )]

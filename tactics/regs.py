@@ -55,4 +55,6 @@ TACTICS = [RegisterSplit(
                 "budgets of the TMA producer role and the MMA consumer roles. Consumers need registers for "
                 "accumulators; the total per block must fit the register file.",
     keywords=("E-RES-03", "registers", "spill", "setmaxnreg", "warp-role", "producer", "consumer", "occupancy"),
+    params_doc="producer: 24 | 32 | 40 | 56 registers; consumer: 168 | 200 | 216 | 232 | 240 registers",
+    archs=("sm_90a",),
 )]

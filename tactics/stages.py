@@ -48,7 +48,9 @@ class Stages(Tactic):
 TACTICS = [Stages(
     name="stages",
     description="Change the pipeline depth: the number of stages S of the staged shared-memory ring "
-                "(buffers, pipeline, cp.async wait depth). More stages hide more load latency but cost "
-                "shared memory and occupancy; fewer stages free shared memory.",
-    keywords=("latency", "E-RES-01", "smem", "shared memory", "pipeline", "stage", "occupancy"),
+                "(buffers, pipeline, cp.async wait depth). More stages overlap the copies of later tiles with "
+                "compute on earlier ones: more TMA or cp.async loads in flight hide global-load latency. "
+                "They cost shared memory and occupancy; fewer stages free shared memory.",
+    keywords=("latency", "E-RES-01", "smem", "shared memory", "pipeline", "stage", "occupancy", "prefetch"),
+    params_doc="S: 2..8 stages (const S; every staged buffer and pipeline follows it)",
 )]

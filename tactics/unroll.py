@@ -85,4 +85,6 @@ TACTICS = [Unroll(
                 "costs registers and instruction cache.",
     keywords=("issue", "latency", "registers", "loop", "instructions"),
     step_key=("loop",),
+    params_doc="loop: a for loop (author id or JSON pointer); unroll: 2 | 4 | true (fully, short loops only) | "
+               "false (stop unrolling)",
 )]

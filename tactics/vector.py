@@ -69,7 +69,10 @@ TACTICS = [VectorWidth(
     name="vector_width",
     description="Change the vector width of memory accesses: cp.async chunk bytes (4/8/16), elements per "
                 "thread chunk of blocked register tiles (with matching ldg/stg vector bytes), or the "
-                "accumulator store width. Wider accesses need fewer instructions but stronger alignment.",
+                "accumulator store width. Wider accesses need fewer instructions but stronger alignment; "
+                "a warp's contiguous vector loads use DRAM bandwidth well (coalesced transactions).",
     keywords=("memory", "issue", "E-CPY-04", "E-CPY-01", "alignment", "vector", "bandwidth", "coalescing"),
     step_key=("target",),
+    params_doc="target: cp_async | blocked | acc_store; value: cp.async chunk bytes 4 | 8 | 16, blocked register "
+               "tile elements per thread chunk 1 | 2 | 4 | 8, accumulator store bytes 4 | 8 | 16",
 )]

@@ -42,4 +42,5 @@ TACTICS = [CtaWarps(
                 "(one row per CTA): more warps split the row finer (fewer registers per thread, a larger "
                 "cross-warp reduction); fewer warps give each thread more elements.",
     keywords=("occupancy", "registers", "reduction", "threads", "warps", "latency", "softmax", "row"),
+    params_doc="warps: 1 | 2 | 4 | 8 | 16 | 32 warps per CTA (threads = 32 x warps)",
 )]
