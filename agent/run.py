@@ -50,6 +50,10 @@ def parser() -> argparse.ArgumentParser:
                                          "or 'local' to start one); needs the ray extra")
     g.add_argument("--compile-workers", type=int, help="parallel NVRTC compile workers (default: min(4, CPUs))")
     g.add_argument("--deadline", type=float, default=RunConfig.deadline_s, help="seconds per evaluation job before the watchdog kills it")
+    g.add_argument("--knowledge-chars", type=int, default=4000,
+                   help="LLM prompt characters for retrieved tactics and experience notes (default 4000)")
+    g.add_argument("--no-vectors", action="store_true",
+                   help="do not embed the run's notes and failures into the Chroma vector store at the end")
     g.add_argument("--run-id", help="name for a new run (default <task>-<date>-<time>-<hex>)")
     g.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     g.add_argument("--quiet", action="store_true", help="no progress output (the summary still prints)")
@@ -128,7 +132,8 @@ def main(argv=None) -> int:
                           gpus=gpus, batch=args.batch or max(2, len(gpus)), seed=args.seed, target=args.target,
                           token_budget=args.token_budget, cost_budget=args.cost_budget,
                           context_tokens=args.context_tokens, plateau=args.plateau, ray_address=args.ray_address,
-                          compile_workers=cw, deadline_s=args.deadline)
+                          compile_workers=cw, deadline_s=args.deadline, knowledge_chars=args.knowledge_chars,
+                          vectors=not args.no_vectors)
     try:
         run(cfg, resume=bool(args.resume), progress=progress, overrides=overrides)
     except CampaignError as e:

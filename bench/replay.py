@@ -65,9 +65,14 @@ def sh(cmd: list, cwd: Path, env: dict, timeout: float, log: Path) -> tuple[int,
 
 def copy_checkout(dst: Path, ablate: list[str]) -> list[str]:
     """The working tree (tracked and untracked, minus ignored) as a fresh one-commit git repo."""
-    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
-                         capture_output=True, check=True).stdout.decode()
-    for rel in filter(None, out.split("\0")):
+    r = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True)
+    if r.returncode == 0:
+        rels = list(filter(None, r.stdout.decode().split("\0")))
+    else:  # a copy of the tree without .git (the GPU machine gets one): everything but local state and caches
+        skip = {".git", ".cake", ".whl", ".ci-venv", "__pycache__", ".pytest_cache", ".hypothesis"}
+        rels = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
+                if p.is_file() and not skip & set(p.relative_to(ROOT).parts)]
+    for rel in rels:
         src = ROOT / rel
         if src.is_file():
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +168,7 @@ def main(argv=None) -> int:
             return {**base, "CAKE_HOME": str(home), "CAKE_CACHE_DIR": str(home / "cubin")}
 
         run_cmd = [PY, "-m", "agent.run", "--task", args.task, "--max-candidates", str(args.n), "--seed",
-                   str(args.seed), "--proposer", args.proposer, "--plain", "--quiet"]
+                   str(args.seed), "--proposer", args.proposer, "--plain", "--quiet", "--no-vectors"]
         run_cmd += ["--dry-run"] if args.dry_run else (["--gpus", args.gpus] if args.gpus else [])
         result: dict = {"command": " ".join([Path(PY).name, "bench/replay.py", *(argv if argv is not None else sys.argv[1:])]),
                         "campaign_command": " ".join(map(str, run_cmd[1:])) + " --run-id replay-<1|2>",

@@ -83,7 +83,8 @@ def load_constants(gpu_name_or_path: Union[str, Path], arch: Optional[str] = Non
 
     `gpu_name_or_path` is a path to a calibration JSON file, a GPU name (`h200` reads
     `calibration/data/h200.json`) or an arch name (`sm_90a`: the table's defaults). The file is a JSON
-    object of ArchSpec field overrides plus `"arch"` (which table entry it overrides) and `"version"`.
+    object of ArchSpec field overrides plus `"arch"` (which table entry it overrides), `"version"` and
+    optional `"gpu"`, `"measured"`, `"notes"`, `"provenance"` (not constants).
     Without a file, the table's defaults for `arch` (or the GPU name's known arch) come back.
     Unknown fields in a file raise ValueError (a calibration bug must be loud)."""
     text = str(gpu_name_or_path)
@@ -100,7 +101,8 @@ def load_constants(gpu_name_or_path: Union[str, Path], arch: Optional[str] = Non
         if base not in _arch.ARCH_TABLE:
             raise ValueError(f"{p}: unknown or missing \"arch\" ({base!r}); one of {', '.join(_arch.ARCHES)}")
         known = {f.name for f in fields(ArchSpec)}
-        over = {k: v for k, v in data.items() if k not in ("arch", "version", "gpu", "measured", "notes")}
+        # "provenance": where a promoted version came from (knowledge/promote/calibration.py)
+        over = {k: v for k, v in data.items() if k not in ("arch", "version", "gpu", "measured", "notes", "provenance")}
         bad = sorted(k for k in over if k not in known or k in ("name", "features"))
         if bad:
             raise ValueError(f"{p}: not overridable ArchSpec fields: {', '.join(bad)}")
@@ -651,7 +653,8 @@ def _sane(spec: ArchSpec, arch: str) -> tuple[ArchSpec, list[str]]:
 def _estimate(m: _Model, rep: CostReport) -> None:
     from .analysis.tiles import resolve_tile
     from .dtypes import SIZE
-    from .nodes import Access, Copy, Fill, For, If, Let, Map, MmaSync, Reduce, Scan, Wgmma
+    from .nodes import (Access, Copy, Fill, For, If, LastCta, Let, Map, MmaSync, RedAdd, Reduce, Scan, ScatterAdd,
+                        TopK, TopKMerge, Wgmma)
     from .walk import statements
 
     k, spec = m.k, m.spec
@@ -786,6 +789,13 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 raw.count = g
                 raw.simt_ops = dst.elems * simt * g
                 raw.sfu_ops = dst.elems * sfu * g
+            elif isinstance(st, Reduce) and resolve_tile(k, st.src).space == "smem":
+                # an smem tile reduced row per thread: the executing threads share the elements
+                src = resolve_tile(k, st.src)
+                g = scope_work("role", 2 * src.elems)
+                raw.count = g
+                raw.simt_ops = 2 * src.elems * g
+                raw.smem_bytes = src.bytes * g
             elif isinstance(st, (Reduce, Scan)):
                 src = resolve_tile(k, st.src)
                 scope = m.reg_scope(src.buffer)
@@ -795,6 +805,48 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 g = scope_work(scope, factor * src.elems + shuffle * math.ceil(t / 32))
                 raw.count = g
                 raw.simt_ops = factor * src.elems * g
+            elif isinstance(st, TopK):
+                # per score element: scale/bias FMAs + the threshold compare; insertions (k compares)
+                # are rare once the lists fill, so they are not counted
+                src = resolve_tile(k, st.src)
+                scope = m.reg_scope(src.buffer)
+                per = 3 + (1 if st.row_bias is not None else 0) + (1 if st.col_bias is not None else 0)
+                g = scope_work(scope, src.elems * per)
+                raw.count = g
+                raw.simt_ops = src.elems * per * g
+                if st.col_bias is not None or st.row_bias is not None:
+                    raw.smem_bytes = 4 * src.elems * g
+            elif isinstance(st, TopKMerge):
+                vals = resolve_tile(k, st.vals)
+                kk = vals.shape[-1] if vals.shape else 1
+                rows = vals.shape[0] if vals.shape else 16
+                g = scope_work("warp", 32 * (rows // 8) * 2 * (2 * kk + kk * kk))   # 2 xor steps: shuffles + inserts
+                raw.count = g
+                raw.simt_ops = 32 * (rows // 8) * 2 * kk * kk * g
+            elif isinstance(st, ScatterAdd):
+                idx = resolve_tile(k, st.index)
+                dst = resolve_tile(k, st.dst)
+                rows = idx.shape[0] if idx.shape else 16
+                cols = resolve_tile(k, st.src).shape[-1] if st.src is not None else 1
+                g = scope_work("warp", 2.0 * rows * cols)       # one red (+ one src load) per element
+                raw.count = g
+                if dst.space == "global":
+                    raw.gbytes = 4.0 * rows * cols * g
+                    raw.mechanism = "atomic"
+                    raw.tensor = st.dst.buf
+                else:
+                    raw.smem_bytes = 4.0 * rows * cols * g
+            elif isinstance(st, RedAdd):
+                src = resolve_tile(k, st.src)
+                g = scope_work(st.scope, 3.0 * src.elems)       # lds + compare + red per element
+                raw.count = g
+                raw.smem_bytes = 4.0 * src.elems * g
+                raw.gbytes = 4.0 * src.elems * g
+                raw.mechanism = "atomic"
+                raw.tensor = st.dst.buf
+            elif isinstance(st, LastCta):
+                raw.warp_instrs += 8 * warps_exec     # two barriers, fences, one atomic
+                raw.count = ex.any * per_iter
             elif isinstance(st, For):
                 try:
                     e = dict(ex.env)

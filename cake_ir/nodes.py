@@ -132,6 +132,8 @@ Layout = Literal[
     "blocked",        # reg: tile split in chunks of `vec` elements dealt round-robin to the scope's threads
     "mma_a", "mma_b", "mma_acc",   # reg: mma.sync m16n8k16 fragments (scope warp)
     "wgmma_acc",      # reg: wgmma accumulator fragment (scope warpgroup, shape [64*m, N])
+    "mma_rows",       # reg: per-row lists beside an mma_acc tile (scope warp, shape [16*m, k]): row r is
+                      #      held by the 4 lanes of quad r % 8 (slot 2*(r/16) + (r%16)/8), all k columns each
 ]
 
 
@@ -362,8 +364,12 @@ class Map(Node):
 
 
 class Reduce(Node):
+    """Row reduction along the last axis. Register tiles: src's scope reduces (shuffles + scratch).
+    `sum_sq` (sum of squares) also reduces an smem tile [R, C] into an smem f32 vector [R] (or [1, R]),
+    the rows dealt to the executing threads (e.g. the squared norms of a staged database tile)."""
+
     op: Literal["reduce"] = "reduce"
-    kind: Literal["sum", "max", "min"]
+    kind: Literal["sum", "max", "min", "sum_sq"]
     src: TileRef
     dst: TileRef
     axis: Annotated[int, Field(ge=0, le=3)] = 1
@@ -378,15 +384,95 @@ class Scan(Node):
     exclusive: bool = False
 
 
+class TopK(Node):
+    """Running per-row top-k selection over a register score tile (k = 1 is a running argmin/argmax).
+
+    score[r, j] = scale * src[r, j] + row_bias[r] + col_bias[j]; its index is `col + j` (or
+    src_idx[r, j]). Entries with index >= `limit` are skipped. For each row the executing thread holds,
+    every element it holds is compared with the thread's k-th best (value, index) pair and, when
+    better (smaller for `min`; ties broken by the smaller index), inserted into the sorted list
+    `vals`/`idx` (best first). With an `mma_acc` src the lists are `mma_rows` tiles and each of a
+    row's 4 lanes keeps a partial list over the columns it holds: `topk_merge` combines them. With a
+    per-thread `row_major` src [R, C] the lists are per-thread [R, k] tiles.
+    """
+
+    op: Literal["topk"] = "topk"
+    kind: Literal["min", "max"] = "min"
+    k: Annotated[int, Field(ge=1, le=64)]
+    src: TileRef
+    vals: TileRef
+    idx: TileRef
+    src_idx: Optional[TileRef] = Field(default=None, description="i32 indices of src's elements (same layout)")
+    col: IndexExpr = Field(default=0, description="index of src column 0 (when src_idx is absent)")
+    limit: Optional[IndexExpr] = Field(default=None, description="skip indices >= limit (e.g. the column count)")
+    scale: float = 1.0
+    row_bias: Optional[TileRef] = Field(default=None, description="smem f32 vector, one value per src row")
+    col_bias: Optional[TileRef] = Field(default=None, description="smem f32 vector, one value per src column")
+
+
+class TopKMerge(Node):
+    """Merge the partial top-k lists of the lanes that share rows (an `mma_rows` tile: the 4 lanes of
+    a quad, by xor shuffles); afterwards every lane of the quad holds the row's merged list."""
+
+    op: Literal["topk_merge"] = "topk_merge"
+    kind: Literal["min", "max"] = "min"
+    vals: TileRef
+    idx: TileRef
+
+
+class ScatterAdd(Node):
+    """dst[index[r], c] += src[r, c] with hardware atomics (red.shared / red.global .add).
+
+    `index` is an i32 `mma_rows` tile [R, 1] (one target row per src row, e.g. the cluster of each
+    point); `src` is an smem or global tile [R, C] of the same rows (absent: adds 1 per row, a count),
+    `dst` an smem or global f32/i32 tile [K, C]. The 4 lanes of a row's quad split its C columns.
+    Rows with `row0 + r >= row_limit` (e.g. points past N) and rows whose index is negative are skipped.
+    """
+
+    op: Literal["scatter_add"] = "scatter_add"
+    index: TileRef
+    dst: TileRef
+    src: Optional[TileRef] = None
+    row0: IndexExpr = Field(default=0, description="global row of src row 0 (for row_limit)")
+    row_limit: Optional[IndexExpr] = Field(default=None, description="skip rows with row0 + r >= row_limit")
+
+
+class RedAdd(Node):
+    """dst += src element-wise with red.global.add (no return value): an smem tile [R, C] into a global
+    tile of the same shape, dealt over the `scope` threads. Rows with dst row offset + r >= row_limit
+    are skipped; zero elements are skipped (nothing to add)."""
+
+    op: Literal["red_add"] = "red_add"
+    src: TileRef
+    dst: TileRef
+    scope: Scope = "cta"
+    row_limit: Optional[IndexExpr] = None
+
+
+class LastCta(Node):
+    """Run `body` in the last of `count` CTAs to arrive on a global i32 `counter` (the threadfence
+    reduction pattern): every thread fences its earlier global writes (release), one thread
+    atomically increments the counter, the CTA learns whether it arrived last, and the last one
+    fences again (acquire) and resets the counter to 0 (self-cleaning, so the next launch finds it
+    zero). Executed by every thread of the CTA (it synchronises the CTA)."""
+
+    op: Literal["last_cta"] = "last_cta"
+    counter: TileRef
+    count: IndexExpr
+    body: list["Stmt"] = Field(default_factory=list)
+
+
 Stmt = Annotated[
     Union[For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
-          CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan],
+          CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
+          TopK, TopKMerge, ScatterAdd, RedAdd, LastCta],
     Field(discriminator="op"),
 ]
 
 For.model_rebuild()
 If.model_rebuild()
 Block.model_rebuild()
+LastCta.model_rebuild()
 
 
 class Role(Node):
@@ -454,4 +540,5 @@ class Kernel(Node):
 
 
 STMT_TYPES = (For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
-              CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan)
+              CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
+              TopK, TopKMerge, ScatterAdd, RedAdd, LastCta)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from .nodes import Block, For, If, Kernel, Let, Role
+from .nodes import Block, For, If, Kernel, LastCta, Let, Role
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ def _walk_body(body, path, role, ri, loops, lpaths, guards, lets, origin) -> Ite
         elif isinstance(st, Block):
             yield from _walk_body(st.body, p + "/body", role, ri, loops, lpaths, guards, tuple(lets),
                                   origin or st.origin)
+        elif isinstance(st, LastCta):  # CTA-uniform: runs in one CTA of the grid, all of its threads
+            yield from _walk_body(st.body, p + "/body", role, ri, loops, lpaths, guards, tuple(lets), origin)
 
 
 def statements(kernel: Kernel) -> Iterator[Site]:

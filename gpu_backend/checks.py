@@ -84,3 +84,42 @@ def check_output(name: str, bits: np.ndarray, dtype: str, ref: np.ndarray, rel_r
 def check_outputs(bits: dict[str, np.ndarray], dtypes: dict[str, str], refs: dict[str, np.ndarray],
                   rel_rmse_tol: float, max_abs_tol: Optional[float] = None) -> list[OutputCheck]:
     return [check_output(n, bits[n], dtypes[n], refs[n], rel_rmse_tol, max_abs_tol) for n in refs]
+
+
+def check_written(name: str, bits: np.ndarray, dtype: str) -> Optional[OutputCheck]:
+    """The poison / NaN part of check_output alone: a failing OutputCheck, or None when every element
+    was written and is finite."""
+    n = int(bits.size)
+    unw = poison_mask(bits, dtype)
+    if unw.any():
+        k = int(unw.sum())
+        return OutputCheck(name=name, ok=False, error_class="unwritten_output", unwritten=k, elements=n,
+                           first_bad=_first(unw), message=f"{name}: {k} of {n} elements never written{_rows_summary(unw)}")
+    with np.errstate(invalid="ignore"):
+        out = from_bits(bits, dtype).astype(np.float64)
+    bad = ~np.isfinite(out)
+    if bad.any():
+        k = int(bad.sum())
+        return OutputCheck(name=name, ok=False, error_class="nan", nonfinite=k, elements=n, first_bad=_first(bad),
+                           message=f"{name}: {k} of {n} elements are NaN/Inf{_rows_summary(bad)}")
+    return None
+
+
+def run_checks(task, bits: dict[str, np.ndarray], dtypes: dict[str, str], refs: dict[str, np.ndarray],
+               inputs: dict, shape: dict) -> list[OutputCheck]:
+    """Check a launch's outputs for `task`. A task with its own `check(outputs, refs, inputs, shape)`
+    (e.g. recall@k with ties for knn, inertia for kmeans) gets host values after the generic
+    unwritten/NaN checks pass; other tasks get check_outputs (rel RMSE / max-abs)."""
+    own = getattr(task, "check", None)
+    if own is None:
+        return check_outputs(bits, dtypes, refs, task.tolerance.rel_rmse, task.tolerance.max_abs)
+    for n in refs:
+        if n not in bits or tuple(bits[n].shape) != tuple(np.shape(refs[n])):
+            got = None if n not in bits else bits[n].shape
+            return [OutputCheck(name=n, ok=False, error_class="wrong_result",
+                                message=f"{n}: output shape {got} != reference shape {np.shape(refs[n])}")]
+        w = check_written(n, bits[n], dtypes[n])
+        if w is not None:
+            return [w]
+    values = {n: from_bits(bits[n], dtypes[n]) for n in bits}
+    return list(own(values, refs, inputs, shape))

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .candidate import Compiled, compile_candidate, first_error_node
-from .checks import check_outputs
+from .checks import run_checks
 from .driver import CudaError
 from .errors import classify
 from .record import EvalRecord, ShapeResult, Timing
@@ -176,7 +176,7 @@ def _evaluate(rec, state, candidate, task, gpu, verify, shapes, bench_shapes, se
 
 def interface_problem(spec, task, shape: dict) -> Optional[str]:
     """Why the kernel's arguments do not fit the task (None when they do)."""
-    want = {t.name: t for t in list(task.inputs(shape)) + list(task.outputs(shape))}
+    want = {t.name: t for t in list(task.inputs(shape)) + list(task.outputs(shape)) + workspace_specs(task, shape)}
     have = {a["name"]: a for a in spec.signature if a["kind"] == "ptr"}
     scal_have = {a["name"] for a in spec.signature if a["kind"] == "scalar"}
     scal_want = set(task.scalars(shape))
@@ -207,10 +207,28 @@ def _check_facts(rec, spec, task, shape):
                   f"every shape in {task.name}.shapes")
 
 
+def workspace_specs(task, shape) -> list:
+    """A task's scratch tensors (optional `workspace(shape)`): zero-filled once by the evaluator and
+    passed to the kernel, which must leave them zeroed (checked after every test launch)."""
+    fn = getattr(task, "workspace", None)
+    return list(fn(shape)) if fn is not None else []
+
+
 def _alloc(arena, task, shape):
     ins = {t.name: arena.alloc(t.shape, t.dtype) for t in task.inputs(shape)}
     outs = {t.name: arena.alloc(t.shape, t.dtype) for t in task.outputs(shape)}
+    for t in workspace_specs(task, shape):   # scratch rides with the inputs (never poisoned)
+        ins[t.name] = arena.alloc(t.shape, t.dtype)
+        ins[t.name].fill_bits(0)
     return ins, outs
+
+
+def _dirty_workspace(ins, task, shape) -> Optional[str]:
+    for t in workspace_specs(task, shape):
+        bits = ins[t.name].download_bits()
+        if np.count_nonzero(bits):
+            return f"workspace {t.name}: {int(np.count_nonzero(bits))} of {bits.size} elements left non-zero"
+    return None
 
 
 def _prepare(rec, ck, tensors, scalars):
@@ -233,18 +251,21 @@ def _test_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, si: int, reru
         for run in range(1 + reruns):
             s = derive_seed(seed, si, run)
             inputs = task.make_inputs(shape, s)
-            sent = {n: to_bits(inputs[n], a.dtype) for n, a in ins.items()}
-            for n, a in ins.items():
-                a.upload_bits(sent[n])
+            sent = {n: to_bits(inputs[n], a.dtype) for n, a in ins.items() if n in inputs}
+            for n in sent:
+                ins[n].upload_bits(sent[n])
             for o in outs.values():
                 o.poison()
             ck.launch_prepared(prepared)
             synchronize("kernel (test launch)")
             bits = {n: o.download_bits() for n, o in outs.items()}
             refs = task.reference(inputs, shape)
-            checks = check_outputs(bits, {n: o.dtype for n, o in outs.items()}, refs, task.tolerance.rel_rmse,
-                                   task.tolerance.max_abs)
+            checks = run_checks(task, bits, {n: o.dtype for n, o in outs.items()}, refs, inputs, shape)
             bad = next((c for c in checks if not c.ok), None)
+            dirty = _dirty_workspace(ins, task, shape)
+            if bad is None and dirty:
+                _fail(rec, "fail", "workspace_dirty", f"shape {shape}, seed {s}: {dirty} (the kernel must leave "
+                      "its workspace zeroed)")
             rels = [c.rel_rmse for c in checks if c.rel_rmse is not None]
             mabs = [c.max_abs for c in checks if c.max_abs is not None]
             sr = ShapeResult(shape=dict(shape), run=run, seed=s, ok=bad is None,
@@ -256,21 +277,21 @@ def _test_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, si: int, reru
             if sr.max_abs is not None:
                 rec.max_abs = max(rec.max_abs or 0.0, sr.max_abs)
             if bad is not None:
-                stale = _stale_reason(bad, bits, prev, outs, task) if first_ok else None
+                stale = _stale_reason(bad, bits, prev, outs, task, shape) if first_ok else None
                 if stale:
                     _fail(rec, "fail", "cache_cheat",
                           f"shape {shape}: correct on the first inputs, then {stale} after fresh inputs were "
                           f"written to the same addresses (seed {s}): {bad.message}")
                 _fail(rec, "fail", bad.error_class, f"shape {shape}, seed {s}: {bad.message}")
-            prev = (bits, refs)
+            prev = (bits, refs, inputs)
             if run == 0:
                 first_ok = True
                 for n, a in ins.items():
-                    if not np.array_equal(a.download_bits(), sent[n]):
+                    if n in sent and not np.array_equal(a.download_bits(), sent[n]):
                         _fail(rec, "fail", "input_modified", f"shape {shape}: the kernel wrote to input {n}")
 
 
-def _stale_reason(bad, bits, prev, outs, task) -> Optional[str]:
+def _stale_reason(bad, bits, prev, outs, task, shape=None) -> Optional[str]:
     """Why a re-run failure looks like a replayed result rather than a plain wrong kernel (a wrong
     kernel can pass one input set by luck, e.g. a constant softmax row): outputs left unwritten after a
     run that wrote them all, outputs bit-identical to the previous run's, or outputs that match the
@@ -279,11 +300,10 @@ def _stale_reason(bad, bits, prev, outs, task) -> Optional[str]:
         return None
     if bad.error_class == "unwritten_output":
         return "outputs left unwritten (work skipped)"
-    prev_bits, prev_refs = prev
+    prev_bits, prev_refs, prev_inputs = prev
     if all(np.array_equal(bits[n], prev_bits[n]) for n in bits):
         return "outputs identical to the previous run's"
-    again = check_outputs(bits, {n: o.dtype for n, o in outs.items()}, prev_refs, task.tolerance.rel_rmse,
-                          task.tolerance.max_abs)
+    again = run_checks(task, bits, {n: o.dtype for n, o in outs.items()}, prev_refs, prev_inputs, shape)
     if all(c.ok for c in again):
         return "outputs matching the previous inputs' reference"
     return None
@@ -297,7 +317,8 @@ def _profile_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, bi: int, w
         ins, outs = _alloc(arena, task, shape)
         inputs = task.make_inputs(shape, derive_seed(seed, 1000 + bi))
         for n, a in ins.items():
-            a.upload(inputs[n])
+            if n in inputs:
+                a.upload(inputs[n])
         prepared = _prepare(rec, ck, {**ins, **outs}, task.scalars(shape))
         flusher = L2Flusher.for_device(gpu)
 
@@ -309,8 +330,7 @@ def _profile_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, bi: int, w
                               before_each=poison)
         bits = {n: o.download_bits() for n, o in outs.items()}
         refs = task.reference(inputs, shape)
-        checks = check_outputs(bits, {n: o.dtype for n, o in outs.items()}, refs, task.tolerance.rel_rmse,
-                               task.tolerance.max_abs)
+        checks = run_checks(task, bits, {n: o.dtype for n, o in outs.items()}, refs, inputs, shape)
         bad = next((c for c in checks if not c.ok), None)
         sec = stats.ms_median * 1e-3
         rec.timings.append(Timing(shape=dict(shape), ms_min=stats.ms_min, ms_median=stats.ms_median,

@@ -2,7 +2,8 @@
 
 - copy: tma_load / cp_async / sync move global -> smem, tma_store smem -> global; ldg global -> reg,
   stg reg -> global, lds smem -> reg, sts reg -> smem, ldmatrix smem -> reg.
-- Both tiles of a copy or access have the same shape (leading size-1 dims ignored); copies do not
+- Both tiles of a copy or access have the same shape (leading size-1 dims ignored; an `mma_rows`
+  [R, 1] list may be stored as a [.., 1, R] row); copies do not
   convert, so their dtypes must be equal (ldg/stg/lds/sts convert element-wise).
 - ldmatrix loads 16-bit elements from smem into an `mma_a` or `mma_b` fragment.
 - wgmma operands a and b have one dtype; mma_sync's a and b likewise (E-MMA-01).
@@ -50,6 +51,10 @@ def check(ctx):
                 yield ctx.report(f"{p}/dst/buf", f"copy does not convert: src {src.ref.buf!r} is {src.dtype}, dst "
                                  f"{dst.ref.buf!r} is {dst.dtype}", legal=[src.dtype])
             ss, ds = tile_shape(k, src, dst), tile_shape(k, dst, src)
+            rb = src.buffer if what == "stg" else None
+            if rb is not None and rb.layout == "mma_rows" and ss is not None and ss[-1] == 1 and ds is not None \
+                    and squeeze(ds) == (ss[0],):
+                ss = ds   # an mma_rows [R, 1] list stored along the last dim (one index per row)
             if ss is not None and ds is not None and squeeze(ss) != squeeze(ds):
                 yield ctx.report(f"{p}/dst", f"{what} shapes differ: src {list(ss)}, dst {list(ds)}", legal=[list(ss)])
             if what == "ldmatrix":

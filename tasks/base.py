@@ -13,6 +13,13 @@ A task names its kernel interface and how to test it honestly:
   host; never on the device the candidate runs on).
 - `tolerance`: relative RMSE bound and an optional max-abs bound. NaN/Inf never pass.
 - `flops(shape)`, `bytes(shape)`: for throughput and roofline fractions.
+
+Optional (gpu_backend.evaluate uses them when present):
+- `check(outputs, refs, inputs, shape) -> [gpu_backend.checks.OutputCheck]`: the task's own
+  correctness test on host output values (after the generic unwritten/NaN checks), for outputs an
+  element-wise tolerance cannot judge (kNN recall@k with ties, k-means inertia).
+- `workspace(shape) -> [TensorSpec]`: scratch tensors passed to the kernel, zero-filled once by the
+  evaluator; the kernel must leave them zeroed (checked after each test launch: `workspace_dirty`).
 """
 from __future__ import annotations
 
@@ -79,7 +86,7 @@ class BaseTask:
         return {n: make() for n, make in mod.SEEDS.items()}
 
 
-TASK_NAMES = ("gemm", "softmax")
+TASK_NAMES = ("gemm", "softmax", "knn", "knn_ip", "kmeans")
 
 
 def get_task(name: str) -> Task:

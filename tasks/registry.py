@@ -27,6 +27,11 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_BASELINES = {
     "gemm": [{"name": "torch.matmul", "call": "tasks.registry:torch_gemm"}],
     "softmax": [{"name": "torch.softmax", "call": "tasks.registry:torch_softmax"}],
+    "knn": [{"name": "torch (chunked matmul + topk)", "call": "agent.baselines:knn_l2_torch"},
+            {"name": "flashlib.knn (Triton)", "call": "agent.baselines:knn_l2_flashlib"}],
+    "knn_ip": [{"name": "torch (chunked matmul + topk)", "call": "agent.baselines:knn_ip_torch"}],
+    "kmeans": [{"name": "torch (bmm + argmin + scatter_add)", "call": "agent.baselines:kmeans_torch"},
+               {"name": "flash-kmeans (Triton)", "call": "agent.baselines:kmeans_flash"}],
 }
 
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import expr as E
 from ..dtypes import SIZE
-from ..nodes import (Access, Block, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
+from ..nodes import (Access, Block, LastCta, RedAdd, ScatterAdd, TopK, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
                      MbarExpectTx, MbarInit, MbarWait, CpAsyncArrive, NamedBarSync, NamedBarrier, PipeOp,
                      Reduce, Scan, ScalarParam, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma, MmaSync)
 from ..walk import Site, statements
@@ -577,6 +577,15 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
     elif isinstance(node, (Fill, Map)):
         out += [(node.dst, True)]
     elif isinstance(node, (Reduce, Scan)):
+        out += [(node.src, False), (node.dst, True)]
+    elif isinstance(node, TopK):
+        out += [(r, False) for r in (node.row_bias, node.col_bias) if r is not None]
+        out += [(node.src, False), (node.vals, True), (node.idx, True)]
+    elif isinstance(node, TopKMerge):
+        out += [(node.vals, True), (node.idx, True)]
+    elif isinstance(node, ScatterAdd):
+        out += [(node.index, False)] + ([(node.src, False)] if node.src is not None else []) + [(node.dst, True)]
+    elif isinstance(node, RedAdd):
         out += [(node.src, False), (node.dst, True)]
     return out
 
@@ -1209,7 +1218,7 @@ class Simulator:
             elif gens:
                 yield from self._fork(gens)
             return
-        if isinstance(st, Block):
+        if isinstance(st, (Block, LastCta)):  # last_cta: its body runs CTA-uniformly (in one CTA)
             yield from self._body(p, st.body, path + "/body", env, tl, mask)
             return
         if isinstance(st, MbarWait):
@@ -1233,6 +1242,8 @@ class Simulator:
     def _pure_body(self, body) -> bool:
         for st in body:
             if isinstance(st, self._IMPURE):
+                return False
+            if isinstance(st, (TopK, TopKMerge, ScatterAdd, RedAdd, LastCta)):
                 return False
             if isinstance(st, (For, Block)):
                 if not self._pure_body(st.body):
@@ -1560,7 +1571,7 @@ class Simulator:
         if isinstance(st, Fence):
             self._node(p, mask, path, fence=st.kind == "proxy_async")
             return
-        if isinstance(st, (Fill, Map, Reduce, Scan)):
+        if isinstance(st, (Fill, Map, Reduce, Scan, TopK, TopKMerge, ScatterAdd, RedAdd)):
             coll = 0
             if isinstance(st, (Reduce, Scan)):
                 b = self._bufs.get(st.src.buf)
@@ -1864,7 +1875,7 @@ class Simulator:
         return f"{what} in {p.sp.name()}"
 
 
-_CONTROL = (For, If, Block, Let)
+_CONTROL = (For, If, Block, Let, LastCta)
 
 
 def _show(expr, env) -> str:
@@ -2080,7 +2091,7 @@ def count_execs(kernel: Kernel, path: str, env: dict, budget: int = 100000) -> O
                 if field_ == "else":
                     t = not t
             return rec(st.then if field_ == "then" else st.else_, sub, env) if t else 0
-        if isinstance(st, Block):
+        if isinstance(st, (Block, LastCta)):
             return rec(st.body, sub, env)
         raise Unknown("path")
 

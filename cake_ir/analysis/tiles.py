@@ -72,6 +72,8 @@ def per_thread_elems(b: Buffer, role_threads: int, block_threads: int) -> int:
         return n // 32
     if b.layout == "wgmma_acc":
         return n // 128
+    if b.layout == "mma_rows":     # [16m, k]: a quad holds a row (replicated), so a lane holds rows/8 rows
+        return max(1, n // 8)
     if b.layout == "blocked":
         return max(1, n // threads_in_scope(b.scope, role_threads, block_threads))
     return n  # row_major reg: a plain per-thread array

@@ -17,7 +17,8 @@ from ..analysis.tiles import per_thread_elems, resolve_tile, threads_in_scope
 from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
-from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, Let, Map,
+from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, LastCta, Let, Map,
+                     RedAdd, ScatterAdd, TopK, TopKMerge,
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
                      PipeOp, Reduce, Role, ScalarParam, Scan, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma)
 from ..passes.plan_smem import SmemPlan, plan_smem, row_pitch_elems
@@ -71,6 +72,23 @@ def cond_c(e) -> str:
     if isinstance(e, bool):
         return "true" if e else "false"
     return E.to_c(E.parse_cond(e), _var)
+
+
+def _robust(fn):
+    """Lowering of the newer ops on unverified input: malformed operands become LowerError diagnostics
+    (the lowering also runs on programs the verifier rejected), never a crash."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(self, st, *args):
+        path = args[-1]
+        try:
+            return fn(self, st, *args)
+        except (LowerError, E.ExprError, RecursionError, SourceTooLarge):
+            raise
+        except (IndexError, KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError) as e:
+            self.fail(path, f"{getattr(st, 'op', '?')} cannot be lowered: {type(e).__name__}: {e}")
+    return wrapped
 
 
 class Emitter:
@@ -265,7 +283,7 @@ class Emitter:
     def _role_uses(self, role: Role, name: str) -> bool:
         from ..walk import _walk_body
         for s in _walk_body(role.body, "", role, 0, (), (), (), (), None):
-            for f in ("src", "dst", "a", "b", "c", "acc"):
+            for f in ("src", "dst", "a", "b", "c", "acc", "vals", "idx", "src_idx", "index"):
                 t = getattr(s.node, f, None)
                 if isinstance(t, TileRef) and t.buf == name:
                     return True
@@ -477,6 +495,10 @@ class Emitter:
             self.fail(path, f"{st.op} moves a register tile")
         if rb.layout in ("wgmma_acc", "mma_acc") and st.op in ("stg", "sts"):
             return self.store_acc(st, rb, reg, mem, path)
+        if rb.layout == "mma_rows":
+            if st.op != "stg":
+                self.fail(path, "mma_rows tiles are written to global memory with stg")
+            return self.store_rows(st, rb, mem, path)
         if rb.layout not in ("blocked", "row_major"):
             self.fail(path, f"{st.op} of a {rb.layout} tile is not supported (use blocked, or stg from an accumulator)")
         return self.blocked_access(st, rb, reg, mem, path)
@@ -533,7 +555,7 @@ class Emitter:
             if load:
                 w.line(f"{vt} cake_v;")
                 if mask:
-                    w.line(f"if ({guard}) cake_v = *reinterpret_cast<const {vt}*>({ptr} + {pc * per}); else cake_v = {vt}{{}};", path)
+                    w.line(f"if ({guard}) cake_v = *reinterpret_cast<const {vt}*>({ptr} + {pc * per}); else cake_v = {vt if ' ' not in vt else ''}{{}};", path)
                 else:
                     w.line(f"cake_v = *reinterpret_cast<const {vt}*>({ptr} + {pc * per});", path)
                 w.line(f"const {cptr_t}* cake_h = reinterpret_cast<const {cptr_t}*>(&cake_v);")
@@ -685,6 +707,8 @@ class Emitter:
         co = [E.try_const(E.parse_index(o), cst) for o in (c.offset or (0, 0))]
         if any(not isinstance(x, int) for x in ao + bo + co):
             self.fail(path, "fragment offsets must be constants")
+        if len(ao) != 2 or len(bo) != 2 or len(co) != 2:
+            self.fail(path, "fragment offsets have one entry per dim (2)")
         fn = "mma_16816_bf16" if ab.dtype == "bf16" else "mma_16816_f16"
         aKT, bKT, cNT = ab.shape[1] // 16, bb.shape[1] // 16, cb.shape[1] // 8
         w = self.w
@@ -803,13 +827,17 @@ class Emitter:
         self.w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)
 
     def s_Reduce(self, st: Reduce, path):
+        b0 = self.buf(st.src.buf, path)
+        if b0.space == "smem":
+            return self.reduce_smem(st, path)
         sb, db = self.reg_tile(st.src, path), self.reg_tile(st.dst, path)
         if sb.layout != "blocked" and not (sb.layout == "row_major" and sb.scope == "thread"):
             self.fail(path, f"reduce over a {sb.layout} tile is not lowered yet (blocked or per-thread tiles)")
         if st.axis != len(sb.shape) - 1:
             self.fail(path, "reduce runs along the last axis")
         w = self.w
-        op = {"sum": ("+", "0.0f", "sum"), "max": ("fmaxf", "(-cake::inf())", "max"), "min": ("fminf", "cake::inf()", "min")}[st.kind]
+        op = {"sum": ("+", "0.0f", "sum"), "sum_sq": ("+", "0.0f", "sum"), "max": ("fmaxf", "(-cake::inf())", "max"),
+              "min": ("fminf", "cake::inf()", "min")}[st.kind]
         T = self.scope_threads(sb.scope) if sb.layout == "blocked" else 1
         V, C = (sb.vec, sb.shape[-1]) if sb.layout == "blocked" else (sb.shape[-1], sb.shape[-1])
         R = prod(sb.shape[:-1])
@@ -828,6 +856,8 @@ class Emitter:
         w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {acc}[cake_i] = {op[1]};")
         w.line("#pragma unroll")
         val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]") if sb.dtype != "f32" else f"{sb.name}[cake_e]"
+        if st.kind == "sum_sq":
+            val = f"cake::sq({val})"
         w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {acc}[{row}] = {comb(f'{acc}[{row}]', val)};")
         if T > 1:
             w.line("#pragma unroll")
@@ -859,6 +889,271 @@ class Emitter:
             self.fail(path, f"reduce destination holds {prod(db.shape)} values, expected {R}")
         w.line("#pragma unroll")
         w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {db.name}[cake_i] = {self.to_storage(db.dtype, f'{acc}[cake_i]')};")
+        w.close()
+
+    # ---- selection, atomics, grid completion
+    def vec_addr(self, ref: TileRef, i_c: str, path) -> str:
+        """Byte address (shared window) of element `i_c` of an smem f32 vector tile ([n] or [1, n])."""
+        t = resolve_tile(self.k, ref)
+        b = t.buffer
+        if b is None or b.space != "smem" or b.dtype != "f32" or prod(b.shape) != b.shape[-1]:
+            self.fail(path, f"{ref.buf!r} must be an smem f32 vector ([n] or [1, n])")
+        off = ix(t.offset[-1]) if t.offset else "0"
+        stage = ""
+        if b.stages > 1 or ref.slot not in (None, 0, "0"):
+            stage = f" + (unsigned)({ix(ref.slot if ref.slot is not None else 0)}) * {self.plan.stage_strides[b.name]}u"
+        return f"(cake_smem_base + {self.plan.offsets[b.name]}u{stage} + 4u * (unsigned)(({off}) + ({i_c})))"
+
+    @staticmethod
+    def smem_f32(addr: str) -> str:
+        """A plain (CSE-able, barrier-ordered) load of the f32 at a shared-window address."""
+        return f"(*reinterpret_cast<const float*>(cake_smem + ({addr} - cake_smem_base)))"
+
+    def rows_slots(self, TM: int):
+        """(slot, row C expression) of the rows a lane holds in an [TM, *] mma_acc / mma_rows tile."""
+        return [(2 * m + h, f"{16 * m + 8 * h} + (cake_lane >> 2)") for m in range(TM // 16) for h in range(2)]
+
+    @_robust
+    def s_TopK(self, st: TopK, path):
+        sb, vb, ib = (self.reg_tile(r, path) for r in (st.src, st.vals, st.idx))
+        K = st.k
+        mn = "true" if st.kind == "min" else "false"
+        lim = f"(int)({ix(st.limit)})" if st.limit is not None else None
+        w = self.w
+        w.open("", path)
+        fn = f"cake::topk_insert<{K}, {mn}>"
+        if sb.layout == "mma_acc":
+            TM, TN = sb.shape
+            if vb.layout != "mma_rows" or ib.layout != "mma_rows" or list(vb.shape) != [TM, K] or list(ib.shape) != [TM, K]:
+                self.fail(path, f"topk over an mma_acc [{TM}, {TN}] tile keeps mma_rows lists of shape [{TM}, {K}]")
+            if st.src_idx is not None:
+                self.fail(path, "src_idx is for per-thread (row_major) score tiles")
+            NT = TN // 8
+            w.line("const int cake_c0 = 2 * (cake_lane & 3);")
+            w.line(f"const int cake_cb = (int)({ix(st.col)});")
+            for slot, row in self.rows_slots(TM):
+                m, h = slot // 2, slot % 2
+                w.open("")
+                rb = self.smem_f32(self.vec_addr(st.row_bias, row, path)) if st.row_bias is not None else "0.0f"
+                w.line(f"const float cake_rb = {rb};")
+                w.line("#pragma unroll")
+                w.open(f"for (int cake_n = 0; cake_n < {NT}; ++cake_n)")
+                w.line("#pragma unroll")
+                w.open("for (int cake_j = 0; cake_j < 2; ++cake_j)")
+                w.line("const int cake_c = cake_n * 8 + cake_c0 + cake_j;")
+                cbias = f" + {self.smem_f32(self.vec_addr(st.col_bias, 'cake_c', path))}" if st.col_bias is not None else ""
+                w.line(f"const float cake_v = {float(st.scale)!r}f * {sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j]"
+                       f" + cake_rb{cbias};")
+                call = f"{fn}(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}], cake_v, cake_cb + cake_c);"
+                w.line(f"if (cake_cb + cake_c < {lim}) {call}" if lim else call)
+                w.close()
+                w.close()
+                w.close()
+        elif sb.layout == "row_major" and sb.scope == "thread":
+            R, C = prod(sb.shape[:-1]), sb.shape[-1]
+            if vb.layout != "row_major" or ib.layout != "row_major" or prod(vb.shape) != R * K or prod(ib.shape) != R * K:
+                self.fail(path, f"topk over a per-thread [{R}, {C}] tile keeps per-thread [{R}, {K}] lists")
+            xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
+            w.line(f"const int cake_cb = (int)({ix(st.col)});")
+            w.line("#pragma unroll")
+            w.open(f"for (int cake_r = 0; cake_r < {R}; ++cake_r)")
+            w.line("#pragma unroll")
+            w.open(f"for (int cake_c = 0; cake_c < {C}; ++cake_c)")
+            gi = f"{xb.name}[cake_r * {C} + cake_c]" if xb is not None else "cake_cb + cake_c"
+            w.line(f"const int cake_gi = {gi};")
+            rbias = f" + {self.smem_f32(self.vec_addr(st.row_bias, 'cake_r', path))}" if st.row_bias is not None else ""
+            cbias = f" + {self.smem_f32(self.vec_addr(st.col_bias, 'cake_c', path))}" if st.col_bias is not None else ""
+            v = self.from_storage(sb.dtype, f"{sb.name}[cake_r * {C} + cake_c]")
+            w.line(f"const float cake_v = {float(st.scale)!r}f * {v}{rbias}{cbias};")
+            call = f"{fn}(&{vb.name}[cake_r * {K}], &{ib.name}[cake_r * {K}], cake_v, cake_gi);"
+            w.line(f"if (cake_gi < {lim}) {call}" if lim else call)
+            w.close()
+            w.close()
+        else:
+            self.fail(path, f"topk reads an mma_acc or per-thread row_major score tile, not {sb.layout}")
+        w.close()
+
+    @_robust
+    def s_TopKMerge(self, st: TopKMerge, path):
+        vb, ib = self.reg_tile(st.vals, path), self.reg_tile(st.idx, path)
+        if vb.layout != "mma_rows" or ib.layout != "mma_rows" or list(vb.shape) != list(ib.shape):
+            self.fail(path, "topk_merge merges equal-shaped mma_rows value and index lists")
+        TM, K = vb.shape
+        mn = "true" if st.kind == "min" else "false"
+        for slot in range(TM // 8):
+            self.w.line(f"cake::topk_merge_quad<{K}, {mn}>(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}]);", path)
+
+    @_robust
+    def store_rows(self, st: Access, rb: Buffer, mem, path):
+        """stg of an mma_rows list tile [TM, k]: lane q of a row's quad writes columns c = q mod 4."""
+        if mem.space != "global":
+            self.fail(path, "mma_rows tiles are stored to global tensors")
+        TM, K = rb.shape
+        p = mem.param
+        off = list(mem.offset)
+        n = len(off)
+        along_last = K == 1 and mem.shape and mem.shape[-1] == TM and (n == 1 or mem.shape[-2] == 1)
+        if not along_last and n < 2:
+            self.fail(path, f"an mma_rows [{TM}, {K}] store needs a tile of >= 2 dims (rows, k)")
+        mask = st.oob in ("mask", "zfill")
+        w = self.w
+        w.open("", path)
+        w.line("const int cake_q = cake_lane & 3;")
+        for slot, row in self.rows_slots(TM):
+            if along_last:
+                idx = [ix(o) for o in off[:-1]] + [f"{ix(off[-1])} + {row}"]
+                conds = [f"({idx[-1]}) < ({ix(p.shape[-1])})"]
+                col = None
+            else:
+                idx = [ix(o) for o in off[:-2]] + [f"{ix(off[-2])} + {row}", f"{ix(off[-1])} + cake_c"]
+                conds = [f"({idx[-2]}) < ({ix(p.shape[-2])})", f"({idx[-1]}) < ({ix(p.shape[-1])})"]
+                col = True
+            val = f"{rb.name}[{slot * K} + cake_c]"
+            if rb.dtype != p.dtype:
+                val = self.to_storage(p.dtype, self.from_storage(rb.dtype, val))
+            store = f"{p.name}[{self.gaddr(p, idx)}] = {val};"
+            guard = " && ".join(conds) if mask else ""
+            w.line("#pragma unroll")
+            w.open(f"for (int cake_c = 0; cake_c < {K}; ++cake_c)")
+            who = "(cake_c & 3) == cake_q" if col else "cake_q == 0"
+            w.line(f"if ({who}{' && ' + guard if guard else ''}) {store}", path)
+            w.close()
+        w.close()
+
+    @_robust
+    def reduce_smem(self, st: Reduce, path):
+        """sum / sum_sq of the rows of an smem tile [R, C] into an smem f32 vector, a row per thread
+        (16-byte chunks along the row: conflict-free on 128B-swizzled rows)."""
+        src, dst = resolve_tile(self.k, st.src), resolve_tile(self.k, st.dst)
+        sb, db = src.buffer, dst.buffer
+        if st.kind not in ("sum", "sum_sq") or db is None or db.space != "smem" or len(src.shape) != 2:
+            self.fail(path, "an smem reduce is sum or sum_sq of a 2-d smem tile into an smem f32 vector")
+        R, C = src.shape
+        es = SIZE[sb.dtype]
+        V = max(1, 16 // es)
+        if C % V:
+            V = 1
+        T = self.role.threads if self.role is not None else self.k.launch.threads
+        t = "cake_role_tid" if self.role is not None else "cake_tid"
+        row, col, _, _ = self.tile_rc(src, path)
+        vt = {16: "uint4", 8: "uint2", 4: "unsigned", 2: "unsigned short"}[V * es]
+        w = self.w
+        w.open(f"for (int cake_r = {t}; cake_r < {R}; cake_r += {T})", path)
+        w.line("float cake_acc = 0.0f;")
+        w.line("#pragma unroll 4")
+        w.open(f"for (int cake_c = 0; cake_c < {C}; cake_c += {V})")
+        addr = self.smem_byte(sb, st.src.slot, f"{row} + cake_r", f"{col} + cake_c")
+        w.line(f"const {vt} cake_v = *reinterpret_cast<const {vt}*>(cake_smem + ({addr}));")
+        w.line(f"const {STORAGE[sb.dtype]}* cake_h = reinterpret_cast<const {STORAGE[sb.dtype]}*>(&cake_v);")
+        w.line("#pragma unroll")
+        x = self.from_storage(sb.dtype, "cake_h[cake_j]") if sb.dtype != "f32" else "cake_h[cake_j]"
+        term = f"cake::sq({x})" if st.kind == "sum_sq" else x
+        w.line(f"for (int cake_j = 0; cake_j < {V}; ++cake_j) cake_acc += {term};")
+        w.close()
+        w.line(f"*reinterpret_cast<float*>(cake_smem + ({self.vec_addr(st.dst, 'cake_r', path)} - cake_smem_base)) = cake_acc;")
+        w.close()
+
+    def elem_ptr(self, t, r_c: str, c_c: str, path) -> tuple[str, str]:
+        """('global'|'shared', pointer or shared address) of element (r, c) of a 2-d-viewed tile."""
+        if t.space == "global":
+            p = t.param
+            off = list(t.offset)
+            idx = [ix(o) for o in off[:-2]] + [f"{ix(off[-2])} + {r_c}", f"{ix(off[-1])} + {c_c}"] if len(off) >= 2 \
+                else [f"{ix(off[0])} + {r_c}"]
+            return "global", f"({p.name} + ({self.gaddr(p, idx)}))"
+        b = t.buffer
+        row, col, _, _ = self.tile_rc(t, path)
+        return "shared", f"(cake_smem_base + {self.smem_byte(b, t.ref.slot, f'{row} + {r_c}', f'{col} + {c_c}')})"
+
+    @_robust
+    def s_ScatterAdd(self, st: ScatterAdd, path):
+        ib = self.reg_tile(st.index, path)
+        if ib.layout != "mma_rows" or ib.shape[-1] != 1 or ib.dtype != "i32":
+            self.fail(path, "scatter_add takes its target rows from an i32 mma_rows [R, 1] tile")
+        TM = ib.shape[0]
+        dst = resolve_tile(self.k, st.dst)
+        if not dst.known or dst.space not in ("global", "smem"):
+            self.fail(path, "scatter_add adds into an smem or global tile")
+        src = resolve_tile(self.k, st.src) if st.src is not None else None
+        C = src.shape[-1] if src is not None else 1
+        if C % 4 and src is not None:
+            self.fail(path, f"scatter_add splits a row's {C} columns over 4 lanes: use a multiple of 4")
+        CQ = C // 4 if src is not None else 1
+        w = self.w
+        w.open("", path)
+        w.line("const int cake_q = cake_lane & 3;")
+        w.line(f"const int cake_row0 = (int)({ix(st.row0)});")
+        for slot, row in self.rows_slots(TM):
+            w.open("")
+            w.line(f"const int cake_r = {row};")
+            w.line(f"const int cake_t = {ib.name}[{slot}];")
+            cond = "cake_t >= 0"
+            if st.row_limit is not None:
+                cond += f" && cake_row0 + cake_r < (int)({ix(st.row_limit)})"
+            if src is None:
+                cond += " && cake_q == 0"
+            w.open(f"if ({cond})")
+            if src is None:
+                sp, dp = self.elem_ptr(dst, "cake_t", "0", path)
+                one = "1.0f" if dst.dtype == "f32" else "1"
+                fn = "red_add_global" if sp == "global" else "red_add_shared"
+                w.line(f"cake::{fn}({dp}, {one});", path)
+            else:
+                w.line("#pragma unroll 8")
+                w.open(f"for (int cake_i = 0; cake_i < {CQ}; ++cake_i)")
+                w.line(f"const int cake_c = cake_q * {CQ} + cake_i;")
+                ssp, sptr = self.elem_ptr(src, "cake_r", "cake_c", path)
+                if ssp == "global":
+                    x = f"(*{sptr})"
+                else:
+                    x = f"(*reinterpret_cast<const {STORAGE[src.dtype]}*>(cake_smem + ({sptr} - cake_smem_base)))"
+                x = self.from_storage(src.dtype, x) if src.dtype != "f32" else x
+                dsp, dptr = self.elem_ptr(dst, "cake_t", "cake_c", path)
+                fn = "red_add_global" if dsp == "global" else "red_add_shared"
+                w.line(f"cake::{fn}({dptr}, {x});", path)
+                w.close()
+            w.close()
+            w.close()
+        w.close()
+
+    @_robust
+    def s_RedAdd(self, st: RedAdd, path):
+        src, dst = resolve_tile(self.k, st.src), resolve_tile(self.k, st.dst)
+        if src.space != "smem" or dst.space != "global" or len(src.shape) != 2:
+            self.fail(path, "red_add adds a 2-d smem tile into a global tile")
+        R, C = src.shape
+        T = self.scope_threads(st.scope)
+        t = self.scope_index(st.scope)
+        w = self.w
+        w.open(f"for (int cake_i = {t}; cake_i < {R * C}; cake_i += {T})", path)
+        w.line(f"const int cake_r = cake_i / {C}, cake_c = cake_i % {C};")
+        if st.row_limit is not None:
+            w.line(f"if (cake_r >= (int)({ix(st.row_limit)})) break;")
+        _, sptr = self.elem_ptr(src, "cake_r", "cake_c", path)
+        ct = STORAGE[src.dtype]
+        w.line(f"const {ct} cake_x = *reinterpret_cast<const {ct}*>(cake_smem + ({sptr} - cake_smem_base));")
+        _, dptr = self.elem_ptr(dst, "cake_r", "cake_c", path)
+        w.line(f"if (cake_x != ({ct})0) cake::red_add_global({dptr}, cake_x);", path)
+        w.close()
+
+    @_robust
+    def s_LastCta(self, st: LastCta, path):
+        t = resolve_tile(self.k, st.counter)
+        if t.space != "global" or t.dtype != "i32":
+            self.fail(path, "last_cta counts arrivals on an i32 global tensor element")
+        p = t.param
+        ptr = f"({p.name} + ({self.gaddr(p, [ix(o) for o in t.offset])}))"
+        w = self.w
+        w.open("", path)
+        w.line("__shared__ int cake_last;")
+        w.line("__syncthreads();")
+        w.line("__threadfence();   // release this CTA's global writes before arriving")
+        w.line(f"if (cake_tid == 0) cake_last = cake::arrive_last({ptr}, (int)({ix(st.count)}));", path)
+        w.line("__syncthreads();")
+        w.open("if (cake_last)")
+        w.line("__threadfence();   // acquire: the other CTAs' writes are visible")
+        self.stmts(st.body, path + "/body")
+        w.close()
         w.close()
 
     def scope_barrier(self, scope: str, path) -> str:

@@ -2,7 +2,7 @@
 // Self-contained (NVRTC has no CUDA headers): no includes, bf16/f16 kept as raw 16-bit storage.
 // Shared-memory addresses are 32-bit shared-window addresses throughout.
 #pragma once
-#define CAKE_RUNTIME_VERSION 1
+#define CAKE_RUNTIME_VERSION 2
 
 namespace cake {
 
@@ -27,6 +27,7 @@ __device__ __forceinline__ f16 f2h(float x) { unsigned short r; asm("cvt.rn.f16.
 __device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
   unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
+__device__ __forceinline__ float sq(float x) { return x * x; }
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(__expf(x)); }
 
@@ -239,6 +240,62 @@ __device__ __forceinline__ float quad_max(float v) {
 __device__ __forceinline__ float quad_min(float v) {
   v = fminf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fminf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+
+// ----------------------------------------------------------------------------- selection (topk)
+// Lists are sorted best first; (value, index) pairs are totally ordered (ties: smaller index wins),
+// so lanes merging the same candidates agree. Every index below is static after unrolling, so the
+// lists stay in registers.
+template <bool MIN> __device__ __forceinline__ bool topk_better(float v, int i, float w, int j) {
+  return MIN ? (v < w || (v == w && i < j)) : (v > w || (v == w && i < j));
+}
+template <int K, bool MIN> __device__ __forceinline__ void topk_insert(float* vals, int* idx, float v, int i) {
+  if (!topk_better<MIN>(v, i, vals[K - 1], idx[K - 1])) return;   // the threshold test: one compare
+  vals[K - 1] = v; idx[K - 1] = i;
+#pragma unroll
+  for (int q = K - 1; q > 0; --q) {
+    const bool s = topk_better<MIN>(vals[q], idx[q], vals[q - 1], idx[q - 1]);
+    const float tv = vals[q - 1]; const int ti = idx[q - 1];
+    vals[q - 1] = s ? vals[q] : tv; idx[q - 1] = s ? idx[q] : ti;
+    vals[q] = s ? tv : vals[q]; idx[q] = s ? ti : idx[q];
+  }
+}
+// Merge the lists of the lanes `lane ^ 1` and `lane ^ 2` (a quad) into every lane of the quad.
+template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float* vals, int* idx) {
+#pragma unroll
+  for (int m = 1; m <= 2; m <<= 1) {
+    float ov[K]; int oi[K];
+#pragma unroll
+    for (int q = 0; q < K; ++q) {
+      ov[q] = __shfl_xor_sync(0xffffffffu, vals[q], m);
+      oi[q] = __shfl_xor_sync(0xffffffffu, idx[q], m);
+    }
+#pragma unroll
+    for (int q = 0; q < K; ++q) topk_insert<K, MIN>(vals, idx, ov[q], oi[q]);
+  }
+}
+
+// ----------------------------------------------------------------------------- atomics
+__device__ __forceinline__ void red_add_global(float* p, float v) {
+  asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void red_add_global(int* p, int v) {
+  asm volatile("red.global.add.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_add_shared(unsigned addr, float v) {
+  asm volatile("red.shared.add.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void red_add_shared(unsigned addr, int v) {
+  asm volatile("red.shared.add.s32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
+}
+// One arrival on a grid counter; true in the last of `count` arrivals (which resets it to 0).
+__device__ __forceinline__ bool arrive_last(int* counter, int count) {
+  int old;
+  asm volatile("atom.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+  const bool last = old == count - 1;
+  if (last) *reinterpret_cast<volatile int*>(counter) = 0;
+  return last;
 }
 
 }  // namespace cake

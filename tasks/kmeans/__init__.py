@@ -1,0 +1,1 @@
+"""One Lloyd iteration of k-means (fused assignment + per-CTA aggregated update)."""

@@ -1,0 +1,140 @@
+"""Seed programs for one Lloyd iteration of k-means, fused into one kernel:
+
+1. assignment: a tile of `bm` points stays in shared memory (its mma.sync A fragments in registers)
+   while centroid tiles stream past (cp.async double buffer); scores ||c||^2 - 2 x.c (the ||x||^2
+   term does not change the argmin) feed a running argmin (`topk` k = 1) in registers, so the N x K
+   distance matrix is never written;
+2. update: each CTA loops over several point tiles (persistent over N) and aggregates them in shared
+   memory (`scatter_add`: red.shared per point and dim), then flushes its per-cluster partial sums and
+   counts to a zeroed global workspace with one `red_add` per (cluster, dim) -- not one global atomic
+   per point;
+3. finish: the last CTA of each batch (`last_cta` on a grid counter) divides sums by counts (empty
+   clusters keep their centroid), writes the new centroids and zeroes the workspace for the next launch.
+
+Tensors are 2-d with the batch folded into rows: X [B*N, D], C and Cnew [B*K, D] (= [B, N, D]
+contiguous). `python -m tasks.export_seeds` writes the seeds to seeds/*.json.
+"""
+from tasks.base import signature_defaults
+from cake_ir.builder import KernelBuilder, tile
+
+BIG = 3.0e38
+
+
+def _finish_rows(r, rows: int, first: str, count: str, tag: str) -> None:
+    """Finish `count` chunks of `rows` centroids starting at centroid `first` (within the batch)."""
+    with r.for_(f"f{tag}", 0, count):
+        r.let(f"k{tag}", f"b * K + {first} + f{tag} * {rows}")
+        r.ldg(tile("WS", [f"k{tag}", 0], [rows, "D"] if False else [rows, 128]), tile(f"fs{tag}"), oob="zfill",
+              vec_bytes=4)
+        r.ldg(tile("WC", [f"k{tag}", 0], [rows, 1]), tile(f"fc{tag}"), oob="zfill", vec_bytes=4)
+        r.ldg(tile("C", [f"k{tag}", 0], [rows, 128]), tile(f"fo{tag}"), oob="zfill", vec_bytes=2)
+        # empty clusters keep their centroid
+        r.map(f"fs{tag}", f"select(fc{tag} > 0.5, fs{tag} * recip(max(fc{tag}, 1)), fo{tag})")
+        r.stg(tile(f"fs{tag}"), tile("Cnew", [f"k{tag}", 0], [rows, 128]), oob="mask", vec_bytes=4)
+        r.fill(f"fs{tag}", 0.0)
+        r.fill(f"fc{tag}", 0.0)
+        r.stg(tile(f"fs{tag}"), tile("WS", [f"k{tag}", 0], [rows, 128]), oob="mask", vec_bytes=4)
+        r.stg(tile(f"fc{tag}"), tile("WC", [f"k{tag}", 0], [rows, 1]), oob="mask", vec_bytes=4)
+
+
+def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 64, rows: int = 8,
+                 arch: str = "sm_80"):
+    """Fused Lloyd iteration for K <= kmax (the per-CTA partial sums [kmax, d] f32 live in smem)."""
+    assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
+    warps = bm // 16
+    threads = 32 * warps
+    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}", arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
+                       threads=threads, note="one Lloyd iteration: fused argmin assignment + smem-aggregated update")
+    kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
+    kb.scalar("B", min=1)
+    kb.scalar("N", min=1)
+    kb.scalar("K", min=1, max=kmax)
+    kb.tensor("X", "f16", ["B * N", "D"])
+    kb.tensor("C", "f16", ["B * K", "D"])
+    kb.tensor("A", "i32", ["B", "N"], access="write")
+    kb.tensor("Cnew", "f32", ["B * K", "D"], access="write")
+    kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")     # workspace: zero between launches
+    kb.tensor("WC", "f32", ["B * K", 1], access="readwrite")
+    kb.tensor("WT", "i32", ["B", 1], access="readwrite")
+    kb.buffer("sX", "smem", "f16", [bm, d], pad=8)
+    kb.buffer("sC", "smem", "f16", [bn, d], pad=8, stages=2)
+    kb.buffer("cn", "smem", "f32", [bn])
+    kb.buffer("ssum", "smem", "f32", [kmax, d])
+    kb.buffer("scnt", "smem", "f32", [kmax, 1])
+    kb.buffer("zero", "reg", "f32", [8, d], layout="blocked", vec=4, scope="cta")
+    kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
+    kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
+    kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
+    kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
+    kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
+    for tag, n in (("m", rows), ("t", 1)):
+        kb.buffer(f"fs{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
+        kb.buffer(f"fo{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
+        kb.buffer(f"fc{tag}", "reg", "f32", [n, 1])
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("b", "bid.y")
+        r.let("wm0", "role_warp * 16")
+        r.fill("zero", 0.0)
+        with r.for_("z", 0, "KMAX / 8", id="zero_partials"):
+            r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
+        with r.for_("z2", 0, "cdiv(KMAX, 128)"):
+            with r.if_("z2 * 128 + tid < KMAX"):
+                r.fill("fct", 0.0)
+                r.sts(tile("fct"), tile("scnt", ["z2 * 128 + tid", 0], [1, 1]), vec_bytes=4)
+        with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
+            r.let("n0", "(bid.x + it * nbid.x) * BM")
+            r.sync("syncthreads")   # the previous tile's readers of sX / sC are done
+            r.copy("cp_async", tile("X", ["b * N + n0", 0], [bm, d]), tile("sX"), oob="zfill", id="load_points")
+            r.copy("cp_async", tile("C", ["b * K", 0], [bn, d]), tile("sC", slot=0), oob="zfill")
+            r.sync("cp_async_commit")
+            r.sync("cp_async_wait", n=0)
+            r.sync("syncthreads")
+            r.ldmatrix(tile("sX", ["wm0", 0], [16, d]), tile("fa"))
+            r.fill("bv", BIG)
+            r.fill("bi", -1)
+            with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+                r.sync("cp_async_wait", n=0)
+                r.sync("syncthreads")
+                with r.if_("t + 1 < cdiv(K, BN)"):
+                    r.copy("cp_async", tile("C", ["b * K + (t + 1) * BN", 0], [bn, d]), tile("sC", slot="(t + 1) % 2"),
+                           oob="zfill")
+                r.sync("cp_async_commit")
+                r.reduce("sum_sq", tile("sC", slot="t % 2"), tile("cn"), id="centroid_norms")
+                r.sync("syncthreads")
+                r.fill("acc", 0.0)
+                for kk in range(d // 16):
+                    r.ldmatrix(tile("sC", [0, kk * 16], [bn, 16], slot="t % 2"), tile("fb"))
+                    r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
+                # rows of C beyond K (the next batch's centroids or zero fill) are skipped by limit
+                r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
+                      col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn"))
+            r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
+            r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+            r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d]),
+                  dst=tile("ssum"), row0="n0 + wm0", row_limit="N")
+            r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0",
+                  row_limit="N")
+        r.sync("syncthreads")
+        r.add("red_add", id="flush_sums", src=tile("ssum"), dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
+        r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
+        fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
+        with r._nest(fin["body"]):
+            _finish_rows(r, rows, "0", "K / RB", "m")
+            _finish_rows(r, 1, "(K / RB) * RB", "K % RB", "t")
+    return kb.build()
+
+
+SEEDS = {
+    "kmeans_fused_sm80": lambda: kmeans_fused(),
+    "kmeans_fused_k256_sm90a": lambda: kmeans_fused(kmax=256, arch="sm_90a"),
+}
+
+FAMILIES = {
+    "kmeans_fused_sm80": {
+        "make": kmeans_fused,
+        "defaults": signature_defaults(kmeans_fused),
+        "space": {"kmax": [128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [16, 32, 64, 128, 264]},
+        "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0,
+        "tactics": {"retile": ["bm", "bn"]},
+    },
+}
