@@ -162,7 +162,10 @@ def main(argv=None) -> int:
     try:
         removed = copy_checkout(repo, [c.strip() for c in args.ablate.split(",") if c.strip()])
         base = {k: v for k, v in os.environ.items() if k != "CAKE_DB_URL"}
-        base.update(PYTHONPATH=str(repo), CAKE_LIBRARY_DIR=str(work / "library"), PYTHONDONTWRITEBYTECODE="1")
+        # the copy first; keep other entries (site dirs such as the GPU machine's wheel target) but not this tree
+        keep = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                if e and Path(e).resolve() != ROOT.resolve()]
+        base.update(PYTHONPATH=os.pathsep.join([str(repo), *keep]), CAKE_LIBRARY_DIR=str(work / "library"), PYTHONDONTWRITEBYTECODE="1")
 
         def env_for(home: Path) -> dict:
             return {**base, "CAKE_HOME": str(home), "CAKE_CACHE_DIR": str(home / "cubin")}

@@ -104,7 +104,8 @@ def _env(tmp: Path, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAKE_")}
     env.update(CAKE_HOME=str(tmp / "home"), CAKE_LIBRARY_DIR=str(tmp / "lib"), CAKE_CACHE_DIR=str(tmp / "cubin"),
                CAKE_TEST_MARKERS=str(tmp / "markers"),
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), PYTHONUNBUFFERED="1")
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+               PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
 
@@ -211,7 +212,7 @@ def test_long_worker_bench_self_test(tmp_path):
     out = tmp_path / "lw.json"
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "long_worker.py"), "--self-test", "--n", "150",
                         "--out", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     res = json.loads(out.read_text())
     a = res["flat"]["analysis"]
