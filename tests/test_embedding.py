@@ -63,3 +63,13 @@ def test_chroma_embedding_function_is_registered(model):
     rebuilt = type(ef).build_from_config(ef.get_config())
     out = rebuilt(["swizzle the tile layout"])
     assert len(out) == 1 and np.allclose(out[0], E.embed(["swizzle the tile layout"])[0], atol=1e-6)
+
+
+def test_weights_that_are_not_minilm_are_refused(tmp_path):
+    # the carrier package is just transport: only the pinned bytes load
+    from knowledge import embedding
+    for name, data in (("config.json", b"{}"), ("model.safetensors", b"not the weights"),
+                       ("tokenizer.json", b"{}")):
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(RuntimeError, match="refusing to load unknown weights"):
+        embedding._read_model_files(str(tmp_path))
