@@ -1146,8 +1146,11 @@ class Emitter:
         w = self.w
         w.open("", path)
         w.line("__shared__ int cake_last;")
-        w.line("__syncthreads();")
-        w.line("__threadfence();   // release this CTA's global writes before arriving")
+        # every thread fences its own global writes (the red.add flushes are spread over all threads),
+        # then the barrier makes all those fences complete before thread 0 arrives; fencing after the
+        # barrier let thread 0 arrive while other threads' reductions were still in flight.
+        w.line("__threadfence();   // release this thread's global writes ...")
+        w.line("__syncthreads();   // ... and everyone's, before arriving")
         w.line(f"if (cake_tid == 0) cake_last = cake::arrive_last({ptr}, (int)({ix(st.count)}));", path)
         w.line("__syncthreads();")
         w.open("if (cake_last)")

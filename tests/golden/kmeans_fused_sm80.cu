@@ -358,8 +358,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k128_d128_64x6
     }
      {  // /roles/0/body/9
       __shared__ int cake_last;
-      __syncthreads();
-      __threadfence();   // release this CTA's global writes before arriving
+      __threadfence();   // release this thread's global writes ...
+      __syncthreads();   // ... and everyone's, before arriving
       if (cake_tid == 0) cake_last = cake::arrive_last((WT + ((b) * (long long)(1) + (0))), (int)(gridDim.x));  // /roles/0/body/9
       __syncthreads();
       if (cake_last) {
