@@ -8,8 +8,9 @@ A primitive is a module here defining
 
 Most are promoted from recurring statement subtrees of successful candidates
 (knowledge/promote/primitive.py); `instantiate` is the template expansion they share. Discovery is
-like tactics/ and rules/: every module of this package that defines NAME and expand; modules whose
-name starts with `_` and sub-packages (e.g. a `proposed/` folder) are never imported.
+like tactics/ and rules/: every module of this package that defines NAME and expand, and the
+`cake.primitives` entry points of installed packages; modules whose name starts with `_` and
+sub-packages (e.g. a `proposed/` folder) are never imported.
 
 Use from the builder (cake_ir stays free of imports from here):
 
@@ -63,8 +64,9 @@ def instantiate(template: Any, types: dict[str, str], values: dict[str, Any]) ->
     return sub(template)
 
 
-def load_primitives(package: str = "primitives") -> dict[str, ModuleType]:
-    """NAME -> module for every primitive module of `package` (cached)."""
+def load_primitives(package: str = "primitives", entry_points: bool = True) -> dict[str, ModuleType]:
+    """NAME -> module for every primitive module of `package`, plus installed packages' `cake.primitives`
+    entry points (cached). Nothing else is ever imported: not sub-packages, not proposals."""
     if package in _CACHE:
         return _CACHE[package]
     pkg = importlib.import_module(package)
@@ -79,6 +81,16 @@ def load_primitives(package: str = "primitives") -> dict[str, ModuleType]:
         if name in found:
             raise RuntimeError(f"duplicate primitive name {name!r}")
         found[name] = mod
+    if entry_points:   # installed packages register primitive modules like rules and tactics
+        from importlib.metadata import entry_points as eps
+        for ep in eps(group="cake.primitives"):
+            try:
+                mod = ep.load()
+            except Exception:  # noqa: BLE001 - a broken plugin must not break the others
+                continue
+            name = getattr(mod, "NAME", None)
+            if isinstance(name, str) and callable(getattr(mod, "expand", None)) and name not in found:
+                found[name] = mod
     _CACHE[package] = found
     return found
 
