@@ -31,6 +31,10 @@ def _finish_rows(r, rows: int, first: str, count: str, tag: str) -> None:
         # empty clusters keep their centroid
         r.map(f"fs{tag}", f"select(fc{tag} > 0.5, fs{tag} * recip(max(fc{tag}, 1)), fo{tag})")
         r.stg(tile(f"fs{tag}"), tile("Cnew", [f"k{tag}", 0], [rows, 128]), oob="mask", vec_bytes=4)
+        # every thread reads every count of the chunk (fc is per thread) and every thread zeroes them:
+        # without this barrier a fast warp zeroes WC before a slow warp has read it (that warp then keeps
+        # the old centroid: seen on the H200 at B=32)
+        r.sync("syncthreads")
         r.fill(f"fs{tag}", 0.0)
         r.fill(f"fc{tag}", 0.0)
         r.stg(tile(f"fs{tag}"), tile("WS", [f"k{tag}", 0], [rows, 128]), oob="mask", vec_bytes=4)

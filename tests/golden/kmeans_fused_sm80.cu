@@ -412,30 +412,31 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k128_d128_64x6
               if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((Cnew + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/0/body/5
             }
           }
+          __syncthreads();  // /roles/0/body/9/body/0/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (0.0f);  // /roles/0/body/9/body/0/body/6
+          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (0.0f);  // /roles/0/body/9/body/0/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) fcm[cake_e] = (0.0f);  // /roles/0/body/9/body/0/body/7
+          for (int cake_e = 0; cake_e < 8; ++cake_e) fcm[cake_e] = (0.0f);  // /roles/0/body/9/body/0/body/8
           #pragma unroll
-          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/9/body/0/body/8
+          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/9/body/0/body/9
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fsm[cake_s * 1 + 0];
-              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/0/body/8
+              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/0/body/9
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/9/body/0/body/9
+          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/9/body/0/body/10
             const int cake_f = (cake_s * 1 + 0) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fcm[cake_s * 1 + 0];
-              if ((km + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((km + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/0/body/9
+              if ((km + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((km + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/0/body/10
             }
           }
         }
@@ -487,30 +488,31 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k128_d128_64x6
               if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((Cnew + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/1/body/5
             }
           }
+          __syncthreads();  // /roles/0/body/9/body/1/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (0.0f);  // /roles/0/body/9/body/1/body/6
+          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (0.0f);  // /roles/0/body/9/body/1/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) fct[cake_e] = (0.0f);  // /roles/0/body/9/body/1/body/7
+          for (int cake_e = 0; cake_e < 1; ++cake_e) fct[cake_e] = (0.0f);  // /roles/0/body/9/body/1/body/8
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/body/1/body/8
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/body/1/body/9
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fst[cake_s * 1 + 0];
-              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/1/body/8
+              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/1/body/9
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/body/1/body/9
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/body/1/body/10
             const int cake_f = (cake_s * 1 + 0) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fct[cake_s * 1 + 0];
-              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((kt + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/1/body/9
+              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((kt + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/body/1/body/10
             }
           }
         }
