@@ -28,10 +28,14 @@ DEFAULT_BASELINES = {
     "gemm": [{"name": "torch.matmul", "call": "tasks.registry:torch_gemm"}],
     "softmax": [{"name": "torch.softmax", "call": "tasks.registry:torch_softmax"}],
     "knn": [{"name": "torch (chunked matmul + topk)", "call": "agent.baselines:knn_l2_torch"},
-            {"name": "flashlib.knn (Triton)", "call": "agent.baselines:knn_l2_flashlib"}],
+            {"name": "flashlib.flash_knn (Triton)", "call": "agent.baselines:knn_l2_flashlib"}],
     "knn_ip": [{"name": "torch (chunked matmul + topk)", "call": "agent.baselines:knn_ip_torch"}],
     "kmeans": [{"name": "torch (bmm + argmin + scatter_add)", "call": "agent.baselines:kmeans_torch"},
-               {"name": "flash-kmeans (Triton)", "call": "agent.baselines:kmeans_flash"}],
+               {"name": "flash-kmeans (Triton)", "call": "agent.baselines:kmeans_flash"},
+               {"name": "flashlib.flash_kmeans", "call": "agent.baselines:kmeans_flashlib"}],
+    "kda": [{"name": "fla chunk_kda (Triton)", "call": "agent.baselines:kda_chunk_fla"},
+            {"name": "FlashKDA (CUTLASS, safe gate only)", "call": "agent.baselines:kda_flashkda"}],
+    "kda_decode": [{"name": "fla fused_recurrent_kda (Triton, state pool)", "call": "agent.baselines:kda_decode_fla"}],
 }
 
 

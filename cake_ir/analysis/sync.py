@@ -51,6 +51,7 @@ from ..nodes import (Access, Block, LastCta, RedAdd, ScatterAdd, TopK, TopKMerge
                      MbarExpectTx, MbarInit, MbarWait, CpAsyncArrive, NamedBarSync, NamedBarrier, PipeOp,
                      Reduce, Scan, ScalarParam, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma, MmaSync)
 from ..walk import Site, statements
+from .tiles import threads_in_scope
 
 THREAD_NAMES = frozenset({"tid", "lane", "warp", "role_warp", "role_tid", "wg", "wg_tid"})
 STRICT = bool(os.environ.get("CAKE_STRICT"))  # tests of this module re-raise internal errors
@@ -677,6 +678,40 @@ class Acc:
 
 
 @dataclass
+class GAcc:
+    """One global-memory access in the simulated trace (E-SYN-12): the distinct elements it touches
+    (flat indices, sorted) and, per element, the lowest/highest thread and warp touching it."""
+    buf: str
+    e: np.ndarray
+    tmin: np.ndarray
+    tmax: np.ndarray
+    wmin: np.ndarray
+    wmax: np.ndarray
+    write: bool
+    atomic: bool             # red.global / atom: atomics do not conflict with each other
+    start: int
+    end: int
+    proc: int
+    path: str
+    op: str
+
+
+def _written_tensors(ks, gparams: dict) -> frozenset:
+    """Tensors some statement writes: reads of the others cannot conflict with anything."""
+    out = set()
+    for s in ks.sites:
+        n = s.node
+        if isinstance(n, Access) and n.op == "stg":
+            out.add(n.dst.buf)
+        elif isinstance(n, (RedAdd, ScatterAdd)) or (isinstance(n, Copy) and n.kind == "tma_store"):
+            out.add(n.dst.buf)
+    return frozenset(out & gparams.keys())
+
+
+_SCOPE_INDEX = {"cta": "tid", "role": "role_tid", "warpgroup": "wg_tid", "warp": "lane"}
+
+
+@dataclass
 class Issue:
     code: str
     node: str
@@ -824,6 +859,12 @@ class Simulator:
         self._rcache: dict = {}
         self._wcache: dict = {}
         self._pure_cache: dict = {}
+        # global accesses (E-SYN-12): only tensors some statement writes can conflict
+        self.gaccs: list[GAcc] = []
+        self._gparams = {q.name: q for q in self.k.params if isinstance(q, TensorParam)}
+        self._gwritten = _written_tensors(ks, self._gparams)
+        self._gstrides: dict = {}
+        self._gcache: dict = {}
 
     # ------------------------------------------------------------------ setup
     def _sizes(self) -> dict:
@@ -1219,6 +1260,10 @@ class Simulator:
                 yield from self._fork(gens)
             return
         if isinstance(st, (Block, LastCta)):  # last_cta: its body runs CTA-uniformly (in one CTA)
+            if isinstance(st, LastCta):
+                # lowered as syncthreads + threadfence + atom + syncthreads: the body is ordered after
+                # everything the role's threads did before it (E-SYN-12: red_add flush -> ldg in the body)
+                self._node(p, mask, path, coll=2)
             yield from self._body(p, st.body, path + "/body", env, tl, mask)
             return
         if isinstance(st, MbarWait):
@@ -1254,6 +1299,9 @@ class Simulator:
             elif isinstance(st, (Access, Fill, Map, Reduce, Scan)):
                 if any(self._is_smem(ref) for ref, _ in smem_refs(st)):
                     return False
+                if isinstance(st, Access) and any(
+                        getattr(self._gparams.get(ref.buf), "access", None) == "readwrite" for ref in (st.src, st.dst)):
+                    return False  # a workspace read and written: every iteration matters for E-SYN-12
                 if isinstance(st, Map):
                     try:
                         names = E.free_vars(E.parse_value(st.expr))
@@ -1451,6 +1499,8 @@ class Simulator:
                     local = st.op == "ldmatrix" or (rb is not None and rb.scope in ("thread", "warp"))
                     self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, local=local, fld="dst" if write else "src",
                               sig=self._sig(st, ref, other) if st.op in ("lds", "sts") else None)
+                elif ref.buf in self._gwritten:
+                    self._gacc(ref, other, write, False, n, p, mask, path, env, tl, "dst" if write else "src", st.op)
                 else:
                     self._reg_touch(p, cls, ref.buf, path, n, write)
             return
@@ -1586,6 +1636,10 @@ class Simulator:
                     self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld="dst" if write else "src",
                               sig=("ew", ref.buf, str(ref.slot), tuple(map(str, ref.offset or ())),
                                    tuple(ref.shape or ())) if isinstance(st, (Fill, Map)) else None)
+                elif write and isinstance(st, (RedAdd, ScatterAdd)) and ref.buf in self._gwritten:
+                    src = self._bufs.get(st.src.buf) if st.src is not None else None
+                    hint = (st.src.shape or (src.shape if src is not None else None)) if isinstance(st, RedAdd) else None
+                    self._gacc(ref, None, True, True, n, p, mask, path, env, tl, "dst", st.op, hint)
                 else:
                     self._reg_touch(p, cls, ref.buf, path, n, write)
             if isinstance(st, Map):
@@ -1620,6 +1674,187 @@ class Simulator:
             if inflight:
                 p.acc_reads.append((node, path, inflight[-1][1], c))
                 return
+
+    # ------------------------------------------------------------------ global memory (E-SYN-12)
+    def _gstride(self, tp: TensorParam) -> Optional[tuple]:
+        """Row-major strides for flat element indices: each dim's extent at the sampled sizes plus a
+        margin (tiles may hang over the edge under oob masking), so distinct coordinates never alias."""
+        st = self._gstrides.get(tp.name, False)
+        if st is not False:
+            return st
+        ext = []
+        for d in tp.shape:
+            node = parse_i(d)
+            v = E.try_const(node, self.env0) if node is not None else None
+            ext.append((v if isinstance(v, int) and v > 0 else 1 << 20) + (1 << 16))
+        strides, acc = [], 1
+        for x in reversed(ext):
+            strides.append(acc)
+            acc *= x
+        st = tuple(reversed(strides)) if acc < (1 << 62) else None
+        self._gstrides[tp.name] = st
+        return st
+
+    def _gacc(self, ref: TileRef, other: Optional[TileRef], write, atomic, n, p: _Proc, mask, path, env, tl, fld,
+              op, shape_hint=None):
+        r = self._gmap(ref, other, p, mask, path, env, tl, fld, shape_hint)
+        if r is None or not r[0].size:
+            return
+        e, tmin, tmax, wmin, wmax = r
+        self.gaccs.append(GAcc(ref.buf, e, tmin, tmax, wmin, wmax, write, atomic, n, n, p.idx, path, op))
+
+    def _gmap(self, ref: TileRef, other, p: _Proc, mask, path, env, tl, fld, shape_hint):
+        """Element -> thread mapping of a global tile access, from the register tile's layout:
+        `row_major` (a per-thread array) and atomics (other None): every executing thread touches every
+        element; `blocked` (the whole reg buffer): chunk q of `vec` elements belongs to the thread with
+        scope index q % T. Other layouts (mma fragments, ...): None -- unknown, not guessed."""
+        tp = self._gparams.get(ref.buf)
+        strides = self._gstride(tp) if tp is not None else None
+        if strides is None:
+            return None
+        part = None
+        if other is None:
+            shape = ref.shape or shape_hint
+        else:
+            rb = self._bufs.get(other.buf)
+            if rb is None or rb.space != "reg":
+                return None
+            if rb.layout == "row_major":
+                shape = ref.shape or other.shape or rb.shape
+            elif rb.layout == "blocked":
+                whole = all(str(o) == "0" for o in (other.offset or ())) and \
+                    (not other.shape or list(other.shape) == list(rb.shape))
+                shape = ref.shape or rb.shape
+                if not whole or list(shape) != list(rb.shape):
+                    return None
+                part = rb
+            else:
+                return None
+        if not shape or len(shape) != len(tp.shape):
+            return None
+        offs = list(ref.offset) if ref.offset else [0] * len(shape)
+        if len(offs) != len(shape):
+            return None
+        vals = [self._tval(path, f"{fld}/offset/{i}", o, env, tl, p, mask) for i, o in enumerate(offs)]
+        skey = (path, fld, mask)
+        struct = self._gcache.get(skey)
+        if struct is None:
+            struct = self._gcache[skey] = self._gstruct(shape, strides, part, p, mask)
+        if struct is None:
+            return None
+        lin, rows, tids, warps = struct
+        if rows is None and not any(isinstance(v, np.ndarray) for v in vals):
+            # every executing thread touches every element, at a uniform offset
+            base = sum(int(v) * s for v, s in zip(vals, strides))
+            k = lin.size
+            return (lin + base, np.full(k, tids.min()), np.full(k, tids.max()),
+                    np.full(k, warps.min()), np.full(k, warps.max()))
+        if rows is None:  # all elements for each thread, thread-dependent offsets: enumerate pairs
+            nt = tids.size
+            if nt * lin.size > (1 << 18):
+                return None
+            rows = np.repeat(np.arange(nt), lin.size)
+            cols = np.tile(np.arange(lin.size), nt)
+        else:
+            rows, cols = rows
+        flat = lin[cols]
+        for v, s in zip(vals, strides):
+            if isinstance(v, np.ndarray):
+                flat = flat + v[rows].astype(np.int64) * s
+            else:
+                flat = flat + int(v) * s
+        t, w = tids[rows], warps[rows]
+        order = np.argsort(flat, kind="stable")
+        flat, t, w = flat[order], t[order], w[order]
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(flat)) + 1)) if flat.size else np.zeros(0, dtype=np.int64)
+        if not flat.size:
+            return flat, flat, flat, flat, flat
+        return (flat[starts], np.minimum.reduceat(t, starts), np.maximum.reduceat(t, starts),
+                np.minimum.reduceat(w, starts), np.maximum.reduceat(w, starts))
+
+    def _gstruct(self, shape, strides, part, p: _Proc, mask):
+        """(local flat offsets, (thread rows, element cols) for partitioned tiles or None, tids, warps)."""
+        arr = p.sp.to_arr(mask)
+        idx = np.flatnonzero(arr)
+        if not idx.size:
+            return None
+        tids, warps = p.sp.tid[idx].astype(np.int64), p.sp.gwarp[idx].astype(np.int64)
+        local = np.indices(shape).reshape(len(shape), -1)
+        lin = np.zeros(local.shape[1], dtype=np.int64)
+        for d, s in enumerate(strides):
+            lin += local[d].astype(np.int64) * s
+        if part is None or part.scope == "thread":
+            return lin, None, tids, warps
+        role = p.sp.role
+        T = threads_in_scope(part.scope, role.threads if role is not None else p.sp.n, self.k.launch.threads)
+        if idx.size * lin.size > (1 << 20):
+            return None
+        sidx = p.sp.arr[_SCOPE_INDEX[part.scope]][idx] % T
+        owner = (np.arange(lin.size) // part.vec) % T
+        rows, cols = np.nonzero(sidx[:, None] == owner[None, :])
+        return lin, (rows, cols), tids, warps
+
+    def _analyse_global(self):
+        """E-SYN-12: two accesses to the same global elements by different threads of the CTA, at least
+        one a (non-atomic) write, need a CTA barrier (bar.sync orders global memory within the CTA too)."""
+        g = self.g
+        by: dict = {}
+        for a in self.gaccs:
+            by.setdefault(a.buf, []).append(a)
+        for buf, lst in by.items():
+            lst.sort(key=lambda a: a.start)
+            for j, a2 in enumerate(lst):
+                anc2, cross2, crossw2 = g.anc[a2.start], g.cross[a2.start], g.crossw[a2.start]
+                lo2, hi2 = int(a2.e[0]), int(a2.e[-1])
+                if ("E-SYN-12", a2.path) in self._issue_keys:
+                    continue
+                for a1 in reversed(lst[max(0, j - RACE_WINDOW):j]):   # nearest earlier access first
+                    if not (a1.write or a2.write) or (a1.atomic and a2.atomic) or a1.start == a2.start:
+                        continue
+                    if int(a1.e[-1]) < lo2 or hi2 < int(a1.e[0]):
+                        continue
+                    if (cross2 >> a1.end) & 1:
+                        continue  # a CTA barrier in between
+                    ordered = bool((anc2 >> a1.end) & 1)
+                    if ordered and a1.proc != a2.proc:
+                        continue  # ordered across roles only through barriers
+                    key = ("E-SYN-12", a2.path)   # one report per access: the nearest conflicting one
+                    _, i1, i2 = np.intersect1d(a1.e, a2.e, assume_unique=True, return_indices=True)
+                    if not i1.size:
+                        continue
+                    t1a, t1b, t2a, t2b = a1.tmin[i1], a1.tmax[i1], a2.tmin[i2], a2.tmax[i2]
+                    bad = ~((t1a == t1b) & (t2a == t2b) & (t1a == t2a))   # not one and the same thread
+                    if not bad.any():
+                        continue
+                    w1a, w1b, w2a, w2b = a1.wmin[i1], a1.wmax[i1], a2.wmin[i2], a2.wmax[i2]
+                    xw = bad & ~((w1a == w1b) & (w2a == w2b) & (w1a == w2a))
+                    if ordered and not xw.any() and (crossw2 >> a1.end) & 1:
+                        continue  # within one warp, a syncwarp suffices
+                    k = int(np.flatnonzero(xw if xw.any() else bad)[0])
+                    self._global_issue(a1, a2, int(a1.e[i1[k]]), (int(t1a[k]), int(t1b[k])), (int(t2a[k]), int(t2b[k])),
+                                       ordered, key)
+                    break
+
+    def _global_issue(self, a1: GAcc, a2: GAcc, flat, th1, th2, ordered, key):
+        st = self._gstrides.get(a1.buf) or ()
+        coords, rem = [], flat
+        for s in st:
+            coords.append(rem // s)
+            rem %= s
+        kind = _hazard(a1, a2)
+        thr = lambda t: f"thread {t[0]}" if t[0] == t[1] else f"threads {t[0]}..{t[1]}"  # noqa: E731
+        done = lambda a: ("atomically updated" if a.atomic else "written") if a.write else "read"  # noqa: E731
+        does = "atomically updates" if a2.atomic else ("writes" if a2.write else "reads")
+        role = self.procs[a2.proc].sp.name()
+        why = ("with no syncthreads / bar_sync between them" if ordered else
+               "and nothing orders the two (different threads, no barrier on any path)")
+        self.issue("E-SYN-12", a2.path,
+                   f"{kind} conflict on global tensor {a2.buf} within one CTA ({role}): this {a2.op} {does} "
+                   f"elements that other threads {'wrote' if a1.write else 'read'} at {a1.path} ({a1.op}) {why}, "
+                   f"e.g. {a2.buf}[{', '.join(map(str, coords))}] is {done(a1)} by {thr(th1)} there and "
+                   f"{done(a2)} by {thr(th2)} here; a fast warp can run ahead of a slow one. Insert a syncthreads "
+                   f"(or the role's bar_sync) between the two accesses{_sizes(self)}",
+                   related=[a1.path], fix=self._collective_fix(a2), key=key)
 
     # ------------------------------------------------------------------ end of a role
     def _at_exit(self, p: _Proc):
@@ -1667,6 +1902,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ race analysis
     def _analyse(self):
+        self._analyse_global()
         by_buf: dict = {}
         for a in self.accs:
             by_buf.setdefault(a.buf, []).append(a)
