@@ -35,3 +35,19 @@ def test_wgmma_accumulator_over_the_launch_cap_is_rejected_before_ptxas(tmp_path
     out = compile_kernel(k, verify_first=False, use_cache=False)   # what happens without the rule
     assert not out.ok and any("C7602" in d.message for d in out.diagnostics), [d.short() for d in out.diagnostics]
     assert not [d for d in verify(gemm_wgmma_sm90a()).diagnostics if d.code == "E-RES-05"]
+
+
+def test_blocked_tile_that_does_not_split_is_rejected_before_lowering(tmp_path, monkeypatch):
+    """Found by the explore strategy on the H200 (softmax, 1024 threads, 8-element chunks of a 4096-element
+    row): it verified clean and failed in lowering. E-RES-06 now rejects it at verify."""
+    monkeypatch.setenv("CAKE_CACHE_DIR", str(tmp_path))
+    from tasks.softmax.programs import softmax_row
+    k = softmax_row(warps=32, vec=8)
+    hits = [d for d in verify(k).diagnostics if d.code == "E-RES-06"]
+    assert hits and hits[0].legal == [1, 2, 4]
+    out = compile_kernel(k, verify_first=False, use_cache=False)   # what happens without the rule
+    assert not out.ok and any(d.code == "E-LOWER-UNSUPPORTED" for d in out.diagnostics), \
+        [d.short() for d in out.diagnostics]
+    ok = softmax_row(warps=32, vec=4)
+    assert not [d for d in verify(ok).diagnostics if d.code == "E-RES-06"]
+    assert compile_kernel(ok, use_cache=False).ok
