@@ -13,7 +13,8 @@ Deterministic for a given run seed and iteration (the context's CRC-seeded RNG).
 """
 from __future__ import annotations
 
-from .candidates import ProposeContext, make_candidate
+from .candidates import ProposeContext
+from .search import collect
 
 IR_TACTIC_P = 0.5
 MAX_MUTATED = 3
@@ -35,24 +36,7 @@ class ExploreStrategy:
         self.name = name
 
     def propose(self, st: dict, n: int, ctx: ProposeContext) -> tuple[list[dict], list[dict]]:
-        pool, hashes = [], set()
-        attempts = 0
-        while len(pool) < n and attempts < 30 * n + 30 and st["pop"]:
-            attempts += 1
-            try:
-                got = self._draw(st, ctx)
-            except Exception:  # noqa: BLE001 - generators and tactics may refuse wild parameters
-                continue
-            if got is None:
-                continue
-            parent, tname, params, genome = got
-            cand, _ = make_candidate(genome, ctx, strategy=self.name, proposer=self.proposer, tactic=tname,
-                                     params=params, parent=parent)
-            if cand is None or cand["hash"] in ctx.seen or cand["hash"] in hashes:
-                continue
-            hashes.add(cand["hash"])
-            pool.append(cand)
-        st["exhausted"] = 0 if pool else st.get("exhausted", 0) + 1
+        pool = collect(self, st, ctx, n, 30 * n + 30, lambda: self._draw(st, ctx), active=bool(st["pop"]))
         return pool, []
 
     def _draw(self, st: dict, ctx: ProposeContext):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import difflib
-import importlib
 import io
 import json
 import os
@@ -243,11 +242,8 @@ def cmd_accept(store, repo: Path, row, args, out) -> int:
 
 def _hook(kind: str):
     """The promoter's own on_accept (reviewed project code, not proposal code), if it has one."""
-    try:
-        mod = importlib.import_module(f"knowledge.promote.{kind}")
-    except ModuleNotFoundError:
-        return None
-    return getattr(mod, "on_accept", None)
+    from agent.evolve import promoter
+    return getattr(promoter(kind), "on_accept", None)
 
 
 def cmd_reject(store, repo: Path, row, args, out) -> int:

@@ -61,6 +61,31 @@ def prior_arm(v: dict) -> list:
     return [round(w, 4), round(w * reward, 4)]
 
 
+def collect(strategy, st: dict, ctx: ProposeContext, want: int, limit: int, draw, active: bool = True) -> list[dict]:
+    """Up to `want` new candidates from at most `limit` calls of `draw()` -> (parent, tactic, params,
+    genome) or None. A draw that raises (a tactic or generator refusing its parameters) or yields a
+    hash seen before is skipped. Sets st["exhausted"] (consecutive steps without a candidate)."""
+    pool, hashes = [], set()
+    for _ in range(limit if active else 0):
+        if len(pool) >= want:
+            break
+        try:
+            got = draw()
+        except Exception:  # noqa: BLE001 - a broken tactic must not stop the search
+            continue
+        if got is None:
+            continue
+        parent, tname, params, genome = got
+        cand, _ = make_candidate(genome, ctx, strategy=strategy.name, proposer=strategy.proposer, tactic=tname,
+                                 params=params, parent=parent)
+        if cand is None or cand["hash"] in ctx.seen or cand["hash"] in hashes:
+            continue
+        hashes.add(cand["hash"])
+        pool.append(cand)
+    st["exhausted"] = 0 if pool else st.get("exhausted", 0) + 1
+    return pool
+
+
 class SearchStrategy:
     proposer = "search"
 
@@ -70,7 +95,6 @@ class SearchStrategy:
     # ------------------------------------------------------------------ proposing
     def propose(self, st: dict, n: int, ctx: ProposeContext) -> tuple[list[dict], list[dict]]:
         from tactics import load_tactics
-        from tactics.base import TacticError
         tactics = {t.name: t for t in load_tactics()}
         if "prior" not in st:
             # a campaign (ctx.cfg set) reads the DB; callers without a run may pass one in ctx.extra
@@ -78,31 +102,16 @@ class SearchStrategy:
                 st["prior"] = ctx.extra["tactic_prior"]
             else:
                 st["prior"] = load_prior(ctx.cfg.task) if ctx.cfg is not None else {}
-        pool, hashes = [], set()
-        attempts, limit = 0, 40 * n + 40
-        while len(pool) < n * OVERSAMPLE and attempts < limit and (st["pop"] or st["repair"]):
-            attempts += 1
-            pick = self._pick(st, tactics, ctx)
-            if pick is None:
-                continue
-            parent, tname, params, genome_fn = pick
-            try:
-                genome = genome_fn()
-            except TacticError:
-                continue
-            except Exception:  # noqa: BLE001 - a broken tactic must not stop the search
-                continue
-            cand, _ = make_candidate(genome, ctx, strategy=self.name, proposer=self.proposer, tactic=tname,
-                                     params=params, parent=parent)
-            if cand is None or cand["hash"] in ctx.seen or cand["hash"] in hashes:
-                continue
-            hashes.add(cand["hash"])
-            pool.append(cand)
-        if not pool:
-            st["exhausted"] = st.get("exhausted", 0) + 1
-        else:
-            st["exhausted"] = 0
+        pool = collect(self, st, ctx, n * OVERSAMPLE, 40 * n + 40, lambda: self._draw(st, tactics, ctx),
+                       active=bool(st["pop"] or st["repair"]))
         return prerank(pool, n, ctx.rng), []
+
+    def _draw(self, st: dict, tactics: dict, ctx: ProposeContext):
+        pick = self._pick(st, tactics, ctx)
+        if pick is None:
+            return None
+        parent, tname, params, genome_fn = pick
+        return parent, tname, params, genome_fn()
 
     def _pick(self, st: dict, tactics: dict, ctx: ProposeContext):
         rng = ctx.rng

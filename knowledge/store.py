@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 import random
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from sqlalchemy import PrimaryKeyConstraint, UniqueConstraint, event, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlmodel import Session, SQLModel, create_engine, select
 
+from . import home as cake_home
 from .migrate import migrate
 from .models import CandidateRow, EvaluationRow, FailureRow, RunRow, TaskRow, now
 
@@ -37,9 +37,9 @@ def default_url(home: Optional[str] = None) -> str:
     url = os.environ.get("CAKE_DB_URL")
     if url:
         return url
-    home = home or os.environ.get("CAKE_HOME") or os.path.join(os.getcwd(), ".cake")
-    Path(home).mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{os.path.abspath(os.path.join(home, 'cake.db'))}"
+    d = cake_home(home)
+    d.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{os.path.abspath(d / 'cake.db')}"
 
 
 def make_engine(url: str):

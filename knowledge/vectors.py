@@ -22,13 +22,10 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 from urllib.parse import urlparse
 
+from . import home
+
 COLLECTIONS = ("failures", "tactics", "experiences")
 _LOCK = threading.Lock()
-
-
-def home() -> Path:
-    """CAKE_HOME as knowledge.store resolves it (default ./.cake)."""
-    return Path(os.environ.get("CAKE_HOME") or os.path.join(os.getcwd(), ".cake"))
 
 
 def content_hash(*parts: Any) -> str:

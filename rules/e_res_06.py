@@ -7,6 +7,8 @@ role: the role's threads, cta: the block). Before this rule the lowering rejecte
 (E-LOWER-UNSUPPORTED) after the verifier had passed them: the explore strategy found softmax with
 1024 threads and 8-element chunks of a 4096-element row (4096 < 1024 x 8).
 """
+from math import prod
+
 from cake_ir.analysis.tiles import threads_in_scope
 from cake_ir.nodes import Access
 
@@ -15,13 +17,6 @@ TITLE = "blocked register tiles split evenly over their scope's threads"
 STAGE = "expanded"
 
 VECS = (1, 2, 4, 8, 16)
-
-
-def _n(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def check(ctx):
@@ -42,7 +37,7 @@ def check(ctx):
                 continue
             rt = s.role.threads if s.role is not None else k.launch.threads
             T = threads_in_scope(b.scope, rt, k.launch.threads)
-            n, inner = _n(b.shape), b.shape[-1]
+            n, inner = prod(b.shape), b.shape[-1]
             if n % (T * b.vec) == 0 and inner % b.vec == 0:
                 continue
             key = (b.name, T)

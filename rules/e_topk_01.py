@@ -19,7 +19,7 @@ TITLE = "topk / topk_merge operand layouts, dtypes and shapes"
 STAGE = "source"
 
 
-def _lists(ctx, path, k, vals, idx, layout, shape):
+def _lists(ctx, path, vals, idx, layout, shape):
     for f, t, dt in (("vals", vals, "f32"), ("idx", idx, "i32")):
         b = t.buffer
         if b is None or b.space != "reg":
@@ -50,13 +50,13 @@ def check(ctx):
             vals, idx = resolve_tile(k, n.vals), resolve_tile(k, n.idx)
             if sb.layout == "mma_acc":
                 TM, TN = sb.shape[0], sb.shape[-1]
-                yield from _lists(ctx, p, n.k, vals, idx, "mma_rows", [TM, n.k])
+                yield from _lists(ctx, p, vals, idx, "mma_rows", [TM, n.k])
                 if n.src_idx is not None:
                     yield ctx.report(f"{p}/src_idx", "src_idx is for per-thread score tiles; mma_acc columns are "
                                      "numbered from `col`", fix=[{"op": "remove", "path": f"{p}/src_idx"}])
             else:
                 TM, TN = prod(sb.shape[:-1]), sb.shape[-1]
-                yield from _lists(ctx, p, n.k, vals, idx, "row_major", [TM, n.k])
+                yield from _lists(ctx, p, vals, idx, "row_major", [TM, n.k])
                 if n.src_idx is not None:
                     xb = resolve_tile(k, n.src_idx).buffer
                     if xb is None or xb.dtype != "i32" or list(xb.shape) != list(sb.shape):
@@ -76,4 +76,4 @@ def check(ctx):
             vals, idx = resolve_tile(k, n.vals), resolve_tile(k, n.idx)
             vb = vals.buffer
             shape = list(vb.shape) if vb is not None else []
-            yield from _lists(ctx, p, shape[-1] if shape else 1, vals, idx, "mma_rows", shape)
+            yield from _lists(ctx, p, vals, idx, "mma_rows", shape)

@@ -1,8 +1,7 @@
 """Agent building blocks on the CPU: tactics, JSON Patch, strategy allocation, prompts, reply parsing,
-the task registry and the knowledge store."""
+the task registry, the CLI and the library policy (the knowledge store: test_knowledge_db.py)."""
 import json
 import random
-import sqlite3
 import subprocess
 import sys
 import time
@@ -224,7 +223,7 @@ def test_parse_reply_forms_and_errors():
         assert needle in str(e.value)
 
 
-# ------------------------------------------------------------------------------ registry and store
+# ------------------------------------------------------------------------------ registry and CLI
 def test_registry_discovers_tasks_with_baselines_and_seeds():
     from tasks.registry import discover, get
     found = discover()
@@ -234,27 +233,6 @@ def test_registry_discovers_tasks_with_baselines_and_seeds():
     assert {g["name"] for g in e.seed_genomes()} == {"gemm_mma_sm80", "gemm_wgmma_sm90a"}
     with pytest.raises(KeyError):
         get("nope")
-
-
-def test_store_is_idempotent_with_wal_and_foreign_keys(tmp_path):
-    from knowledge.store import Store
-    st = Store(home=str(tmp_path))
-    st.create_run("r1", "gemm", proposer="search")
-    cand = {"hash": "abc", "ir": {"x": 1}, "status": "running", "stage": "verify", "strategy": "bandit"}
-    a = st.record_stage("r1", cand, "verify", "ok", failures=[{"code": "W", "node": "/", "message": "m"}])
-    b = st.record_stage("r1", {**cand, "status": "failed", "stage": "compile"}, "compile", "fail",
-                        failures=[{"code": "E-BACKEND-COMPILE", "node": "/roles/0", "message": "boom"}])
-    st.record_stage("r1", {**cand, "status": "failed", "stage": "compile"}, "compile", "fail",
-                    failures=[{"code": "E-BACKEND-COMPILE", "node": "/roles/0", "message": "boom"}])
-    st.add_failure("r1", "propose:1:llm:0", "propose", "E-PROPOSER-REPLY", "bad")
-    st.add_failure("r1", "propose:1:llm:0", "propose", "E-PROPOSER-REPLY", "bad")
-    assert a == b and len(st.candidates("r1")) == 1 and st.candidates("r1")[0].stage == "compile"
-    assert [(e.stage, e.status) for e in st.evaluations("r1")] == [("verify", "ok"), ("compile", "fail")]
-    assert sorted(f.code for f in st.failures("r1")) == ["E-BACKEND-COMPILE", "E-PROPOSER-REPLY", "W"]
-    con = sqlite3.connect(tmp_path / "cake.db")
-    assert con.execute("pragma journal_mode").fetchone()[0] == "wal"
-    with pytest.raises(Exception):
-        st.record_stage("no-such-run", {"hash": "x"}, "verify", "ok")      # foreign keys are on
 
 
 def test_cli_help_is_fast_and_lists_tasks():

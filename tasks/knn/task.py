@@ -24,14 +24,6 @@ K_NN = 10
 RANK_TOL = 2e-5   # fp32 accumulation allowance relative to the query's score scale
 
 
-def l2_scores(xq: np.ndarray, xb: np.ndarray) -> np.ndarray:
-    """Exact squared distances [Q, M] in float64 (direct differences: no cancellation)."""
-    q = xq.astype(np.float64)
-    b = xb.astype(np.float64)
-    d = (q * q).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (q @ b.T)
-    return np.maximum(d, 0.0)
-
-
 def topk_reference(xq: np.ndarray, xb: np.ndarray, k: int, metric: str, chunk: int = 1 << 16):
     """(indices, scores) of the k best database rows per query, float64, chunked over the database."""
     Q = xq.shape[0]
