@@ -7,23 +7,44 @@ from cake_ir.builder import KernelBuilder, tile
 BIG = 3.0e38   # list sentinel: worse than any finite score
 
 
-def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, arch: str = "sm_80"):
-    """One CTA per block of `bq` queries streams the whole database in `bn`-row tiles (cp.async double
-    buffer). Each warp owns 16 queries, keeps their A fragments (all of D) in registers, computes a
-    [16, bn] score tile with mma.sync and folds it into per-lane top-k lists; the 4 lanes of each
-    quad merge at the end. L2 scores are ||q||^2 + ||x||^2 - 2 q.x (squared norms from smem rows,
-    computed as the tiles arrive); inner product keeps the k largest q.x."""
+WS_ROWS = 1 << 16   # rows of the split path's partial-list workspace (the task's `workspace`)
+WS_TILES = 1 << 12  # query-tile counters in the workspace
+
+
+def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
+              arch: str = "sm_80"):
+    """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
+    up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
+    fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
+    per-lane top-k lists; the 4 lanes of each quad merge at the end. L2 scores are ||q||^2 + ||x||^2
+    - 2 q.x (squared norms from smem rows, computed as the tiles arrive); inner product keeps the k
+    largest q.x.
+
+    split = 1: one CTA per query tile owns the whole database and writes the results.
+    split > 1 (few queries: the split-database path): each CTA writes its partial lists to the
+    workspace PV/PI (rows (tile * split + s) * BQ + r, so padded query rows never collide); the last
+    CTA of a query tile to finish (`last_cta`) merges the `split` lists per query (one thread per
+    query, exact re-selection over the stored scores), writes I/Dist and zeroes the rows it read.
+    Needs cdiv(Q, BQ) * BQ * split <= WS_ROWS and cdiv(Q, BQ) <= WS_TILES (the dispatcher's
+    `supports`)."""
     warps = bq // 16
     l2 = metric == "l2"
-    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}", arch=arch, grid=["cdiv(Q, BQ)"], threads=32 * warps,
-                       note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM")
-    kb.const(BQ=bq, BN=bn, D=d, KK=k)
+    tag = f"_s{split}" if split > 1 else ""
+    grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
+    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
+                       note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
+                            + (f", database split over {split} CTAs + last-CTA merge" if split > 1 else ""))
+    kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
     kb.scalar("Q", min=1)
     kb.scalar("M", min=k)
     kb.tensor("Xq", "f16", ["Q", "D"])
     kb.tensor("Xb", "f16", ["M", "D"])
     kb.tensor("I", "i32", ["Q", "KK"], access="write")
     kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
+    # the split path's scratch (declared by every variant: the task passes it to all of them)
+    kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
+    kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
+    kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
     kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)
     kb.buffer("sB", "smem", "f16", [bn, d], pad=8, stages=2)
     if l2:
@@ -34,25 +55,39 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
     kb.buffer("tv", "reg", "f32", [16, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [16, k], layout="mma_rows", scope="warp")
+    if split > 1:
+        for n in ("pv", "mv"):
+            kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
+        for n in ("pi", "mi"):
+            kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
     kind = "min" if l2 else "max"
+    worst = -BIG if not l2 else BIG
     with kb.role("main", warps=(0, warps)) as r:
         r.let("q0", "bid.x * BQ")
         r.let("wq0", "role_warp * 16")
+        if split > 1:
+            r.let("s", "bid.y")
+            r.let("CH", "cdiv(cdiv(M, SPLIT), BN) * BN")
+            r.let("m0", "s * CH")
+            r.let("nt", "cdiv(max(min(CH, M - m0), 0), BN)")
+        else:
+            r.let("m0", "0")
+            r.let("nt", "cdiv(M, BN)")
         r.copy("cp_async", tile("Xq", ["q0", 0], [bq, d]), tile("sQ"), oob="zfill", id="load_queries")
-        r.copy("cp_async", tile("Xb", [0, 0], [bn, d]), tile("sB", slot=0), oob="zfill")
+        r.copy("cp_async", tile("Xb", ["m0", 0], [bn, d]), tile("sB", slot=0), oob="zfill")
         r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=0)
         r.sync("syncthreads")
         r.ldmatrix(tile("sQ", ["wq0", 0], [16, d]), tile("fa"), id="query_fragments")
         if l2:
             r.reduce("sum_sq", tile("sQ"), tile("qn"), id="query_norms")
-        r.fill("tv", -BIG if not l2 else BIG)
+        r.fill("tv", worst)
         r.fill("ti", -1)
-        with r.for_("t", 0, "cdiv(M, BN)", id="db_loop"):
+        with r.for_("t", 0, "nt", id="db_loop"):
             r.sync("cp_async_wait", n=0)
             r.sync("syncthreads")
-            with r.if_("t + 1 < cdiv(M, BN)"):
-                r.copy("cp_async", tile("Xb", ["(t + 1) * BN", 0], [bn, d]), tile("sB", slot="(t + 1) % 2"),
+            with r.if_("t + 1 < nt"):
+                r.copy("cp_async", tile("Xb", ["m0 + (t + 1) * BN", 0], [bn, d]), tile("sB", slot="(t + 1) % 2"),
                        oob="zfill", id="prefetch")
             r.sync("cp_async_commit")
             if l2:
@@ -62,23 +97,51 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             for kk in range(d // 16):
                 r.ldmatrix(tile("sB", [0, kk * 16], [bn, 16], slot="t % 2"), tile("fb"))
                 r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
-            topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="t * BN", limit="M")
+            # the split's last tile may run past its chunk into the next split's rows: `limit` stops
+            # at the chunk end (or M), so every database row is scored by exactly one split
+            lim = "min(m0 + CH, M)" if split > 1 else "M"
+            topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim)
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [16]), col_bias=tile("cn"))
             r.add("topk", id="select", **topk)
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
-        r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_dist")
-        r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_idx")
+        if split == 1:
+            r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_dist")
+            r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_idx")
+        else:
+            r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
+            r.stg(tile("tv"), tile("PV", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
+            r.stg(tile("ti"), tile("PI", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
+            fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
+            with r._nest(fin["body"]):
+                with r.if_("tid < BQ && q0 + tid < Q"):
+                    r.fill("mv", worst)
+                    r.fill("mi", -1)
+                    with r.for_("j", 0, "SPLIT", id="merge_loop"):
+                        r.let("rr", "(bid.x * SPLIT + j) * BQ + tid")
+                        r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=4)
+                        r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=4)
+                        r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"),
+                              idx=tile("mi"))
+                        # leave the workspace zeroed for the next launch (each row is read by this thread only)
+                        r.fill("pv", 0.0)
+                        r.fill("pi", 0)
+                        r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+                        r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+                    r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
+                    r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
     return kb.build()
 
 
-SEEDS = {"knn_l2_mma_sm80": lambda: knn_fused("l2")}   # the inner-product seed is tasks/knn_ip
+SEEDS = {"knn_l2_mma_sm80": lambda: knn_fused("l2"),
+         "knn_l2_split_sm80": lambda: knn_fused("l2", bq=16, bn=32, split=64)}   # the inner-product seed is tasks/knn_ip
 
 FAMILIES = {
     "knn_l2_mma_sm80": {
         "make": knn_fused,
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
-        "space": {"bq": [32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128]},
+        "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
+                  "split": [1, 4, 16, 64, 128]},
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0,
         "tactics": {"retile": ["bq", "bn"]},
     },

@@ -5,11 +5,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
     const cake::f16* __restrict__ Xq,
     const cake::f16* __restrict__ Xb,
     int* __restrict__ I,
-    float* __restrict__ Dist) {
+    float* __restrict__ Dist,
+    float* __restrict__ PV,
+    int* __restrict__ PI,
+    int* __restrict__ WT) {
   constexpr int BQ = 64;  // /consts/BQ
   constexpr int BN = 64;  // /consts/BN
   constexpr int D = 128;  // /consts/D
   constexpr int KK = 10;  // /consts/KK
+  constexpr int SPLIT = 1;  // /consts/SPLIT
+  constexpr int WR = 65536;  // /consts/WR
+  constexpr int WTR = 4096;  // /consts/WTR
   const int cake_tid = threadIdx.x;
   const int cake_lane = cake_tid & 31;
   const int cake_warp = __shfl_sync(0xffffffffu, cake_tid >> 5, 0);
@@ -29,173 +35,175 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
     int ti[20];  // /buffers/6
     const int q0 = blockIdx.x * BQ;  // /roles/0/body/0
     const int wq0 = cake_role_warp * 16;  // /roles/0/body/1
+    const int m0 = 0;  // /roles/0/body/2
+    const int nt = (((M) + (BN) - 1) / (BN));  // /roles/0/body/3
     #pragma unroll
-    for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/2
+    for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/4
       const int cake_q = cake_i * 128 + cake_role_tid;
       const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-      cake::cp_async16((cake_smem_base + 0u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), Xq + ((q0 + cake_r) * (long long)(D) + (0 + cake_c)), (q0 + cake_r) < (Q) && (0 + cake_c) < (D));  // /roles/0/body/2
+      cake::cp_async16((cake_smem_base + 0u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), Xq + ((q0 + cake_r) * (long long)(D) + (0 + cake_c)), (q0 + cake_r) < (Q) && (0 + cake_c) < (D));  // /roles/0/body/4
     }
     #pragma unroll
-    for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/3
+    for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/5
       const int cake_q = cake_i * 128 + cake_role_tid;
       const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-      cake::cp_async16((cake_smem_base + 17408u + (unsigned)(0) * 17408u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), Xb + ((0 + cake_r) * (long long)(D) + (0 + cake_c)), (0 + cake_r) < (M) && (0 + cake_c) < (D));  // /roles/0/body/3
+      cake::cp_async16((cake_smem_base + 17408u + (unsigned)(0) * 17408u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), Xb + ((m0 + cake_r) * (long long)(D) + (0 + cake_c)), (m0 + cake_r) < (M) && (0 + cake_c) < (D));  // /roles/0/body/5
     }
-    cake::cp_async_commit();  // /roles/0/body/4
-    cake::cp_async_wait<0>();  // /roles/0/body/5
-    __syncthreads();  // /roles/0/body/6
-     {  // /roles/0/body/7
+    cake::cp_async_commit();  // /roles/0/body/6
+    cake::cp_async_wait<0>();  // /roles/0/body/7
+    __syncthreads();  // /roles/0/body/8
+     {  // /roles/0/body/9
       const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fa[0], fa[1], fa[2], fa[3]);  // /roles/0/body/7
-      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 16 + cake_lc) * 2)), fa[4], fa[5], fa[6], fa[7]);  // /roles/0/body/7
-      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 32 + cake_lc) * 2)), fa[8], fa[9], fa[10], fa[11]);  // /roles/0/body/7
-      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 48 + cake_lc) * 2)), fa[12], fa[13], fa[14], fa[15]);  // /roles/0/body/7
-      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 64 + cake_lc) * 2)), fa[16], fa[17], fa[18], fa[19]);  // /roles/0/body/7
-      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 80 + cake_lc) * 2)), fa[20], fa[21], fa[22], fa[23]);  // /roles/0/body/7
-      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 96 + cake_lc) * 2)), fa[24], fa[25], fa[26], fa[27]);  // /roles/0/body/7
-      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 112 + cake_lc) * 2)), fa[28], fa[29], fa[30], fa[31]);  // /roles/0/body/7
+      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fa[0], fa[1], fa[2], fa[3]);  // /roles/0/body/9
+      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 16 + cake_lc) * 2)), fa[4], fa[5], fa[6], fa[7]);  // /roles/0/body/9
+      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 32 + cake_lc) * 2)), fa[8], fa[9], fa[10], fa[11]);  // /roles/0/body/9
+      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 48 + cake_lc) * 2)), fa[12], fa[13], fa[14], fa[15]);  // /roles/0/body/9
+      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 64 + cake_lc) * 2)), fa[16], fa[17], fa[18], fa[19]);  // /roles/0/body/9
+      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 80 + cake_lc) * 2)), fa[20], fa[21], fa[22], fa[23]);  // /roles/0/body/9
+      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 96 + cake_lc) * 2)), fa[24], fa[25], fa[26], fa[27]);  // /roles/0/body/9
+      cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(((wq0) + 0 + cake_lr) * 272 + ((0) + 112 + cake_lc) * 2)), fa[28], fa[29], fa[30], fa[31]);  // /roles/0/body/9
     }
     #pragma unroll
-    for (int cake_e = 0; cake_e < 20; ++cake_e) tv[cake_e] = (-3e+38f);  // /roles/0/body/8
+    for (int cake_e = 0; cake_e < 20; ++cake_e) tv[cake_e] = (-3e+38f);  // /roles/0/body/10
     #pragma unroll
-    for (int cake_e = 0; cake_e < 20; ++cake_e) ti[cake_e] = (int)(-1.0f);  // /roles/0/body/9
-    for (int t = 0; t < (((M) + (BN) - 1) / (BN)); t += 1) {  // /roles/0/body/10
-      cake::cp_async_wait<0>();  // /roles/0/body/10/body/0
-      __syncthreads();  // /roles/0/body/10/body/1
-      if (t + 1 < (((M) + (BN) - 1) / (BN))) {  // /roles/0/body/10/body/2
+    for (int cake_e = 0; cake_e < 20; ++cake_e) ti[cake_e] = (int)(-1.0f);  // /roles/0/body/11
+    for (int t = 0; t < nt; t += 1) {  // /roles/0/body/12
+      cake::cp_async_wait<0>();  // /roles/0/body/12/body/0
+      __syncthreads();  // /roles/0/body/12/body/1
+      if (t + 1 < nt) {  // /roles/0/body/12/body/2
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/10/body/2/then/0
+        for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/12/body/2/then/0
           const int cake_q = cake_i * 128 + cake_role_tid;
           const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-          cake::cp_async16((cake_smem_base + 17408u + (unsigned)((t + 1) % 2) * 17408u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), Xb + (((t + 1) * BN + cake_r) * (long long)(D) + (0 + cake_c)), ((t + 1) * BN + cake_r) < (M) && (0 + cake_c) < (D));  // /roles/0/body/10/body/2/then/0
+          cake::cp_async16((cake_smem_base + 17408u + (unsigned)((t + 1) % 2) * 17408u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), Xb + ((m0 + (t + 1) * BN + cake_r) * (long long)(D) + (0 + cake_c)), (m0 + (t + 1) * BN + cake_r) < (M) && (0 + cake_c) < (D));  // /roles/0/body/12/body/2/then/0
         }
       }
-      cake::cp_async_commit();  // /roles/0/body/10/body/3
+      cake::cp_async_commit();  // /roles/0/body/12/body/3
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) acc[cake_e] = (0.0f);  // /roles/0/body/10/body/4
-       {  // /roles/0/body/10/body/5
+      for (int cake_e = 0; cake_e < 32; ++cake_e) acc[cake_e] = (0.0f);  // /roles/0/body/12/body/4
+       {  // /roles/0/body/12/body/5
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/10/body/5
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/10/body/5
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/10/body/5
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/10/body/5
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/12/body/5
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/12/body/5
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/12/body/5
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/12/body/5
       }
-      cake::mma_16816_f16(&acc[0], &fa[0], &fb[0]);  // /roles/0/body/10/body/6
-      cake::mma_16816_f16(&acc[4], &fa[0], &fb[2]);  // /roles/0/body/10/body/6
-      cake::mma_16816_f16(&acc[8], &fa[0], &fb[4]);  // /roles/0/body/10/body/6
-      cake::mma_16816_f16(&acc[12], &fa[0], &fb[6]);  // /roles/0/body/10/body/6
-      cake::mma_16816_f16(&acc[16], &fa[0], &fb[8]);  // /roles/0/body/10/body/6
-      cake::mma_16816_f16(&acc[20], &fa[0], &fb[10]);  // /roles/0/body/10/body/6
-      cake::mma_16816_f16(&acc[24], &fa[0], &fb[12]);  // /roles/0/body/10/body/6
-      cake::mma_16816_f16(&acc[28], &fa[0], &fb[14]);  // /roles/0/body/10/body/6
-       {  // /roles/0/body/10/body/7
+      cake::mma_16816_f16(&acc[0], &fa[0], &fb[0]);  // /roles/0/body/12/body/6
+      cake::mma_16816_f16(&acc[4], &fa[0], &fb[2]);  // /roles/0/body/12/body/6
+      cake::mma_16816_f16(&acc[8], &fa[0], &fb[4]);  // /roles/0/body/12/body/6
+      cake::mma_16816_f16(&acc[12], &fa[0], &fb[6]);  // /roles/0/body/12/body/6
+      cake::mma_16816_f16(&acc[16], &fa[0], &fb[8]);  // /roles/0/body/12/body/6
+      cake::mma_16816_f16(&acc[20], &fa[0], &fb[10]);  // /roles/0/body/12/body/6
+      cake::mma_16816_f16(&acc[24], &fa[0], &fb[12]);  // /roles/0/body/12/body/6
+      cake::mma_16816_f16(&acc[28], &fa[0], &fb[14]);  // /roles/0/body/12/body/6
+       {  // /roles/0/body/12/body/7
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/10/body/7
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/10/body/7
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/10/body/7
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/10/body/7
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/12/body/7
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/12/body/7
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/12/body/7
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/12/body/7
       }
-      cake::mma_16816_f16(&acc[0], &fa[4], &fb[0]);  // /roles/0/body/10/body/8
-      cake::mma_16816_f16(&acc[4], &fa[4], &fb[2]);  // /roles/0/body/10/body/8
-      cake::mma_16816_f16(&acc[8], &fa[4], &fb[4]);  // /roles/0/body/10/body/8
-      cake::mma_16816_f16(&acc[12], &fa[4], &fb[6]);  // /roles/0/body/10/body/8
-      cake::mma_16816_f16(&acc[16], &fa[4], &fb[8]);  // /roles/0/body/10/body/8
-      cake::mma_16816_f16(&acc[20], &fa[4], &fb[10]);  // /roles/0/body/10/body/8
-      cake::mma_16816_f16(&acc[24], &fa[4], &fb[12]);  // /roles/0/body/10/body/8
-      cake::mma_16816_f16(&acc[28], &fa[4], &fb[14]);  // /roles/0/body/10/body/8
-       {  // /roles/0/body/10/body/9
+      cake::mma_16816_f16(&acc[0], &fa[4], &fb[0]);  // /roles/0/body/12/body/8
+      cake::mma_16816_f16(&acc[4], &fa[4], &fb[2]);  // /roles/0/body/12/body/8
+      cake::mma_16816_f16(&acc[8], &fa[4], &fb[4]);  // /roles/0/body/12/body/8
+      cake::mma_16816_f16(&acc[12], &fa[4], &fb[6]);  // /roles/0/body/12/body/8
+      cake::mma_16816_f16(&acc[16], &fa[4], &fb[8]);  // /roles/0/body/12/body/8
+      cake::mma_16816_f16(&acc[20], &fa[4], &fb[10]);  // /roles/0/body/12/body/8
+      cake::mma_16816_f16(&acc[24], &fa[4], &fb[12]);  // /roles/0/body/12/body/8
+      cake::mma_16816_f16(&acc[28], &fa[4], &fb[14]);  // /roles/0/body/12/body/8
+       {  // /roles/0/body/12/body/9
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/10/body/9
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/10/body/9
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/10/body/9
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/10/body/9
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/12/body/9
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/12/body/9
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/12/body/9
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/12/body/9
       }
-      cake::mma_16816_f16(&acc[0], &fa[8], &fb[0]);  // /roles/0/body/10/body/10
-      cake::mma_16816_f16(&acc[4], &fa[8], &fb[2]);  // /roles/0/body/10/body/10
-      cake::mma_16816_f16(&acc[8], &fa[8], &fb[4]);  // /roles/0/body/10/body/10
-      cake::mma_16816_f16(&acc[12], &fa[8], &fb[6]);  // /roles/0/body/10/body/10
-      cake::mma_16816_f16(&acc[16], &fa[8], &fb[8]);  // /roles/0/body/10/body/10
-      cake::mma_16816_f16(&acc[20], &fa[8], &fb[10]);  // /roles/0/body/10/body/10
-      cake::mma_16816_f16(&acc[24], &fa[8], &fb[12]);  // /roles/0/body/10/body/10
-      cake::mma_16816_f16(&acc[28], &fa[8], &fb[14]);  // /roles/0/body/10/body/10
-       {  // /roles/0/body/10/body/11
+      cake::mma_16816_f16(&acc[0], &fa[8], &fb[0]);  // /roles/0/body/12/body/10
+      cake::mma_16816_f16(&acc[4], &fa[8], &fb[2]);  // /roles/0/body/12/body/10
+      cake::mma_16816_f16(&acc[8], &fa[8], &fb[4]);  // /roles/0/body/12/body/10
+      cake::mma_16816_f16(&acc[12], &fa[8], &fb[6]);  // /roles/0/body/12/body/10
+      cake::mma_16816_f16(&acc[16], &fa[8], &fb[8]);  // /roles/0/body/12/body/10
+      cake::mma_16816_f16(&acc[20], &fa[8], &fb[10]);  // /roles/0/body/12/body/10
+      cake::mma_16816_f16(&acc[24], &fa[8], &fb[12]);  // /roles/0/body/12/body/10
+      cake::mma_16816_f16(&acc[28], &fa[8], &fb[14]);  // /roles/0/body/12/body/10
+       {  // /roles/0/body/12/body/11
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/10/body/11
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/10/body/11
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/10/body/11
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/10/body/11
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/12/body/11
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/12/body/11
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/12/body/11
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/12/body/11
       }
-      cake::mma_16816_f16(&acc[0], &fa[12], &fb[0]);  // /roles/0/body/10/body/12
-      cake::mma_16816_f16(&acc[4], &fa[12], &fb[2]);  // /roles/0/body/10/body/12
-      cake::mma_16816_f16(&acc[8], &fa[12], &fb[4]);  // /roles/0/body/10/body/12
-      cake::mma_16816_f16(&acc[12], &fa[12], &fb[6]);  // /roles/0/body/10/body/12
-      cake::mma_16816_f16(&acc[16], &fa[12], &fb[8]);  // /roles/0/body/10/body/12
-      cake::mma_16816_f16(&acc[20], &fa[12], &fb[10]);  // /roles/0/body/10/body/12
-      cake::mma_16816_f16(&acc[24], &fa[12], &fb[12]);  // /roles/0/body/10/body/12
-      cake::mma_16816_f16(&acc[28], &fa[12], &fb[14]);  // /roles/0/body/10/body/12
-       {  // /roles/0/body/10/body/13
+      cake::mma_16816_f16(&acc[0], &fa[12], &fb[0]);  // /roles/0/body/12/body/12
+      cake::mma_16816_f16(&acc[4], &fa[12], &fb[2]);  // /roles/0/body/12/body/12
+      cake::mma_16816_f16(&acc[8], &fa[12], &fb[4]);  // /roles/0/body/12/body/12
+      cake::mma_16816_f16(&acc[12], &fa[12], &fb[6]);  // /roles/0/body/12/body/12
+      cake::mma_16816_f16(&acc[16], &fa[12], &fb[8]);  // /roles/0/body/12/body/12
+      cake::mma_16816_f16(&acc[20], &fa[12], &fb[10]);  // /roles/0/body/12/body/12
+      cake::mma_16816_f16(&acc[24], &fa[12], &fb[12]);  // /roles/0/body/12/body/12
+      cake::mma_16816_f16(&acc[28], &fa[12], &fb[14]);  // /roles/0/body/12/body/12
+       {  // /roles/0/body/12/body/13
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/10/body/13
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/10/body/13
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/10/body/13
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/10/body/13
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/12/body/13
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/12/body/13
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/12/body/13
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/12/body/13
       }
-      cake::mma_16816_f16(&acc[0], &fa[16], &fb[0]);  // /roles/0/body/10/body/14
-      cake::mma_16816_f16(&acc[4], &fa[16], &fb[2]);  // /roles/0/body/10/body/14
-      cake::mma_16816_f16(&acc[8], &fa[16], &fb[4]);  // /roles/0/body/10/body/14
-      cake::mma_16816_f16(&acc[12], &fa[16], &fb[6]);  // /roles/0/body/10/body/14
-      cake::mma_16816_f16(&acc[16], &fa[16], &fb[8]);  // /roles/0/body/10/body/14
-      cake::mma_16816_f16(&acc[20], &fa[16], &fb[10]);  // /roles/0/body/10/body/14
-      cake::mma_16816_f16(&acc[24], &fa[16], &fb[12]);  // /roles/0/body/10/body/14
-      cake::mma_16816_f16(&acc[28], &fa[16], &fb[14]);  // /roles/0/body/10/body/14
-       {  // /roles/0/body/10/body/15
+      cake::mma_16816_f16(&acc[0], &fa[16], &fb[0]);  // /roles/0/body/12/body/14
+      cake::mma_16816_f16(&acc[4], &fa[16], &fb[2]);  // /roles/0/body/12/body/14
+      cake::mma_16816_f16(&acc[8], &fa[16], &fb[4]);  // /roles/0/body/12/body/14
+      cake::mma_16816_f16(&acc[12], &fa[16], &fb[6]);  // /roles/0/body/12/body/14
+      cake::mma_16816_f16(&acc[16], &fa[16], &fb[8]);  // /roles/0/body/12/body/14
+      cake::mma_16816_f16(&acc[20], &fa[16], &fb[10]);  // /roles/0/body/12/body/14
+      cake::mma_16816_f16(&acc[24], &fa[16], &fb[12]);  // /roles/0/body/12/body/14
+      cake::mma_16816_f16(&acc[28], &fa[16], &fb[14]);  // /roles/0/body/12/body/14
+       {  // /roles/0/body/12/body/15
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/10/body/15
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/10/body/15
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/10/body/15
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/10/body/15
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/12/body/15
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/12/body/15
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/12/body/15
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/12/body/15
       }
-      cake::mma_16816_f16(&acc[0], &fa[20], &fb[0]);  // /roles/0/body/10/body/16
-      cake::mma_16816_f16(&acc[4], &fa[20], &fb[2]);  // /roles/0/body/10/body/16
-      cake::mma_16816_f16(&acc[8], &fa[20], &fb[4]);  // /roles/0/body/10/body/16
-      cake::mma_16816_f16(&acc[12], &fa[20], &fb[6]);  // /roles/0/body/10/body/16
-      cake::mma_16816_f16(&acc[16], &fa[20], &fb[8]);  // /roles/0/body/10/body/16
-      cake::mma_16816_f16(&acc[20], &fa[20], &fb[10]);  // /roles/0/body/10/body/16
-      cake::mma_16816_f16(&acc[24], &fa[20], &fb[12]);  // /roles/0/body/10/body/16
-      cake::mma_16816_f16(&acc[28], &fa[20], &fb[14]);  // /roles/0/body/10/body/16
-       {  // /roles/0/body/10/body/17
+      cake::mma_16816_f16(&acc[0], &fa[20], &fb[0]);  // /roles/0/body/12/body/16
+      cake::mma_16816_f16(&acc[4], &fa[20], &fb[2]);  // /roles/0/body/12/body/16
+      cake::mma_16816_f16(&acc[8], &fa[20], &fb[4]);  // /roles/0/body/12/body/16
+      cake::mma_16816_f16(&acc[12], &fa[20], &fb[6]);  // /roles/0/body/12/body/16
+      cake::mma_16816_f16(&acc[16], &fa[20], &fb[8]);  // /roles/0/body/12/body/16
+      cake::mma_16816_f16(&acc[20], &fa[20], &fb[10]);  // /roles/0/body/12/body/16
+      cake::mma_16816_f16(&acc[24], &fa[20], &fb[12]);  // /roles/0/body/12/body/16
+      cake::mma_16816_f16(&acc[28], &fa[20], &fb[14]);  // /roles/0/body/12/body/16
+       {  // /roles/0/body/12/body/17
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/10/body/17
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/10/body/17
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/10/body/17
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/10/body/17
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/12/body/17
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/12/body/17
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/12/body/17
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/12/body/17
       }
-      cake::mma_16816_f16(&acc[0], &fa[24], &fb[0]);  // /roles/0/body/10/body/18
-      cake::mma_16816_f16(&acc[4], &fa[24], &fb[2]);  // /roles/0/body/10/body/18
-      cake::mma_16816_f16(&acc[8], &fa[24], &fb[4]);  // /roles/0/body/10/body/18
-      cake::mma_16816_f16(&acc[12], &fa[24], &fb[6]);  // /roles/0/body/10/body/18
-      cake::mma_16816_f16(&acc[16], &fa[24], &fb[8]);  // /roles/0/body/10/body/18
-      cake::mma_16816_f16(&acc[20], &fa[24], &fb[10]);  // /roles/0/body/10/body/18
-      cake::mma_16816_f16(&acc[24], &fa[24], &fb[12]);  // /roles/0/body/10/body/18
-      cake::mma_16816_f16(&acc[28], &fa[24], &fb[14]);  // /roles/0/body/10/body/18
-       {  // /roles/0/body/10/body/19
+      cake::mma_16816_f16(&acc[0], &fa[24], &fb[0]);  // /roles/0/body/12/body/18
+      cake::mma_16816_f16(&acc[4], &fa[24], &fb[2]);  // /roles/0/body/12/body/18
+      cake::mma_16816_f16(&acc[8], &fa[24], &fb[4]);  // /roles/0/body/12/body/18
+      cake::mma_16816_f16(&acc[12], &fa[24], &fb[6]);  // /roles/0/body/12/body/18
+      cake::mma_16816_f16(&acc[16], &fa[24], &fb[8]);  // /roles/0/body/12/body/18
+      cake::mma_16816_f16(&acc[20], &fa[24], &fb[10]);  // /roles/0/body/12/body/18
+      cake::mma_16816_f16(&acc[24], &fa[24], &fb[12]);  // /roles/0/body/12/body/18
+      cake::mma_16816_f16(&acc[28], &fa[24], &fb[14]);  // /roles/0/body/12/body/18
+       {  // /roles/0/body/12/body/19
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/10/body/19
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/10/body/19
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/10/body/19
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/10/body/19
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), fb[0], fb[1], fb[2], fb[3]);  // /roles/0/body/12/body/19
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 16 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), fb[4], fb[5], fb[6], fb[7]);  // /roles/0/body/12/body/19
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 32 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), fb[8], fb[9], fb[10], fb[11]);  // /roles/0/body/12/body/19
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(t % 2) * 17408u + (unsigned)(((0) + 48 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), fb[12], fb[13], fb[14], fb[15]);  // /roles/0/body/12/body/19
       }
-      cake::mma_16816_f16(&acc[0], &fa[28], &fb[0]);  // /roles/0/body/10/body/20
-      cake::mma_16816_f16(&acc[4], &fa[28], &fb[2]);  // /roles/0/body/10/body/20
-      cake::mma_16816_f16(&acc[8], &fa[28], &fb[4]);  // /roles/0/body/10/body/20
-      cake::mma_16816_f16(&acc[12], &fa[28], &fb[6]);  // /roles/0/body/10/body/20
-      cake::mma_16816_f16(&acc[16], &fa[28], &fb[8]);  // /roles/0/body/10/body/20
-      cake::mma_16816_f16(&acc[20], &fa[28], &fb[10]);  // /roles/0/body/10/body/20
-      cake::mma_16816_f16(&acc[24], &fa[28], &fb[12]);  // /roles/0/body/10/body/20
-      cake::mma_16816_f16(&acc[28], &fa[28], &fb[14]);  // /roles/0/body/10/body/20
-       {  // /roles/0/body/10/body/21
+      cake::mma_16816_f16(&acc[0], &fa[28], &fb[0]);  // /roles/0/body/12/body/20
+      cake::mma_16816_f16(&acc[4], &fa[28], &fb[2]);  // /roles/0/body/12/body/20
+      cake::mma_16816_f16(&acc[8], &fa[28], &fb[4]);  // /roles/0/body/12/body/20
+      cake::mma_16816_f16(&acc[12], &fa[28], &fb[6]);  // /roles/0/body/12/body/20
+      cake::mma_16816_f16(&acc[16], &fa[28], &fb[8]);  // /roles/0/body/12/body/20
+      cake::mma_16816_f16(&acc[20], &fa[28], &fb[10]);  // /roles/0/body/12/body/20
+      cake::mma_16816_f16(&acc[24], &fa[28], &fb[12]);  // /roles/0/body/12/body/20
+      cake::mma_16816_f16(&acc[28], &fa[28], &fb[14]);  // /roles/0/body/12/body/20
+       {  // /roles/0/body/12/body/21
         const int cake_c0 = 2 * (cake_lane & 3);
-        const int cake_cb = (int)(t * BN);
+        const int cake_cb = (int)(m0 + t * BN);
          {
           const float cake_rb = 0.0f;
           #pragma unroll
@@ -222,28 +230,28 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
         }
       }
     }
-    cake::topk_merge_quad<10, false>(&tv[0], &ti[0]);  // /roles/0/body/11
-    cake::topk_merge_quad<10, false>(&tv[10], &ti[10]);  // /roles/0/body/11
-     {  // /roles/0/body/12
+    cake::topk_merge_quad<10, false>(&tv[0], &ti[0]);  // /roles/0/body/13
+    cake::topk_merge_quad<10, false>(&tv[10], &ti[10]);  // /roles/0/body/13
+     {  // /roles/0/body/14
       const int cake_q = cake_lane & 3;
       #pragma unroll
       for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (q0 + wq0 + 0 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) Dist[(q0 + wq0 + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[0 + cake_c];  // /roles/0/body/12
+        if ((cake_c & 3) == cake_q && (q0 + wq0 + 0 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) Dist[(q0 + wq0 + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[0 + cake_c];  // /roles/0/body/14
       }
       #pragma unroll
       for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (q0 + wq0 + 8 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) Dist[(q0 + wq0 + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[10 + cake_c];  // /roles/0/body/12
+        if ((cake_c & 3) == cake_q && (q0 + wq0 + 8 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) Dist[(q0 + wq0 + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[10 + cake_c];  // /roles/0/body/14
       }
     }
-     {  // /roles/0/body/13
+     {  // /roles/0/body/15
       const int cake_q = cake_lane & 3;
       #pragma unroll
       for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (q0 + wq0 + 0 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) I[(q0 + wq0 + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[0 + cake_c];  // /roles/0/body/13
+        if ((cake_c & 3) == cake_q && (q0 + wq0 + 0 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) I[(q0 + wq0 + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[0 + cake_c];  // /roles/0/body/15
       }
       #pragma unroll
       for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (q0 + wq0 + 8 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) I[(q0 + wq0 + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[10 + cake_c];  // /roles/0/body/13
+        if ((cake_c & 3) == cake_q && (q0 + wq0 + 8 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) I[(q0 + wq0 + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[10 + cake_c];  // /roles/0/body/15
       }
     }
   }

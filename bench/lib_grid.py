@@ -1,0 +1,482 @@
+"""The kernel library (cakelib) on the GPU: fit the dispatch tables from measured variants, then time the
+dispatched library against the best baseline over a grid of 400+ shapes, checking every result.
+
+    python bench/lib_grid.py sweep [--op knn,kmeans] [--out DIR]   # variants x training shapes -> tables
+    python bench/lib_grid.py grid  [--op knn,kmeans] [--out DIR]   # library vs baselines at every grid shape
+    python bench/lib_grid.py shapes                                # print the grids (no GPU)
+    python bench/lib_grid.py compile [--op ...]                    # compile every sweep variant (no GPU)
+
+Honesty rules (docs/evaluation.md): seeded inputs; every library result is checked against float64
+math on the GPU (knn: recall@k = 1 with ties allowed and distances within the rounding allowance;
+kmeans: one Lloyd step checked as tasks/kmeans does, assignment near-optimal, inertia within 1e-3,
+centroids = means of the kernel's own assignment); L2 flushed before every timed repetition; median
+of CUDA-event timings; every baseline timed in the same process on the same device tensors.
+
+kmeans is timed as 10 Lloyd iterations from the same initial centroids for every implementation
+(baselines with tol < 0 so none stops early); knn as one search call.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+D = 128
+ITERS = 10
+
+
+# ---------------------------------------------------------------- shapes
+def knn_grid() -> list[dict]:
+    """Search (few queries, large databases), batch search, SIFT-like and self-kNN build shapes."""
+    out = []
+    for Q in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
+        for M in (100_000, 1 << 18, 1 << 20, 4 << 20):
+            for k in (1, 10, 16):
+                if Q * M <= (1 << 32):
+                    out.append({"Q": Q, "M": M, "k": k})
+    for N in (16384, 32768, 65536):
+        for k in (2, 8, 16, 32):
+            out.append({"Q": N, "M": N, "k": k})
+    for k in (10, 16, 32):
+        out.append({"Q": 10000, "M": 1 << 20, "k": k})
+    return out
+
+
+def kmeans_grid() -> list[dict]:
+    out = []
+    for B in (1, 2, 4, 8, 16, 32):
+        for N in (4096, 16384, 65536, 262144):
+            for K in (8, 16, 32, 48, 64, 100, 128, 160, 200, 256):
+                if B * N <= (4 << 20):
+                    out.append({"B": B, "N": N, "K": K})
+    for N in (1 << 20, 2 << 20, 4 << 20):
+        for K in (16, 64, 100, 128, 256):
+            out.append({"B": 1, "N": N, "K": K})
+    return out
+
+
+def knn_train() -> list[dict]:
+    return [{"Q": Q, "M": M, "k": 10} for Q in (1, 4, 16, 64, 256, 1024, 4096) for M in (100_000, 1 << 20, 4 << 20)
+            if Q * M <= (1 << 32)] + [{"Q": 32768, "M": 32768, "k": 10}]
+
+
+def kmeans_train() -> list[dict]:
+    return [{"B": B, "N": N, "K": K} for B in (1, 4, 32) for N in (16384, 262144) for K in (32, 100, 256)
+            if B * N <= (4 << 20)] + [{"B": 1, "N": 1 << 21, "K": K} for K in (64, 256)]
+
+
+def knn_variants() -> list[dict]:
+    out = [{"bq": bq, "bn": bn, "split": 1} for bq, bn in ((64, 64), (128, 64), (64, 128), (32, 64))]
+    out += [{"bq": bq, "bn": bn, "split": s} for bq, bn in ((16, 32), (32, 64), (64, 64)) for s in (8, 32, 128)]
+    return out
+
+
+def kmeans_variants() -> list[dict]:
+    return [{"kmax": km, "bm": 64, "bn": 64, "ctas": p} for km in (32, 64, 128, 256)
+            for p in (2, 4, 8, 16, 33, 66, 132, 264)]
+
+
+# ---------------------------------------------------------------- timing and checks
+class Timer:
+    def __init__(self):
+        import torch
+        self.flush_buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn, min_reps: int = 3, max_reps: int = 30, budget_ms: float = 60.0) -> dict:
+        import torch
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        while len(times) < max_reps and (len(times) < min_reps or sum(times) < budget_ms):
+            self.flush_buf.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        return {"ms": statistics.median(times), "ms_min": min(times), "reps": len(times)}
+
+
+def knn_inputs(shape, seed=0):
+    """Clustered database with exact duplicate rows, queries near rows and some on rows (as tasks/knn)."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    Q, M = shape["Q"], shape["M"]
+    centers = torch.randn(max(1, M // 64), D, device="cuda", generator=g)
+    xb = centers[torch.randint(0, centers.shape[0], (M,), device="cuda", generator=g)]
+    xb += 0.3 * torch.randn(M, D, device="cuda", generator=g)
+    dup = torch.randint(0, M, (max(1, M // 50),), device="cuda", generator=g)
+    xb[dup] = xb[torch.randint(0, M, dup.shape, device="cuda", generator=g)]
+    xq = xb[torch.randint(0, M, (Q,), device="cuda", generator=g)] + 0.1 * torch.randn(Q, D, device="cuda", generator=g)
+    nq = max(1, Q // 8)
+    xq[:nq] = xb[torch.randint(0, M, (nq,), device="cuda", generator=g)]
+    if shape.get("self"):
+        xq = xb[:Q].clone()
+    return xq.half().contiguous(), xb.half().contiguous()
+
+
+def knn_reference(xq, xb, k):
+    """(k-th best exact squared distance per query, rounding allowance per query), float64 on the GPU."""
+    import torch
+    Q, M = xq.shape[0], xb.shape[0]
+    q = xq.double()
+    qn = (q * q).sum(1)
+    bmax = 0.0
+    best = None
+    for m0 in range(0, M, 1 << 16):
+        b = xb[m0:m0 + (1 << 16)].double()
+        bn = (b * b).sum(1)
+        bmax = max(bmax, float(bn.max()))
+        d = (qn[:, None] + bn[None, :] - 2.0 * q @ b.T).clamp_min(0)
+        v = torch.topk(d, min(k, d.shape[1]), dim=1, largest=False).values
+        best = v if best is None else torch.topk(torch.cat([best, v], 1), k, dim=1, largest=False).values
+    return best[:, k - 1], 2e-5 * (qn + bmax)
+
+
+def knn_check(xq, xb, I, Dist, k, ref) -> tuple[bool, str]:
+    """recall@k = 1 allowing ties (float64), distinct in-range indices, distances within the allowance."""
+    import torch
+    Q, M = xq.shape[0], xb.shape[0]
+    I = I.long()
+    if tuple(I.shape) != (Q, k) or (I < 0).any() or (I >= M).any():
+        return False, "indices out of range"
+    s, _ = I.sort(1)
+    if k > 1 and (s[:, 1:] == s[:, :-1]).any():
+        return False, "duplicate index in a row"
+    kth, tol = ref
+    ex = ((xq.double()[:, None, :] - xb[I].double()) ** 2).sum(-1)
+    miss = ex > kth[:, None] + tol[:, None]
+    if miss.any():
+        qi = int(miss.any(1).nonzero()[0])
+        return False, f"recall@{k} = {1 - miss.float().mean().item():.6f} (first query {qi})"
+    err = (Dist.double() - ex).abs()
+    if (err > tol[:, None]).any() or not torch.isfinite(Dist).all():
+        return False, f"distance off by {float(err.max()):.3g} (allowance {float(tol.min()):.3g})"
+    return True, ""
+
+
+def kmeans_inputs(shape, seed=0):
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    B, N, K = shape["B"], shape["N"], shape["K"]
+    centers = 2.0 * torch.randn(B, K, D, device="cuda", generator=g)
+    lab = torch.randint(0, K, (B, N), device="cuda", generator=g)
+    x = torch.gather(centers, 1, lab[..., None].expand(-1, -1, D)) + 0.5 * torch.randn(B, N, D, device="cuda", generator=g)
+    pick = torch.stack([torch.randperm(N, device="cuda", generator=g)[:K] if N >= K else
+                        torch.randint(0, N, (K,), device="cuda", generator=g) for _ in range(B)])
+    c = torch.gather(x, 1, pick[..., None].expand(-1, -1, D)) + 0.05 * torch.randn(B, K, D, device="cuda", generator=g)
+    if K >= 3:
+        c[:, K - 1] = 40.0      # an empty cluster keeps its centroid
+        c[:, 1] = c[:, 0]       # exact ties
+    return x.half().contiguous(), c.half().contiguous()
+
+
+def kmeans_check(x, c, A, Cn) -> tuple[bool, str]:
+    """One Lloyd step from c (the checks of tasks/kmeans/task.py, in float64 on the GPU)."""
+    import torch
+    B, N, _ = x.shape
+    K = c.shape[1]
+    A = A.long().reshape(B, N)
+    if (A < 0).any() or (A >= K).any():
+        return False, "assignment out of range"
+    xd, cd = x.double(), c.double()
+    xn = (xd * xd).sum(-1)
+    cn = (cd * cd).sum(-1)
+    worst = 0.0
+    for b in range(B):
+        d = (xn[b][:, None] + cn[b][None, :] - 2.0 * xd[b] @ cd[b].T).clamp_min(0)
+        best = d.min(1).values
+        got = d.gather(1, A[b][:, None])[:, 0]
+        tol = 2e-5 * (xn[b] + cn[b].max())
+        if (got > best + tol).any():
+            return False, f"batch {b}: {int((got > best + tol).sum())} points not assigned to a nearest centroid"
+        rel = float((got.sum() - best.sum()) / best.sum().clamp_min(1e-300))
+        worst = max(worst, rel)
+        if rel > 1e-3:
+            return False, f"batch {b}: inertia {rel:.3g} over the reference"
+        cnt = torch.bincount(A[b], minlength=K).double()
+        sums = torch.zeros(K, D, dtype=torch.float64, device="cuda").index_add_(0, A[b], xd[b])
+        own = torch.where(cnt[:, None] > 0, sums / cnt.clamp_min(1)[:, None], cd[b])
+        got_c = Cn.reshape(B, K, D)[b].double()
+        r = float(torch.linalg.vector_norm(got_c - own) / torch.linalg.vector_norm(own).clamp_min(1e-300))
+        if not math.isfinite(r) or r > 1e-4:
+            return False, f"batch {b}: centroids rel RMSE {r:.3g} vs the means of the own assignment"
+    return True, ""
+
+
+# ---------------------------------------------------------------- implementations
+def knn_baselines():
+    from agent.baselines import _knn_torch
+
+    def torch_knn(xq, xb, k):
+        return _knn_torch({"Xq": xq, "Xb": xb}, "l2", k=k)
+
+    out = {"torch": torch_knn}
+    try:
+        from flashlib import flash_knn
+        out["flashlib"] = lambda xq, xb, k: flash_knn(xq, xb, k)
+    except Exception as e:  # noqa: BLE001
+        print(f"flashlib knn unavailable: {e}", flush=True)
+    return out
+
+
+def kmeans_baselines():
+    import torch
+
+    def torch_lloyd(x, c, iters):
+        B, N, _ = x.shape
+        K = c.shape[1]
+        cur = c
+        for _ in range(iters):
+            d = (cur.float() ** 2).sum(-1)[:, None, :] - 2 * torch.bmm(x, cur.transpose(1, 2)).float()
+            a = d.argmin(-1)
+            sums = torch.zeros(B, K, D, device=x.device, dtype=torch.float32)
+            sums.scatter_add_(1, a[..., None].expand(-1, -1, D), x.float())
+            cnt = torch.zeros(B, K, device=x.device, dtype=torch.float32)
+            cnt.scatter_add_(1, a, torch.ones_like(a, dtype=torch.float32))
+            cur = torch.where(cnt[..., None] > 0, sums / cnt.clamp(min=1)[..., None], cur.float()).half()
+        return a, cur
+
+    out = {"torch": torch_lloyd}
+    try:
+        import flash_kmeans
+        fn = flash_kmeans.batch_kmeans_Euclid
+        if not fn.__module__.endswith("torch_fallback"):
+            out["flash-kmeans"] = lambda x, c, iters: fn(x, n_clusters=c.shape[1], max_iters=iters, tol=-1.0,
+                                                         init_centroids=c.clone())
+    except Exception as e:  # noqa: BLE001
+        print(f"flash-kmeans unavailable: {e}", flush=True)
+    try:
+        from flashlib import flash_kmeans as fl
+        out["flashlib"] = lambda x, c, iters: fl(x, c.shape[1], max_iters=iters, tol=-1.0, init_centroids=c.clone())
+    except Exception as e:  # noqa: BLE001
+        print(f"flashlib kmeans unavailable: {e}", flush=True)
+    return out
+
+
+# ---------------------------------------------------------------- modes
+def precompile(jobs: list[tuple], procs: int) -> dict:
+    """Compile (op, params, k) jobs in parallel into the on-disk cubin cache; returns failures."""
+    from concurrent.futures import ProcessPoolExecutor
+    fails = {}
+    with ProcessPoolExecutor(procs) as ex:
+        for job, err in zip(jobs, ex.map(_compile_job, jobs)):
+            if err:
+                fails[str(job)] = err
+    return fails
+
+
+def _compile_job(job) -> str:
+    from cake_ir.compiler import compile_kernel
+    from cakelib.variants import kmeans_kernel, knn_kernel
+    op, p, k, arch = job
+    ir = knn_kernel(p, k, "l2", D, arch) if op == "knn" else kmeans_kernel(p, arch)
+    res = compile_kernel(ir, arch=arch)
+    return "" if res.ok else "; ".join(d.short() for d in res.diagnostics if d.severity == "error")[:400]
+
+
+def env_info() -> dict:
+    import importlib.metadata as md
+    info = {"python": platform.python_version(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+    for pkg in ("torch", "triton", "flashlib", "flash-kmeans", "cuda-bindings", "nvidia-cuda-nvrtc"):
+        try:
+            info[pkg] = md.version(pkg)
+        except Exception:  # noqa: BLE001
+            info[pkg] = None
+    try:
+        from gpu_backend.driver import properties
+        p = properties(0)
+        info["gpu"], info["driver"], info["sms"] = p["name"], p["driver"], p["sms"]
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+def run_knn_variant(timer, xq, xb, k, p, ref):
+    from cakelib import knn
+    I, Dv = knn(xq, xb, k, variant=p)
+    ok, why = knn_check(xq, xb, I, Dv, k, ref)
+    t = timer(lambda: knn(xq, xb, k, variant=p)) if ok else None
+    return ok, why, t
+
+
+def run_kmeans_variant(timer, x, c, p):
+    from cakelib import kmeans
+    K = c.shape[1]
+    Cn, A = kmeans(x, K, 1, init=c, variant=p)
+    ok, why = kmeans_check(x, c, A, Cn)
+    t = timer(lambda: kmeans(x, K, ITERS, init=c, variant=p)) if ok else None
+    return ok, why, t
+
+
+def sweep(ops, out_dir, procs):
+    import torch
+    from cakelib.dispatch import Measurement, evaluate, fit
+    from cakelib.variants import FALLBACK, NAMES, SUPPORTS
+    from gpu_backend.driver import arch_of, properties
+    arch = arch_of(properties(0))
+    timer = Timer()
+    info = env_info()
+    result = {"mode": "sweep", "env": info, "command": " ".join(sys.argv), "ops": {}}
+    for op in ops:
+        variants = knn_variants() if op == "knn" else kmeans_variants()
+        shapes = knn_train() if op == "knn" else kmeans_train()
+        t0 = time.time()
+        fails = precompile([(op, p, 10, arch) for p in variants], procs)
+        print(f"{op}: compiled {len(variants)} variants in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
+        rows, raw = [], []
+        for shape in shapes:
+            sh = {**shape, "D": D}
+            if op == "knn":
+                xq, xb = knn_inputs(shape)
+                ref = knn_reference(xq, xb, shape["k"])
+            else:
+                x, c = kmeans_inputs(shape)
+            for p in variants:
+                name = NAMES[op](p)
+                if not SUPPORTS[op](p, sh) or any(name in f for f in fails):
+                    continue
+                try:
+                    ok, why, t = (run_knn_variant(timer, xq, xb, shape["k"], p, ref) if op == "knn"
+                                  else run_kmeans_variant(timer, x, c, p))
+                except Exception as e:  # noqa: BLE001
+                    ok, why, t = False, f"{type(e).__name__}: {e}"[:300], None
+                    torch.cuda.synchronize()
+                rows.append(Measurement(shape=shape, variant=name, ms=t["ms"] if t else None, ok=ok))
+                raw.append({"shape": shape, "variant": name, "ok": ok, "why": why, **(t or {})})
+                print(f"{op} {shape} {name:28s} {'ok ' if ok else 'BAD'} {t['ms'] if t else float('nan'):9.4f} ms {why}",
+                      flush=True)
+            torch.cuda.empty_cache()
+        vmap = {NAMES[op](p): p for p in variants}
+        feats = ["log2_Q", "log2_M", "k"] if op == "knn" else ["B", "log2_N", "K", "log2_B*N"]
+        meta = {"gpu": info.get("gpu"), "date": info["date"], "command": "python bench/lib_grid.py sweep",
+                "shapes": len(shapes), "measurements": len(rows)}
+        table = fit(op, rows, feats, vmap, NAMES[op](FALLBACK[op]), max_depth=4, min_leaf=2, meta=meta)
+        path = os.path.join(out_dir, f"{op}.json")
+        table.save(path)
+        ev = evaluate(table, rows)
+        result["ops"][op] = {"variants": vmap, "fails_compile": fails, "rows": raw, "fit_eval": ev}
+        print(f"{op}: table -> {path}; training-set geomean slowdown vs oracle {ev['geomean_slowdown_vs_oracle']:.3f}",
+              flush=True)
+    with open(os.path.join(out_dir, "lib-sweep-h200.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+
+
+def grid(ops, out_dir, procs, tables_dir=None):
+    import torch
+    from cakelib import kmeans, knn
+    from cakelib.runtime import choose
+    from cakelib.variants import NAMES
+    from gpu_backend.driver import arch_of, properties
+    arch = arch_of(properties(0))
+    timer = Timer()
+    info = env_info()
+    result = {"mode": "grid", "env": info, "command": " ".join(sys.argv), "ops": {}}
+    summary = []
+    for op in ops:
+        shapes = knn_grid() if op == "knn" else kmeans_grid()
+        # compile the dispatched variants in parallel first (k is a compile-time constant for knn)
+        jobs = set()
+        for s in shapes:
+            sh = {**s, "D": D}
+            name, p = choose(op, sh)
+            jobs.add((op, json.dumps(p, sort_keys=True), s.get("k", 10), arch))
+        t0 = time.time()
+        fails = precompile([(o, json.loads(p), k, a) for o, p, k, a in sorted(jobs)], procs)
+        print(f"{op}: compiled {len(jobs)} dispatched kernels in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
+        base = knn_baselines() if op == "knn" else kmeans_baselines()
+        rows = []
+        for shape in shapes:
+            sh = {**shape, "D": D}
+            name, _ = choose(op, sh)
+            row = {"shape": shape, "variant": name}
+            try:
+                if op == "knn":
+                    xq, xb = knn_inputs(shape)
+                    k = shape["k"]
+                    I, Dv = knn(xq, xb, k)
+                    row["ok"], row["why"] = knn_check(xq, xb, I, Dv, k, knn_reference(xq, xb, k))
+                    row["cake_ms"] = timer(lambda: knn(xq, xb, k))["ms"] if row["ok"] else None
+                    calls = {b: (lambda f=f: f(xq, xb, k)) for b, f in base.items()}
+                else:
+                    x, c = kmeans_inputs(shape)
+                    K = shape["K"]
+                    Cn, A = kmeans(x, K, 1, init=c)
+                    row["ok"], row["why"] = kmeans_check(x, c, A, Cn)
+                    row["cake_ms"] = timer(lambda: kmeans(x, K, ITERS, init=c))["ms"] if row["ok"] else None
+                    calls = {b: (lambda f=f: f(x, c, ITERS)) for b, f in base.items()}
+            except Exception as e:  # noqa: BLE001
+                row["ok"], row["why"], calls = False, f"{type(e).__name__}: {e}"[:300], {}
+            row["baselines"] = {}
+            for b, fn in calls.items():
+                try:
+                    row["baselines"][b] = timer(fn)["ms"]
+                except Exception as e:  # noqa: BLE001
+                    row["baselines"][b] = None
+                    row.setdefault("baseline_errors", {})[b] = f"{type(e).__name__}: {e}"[:200]
+                    torch.cuda.synchronize()
+            good = {b: t for b, t in row["baselines"].items() if t}
+            if good and row.get("cake_ms"):
+                bb = min(good, key=good.get)
+                row["best_baseline"], row["best_baseline_ms"] = bb, good[bb]
+                row["speedup"] = good[bb] / row["cake_ms"]
+            rows.append(row)
+            print(f"{op} {shape} {name:28s} ok={row['ok']} cake={row.get('cake_ms')} base={row['baselines']} "
+                  f"x{row.get('speedup', float('nan')):.2f} {row['why']}", flush=True)
+            torch.cuda.empty_cache()
+        sp = [r["speedup"] for r in rows if r.get("speedup")]
+        s = {"op": op, "shapes": len(rows), "correct": sum(bool(r["ok"]) for r in rows),
+             "geomean_speedup": math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None,
+             "worst_speedup": min(sp) if sp else None, "slower_than_0.95": sum(x < 0.95 for x in sp)}
+        if sp:
+            w = min((r for r in rows if r.get("speedup")), key=lambda r: r["speedup"])
+            s["worst_shape"] = w["shape"]
+        result["ops"][op] = {"summary": s, "rows": rows}
+        summary.append(s)
+        with open(os.path.join(out_dir, f"lib-grid-{op}-h200.json"), "w") as f:
+            json.dump({**result, "ops": {op: result["ops"][op]}}, f, indent=1, default=str)
+    print("\nop       shapes correct geomean worst  <0.95x")
+    for s in summary:
+        print(f"{s['op']:8s} {s['shapes']:6d} {s['correct']:7d} {s['geomean_speedup'] or 0:7.3f} "
+              f"{s['worst_speedup'] or 0:5.3f} {s['slower_than_0.95']:6d}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["sweep", "grid", "shapes", "compile"])
+    ap.add_argument("--op", default="knn,kmeans")
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--arch", default="sm_90a", help="compile mode only")
+    args = ap.parse_args()
+    ops = [o for o in args.op.split(",") if o]
+    os.makedirs(args.out, exist_ok=True)
+    if args.mode == "shapes":
+        for op in ops:
+            g = knn_grid() if op == "knn" else kmeans_grid()
+            tr = knn_train() if op == "knn" else kmeans_train()
+            print(f"{op}: {len(g)} grid shapes, {len(tr)} training shapes")
+        return
+    if args.mode == "compile":
+        for op in ops:
+            vs = knn_variants() if op == "knn" else kmeans_variants()
+            t0 = time.time()
+            fails = precompile([(op, p, 10, args.arch) for p in vs], args.procs)
+            print(f"{op}: {len(vs)} variants, {len(fails)} failed, {time.time() - t0:.1f} s")
+            for j, e in fails.items():
+                print("  ", j, e)
+        return
+    (sweep if args.mode == "sweep" else grid)(ops, args.out, args.procs)
+
+
+if __name__ == "__main__":
+    main()

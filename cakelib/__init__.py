@@ -1,0 +1,23 @@
+"""CAKE's kernel library: operations users call from their own code (`knn`, `kmeans`), each dispatching
+per shape to a compiled CAKE IR variant (cakelib/tables/<op>.json, fitted from H200 measurements by
+bench/lib_grid.py), with a general fallback. Heavy modules load on first call.
+
+    from cakelib import knn, kmeans
+    idx, dist = knn(queries, database, k=10)          # torch CUDA tensors, cupy arrays or numpy
+    centroids, assign = kmeans(x, k=256, iters=10)
+
+Calls on one device share cached workspaces: issue them from one stream at a time.
+"""
+
+
+def knn(*args, **kwargs):
+    from .knn import knn as _knn
+    return _knn(*args, **kwargs)
+
+
+def kmeans(*args, **kwargs):
+    from .kmeans import kmeans as _kmeans
+    return _kmeans(*args, **kwargs)
+
+
+__all__ = ["knn", "kmeans"]

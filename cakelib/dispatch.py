@@ -1,0 +1,296 @@
+"""Per-shape dispatch among compiled kernel variants: a small decision tree fitted to GPU timings.
+
+A library ships a handful of compiled variants of one op (e.g. several kNN tilings). For any problem
+shape it must pick one. We time many (shape, variant) pairs on a GPU (`Measurement`s), then `fit` a
+depth-limited decision tree over shape features (e.g. log2 of sizes) whose leaves name a variant.
+The tree is stored as a versioned, pretty-printed JSON data file (`DispatchTable.save`), so a refit
+shows up as a readable diff.
+
+Objective: the geometric-mean slowdown vs. the per-shape oracle, i.e. the sum over shapes of
+log(time(chosen) / best time at that shape). A variant that failed (or was not measured) at a shape
+costs +inf there, so a leaf never picks a variant that failed on one of its shapes unless every
+variant did (then the leaf is marked "unsafe" and takes the one with the fewest failures).
+
+Tree nodes (JSON):
+    internal: {"feature": str, "threshold": float, "le": node, "gt": node}   (value <= threshold -> "le")
+    leaf:     {"variant": str, "n": int, "loss": float, "alternates": [str, ...]}
+              (+ "unsafe": true, "failed": int when every variant failed on some shape of the leaf)
+
+Feature names (`shape_features`): "X" is shape["X"], "log2_X" is log2(shape["X"]), and factors
+joined by "*" multiply: "log2_X*Y" is log2(shape["X"] * shape["Y"]).
+
+Pure python + numpy; deterministic (shapes, variants and features are visited in a fixed order and
+ties go to the first variant name / feature / threshold).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+FORMAT = "cake-dispatch/1"
+_EPS = 1e-9            # a split must reduce the loss by more than this to be taken
+_TIE = 1e-12           # losses closer than this are ties (summation order differs between paths)
+_MAX_ALTERNATES = 3
+
+
+@dataclass
+class Measurement:
+    shape: dict[str, int]          # e.g. {"Q": 16, "M": 1000000, "k": 10}
+    variant: str                   # variant name, e.g. "knn_split_bq16_bn64_s64"
+    ms: float | None               # median time; None when it failed / did not run
+    ok: bool                       # passed its correctness check
+
+
+# ---------------------------------------------------------------------------------------- features
+
+def _feature(shape: dict, name: str) -> float:
+    log = name.startswith("log2_")
+    factors = (name[5:] if log else name).split("*")
+    value = 1
+    for key in factors:
+        if key not in shape:
+            raise KeyError(f"feature {name!r} needs shape key {key!r}, but the shape has only "
+                           f"{sorted(shape)}")
+        value *= shape[key]
+    if not log:
+        return float(value)
+    if value < 1:
+        raise ValueError(f"feature {name!r}: log2 of {value} (needs >= 1) for shape {shape}")
+    return math.log2(value)
+
+
+def shape_features(shape: dict, features: list[str]) -> list[float]:
+    """The feature vector of `shape` (see the module docstring for feature names)."""
+    return [_feature(shape, f) for f in features]
+
+
+def _shape_key(shape: dict) -> tuple:
+    return tuple(sorted(shape.items()))
+
+
+# ------------------------------------------------------------------------------------------ table
+
+@dataclass(frozen=True)
+class DispatchTable:
+    op: str                        # "knn" | "kmeans" | ...
+    version: int
+    features: list[str]
+    variants: dict[str, dict]      # variant name -> its params (opaque to this module)
+    fallback: str                  # used when neither a leaf's variant nor its alternates can run a shape
+    tree: dict
+    meta: dict = field(default_factory=dict)   # gpu, date, command, fit stats
+
+    def __post_init__(self):
+        # Validate on construction so that an invalid table (hand-edited JSON, bad fit) never exists.
+        if self.fallback not in self.variants:
+            raise ValueError(f"dispatch table {self.op!r}: fallback {self.fallback!r} is not in variants")
+        _check_node(self.tree, "tree", self)
+
+    def _leaf(self, shape: dict) -> dict:
+        node = self.tree
+        while "variant" not in node:
+            side = "le" if _feature(shape, node["feature"]) <= node["threshold"] else "gt"
+            node = node[side]
+        return node
+
+    def pick(self, shape: dict, supports: Callable[[str, dict], bool] | None = None) -> str:
+        """The variant for `shape`. With `supports(variant, shape) -> bool`, a rejected leaf variant
+        gives way to the leaf's alternates in rank order, then to `fallback` (returned unchecked: it
+        is the last resort)."""
+        leaf = self._leaf(shape)
+        if supports is None:
+            return leaf["variant"]
+        for name in [leaf["variant"], *leaf.get("alternates", [])]:
+            if supports(name, shape):
+                return name
+        return self.fallback
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "op": self.op, "version": self.version, "features": self.features,
+                "variants": self.variants, "fallback": self.fallback, "tree": self.tree,
+                "meta": self.meta}
+
+    def to_json(self) -> str:
+        # sorted keys + indentation: a refit is a readable diff. allow_nan=False: inf is not JSON.
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "DispatchTable":
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            got = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"not a dispatch table: format is {got!r}, expected {FORMAT!r}")
+        missing = [k for k in ("op", "version", "features", "variants", "fallback", "tree") if k not in data]
+        if missing:
+            raise ValueError(f"dispatch table is missing keys {missing}")
+        return cls(op=data["op"], version=data["version"], features=data["features"],
+                   variants=data["variants"], fallback=data["fallback"], tree=data["tree"],
+                   meta=data.get("meta", {}))
+
+    def save(self, path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path) -> "DispatchTable":
+        return cls.from_json(Path(path).read_text())
+
+
+def _check_node(node, path: str, t: DispatchTable) -> None:
+    where = f"dispatch table {t.op!r}, node {path}"
+    if not isinstance(node, dict):
+        raise ValueError(f"{where}: expected an object, got {type(node).__name__}")
+    if "variant" in node:
+        for name in [node["variant"], *node.get("alternates", [])]:
+            if name not in t.variants:
+                raise ValueError(f"{where}: unknown variant {name!r} (known: {sorted(t.variants)})")
+        return
+    if node.get("feature") not in t.features:
+        raise ValueError(f"{where}: feature {node.get('feature')!r} is not in features {t.features}")
+    thr = node.get("threshold")
+    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not math.isfinite(thr):
+        raise ValueError(f"{where}: threshold {thr!r} is not a finite number")
+    for side in ("le", "gt"):
+        if side not in node:
+            raise ValueError(f"{where}: split node without {side!r}")
+        _check_node(node[side], f"{path}.{side}", t)
+
+
+# -------------------------------------------------------------------------------------- cost matrix
+
+def _times(rows: list[Measurement]) -> dict[tuple, dict[str, float | None]]:
+    """shape key -> variant -> ms (None = failed). A (shape, variant) measured several times counts
+    as failed if any run failed (a correctness failure disqualifies), else takes the median ms.
+    `ok` with a missing, non-finite or non-positive ms counts as failed."""
+    runs: dict[tuple, dict[str, list]] = {}
+    for r in rows:
+        good = r.ok and r.ms is not None and math.isfinite(r.ms) and r.ms > 0
+        runs.setdefault(_shape_key(r.shape), {}).setdefault(r.variant, []).append(r.ms if good else None)
+    out = {}
+    for key, per in runs.items():
+        times = {v: (None if None in ms else float(np.median(ms))) for v, ms in per.items()}
+        if any(t is not None for t in times.values()):      # only shapes where something ran count
+            out[key] = times
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- fit
+
+def _best(fails: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lexicographic (fewest failures, then lowest loss) minimum over the last axis."""
+    f = fails.min(axis=-1)
+    l = np.where(fails == f[..., None], loss, np.inf).min(axis=-1)
+    return f, l
+
+
+def fit(op: str, rows: list[Measurement], features: list[str], variants: dict[str, dict], fallback: str,
+        max_depth: int = 4, min_leaf: int = 3, version: int = 1, meta: dict | None = None) -> DispatchTable:
+    """Fit a dispatch tree (greedy CART on the log-slowdown objective; see the module docstring)."""
+    unknown = sorted({r.variant for r in rows} - set(variants))
+    if unknown:
+        raise ValueError(f"measurements name variants not in `variants`: {unknown}")
+    if fallback not in variants:
+        raise ValueError(f"fallback {fallback!r} is not in variants")
+    min_leaf = max(min_leaf, 1)             # a leaf holds at least one shape
+    times = _times(rows)
+    if not times:
+        raise ValueError(f"no shape has a variant that ran correctly ({len(rows)} rows)")
+
+    keys = sorted(times)                     # fixed order: determinism regardless of row order
+    names = sorted(variants)                 # column order = tie-break by name
+    X = np.array([shape_features(dict(k), features) for k in keys], dtype=float)
+    T = np.array([[times[k].get(v) or np.inf for v in names] for k in keys], dtype=float)
+    C = np.log(T / T.min(axis=1, keepdims=True))           # log slowdown; inf where failed/missing
+    FAIL = np.isinf(C).astype(np.int64)
+    LOSS = np.where(FAIL == 1, 0.0, C)                      # finite part; failures counted separately
+
+    def leaf(idx: np.ndarray) -> dict:
+        fails, loss = FAIL[idx].sum(axis=0), LOSS[idx].sum(axis=0)
+        order = sorted(range(len(names)), key=lambda j: (fails[j], loss[j], names[j]))
+        b = order[0]
+        node = {"variant": names[b], "n": int(len(idx)),
+                "loss": float(loss[b] / (len(idx) - fails[b])),   # mean over the shapes where it ran
+                "alternates": [names[j] for j in order[1:] if fails[j] == 0][:_MAX_ALTERNATES]}
+        if fails[b]:
+            node.update(unsafe=True, failed=int(fails[b]))
+        return node
+
+    def best_split(idx: np.ndarray):
+        """(fails, loss, feature index, threshold) of the best split of idx, or None."""
+        n, best = len(idx), None
+        for fi in range(len(features)):
+            order = idx[np.argsort(X[idx, fi], kind="stable")]
+            vals = X[order, fi]
+            cf, cl = np.cumsum(FAIL[order], axis=0), np.cumsum(LOSS[order], axis=0)
+            i = np.arange(min_leaf, n - min_leaf + 1)              # left = first i shapes
+            i = i[vals[i - 1] < vals[i]] if len(i) else i            # only between distinct values
+            if not len(i):
+                continue
+            fl, ll = _best(cf[i - 1], cl[i - 1])
+            fr, lr = _best(cf[-1] - cf[i - 1], cl[-1] - cl[i - 1])
+            f, l = fl + fr, ll + lr
+            f_min = f.min()
+            l_min = l[f == f_min].min()
+            j = int(np.flatnonzero((f == f_min) & (l <= l_min + _TIE))[0])   # lowest threshold wins ties
+            if best is None or f[j] < best[0] or (f[j] == best[0] and l[j] < best[1] - _TIE):
+                best = (int(f[j]), float(l[j]), fi, float((vals[i[j] - 1] + vals[i[j]]) / 2))
+        return best
+
+    def build(idx: np.ndarray, depth: int) -> dict:
+        node = leaf(idx)
+        if depth >= max_depth or len(idx) < 2 * min_leaf:
+            return node
+        f0, l0 = _best(FAIL[idx].sum(axis=0), LOSS[idx].sum(axis=0))
+        split = best_split(idx)
+        # Failures dominate: a split that makes fewer shapes unsafe is always taken.
+        if split is None or not (split[0] < f0 or (split[0] == f0 and split[1] < l0 - _EPS)):
+            return node
+        _, _, fi, thr = split
+        le = X[idx, fi] <= thr
+        return {"feature": features[fi], "threshold": thr,
+                "le": build(idx[le], depth + 1), "gt": build(idx[~le], depth + 1)}
+
+    tree = build(np.arange(len(keys)), 0)
+    table = DispatchTable(op=op, version=version, features=list(features), variants=dict(variants),
+                          fallback=fallback, tree=tree, meta=dict(meta or {}))
+    leaves = _leaves(tree)
+    stats = evaluate(table, rows)
+    table.meta["fit"] = {"max_depth": max_depth, "min_leaf": min_leaf, "rows": len(rows),
+                         "leaves": len(leaves), "unsafe_leaves": sum(1 for lf in leaves if lf.get("unsafe")),
+                         **{k: stats[k] for k in ("shapes", "geomean_slowdown_vs_oracle", "worst_slowdown",
+                                                  "worst_shape", "picked_failed")}}
+    return table
+
+
+def _leaves(node: dict) -> list[dict]:
+    return [node] if "variant" in node else _leaves(node["le"]) + _leaves(node["gt"])
+
+
+# ----------------------------------------------------------------------------------------- evaluate
+
+def evaluate(table: DispatchTable, rows: list[Measurement],
+             supports: Callable[[str, dict], bool] | None = None) -> dict:
+    """Re-pick every measured shape (those where some variant ran correctly) and compare with the
+    per-shape oracle (best ok time among all measured variants).
+
+    picked_failed counts shapes where the pick failed or was not measured; those have no finite
+    slowdown, so geomean_slowdown_vs_oracle and worst_slowdown are over the other shapes."""
+    times = _times(rows)
+    logs, worst, worst_shape, failed = [], 1.0, None, 0
+    for key in sorted(times):
+        shape = dict(key)
+        t = times[key].get(table.pick(shape, supports))
+        if t is None:
+            failed += 1
+            continue
+        slow = t / min(x for x in times[key].values() if x is not None)
+        logs.append(math.log(slow))
+        if worst_shape is None or slow > worst:
+            worst, worst_shape = slow, shape
+    return {"shapes": len(times),
+            "geomean_slowdown_vs_oracle": math.exp(sum(logs) / len(logs)) if logs else 1.0,
+            "worst_slowdown": worst, "worst_shape": worst_shape, "picked_failed": failed}

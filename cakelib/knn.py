@@ -1,0 +1,48 @@
+"""`knn(queries, database, k)`: exact brute-force k nearest neighbours (squared L2 or inner product)
+on the GPU, through a CAKE IR kernel picked per shape by the dispatch table (cakelib/tables/knn.json).
+
+Inputs are read as fp16 (fp32 accumulation on tensor cores); D must be 64 or 128, k <= 32 (<= 16 on
+the split-database path, which the dispatcher only picks when it applies). Returns (indices [Q, k]
+int32, distances [Q, k] float32), best first: smallest squared distance for "l2", largest q.x for "ip".
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from . import arrays
+from .runtime import choose, runtime
+
+
+def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional[dict] = None, device: int = 0):
+    if metric not in ("l2", "ip"):
+        raise ValueError(f"metric must be 'l2' or 'ip', not {metric!r}")
+    q = arrays.as_input(queries, "queries")
+    try:
+        db = arrays.as_input(database, "database")
+    except Exception:
+        arrays.release(q)
+        raise
+    outs = []
+    try:
+        if len(q.shape) != 2 or len(db.shape) != 2 or q.shape[1] != db.shape[1]:
+            raise ValueError(f"queries [Q, D] and database [M, D] expected, got {list(q.shape)} and {list(db.shape)}")
+        Q, D = q.shape
+        M = db.shape[0]
+        if not 1 <= k <= M:
+            raise ValueError(f"k = {k} must be in [1, M = {M}]")
+        shape = {"Q": Q, "M": M, "k": k, "D": D}
+        name, p = choose("knn", shape, variant)
+        rt = runtime(device)
+        from .variants import knn_kernel
+        kern = rt.kernel(("knn", name, k, metric, D), lambda arch: knn_kernel(p, k, metric, D, arch))
+        from tasks.knn.programs import WS_ROWS, WS_TILES
+        ws = {"PV": rt.workspace("knn.PV", (WS_ROWS, k), "f32"), "PI": rt.workspace("knn.PI", (WS_ROWS, k), "i32"),
+              "WT": rt.workspace("knn.WT", (WS_TILES, 1), "i32")}
+        I = arrays.empty_like_kind(q, (Q, k), "i32")
+        Dist = arrays.empty_like_kind(q, (Q, k), "f32")
+        outs = [I, Dist]
+        rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": I.view, "Dist": Dist.view, **ws}, {"Q": Q, "M": M},
+                  arrays.stream_of(q))
+        return arrays.result(I), arrays.result(Dist)
+    finally:
+        arrays.release(q, db, *outs)

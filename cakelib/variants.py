@@ -1,0 +1,59 @@
+"""The compiled variants the library dispatches between, per operation: a variant is a family's tile /
+split parameters; the problem's own constants (k, metric, D) are filled in at call time, so one
+variant covers every k and metric it supports. `supports(op, params, shape)` is the domain of a
+variant (what it computes correctly), the dispatcher's guard before it trusts a table's pick.
+"""
+from __future__ import annotations
+
+from math import ceil
+
+# ---------------------------------------------------------------- knn (tasks/knn/programs.py)
+KNN_D = (64, 128)          # the mma_a query fragments hold all of D in registers
+KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exceeds the register budget)
+KNN_K_MAX_SPLIT = 16       # the split path's merge lists need registers too
+KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1}
+
+
+def knn_name(p: dict) -> str:
+    return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}"
+
+
+def knn_supports(p: dict, shape: dict) -> bool:
+    """shape: Q, M, k, D (and optional metric)."""
+    from tasks.knn.programs import WS_ROWS, WS_TILES
+    Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
+    if D not in KNN_D or k < 1 or M < k or Q < 1:
+        return False
+    if p["split"] == 1:
+        return k <= KNN_K_MAX
+    tiles = ceil(Q / p["bq"])
+    return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * p["split"] <= WS_ROWS
+
+
+def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
+    from tasks.knn.programs import knn_fused
+    return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], arch=arch)
+
+
+# ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)
+KMEANS_D = 128             # the finishing pass is written for D = 128
+KMEANS_FALLBACK = {"kmax": 256, "bm": 64, "bn": 64, "ctas": 132}
+
+
+def kmeans_name(p: dict) -> str:
+    return f"kmeans_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}"
+
+
+def kmeans_supports(p: dict, shape: dict) -> bool:
+    """shape: B, N, K, D."""
+    return shape.get("D", 128) == KMEANS_D and 1 <= shape["K"] <= p["kmax"] and shape["N"] >= 1 and shape["B"] >= 1
+
+
+def kmeans_kernel(p: dict, arch: str):
+    from tasks.kmeans.programs import kmeans_fused
+    return kmeans_fused(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], arch=arch)
+
+
+SUPPORTS = {"knn": knn_supports, "kmeans": kmeans_supports}
+NAMES = {"knn": knn_name, "kmeans": kmeans_name}
+FALLBACK = {"knn": KNN_FALLBACK, "kmeans": KMEANS_FALLBACK}

@@ -1,0 +1,153 @@
+"""cakelib, the dispatching library: variant domains, dispatch with fallback, every table variant
+verifies and compiles (CPU, NVRTC), and on a GPU (marked) knn / kmeans results against float64."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cakelib import runtime as rt_mod
+from cakelib.dispatch import Measurement, fit
+from cakelib.variants import FALLBACK, NAMES, SUPPORTS, kmeans_supports, knn_supports
+
+TABLES = Path(rt_mod.__file__).resolve().parent / "tables"
+
+
+def test_knn_domain():
+    fb = FALLBACK["knn"]
+    assert knn_supports(fb, {"Q": 5, "M": 100, "k": 10, "D": 128})
+    assert not knn_supports(fb, {"Q": 5, "M": 100, "k": 10, "D": 96})        # D is 64 or 128
+    assert not knn_supports(fb, {"Q": 5, "M": 8, "k": 10, "D": 128})         # M < k
+    split = {"bq": 16, "bn": 64, "split": 128}
+    assert knn_supports(split, {"Q": 16, "M": 10**6, "k": 16, "D": 128})
+    assert not knn_supports(split, {"Q": 16, "M": 10**6, "k": 32, "D": 128})  # merge lists: k <= 16
+    assert not knn_supports(split, {"Q": 1024, "M": 10**6, "k": 10, "D": 128})  # 1024 * 128 rows > workspace
+
+
+def test_kmeans_domain():
+    assert kmeans_supports({"kmax": 64, "bm": 64, "bn": 64, "ctas": 8}, {"B": 2, "N": 10, "K": 64, "D": 128})
+    assert not kmeans_supports({"kmax": 64, "bm": 64, "bn": 64, "ctas": 8}, {"B": 2, "N": 10, "K": 65, "D": 128})
+
+
+def test_choose_without_table_uses_fallback(monkeypatch, tmp_path):
+    monkeypatch.setattr(rt_mod, "TABLES", tmp_path)
+    rt_mod._TABLES.clear()
+    name, p = rt_mod.choose("knn", {"Q": 3, "M": 1000, "k": 10, "D": 128})
+    assert p == FALLBACK["knn"] and name == NAMES["knn"](p)
+    with pytest.raises(ValueError, match="outside what the library supports"):
+        rt_mod.choose("knn", {"Q": 3, "M": 1000, "k": 10, "D": 96})
+    with pytest.raises(ValueError, match="does not support"):
+        rt_mod.choose("knn", {"Q": 3, "M": 1000, "k": 32, "D": 128}, variant={"bq": 16, "bn": 64, "split": 8})
+
+
+def test_choose_follows_table_and_guards_its_pick(monkeypatch, tmp_path):
+    small, big = {"bq": 16, "bn": 64, "split": 128}, {"bq": 64, "bn": 64, "split": 1}
+    rows = []
+    for Q in (1, 4, 16, 64, 1024, 4096):
+        fast_split = Q <= 16
+        rows += [Measurement({"Q": Q, "M": 1 << 20, "k": 10}, NAMES["knn"](small), 1.0 if fast_split else 9.0, True),
+                 Measurement({"Q": Q, "M": 1 << 20, "k": 10}, NAMES["knn"](big), 5.0, True)]
+    t = fit("knn", rows, ["log2_Q", "log2_M", "k"], {NAMES["knn"](v): v for v in (small, big)},
+            NAMES["knn"](big), min_leaf=1)
+    t.save(tmp_path / "knn.json")
+    monkeypatch.setattr(rt_mod, "TABLES", tmp_path)
+    rt_mod._TABLES.clear()
+    assert rt_mod.choose("knn", {"Q": 8, "M": 1 << 20, "k": 10, "D": 128})[1] == small
+    assert rt_mod.choose("knn", {"Q": 2048, "M": 1 << 20, "k": 10, "D": 128})[1] == big
+    # the table prefers the split variant for Q = 8, but k = 32 is outside its domain
+    assert rt_mod.choose("knn", {"Q": 8, "M": 1 << 20, "k": 32, "D": 128})[1] == big
+    rt_mod._TABLES.clear()
+
+
+def _table_variants():
+    out = []
+    for path in sorted(TABLES.glob("*.json")):
+        t = json.loads(path.read_text())
+        for name, p in sorted(t["variants"].items()):
+            out.append((t["op"], name, p))
+    return out
+
+
+def test_committed_tables_load_and_reference_known_variants():
+    from cakelib.dispatch import DispatchTable
+    for path in sorted(TABLES.glob("*.json")):
+        t = DispatchTable.load(path)
+        assert t.op in SUPPORTS
+        for name, p in t.variants.items():
+            assert NAMES[t.op](p) == name, f"{path.name}: variant {name} has params {p}"
+
+
+@pytest.mark.parametrize("op,name,p", _table_variants() or [pytest.param(None, None, None, marks=pytest.mark.skip(
+    reason="no dispatch tables committed"))])
+def test_table_variants_compile_for_sm90a(op, name, p):
+    """Every variant a committed table can pick verifies and compiles (k = 10, l2)."""
+    from cake_ir.compiler import compile_kernel
+    from cakelib.variants import kmeans_kernel, knn_kernel
+    ir = knn_kernel(p, 10, "l2", 128, "sm_90a") if op == "knn" else kmeans_kernel(p, "sm_90a")
+    res = compile_kernel(ir, arch="sm_90a")
+    assert res.ok, [d.short() for d in res.diagnostics if d.severity == "error"]
+
+
+def test_cast_kernel_compiles():
+    from cake_ir.compiler import compile_kernel
+    from cakelib.cast import cast_f32_f16
+    for arch in ("sm_80", "sm_90a"):
+        assert compile_kernel(cast_f32_f16(), arch=arch).ok
+
+
+# ------------------------------------------------------------------ GPU
+def _gpu():
+    from gpu_backend.driver import gpu_available
+    return gpu_available()
+
+
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("Q,M,k,variant", [(3, 5000, 10, None), (37, 20000, 16, {"bq": 16, "bn": 32, "split": 8}),
+                                           (130, 4099, 10, {"bq": 64, "bn": 64, "split": 1}),
+                                           (5, 777, 1, {"bq": 32, "bn": 64, "split": 32})])
+def test_knn_numpy_matches_float64(Q, M, k, variant):
+    from cakelib import knn
+    from tasks.knn.task import TASK
+    shape = {"Q": Q, "M": M}
+    inp = TASK.make_inputs(shape, seed=3)
+    I, Dv = knn(inp["Xq"], inp["Xb"], k, variant=variant)
+    assert I.shape == (Q, k) and Dv.shape == (Q, k)
+    task = type(TASK)()
+    task.k = k
+    refs = task.reference(inp, shape)
+    checks = task.check({"I": I, "Dist": Dv}, refs, inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B,N,K,variant", [(1, 3000, 7, None), (3, 4099, 100, {"kmax": 128, "bm": 64, "bn": 64, "ctas": 4}),
+                                           (2, 5000, 200, {"kmax": 256, "bm": 32, "bn": 64, "ctas": 66})])
+def test_kmeans_one_step_matches_float64(B, N, K, variant):
+    from cakelib import kmeans
+    from tasks.kmeans.task import TASK
+    shape = {"B": B, "N": N, "K": K}
+    inp = TASK.make_inputs(shape, seed=5)
+    X = inp["X"].reshape(B, N, 128)
+    C0 = inp["C"].reshape(B, K, 128)
+    Cn, A = kmeans(X, K, 1, init=C0, variant=variant)
+    assert Cn.shape == (B, K, 128) and A.shape == (B, N)
+    checks = TASK.check({"A": A, "Cnew": Cn.reshape(B * K, 128)}, TASK.reference(inp, shape), inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+def test_kmeans_ten_iterations_decrease_inertia():
+    from cakelib import kmeans
+    from tasks.kmeans.task import TASK, assign_reference
+    inp = TASK.make_inputs({"B": 1, "N": 8000, "K": 50}, seed=9)
+    X = inp["X"]
+    c1, _ = kmeans(X, 50, 1, init=inp["C"])
+    c10, a10 = kmeans(X, 50, 10, init=inp["C"])
+    i1 = assign_reference(X, c1)[1].min(1).sum()
+    i10 = assign_reference(X, c10)[1].min(1).sum()
+    assert np.isfinite(c10).all() and i10 <= i1 * (1 + 1e-6)
