@@ -318,7 +318,7 @@ def run_kmeans_variant(timer, x, c, p):
     return ok, why, t
 
 
-def sweep(ops, out_dir, procs):
+def sweep(ops, out_dir, procs, budget_s=200):
     import torch
     from cakelib.dispatch import Measurement, evaluate, fit
     from cakelib.variants import FALLBACK, NAMES, SUPPORTS
@@ -334,7 +334,11 @@ def sweep(ops, out_dir, procs):
         fails = precompile([(op, p, 10, arch) for p in variants], procs)
         print(f"{op}: compiled {len(variants)} variants in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
         rows, raw = [], []
+        t_op = time.time()
         for shape in shapes:
+            if time.time() - t_op > budget_s:
+                print(f"{op}: sweep budget of {budget_s} s spent; remaining shapes skipped", flush=True)
+                break
             sh = {**shape, "D": D}
             if op == "knn":
                 xq, xb = knn_inputs(shape)
@@ -367,8 +371,8 @@ def sweep(ops, out_dir, procs):
         result["ops"][op] = {"variants": vmap, "fails_compile": fails, "rows": raw, "fit_eval": ev}
         print(f"{op}: table -> {path}; training-set geomean slowdown vs oracle {ev['geomean_slowdown_vs_oracle']:.3f}",
               flush=True)
-    with open(os.path.join(out_dir, "lib-sweep-h200.json"), "w") as f:
-        json.dump(result, f, indent=1, default=str)
+        with open(os.path.join(out_dir, "lib-sweep-h200.json"), "w") as f:
+            json.dump(result, f, indent=1, default=str)
 
 
 def grid(ops, out_dir, procs, tables_dir=None):
@@ -457,6 +461,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--arch", default="sm_90a", help="compile mode only")
+    ap.add_argument("--budget-s", type=float, default=200.0, help="sweep: seconds per op before skipping shapes")
     args = ap.parse_args()
     ops = [o for o in args.op.split(",") if o]
     os.makedirs(args.out, exist_ok=True)
@@ -475,7 +480,10 @@ def main():
             for j, e in fails.items():
                 print("  ", j, e)
         return
-    (sweep if args.mode == "sweep" else grid)(ops, args.out, args.procs)
+    if args.mode == "sweep":
+        sweep(ops, args.out, args.procs, args.budget_s)
+    else:
+        grid(ops, args.out, args.procs)
 
 
 if __name__ == "__main__":

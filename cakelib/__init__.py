@@ -11,12 +11,12 @@ Calls on one device share cached workspaces: issue them from one stream at a tim
 
 
 def knn(*args, **kwargs):
-    from .knn import knn as _knn
+    from .knn_search import knn as _knn
     return _knn(*args, **kwargs)
 
 
 def kmeans(*args, **kwargs):
-    from .kmeans import kmeans as _kmeans
+    from .kmeans_lloyd import kmeans as _kmeans
     return _kmeans(*args, **kwargs)
 
 

@@ -81,6 +81,10 @@ def runtime(device: int = 0) -> Runtime:
     rt = _RUNTIMES.get(device)
     if rt is None:
         rt = _RUNTIMES[device] = Runtime(device)
+    else:   # the calling thread may not have the context current yet
+        from cuda.bindings import driver
+        from gpu_backend.driver import check, context
+        check(driver.cuCtxSetCurrent(context(device)[1]), "cuCtxSetCurrent")
     return rt
 
 

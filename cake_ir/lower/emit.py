@@ -1101,7 +1101,11 @@ class Emitter:
             else:
                 w.line("#pragma unroll 8")
                 w.open(f"for (int cake_i = 0; cake_i < {CQ}; ++cake_i)")
-                w.line(f"const int cake_c = cake_q * {CQ} + cake_i;")
+                # rotate each lane's column walk by its lane id: the 32 lanes then touch 32 different
+                # banks per instruction (unrotated they all hit bank i and the atomics serialise:
+                # docs/perf-log.md, kmeans 2026-11-30 session 3)
+                rot = f"(cake_i + cake_lane) & {CQ - 1}" if CQ & (CQ - 1) == 0 else f"(cake_i + cake_lane) % {CQ}"
+                w.line(f"const int cake_c = cake_q * {CQ} + ({rot});")
                 ssp, sptr = self.elem_ptr(src, "cake_r", "cake_c", path)
                 if ssp == "global":
                     x = f"(*{sptr})"

@@ -307,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k128_d128_64x6
           if (cake_t >= 0 && cake_row0 + cake_r < (int)(N)) {
             #pragma unroll 8
             for (int cake_i = 0; cake_i < 32; ++cake_i) {
-              const int cake_c = cake_q * 32 + cake_i;
+              const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
               cake::red_add_shared((cake_smem_base + 52480u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)), cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base)))));  // /roles/0/body/5/body/13
             }
           }
@@ -318,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k128_d128_64x6
           if (cake_t >= 0 && cake_row0 + cake_r < (int)(N)) {
             #pragma unroll 8
             for (int cake_i = 0; cake_i < 32; ++cake_i) {
-              const int cake_c = cake_q * 32 + cake_i;
+              const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
               cake::red_add_shared((cake_smem_base + 52480u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)), cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base)))));  // /roles/0/body/5/body/13
             }
           }

@@ -36,6 +36,7 @@ def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Opt
            device: int = 0):
     if iters < 1:
         raise ValueError("iters must be >= 1")
+    rt = runtime(device)   # makes the device's context current before any allocation
     xa = arrays.as_input(x, "x")
     owned = [xa]
     try:
@@ -52,7 +53,6 @@ def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Opt
         owned.append(ca)
         if tuple(ca.shape) not in ((B, k, D), (k, D) if not batched else (B, k, D)):
             raise ValueError(f"init must be [{'B, ' if batched else ''}k, D], got {list(ca.shape)}")
-        rt = runtime(device)
         from .cast import cast_f32_f16
         from .variants import kmeans_kernel
         lloyd = rt.kernel(("kmeans", name), lambda arch: kmeans_kernel(p, arch))

@@ -16,6 +16,7 @@ from .runtime import choose, runtime
 def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional[dict] = None, device: int = 0):
     if metric not in ("l2", "ip"):
         raise ValueError(f"metric must be 'l2' or 'ip', not {metric!r}")
+    rt = runtime(device)   # makes the device's context current before any allocation
     q = arrays.as_input(queries, "queries")
     try:
         db = arrays.as_input(database, "database")
@@ -32,7 +33,6 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
             raise ValueError(f"k = {k} must be in [1, M = {M}]")
         shape = {"Q": Q, "M": M, "k": k, "D": D}
         name, p = choose("knn", shape, variant)
-        rt = runtime(device)
         from .variants import knn_kernel
         kern = rt.kernel(("knn", name, k, metric, D), lambda arch: knn_kernel(p, k, metric, D, arch))
         from tasks.knn.programs import WS_ROWS, WS_TILES
