@@ -74,14 +74,18 @@ def kmeans_train() -> list[dict]:
 
 
 def knn_variants() -> list[dict]:
-    out = [{"bq": bq, "bn": bn, "split": 1} for bq, bn in ((64, 64), (128, 64), (64, 128), (32, 64))]
-    out += [{"bq": bq, "bn": bn, "split": s} for bq, bn in ((16, 32), (32, 64), (64, 64)) for s in (8, 32, 128)]
+    out = [{"bq": bq, "bn": bn, "split": 1, "stages": 2} for bq, bn in ((64, 64), (128, 64), (64, 128), (32, 64))]
+    out += [{"bq": bq, "bn": bn, "split": s, "stages": st} for bq, bn, st in ((16, 32, 4), (16, 32, 2), (32, 64, 3),
+                                                                              (64, 64, 2)) for s in (8, 32, 128, 512)]
     return out
 
 
 def kmeans_variants() -> list[dict]:
-    return [{"kmax": km, "bm": 64, "bn": 64, "ctas": p} for km in (32, 64, 128, 256)
-            for p in (2, 4, 8, 16, 33, 66, 132, 264)]
+    out = [{"kind": "resident", "kmax": km, "bm": 32 if km == 256 else 64, "bn": 64, "ctas": p}
+           for km in (32, 64, 128, 256) for p in (16, 33, 66, 132, 264)]
+    out += [{"kind": "resident", "kmax": km, "bm": 32, "bn": 64, "ctas": p} for km in (64, 128) for p in (132, 264)]
+    out += [{"kind": "fused", "kmax": km, "bm": 64, "bn": 64, "ctas": p} for km in (128, 256) for p in (4, 33, 132)]
+    return out
 
 
 # ---------------------------------------------------------------- timing and checks

@@ -11,11 +11,11 @@ from math import ceil
 KNN_D = (64, 128)          # the mma_a query fragments hold all of D in registers
 KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exceeds the register budget)
 KNN_K_MAX_SPLIT = 16       # the split path's merge lists need registers too
-KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1}
+KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
 
 
 def knn_name(p: dict) -> str:
-    return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}"
+    return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}"
 
 
 def knn_supports(p: dict, shape: dict) -> bool:
@@ -32,16 +32,19 @@ def knn_supports(p: dict, shape: dict) -> bool:
 
 def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
     from tasks.knn.programs import knn_fused
-    return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], arch=arch)
+    return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
+                     arch=arch)
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)
 KMEANS_D = 128             # the finishing pass is written for D = 128
-KMEANS_FALLBACK = {"kmax": 256, "bm": 64, "bn": 64, "ctas": 132}
+# kind "resident": centroids stay in shared memory (kmeans_resident); "fused": the seed that streams
+# centroid tiles per point tile (kmeans_fused). kmax = 256 resident needs Hopper's 227 KB of smem.
+KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 132}
 
 
 def kmeans_name(p: dict) -> str:
-    return f"kmeans_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}"
+    return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}"
 
 
 def kmeans_supports(p: dict, shape: dict) -> bool:
@@ -50,8 +53,9 @@ def kmeans_supports(p: dict, shape: dict) -> bool:
 
 
 def kmeans_kernel(p: dict, arch: str):
-    from tasks.kmeans.programs import kmeans_fused
-    return kmeans_fused(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], arch=arch)
+    from tasks.kmeans.programs import kmeans_fused, kmeans_resident
+    make = kmeans_resident if p.get("kind", "fused") == "resident" else kmeans_fused
+    return make(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], arch=arch)
 
 
 SUPPORTS = {"knn": knn_supports, "kmeans": kmeans_supports}

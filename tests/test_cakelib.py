@@ -18,7 +18,7 @@ def test_knn_domain():
     assert knn_supports(fb, {"Q": 5, "M": 100, "k": 10, "D": 128})
     assert not knn_supports(fb, {"Q": 5, "M": 100, "k": 10, "D": 96})        # D is 64 or 128
     assert not knn_supports(fb, {"Q": 5, "M": 8, "k": 10, "D": 128})         # M < k
-    split = {"bq": 16, "bn": 64, "split": 128}
+    split = {"bq": 16, "bn": 64, "split": 128, "stages": 4}
     assert knn_supports(split, {"Q": 16, "M": 10**6, "k": 16, "D": 128})
     assert not knn_supports(split, {"Q": 16, "M": 10**6, "k": 32, "D": 128})  # merge lists: k <= 16
     assert not knn_supports(split, {"Q": 1024, "M": 10**6, "k": 10, "D": 128})  # 1024 * 128 rows > workspace
@@ -41,7 +41,7 @@ def test_choose_without_table_uses_fallback(monkeypatch, tmp_path):
 
 
 def test_choose_follows_table_and_guards_its_pick(monkeypatch, tmp_path):
-    small, big = {"bq": 16, "bn": 64, "split": 128}, {"bq": 64, "bn": 64, "split": 1}
+    small, big = {"bq": 16, "bn": 64, "split": 128, "stages": 4}, {"bq": 64, "bn": 64, "split": 1, "stages": 2}
     rows = []
     for Q in (1, 4, 16, 64, 1024, 4096):
         fast_split = Q <= 16
@@ -105,9 +105,10 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("Q,M,k,variant", [(3, 5000, 10, None), (37, 20000, 16, {"bq": 16, "bn": 32, "split": 8}),
-                                           (130, 4099, 10, {"bq": 64, "bn": 64, "split": 1}),
-                                           (5, 777, 1, {"bq": 32, "bn": 64, "split": 32})])
+@pytest.mark.parametrize("Q,M,k,variant", [(3, 5000, 10, None), (37, 20000, 16, {"bq": 16, "bn": 32, "split": 8, "stages": 4}),
+                                           (130, 4099, 10, {"bq": 64, "bn": 64, "split": 1, "stages": 2}),
+                                           (5, 777, 1, {"bq": 32, "bn": 64, "split": 32, "stages": 3}),
+                                           (64, 100000, 10, {"bq": 16, "bn": 32, "split": 512, "stages": 4})])
 def test_knn_numpy_matches_float64(Q, M, k, variant):
     from cakelib import knn
     from tasks.knn.task import TASK
@@ -124,8 +125,12 @@ def test_knn_numpy_matches_float64(Q, M, k, variant):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("B,N,K,variant", [(1, 3000, 7, None), (3, 4099, 100, {"kmax": 128, "bm": 64, "bn": 64, "ctas": 4}),
-                                           (2, 5000, 200, {"kmax": 256, "bm": 32, "bn": 64, "ctas": 66})])
+@pytest.mark.parametrize("B,N,K,variant", [
+    (1, 3000, 7, None), (3, 4099, 100, {"kind": "fused", "kmax": 128, "bm": 64, "bn": 64, "ctas": 4}),
+    (2, 5000, 200, {"kind": "fused", "kmax": 256, "bm": 32, "bn": 64, "ctas": 66}),
+    (5, 20000, 50, {"kind": "resident", "kmax": 64, "bm": 64, "bn": 64, "ctas": 33}),
+    (2, 70000, 256, {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 132}),
+    (4, 999, 100, {"kind": "resident", "kmax": 128, "bm": 32, "bn": 64, "ctas": 264})])
 def test_kmeans_one_step_matches_float64(B, N, K, variant):
     from cakelib import kmeans
     from tasks.kmeans.task import TASK

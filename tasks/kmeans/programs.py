@@ -81,10 +81,10 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
         r.fill("zero", 0.0)
         with r.for_("z", 0, "KMAX / 8", id="zero_partials"):
             r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
-        with r.for_("z2", 0, "cdiv(KMAX, 128)"):
-            with r.if_("z2 * 128 + tid < KMAX"):
+        with r.for_("z2", 0, f"cdiv(KMAX, {threads})"):   # stride: the CTA's thread count (64 when bm = 32)
+            with r.if_(f"z2 * {threads} + tid < KMAX"):
                 r.fill("fct", 0.0)
-                r.sts(tile("fct"), tile("scnt", ["z2 * 128 + tid", 0], [1, 1]), vec_bytes=4)
+                r.sts(tile("fct"), tile("scnt", [f"z2 * {threads} + tid", 0], [1, 1]), vec_bytes=4)
         with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
             r.let("n0", "(bid.x + it * nbid.x) * BM")
             r.sync("syncthreads")   # the previous tile's readers of sX / sC are done
@@ -128,9 +128,104 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
     return kb.build()
 
 
+def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 132, rows: int = 8,
+                    arch: str = "sm_80"):
+    """Fused Lloyd iteration with the batch's centroids resident in shared memory: each CTA loads all
+    K <= kmax centroids (and their squared norms) once, then streams its point tiles through a
+    two-stage cp.async buffer (tile i + 1 loads while tile i is scored and aggregated). Per point
+    tile only X moves; the seed above reloads every centroid tile and recomputes its norms per point
+    tile with the load latency exposed. Update and finish as in `kmeans_fused`."""
+    assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
+    bn = min(bn, kmax)
+    warps = bm // 16
+    threads = 32 * warps
+    kb = KernelBuilder(f"kmeans_resident_k{kmax}_d{d}_{bm}x{bn}_p{ctas}", arch=arch,
+                       grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
+                       note="one Lloyd iteration: resident centroids, double-buffered points, fused argmin + "
+                            "smem-aggregated update")
+    kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
+    kb.scalar("B", min=1)
+    kb.scalar("N", min=1)
+    kb.scalar("K", min=1, max=kmax)
+    kb.tensor("X", "f16", ["B * N", "D"])
+    kb.tensor("C", "f16", ["B * K", "D"])
+    kb.tensor("A", "i32", ["B", "N"], access="write")
+    kb.tensor("Cnew", "f32", ["B * K", "D"], access="write")
+    kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")
+    kb.tensor("WC", "f32", ["B * K", 1], access="readwrite")
+    kb.tensor("WT", "i32", ["B", 1], access="readwrite")
+    kb.buffer("sX", "smem", "f16", [bm, d], pad=8, stages=2)
+    kb.buffer("sC", "smem", "f16", [kmax, d], pad=8)
+    kb.buffer("cn", "smem", "f32", [kmax])
+    kb.buffer("ssum", "smem", "f32", [kmax, d])
+    kb.buffer("scnt", "smem", "f32", [kmax, 1])
+    kb.buffer("zero", "reg", "f32", [8, d], layout="blocked", vec=4, scope="cta")
+    kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
+    kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
+    kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
+    kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
+    kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
+    for tag, n in (("m", rows), ("t", 1)):
+        kb.buffer(f"fs{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
+        kb.buffer(f"fo{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
+        kb.buffer(f"fc{tag}", "reg", "f32", [n, 1])
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("b", "bid.y")
+        r.let("wm0", "role_warp * 16")
+        r.let("ntile", "cdiv(cdiv(N, BM) - bid.x, nbid.x)")
+        r.fill("zero", 0.0)
+        with r.for_("z", 0, "KMAX / 8", id="zero_partials"):
+            r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
+        with r.for_("z2", 0, f"cdiv(KMAX, {threads})"):
+            with r.if_(f"z2 * {threads} + tid < KMAX"):
+                r.fill("fct", 0.0)
+                r.sts(tile("fct"), tile("scnt", [f"z2 * {threads} + tid", 0], [1, 1]), vec_bytes=4)
+        # rows of C beyond K (the next batch's centroids or zero fill) are never chosen: topk's limit
+        r.copy("cp_async", tile("C", ["b * K", 0], [kmax, d]), tile("sC"), oob="zfill", id="load_centroids")
+        r.copy("cp_async", tile("X", ["b * N + bid.x * BM", 0], [bm, d]), tile("sX", slot=0), oob="zfill",
+               id="load_first_points")
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        r.reduce("sum_sq", tile("sC"), tile("cn"), id="centroid_norms")
+        with r.for_("it", 0, "ntile", id="point_tiles"):
+            r.let("n0", "(bid.x + it * nbid.x) * BM")
+            r.sync("cp_async_wait", n=0)     # tile it has landed
+            r.sync("syncthreads")            # every warp is done with tile it - 1 (its slot is reloaded next)
+            with r.if_("it + 1 < ntile"):
+                r.copy("cp_async", tile("X", ["b * N + n0 + nbid.x * BM", 0], [bm, d]), tile("sX", slot="(it + 1) % 2"),
+                       oob="zfill", id="prefetch_points")
+            r.sync("cp_async_commit")
+            r.ldmatrix(tile("sX", ["wm0", 0], [16, d], slot="it % 2"), tile("fa"))
+            r.fill("bv", BIG)
+            r.fill("bi", -1)
+            with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+                r.fill("acc", 0.0)
+                for kk in range(d // 16):
+                    r.ldmatrix(tile("sC", ["t * BN", kk * 16], [bn, 16]), tile("fb"))
+                    r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
+                r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
+                      col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", ["t * BN"], [bn]))
+            r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
+            r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+            r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d], slot="it % 2"),
+                  dst=tile("ssum"), row0="n0 + wm0", row_limit="N")
+            r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0",
+                  row_limit="N")
+        r.sync("syncthreads")
+        r.add("red_add", id="flush_sums", src=tile("ssum"), dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
+        r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
+        fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
+        with r._nest(fin["body"]):
+            _finish_rows(r, rows, "0", "K / RB", "m")
+            _finish_rows(r, 1, "(K / RB) * RB", "K % RB", "t")
+    return kb.build()
+
+
 SEEDS = {
     "kmeans_fused_sm80": lambda: kmeans_fused(),
     "kmeans_fused_k256_sm90a": lambda: kmeans_fused(kmax=256, arch="sm_90a"),
+    "kmeans_resident_sm80": lambda: kmeans_resident(),
 }
 
 FAMILIES = {
@@ -139,6 +234,13 @@ FAMILIES = {
         "defaults": signature_defaults(kmeans_fused),
         "space": {"kmax": [128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [16, 32, 64, 128, 264]},
         "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0,
+        "tactics": {"retile": ["bm", "bn"]},
+    },
+    "kmeans_resident_sm80": {
+        "make": kmeans_resident,
+        "defaults": signature_defaults(kmeans_resident),
+        "space": {"kmax": [32, 64, 128, 256], "bm": [32, 64], "bn": [32, 64, 128], "ctas": [33, 66, 132, 264]},
+        "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and not (p["kmax"] == 256 and p["bm"] == 64),
         "tactics": {"retile": ["bm", "bn"]},
     },
 }

@@ -12,7 +12,7 @@ WS_TILES = 1 << 12  # query-tile counters in the workspace
 
 
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
-              arch: str = "sm_80"):
+              stages: int = 2, arch: str = "sm_80"):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -25,11 +25,13 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     workspace PV/PI (rows (tile * split + s) * BQ + r, so padded query rows never collide); the last
     CTA of a query tile to finish (`last_cta`) merges the `split` lists per query (one thread per
     query, exact re-selection over the stored scores), writes I/Dist and zeroes the rows it read.
+    `stages` database tiles are in flight per CTA (cp.async groups, wait(stages - 2)): a few-query
+    search is a stream over the database, and one warp per SM needs several tiles in flight.
     Needs cdiv(Q, BQ) * BQ * split <= WS_ROWS and cdiv(Q, BQ) <= WS_TILES (the dispatcher's
     `supports`)."""
     warps = bq // 16
     l2 = metric == "l2"
-    tag = f"_s{split}" if split > 1 else ""
+    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
                        note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
@@ -46,7 +48,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
     kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
     kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)
-    kb.buffer("sB", "smem", "f16", [bn, d], pad=8, stages=2)
+    kb.buffer("sB", "smem", "f16", [bn, d], pad=8, stages=stages)
     if l2:
         kb.buffer("qn", "smem", "f32", [bq])
         kb.buffer("cn", "smem", "f32", [bn])
@@ -76,26 +78,30 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         r.copy("cp_async", tile("Xq", ["q0", 0], [bq, d]), tile("sQ"), oob="zfill", id="load_queries")
         r.copy("cp_async", tile("Xb", ["m0", 0], [bn, d]), tile("sB", slot=0), oob="zfill")
         r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
+        for p in range(1, stages - 1):   # fill the pipeline (rows past the chunk are masked by `limit`)
+            r.copy("cp_async", tile("Xb", [f"m0 + {p} * BN", 0], [bn, d]), tile("sB", slot=p), oob="zfill")
+            r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=stages - 2)
         r.sync("syncthreads")
         r.ldmatrix(tile("sQ", ["wq0", 0], [16, d]), tile("fa"), id="query_fragments")
         if l2:
             r.reduce("sum_sq", tile("sQ"), tile("qn"), id="query_norms")
         r.fill("tv", worst)
         r.fill("ti", -1)
+        ahead = stages - 1
         with r.for_("t", 0, "nt", id="db_loop"):
-            r.sync("cp_async_wait", n=0)
-            r.sync("syncthreads")
-            with r.if_("t + 1 < nt"):
-                r.copy("cp_async", tile("Xb", ["m0 + (t + 1) * BN", 0], [bn, d]), tile("sB", slot="(t + 1) % 2"),
-                       oob="zfill", id="prefetch")
-            r.sync("cp_async_commit")
+            r.sync("cp_async_wait", n=stages - 2)   # tile t has landed
+            r.sync("syncthreads")                    # and every warp is done with tile t - 1's slot
+            with r.if_(f"t + {ahead} < nt"):
+                r.copy("cp_async", tile("Xb", [f"m0 + (t + {ahead}) * BN", 0], [bn, d]),
+                       tile("sB", slot=f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch")
+            r.sync("cp_async_commit")                # always: one group per iteration keeps the count exact
             if l2:
-                r.reduce("sum_sq", tile("sB", slot="t % 2"), tile("cn"), id="db_norms")
+                r.reduce("sum_sq", tile("sB", slot=f"t % {stages}"), tile("cn"), id="db_norms")
                 r.sync("syncthreads")
             r.fill("acc", 0.0)
             for kk in range(d // 16):
-                r.ldmatrix(tile("sB", [0, kk * 16], [bn, 16], slot="t % 2"), tile("fb"))
+                r.ldmatrix(tile("sB", [0, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
                 r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
             # the split's last tile may run past its chunk into the next split's rows: `limit` stops
             # at the chunk end (or M), so every database row is scored by exactly one split
