@@ -81,9 +81,11 @@ def knn_variants() -> list[dict]:
 
 
 def kmeans_variants() -> list[dict]:
-    out = [{"kind": "resident", "kmax": km, "bm": 32 if km == 256 else 64, "bn": 64, "ctas": p}
+    big = {32: 8, 64: 8, 128: 32, 256: 16}   # finish chunk: registers vs CTAs per SM (see kmeans_resident)
+    out = [{"kind": "resident", "kmax": km, "bm": 32 if km == 256 else 64, "bn": 64, "ctas": p, "big": big[km]}
            for km in (32, 64, 128, 256) for p in (16, 33, 66, 132, 264)]
-    out += [{"kind": "resident", "kmax": km, "bm": 32, "bn": 64, "ctas": p} for km in (64, 128) for p in (132, 264)]
+    out += [{"kind": "resident", "kmax": km, "bm": 32, "bn": 64, "ctas": p, "big": 16} for km in (64, 128)
+            for p in (132, 264)]
     out += [{"kind": "fused", "kmax": km, "bm": 64, "bn": 64, "ctas": p} for km in (128, 256) for p in (4, 33, 132)]
     return out
 
@@ -379,7 +381,7 @@ def sweep(ops, out_dir, procs, budget_s=200):
             json.dump(result, f, indent=1, default=str)
 
 
-def grid(ops, out_dir, procs, tables_dir=None):
+def grid(ops, out_dir, procs, deadline_s=1e9):
     import torch
     from cakelib import kmeans, knn
     from cakelib.runtime import choose
@@ -403,7 +405,12 @@ def grid(ops, out_dir, procs, tables_dir=None):
         print(f"{op}: compiled {len(jobs)} dispatched kernels in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
         base = knn_baselines() if op == "knn" else kmeans_baselines()
         rows = []
+        t_start = time.time()
         for shape in shapes:
+            if time.time() - t_start > deadline_s:
+                print(f"{op}: deadline of {deadline_s} s reached after {len(rows)} of {len(shapes)} shapes", flush=True)
+                result.setdefault("truncated", {})[op] = {"done": len(rows), "of": len(shapes)}
+                break
             sh = {**shape, "D": D}
             name, _ = choose(op, sh)
             row = {"shape": shape, "variant": name}
@@ -441,6 +448,9 @@ def grid(ops, out_dir, procs, tables_dir=None):
             print(f"{op} {shape} {name:28s} ok={row['ok']} cake={row.get('cake_ms')} base={row['baselines']} "
                   f"x{row.get('speedup', float('nan')):.2f} {row['why']}", flush=True)
             torch.cuda.empty_cache()
+            if len(rows) % 10 == 0:   # a killed run still leaves its measurements
+                with open(os.path.join(out_dir, f"lib-grid-{op}-h200.partial.json"), "w") as f:
+                    json.dump({**result, "ops": {op: {"rows": rows}}}, f, default=str)
         sp = [r["speedup"] for r in rows if r.get("speedup")]
         s = {"op": op, "shapes": len(rows), "correct": sum(bool(r["ok"]) for r in rows),
              "geomean_speedup": math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None,
@@ -466,6 +476,7 @@ def main():
     ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--arch", default="sm_90a", help="compile mode only")
     ap.add_argument("--budget-s", type=float, default=200.0, help="sweep: seconds per op before skipping shapes")
+    ap.add_argument("--deadline-s", type=float, default=1e9, help="grid: seconds per op before stopping")
     args = ap.parse_args()
     ops = [o for o in args.op.split(",") if o]
     os.makedirs(args.out, exist_ok=True)
@@ -487,7 +498,7 @@ def main():
     if args.mode == "sweep":
         sweep(ops, args.out, args.procs, args.budget_s)
     else:
-        grid(ops, args.out, args.procs)
+        grid(ops, args.out, args.procs, args.deadline_s)
 
 
 if __name__ == "__main__":

@@ -1098,6 +1098,24 @@ class Emitter:
                 one = "1.0f" if dst.dtype == "f32" else "1"
                 fn = "red_add_global" if sp == "global" else "red_add_shared"
                 w.line(f"cake::{fn}({dp}, {one});", path)
+            elif self._batched_smem_f32(dst, CQ):
+                # batches of 8 overlapped CAS adds (cake::red_add_shared_f32xn): see cake.cuh
+                rot = f"(cake_i + cake_lane) & {CQ - 1}" if CQ & (CQ - 1) == 0 else f"(cake_i + cake_lane) % {CQ}"
+                w.open(f"for (int cake_i0 = 0; cake_i0 < {CQ}; cake_i0 += 8)")
+                w.line("unsigned cake_a[8]; float cake_x[8];")
+                w.line("#pragma unroll")
+                w.open("for (int cake_j = 0; cake_j < 8; ++cake_j)")
+                w.line("const int cake_i = cake_i0 + cake_j;")
+                w.line(f"const int cake_c = cake_q * {CQ} + ({rot});")
+                ssp, sptr = self.elem_ptr(src, "cake_r", "cake_c", path)
+                x = f"(*{sptr})" if ssp == "global" else \
+                    f"(*reinterpret_cast<const {STORAGE[src.dtype]}*>(cake_smem + ({sptr} - cake_smem_base)))"
+                x = self.from_storage(src.dtype, x) if src.dtype != "f32" else x
+                _, dptr = self.elem_ptr(dst, "cake_t", "cake_c", path)
+                w.line(f"cake_a[cake_j] = {dptr}; cake_x[cake_j] = {x};")
+                w.close()
+                w.line("cake::red_add_shared_f32xn<8>(cake_a, cake_x);", path)
+                w.close()
             else:
                 w.line("#pragma unroll 8")
                 w.open(f"for (int cake_i = 0; cake_i < {CQ}; ++cake_i)")
@@ -1119,6 +1137,10 @@ class Emitter:
             w.close()
             w.close()
         w.close()
+
+    @staticmethod
+    def _batched_smem_f32(dst, CQ: int) -> bool:
+        return dst.space == "smem" and dst.dtype == "f32" and CQ % 8 == 0
 
     @_robust
     def s_RedAdd(self, st: RedAdd, path):

@@ -286,6 +286,27 @@ __device__ __forceinline__ void red_add_global(int* p, int v) {
 __device__ __forceinline__ void red_add_shared(unsigned addr, float v) {
   asm volatile("red.shared.add.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
 }
+// N independent f32 adds into shared memory. There is no native f32 shared atomic add (ptxas emits
+// an ATOMS.CAST.SPIN loop per red.shared.add.f32, and N of them run back to back, each waiting for
+// its own round trip). Here the N reads and the N compare-and-swaps are issued together, so their
+// latencies overlap; only a CAS that lost a race (another warp updated the word) retries.
+template <int N> __device__ __forceinline__ void red_add_shared_f32xn(const unsigned* addr, const float* v) {
+  unsigned cur[N], got[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) asm volatile("ld.shared.b32 %0, [%1];" : "=r"(cur[j]) : "r"(addr[j]) : "memory");
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    asm volatile("atom.shared.cas.b32 %0, [%1], %2, %3;" : "=r"(got[j])
+                 : "r"(addr[j]), "r"(cur[j]), "r"(__float_as_uint(__uint_as_float(cur[j]) + v[j])) : "memory");
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    while (got[j] != cur[j]) {
+      cur[j] = got[j];
+      asm volatile("atom.shared.cas.b32 %0, [%1], %2, %3;" : "=r"(got[j])
+                   : "r"(addr[j]), "r"(cur[j]), "r"(__float_as_uint(__uint_as_float(cur[j]) + v[j])) : "memory");
+    }
+  }
+}
 __device__ __forceinline__ void red_add_shared(unsigned addr, int v) {
   asm volatile("red.shared.add.s32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
 }

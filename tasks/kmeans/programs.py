@@ -129,12 +129,15 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
 
 
 def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 132, rows: int = 8,
-                    arch: str = "sm_80"):
+                    big: int = 16, arch: str = "sm_80"):
     """Fused Lloyd iteration with the batch's centroids resident in shared memory: each CTA loads all
     K <= kmax centroids (and their squared norms) once, then streams its point tiles through a
     two-stage cp.async buffer (tile i + 1 loads while tile i is scored and aggregated). Per point
     tile only X moves; the seed above reloads every centroid tile and recomputes its norms per point
-    tile with the load latency exposed. Update and finish as in `kmeans_fused`."""
+    tile with the load latency exposed. Update as in `kmeans_fused`; the finish walks the clusters in
+    chunks of `big`, then `rows`, then 1 rows (each chunk is a few dependent global round trips, and
+    it runs after every other CTA of the batch is done)."""
+    assert big % rows == 0
     assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
     bn = min(bn, kmax)
     warps = bm // 16
@@ -143,7 +146,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
                        grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: resident centroids, double-buffered points, fused argmin + "
                             "smem-aggregated update")
-    kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
+    kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows, RBB=big)
     kb.scalar("B", min=1)
     kb.scalar("N", min=1)
     kb.scalar("K", min=1, max=kmax)
@@ -165,7 +168,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
     kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
     kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
     kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
-    for tag, n in (("m", rows), ("t", 1)):
+    for tag, n in (("b", big), ("m", rows), ("t", 1)):
         kb.buffer(f"fs{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
         kb.buffer(f"fo{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
         kb.buffer(f"fc{tag}", "reg", "f32", [n, 1])
@@ -217,7 +220,8 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
         r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
         fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
         with r._nest(fin["body"]):
-            _finish_rows(r, rows, "0", "K / RB", "m")
+            _finish_rows(r, big, "0", "K / RBB", "b")
+            _finish_rows(r, rows, "(K / RBB) * RBB", "(K % RBB) / RB", "m")
             _finish_rows(r, 1, "(K / RB) * RB", "K % RB", "t")
     return kb.build()
 
@@ -239,7 +243,8 @@ FAMILIES = {
     "kmeans_resident_sm80": {
         "make": kmeans_resident,
         "defaults": signature_defaults(kmeans_resident),
-        "space": {"kmax": [32, 64, 128, 256], "bm": [32, 64], "bn": [32, 64, 128], "ctas": [33, 66, 132, 264]},
+        "space": {"kmax": [32, 64, 128, 256], "bm": [32, 64], "bn": [32, 64, 128], "ctas": [33, 66, 132, 264],
+                  "big": [8, 16, 32]},
         "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and not (p["kmax"] == 256 and p["bm"] == 64),
         "tactics": {"retile": ["bm", "bn"]},
     },

@@ -16,6 +16,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
   constexpr int KMAX = 128;  // /consts/KMAX
   constexpr int P = 132;  // /consts/P
   constexpr int RB = 8;  // /consts/RB
+  constexpr int RBB = 16;  // /consts/RBB
   const int cake_tid = threadIdx.x;
   const int cake_lane = cake_tid & 31;
   const int cake_warp = __shfl_sync(0xffffffffu, cake_tid >> 5, 0);
@@ -34,12 +35,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
     float acc[32];  // /buffers/8
     float bv[2];  // /buffers/9
     int bi[2];  // /buffers/10
-    float fsm[8];  // /buffers/11
-    float fom[8];  // /buffers/12
-    float fcm[8];  // /buffers/13
-    float fst[1];  // /buffers/14
-    float fot[1];  // /buffers/15
-    float fct[1];  // /buffers/16
+    float fsb[16];  // /buffers/11
+    float fob[16];  // /buffers/12
+    float fcb[16];  // /buffers/13
+    float fsm[8];  // /buffers/14
+    float fom[8];  // /buffers/15
+    float fcm[8];  // /buffers/16
+    float fst[1];  // /buffers/17
+    float fot[1];  // /buffers/18
+    float fct[1];  // /buffers/19
     const int b = blockIdx.y;  // /roles/0/body/0
     const int wm0 = cake_role_warp * 16;  // /roles/0/body/1
     const int ntile = ((((((N) + (BM) - 1) / (BM)) - blockIdx.x) + (gridDim.x) - 1) / (gridDim.x));  // /roles/0/body/2
@@ -304,10 +308,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
           const int cake_r = 0 + (cake_lane >> 2);
           const int cake_t = bi[0];
           if (cake_t >= 0 && cake_row0 + cake_r < (int)(N)) {
-            #pragma unroll 8
-            for (int cake_i = 0; cake_i < 32; ++cake_i) {
-              const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
-              cake::red_add_shared((cake_smem_base + 70144u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)), cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(it % 2) * 17408u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base)))));  // /roles/0/body/12/body/11
+            for (int cake_i0 = 0; cake_i0 < 32; cake_i0 += 8) {
+              unsigned cake_a[8]; float cake_x[8];
+              #pragma unroll
+              for (int cake_j = 0; cake_j < 8; ++cake_j) {
+                const int cake_i = cake_i0 + cake_j;
+                const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
+                cake_a[cake_j] = (cake_smem_base + 70144u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)); cake_x[cake_j] = cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(it % 2) * 17408u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base))));
+              }
+              cake::red_add_shared_f32xn<8>(cake_a, cake_x);  // /roles/0/body/12/body/11
             }
           }
         }
@@ -315,10 +324,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
           const int cake_r = 8 + (cake_lane >> 2);
           const int cake_t = bi[1];
           if (cake_t >= 0 && cake_row0 + cake_r < (int)(N)) {
-            #pragma unroll 8
-            for (int cake_i = 0; cake_i < 32; ++cake_i) {
-              const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
-              cake::red_add_shared((cake_smem_base + 70144u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)), cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(it % 2) * 17408u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base)))));  // /roles/0/body/12/body/11
+            for (int cake_i0 = 0; cake_i0 < 32; cake_i0 += 8) {
+              unsigned cake_a[8]; float cake_x[8];
+              #pragma unroll
+              for (int cake_j = 0; cake_j < 8; ++cake_j) {
+                const int cake_i = cake_i0 + cake_j;
+                const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
+                cake_a[cake_j] = (cake_smem_base + 70144u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)); cake_x[cake_j] = cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(it % 2) * 17408u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base))));
+              }
+              cake::red_add_shared_f32xn<8>(cake_a, cake_x);  // /roles/0/body/12/body/11
             }
           }
         }
@@ -363,155 +377,231 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
       __syncthreads();
       if (cake_last) {
         __threadfence();   // acquire: the other CTAs' writes are visible
-        for (int fm = 0; fm < K / RB; fm += 1) {  // /roles/0/body/16/body/0
-          const int km = b * K + 0 + fm * 8;  // /roles/0/body/16/body/0/body/0
+        for (int fb = 0; fb < K / RBB; fb += 1) {  // /roles/0/body/16/body/0
+          const int kb = b * K + 0 + fb * 16;  // /roles/0/body/16/body/0/body/0
           #pragma unroll
-          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/0/body/1
+          for (int cake_s = 0; cake_s < 16; ++cake_s) {  // /roles/0/body/16/body/0/body/1
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned cake_v;
-              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned*>((WS + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/0/body/1
+              if ((kb + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned*>((WS + ((kb + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/0/body/1
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              fsb[cake_s * 1 + 0] = cake_h[0];
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 16; ++cake_s) {  // /roles/0/body/16/body/0/body/2
+            const int cake_f = (cake_s * 1 + 0) * 1;
+            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+             {
+              unsigned cake_v;
+              if ((kb + cake_r) < (B * K) && (0 + cake_c) < (1)) cake_v = *reinterpret_cast<const unsigned*>((WC + ((kb + cake_r) * (long long)(1) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/0/body/2
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              fcb[cake_s * 1 + 0] = cake_h[0];
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 16; ++cake_s) {  // /roles/0/body/16/body/0/body/3
+            const int cake_f = (cake_s * 128 + cake_tid) * 1;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              unsigned short cake_v;
+              if ((kb + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned short*>((C + ((kb + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = {};  // /roles/0/body/16/body/0/body/3
+              const cake::f16* cake_h = reinterpret_cast<const cake::f16*>(&cake_v);
+              fob[cake_s * 1 + 0] = cake::h2f(cake_h[0]);
+            }
+          }
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 16; ++cake_e) fsb[cake_e] = (((fcb[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsb[cake_e] * __frcp_rn(fmax(fcb[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fob[cake_e])));  // /roles/0/body/16/body/0/body/4
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 16; ++cake_s) {  // /roles/0/body/16/body/0/body/5
+            const int cake_f = (cake_s * 128 + cake_tid) * 1;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              unsigned cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = fsb[cake_s * 1 + 0];
+              if ((kb + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((Cnew + ((kb + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/0/body/5
+            }
+          }
+          __syncthreads();  // /roles/0/body/16/body/0/body/6
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 16; ++cake_e) fsb[cake_e] = (0.0f);  // /roles/0/body/16/body/0/body/7
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 16; ++cake_e) fcb[cake_e] = (0.0f);  // /roles/0/body/16/body/0/body/8
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 16; ++cake_s) {  // /roles/0/body/16/body/0/body/9
+            const int cake_f = (cake_s * 128 + cake_tid) * 1;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              unsigned cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = fsb[cake_s * 1 + 0];
+              if ((kb + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((kb + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/0/body/9
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 16; ++cake_s) {  // /roles/0/body/16/body/0/body/10
+            const int cake_f = (cake_s * 1 + 0) * 1;
+            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+             {
+              unsigned cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = fcb[cake_s * 1 + 0];
+              if ((kb + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((kb + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/0/body/10
+            }
+          }
+        }
+        for (int fm = 0; fm < K % RBB / RB; fm += 1) {  // /roles/0/body/16/body/1
+          const int km = b * K + K / RBB * RBB + fm * 8;  // /roles/0/body/16/body/1/body/0
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/1/body/1
+            const int cake_f = (cake_s * 128 + cake_tid) * 1;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              unsigned cake_v;
+              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned*>((WS + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/1/body/1
               const float* cake_h = reinterpret_cast<const float*>(&cake_v);
               fsm[cake_s * 1 + 0] = cake_h[0];
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/0/body/2
+          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/1/body/2
             const int cake_f = (cake_s * 1 + 0) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned cake_v;
-              if ((km + cake_r) < (B * K) && (0 + cake_c) < (1)) cake_v = *reinterpret_cast<const unsigned*>((WC + ((km + cake_r) * (long long)(1) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/0/body/2
+              if ((km + cake_r) < (B * K) && (0 + cake_c) < (1)) cake_v = *reinterpret_cast<const unsigned*>((WC + ((km + cake_r) * (long long)(1) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/1/body/2
               const float* cake_h = reinterpret_cast<const float*>(&cake_v);
               fcm[cake_s * 1 + 0] = cake_h[0];
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/0/body/3
+          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/1/body/3
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned short cake_v;
-              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned short*>((C + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = {};  // /roles/0/body/16/body/0/body/3
+              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned short*>((C + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = {};  // /roles/0/body/16/body/1/body/3
               const cake::f16* cake_h = reinterpret_cast<const cake::f16*>(&cake_v);
               fom[cake_s * 1 + 0] = cake::h2f(cake_h[0]);
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (((fcm[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsm[cake_e] * __frcp_rn(fmax(fcm[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fom[cake_e])));  // /roles/0/body/16/body/0/body/4
+          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (((fcm[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsm[cake_e] * __frcp_rn(fmax(fcm[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fom[cake_e])));  // /roles/0/body/16/body/1/body/4
           #pragma unroll
-          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/0/body/5
+          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/1/body/5
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fsm[cake_s * 1 + 0];
-              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((Cnew + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/0/body/5
+              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((Cnew + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/1/body/5
             }
           }
-          __syncthreads();  // /roles/0/body/16/body/0/body/6
+          __syncthreads();  // /roles/0/body/16/body/1/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (0.0f);  // /roles/0/body/16/body/0/body/7
+          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (0.0f);  // /roles/0/body/16/body/1/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) fcm[cake_e] = (0.0f);  // /roles/0/body/16/body/0/body/8
+          for (int cake_e = 0; cake_e < 8; ++cake_e) fcm[cake_e] = (0.0f);  // /roles/0/body/16/body/1/body/8
           #pragma unroll
-          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/0/body/9
+          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/1/body/9
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fsm[cake_s * 1 + 0];
-              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/0/body/9
+              if ((km + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((km + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/1/body/9
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/0/body/10
+          for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/1/body/10
             const int cake_f = (cake_s * 1 + 0) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fcm[cake_s * 1 + 0];
-              if ((km + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((km + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/0/body/10
+              if ((km + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((km + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/1/body/10
             }
           }
         }
-        for (int ft = 0; ft < K % RB; ft += 1) {  // /roles/0/body/16/body/1
-          const int kt = b * K + K / RB * RB + ft * 1;  // /roles/0/body/16/body/1/body/0
+        for (int ft = 0; ft < K % RB; ft += 1) {  // /roles/0/body/16/body/2
+          const int kt = b * K + K / RB * RB + ft * 1;  // /roles/0/body/16/body/2/body/0
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/1/body/1
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/2/body/1
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned cake_v;
-              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned*>((WS + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/1/body/1
+              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned*>((WS + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/2/body/1
               const float* cake_h = reinterpret_cast<const float*>(&cake_v);
               fst[cake_s * 1 + 0] = cake_h[0];
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/1/body/2
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/2/body/2
             const int cake_f = (cake_s * 1 + 0) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned cake_v;
-              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (1)) cake_v = *reinterpret_cast<const unsigned*>((WC + ((kt + cake_r) * (long long)(1) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/1/body/2
+              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (1)) cake_v = *reinterpret_cast<const unsigned*>((WC + ((kt + cake_r) * (long long)(1) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/16/body/2/body/2
               const float* cake_h = reinterpret_cast<const float*>(&cake_v);
               fct[cake_s * 1 + 0] = cake_h[0];
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/1/body/3
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/2/body/3
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned short cake_v;
-              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned short*>((C + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = {};  // /roles/0/body/16/body/1/body/3
+              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) cake_v = *reinterpret_cast<const unsigned short*>((C + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0); else cake_v = {};  // /roles/0/body/16/body/2/body/3
               const cake::f16* cake_h = reinterpret_cast<const cake::f16*>(&cake_v);
               fot[cake_s * 1 + 0] = cake::h2f(cake_h[0]);
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (((fct[0] > 0.5f) ? (fst[cake_e] * __frcp_rn(fmax(fct[0], 1.0f))) : (fot[cake_e])));  // /roles/0/body/16/body/1/body/4
+          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (((fct[0] > 0.5f) ? (fst[cake_e] * __frcp_rn(fmax(fct[0], 1.0f))) : (fot[cake_e])));  // /roles/0/body/16/body/2/body/4
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/1/body/5
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/2/body/5
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fst[cake_s * 1 + 0];
-              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((Cnew + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/1/body/5
+              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((Cnew + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/2/body/5
             }
           }
-          __syncthreads();  // /roles/0/body/16/body/1/body/6
+          __syncthreads();  // /roles/0/body/16/body/2/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (0.0f);  // /roles/0/body/16/body/1/body/7
+          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (0.0f);  // /roles/0/body/16/body/2/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) fct[cake_e] = (0.0f);  // /roles/0/body/16/body/1/body/8
+          for (int cake_e = 0; cake_e < 1; ++cake_e) fct[cake_e] = (0.0f);  // /roles/0/body/16/body/2/body/8
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/1/body/9
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/2/body/9
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fst[cake_s * 1 + 0];
-              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/1/body/9
+              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (D)) *reinterpret_cast<unsigned*>((WS + ((kt + cake_r) * (long long)(D) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/2/body/9
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/1/body/10
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/2/body/10
             const int cake_f = (cake_s * 1 + 0) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = fct[cake_s * 1 + 0];
-              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((kt + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/1/body/10
+              if ((kt + cake_r) < (B * K) && (0 + cake_c) < (1)) *reinterpret_cast<unsigned*>((WC + ((kt + cake_r) * (long long)(1) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/16/body/2/body/10
             }
           }
         }
