@@ -70,7 +70,9 @@ def knn_train() -> list[dict]:
 
 def kmeans_train() -> list[dict]:
     return [{"B": B, "N": N, "K": K} for B in (1, 4, 32) for N in (16384, 262144) for K in (32, 100, 256)
-            if B * N <= (4 << 20)] + [{"B": 1, "N": 1 << 21, "K": K} for K in (64, 256)]
+            if B * N <= (4 << 20)] + [{"B": 1, "N": 1 << 21, "K": K} for K in (64, 256)] + [
+        {"B": 2, "N": 262144, "K": 8}, {"B": 4, "N": 65536, "K": 16}, {"B": 16, "N": 65536, "K": 64},
+        {"B": 4, "N": 262144, "K": 128}]
 
 
 def knn_variants() -> list[dict]:
@@ -81,12 +83,14 @@ def knn_variants() -> list[dict]:
 
 
 def kmeans_variants() -> list[dict]:
-    big = {32: 8, 64: 8, 128: 32, 256: 16}   # finish chunk: registers vs CTAs per SM (see kmeans_resident)
-    out = [{"kind": "resident", "kmax": km, "bm": 32 if km == 256 else 64, "bn": 64, "ctas": p, "big": big[km]}
-           for km in (32, 64, 128, 256) for p in (16, 33, 66, 132, 264)]
-    out += [{"kind": "resident", "kmax": km, "bm": 32, "bn": 64, "ctas": p, "big": 16} for km in (64, 128)
-            for p in (132, 264)]
-    out += [{"kind": "fused", "kmax": km, "bm": 64, "bn": 64, "ctas": p} for km in (128, 256) for p in (4, 33, 132)]
+    def res(kmax, bm, big, batch, private, ctas):
+        return {"kind": "resident", "kmax": kmax, "bm": bm, "bn": 64, "ctas": ctas, "big": big, "cas_batch": batch,
+                "private": private}
+    out = [res(32, 64, 8, 1, False, p) for p in (66, 132, 264)] + [res(32, 64, 8, 8, True, p) for p in (66, 132, 264)]
+    out += [res(64, 64, 8, 1, False, p) for p in (132, 264)] + [res(64, 32, 8, 8, True, p) for p in (132, 264)]
+    out += [res(128, 64, 32, b, False, p) for b in (1, 8) for p in (33, 132, 264)]
+    out += [res(256, 32, 16, b, False, p) for b in (1, 8) for p in (16, 33, 132)]
+    out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": p} for p in (4, 33, 132)]
     return out
 
 

@@ -435,6 +435,10 @@ class ScatterAdd(Node):
     src: Optional[TileRef] = None
     row0: IndexExpr = Field(default=0, description="global row of src row 0 (for row_limit)")
     row_limit: Optional[IndexExpr] = Field(default=None, description="skip rows with row0 + r >= row_limit")
+    batch: Annotated[int, Field(ge=1, le=16)] = Field(
+        default=1, description="f32 shared-memory adds issued together as overlapped compare-and-swaps (there is "
+                               "no native f32 shared atomic add): 8 wins when warps rarely hit the same words, 1 "
+                               "(one spin loop per add) when they often do")
 
 
 class RedAdd(Node):

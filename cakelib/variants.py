@@ -40,12 +40,15 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
 KMEANS_D = 128             # the finishing pass is written for D = 128
 # kind "resident": centroids stay in shared memory (kmeans_resident); "fused": the seed that streams
 # centroid tiles per point tile (kmeans_fused). kmax = 256 resident needs Hopper's 227 KB of smem.
-KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 132, "big": 16}
+KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 132, "big": 16, "cas_batch": 8,
+                   "private": False}
 
 
 def kmeans_name(p: dict) -> str:
-    big = f"_f{p['big']}" if "big" in p else ""
-    return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{big}"
+    extra = f"_f{p['big']}" if "big" in p else ""
+    extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
+    extra += "_priv" if p.get("private") else ""
+    return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 
 def kmeans_supports(p: dict, shape: dict) -> bool:
@@ -56,7 +59,8 @@ def kmeans_supports(p: dict, shape: dict) -> bool:
 def kmeans_kernel(p: dict, arch: str):
     from tasks.kmeans.programs import kmeans_fused, kmeans_resident
     if p.get("kind", "fused") == "resident":
-        return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16), arch=arch)
+        return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16),
+                               cas_batch=p.get("cas_batch", 8), private=p.get("private", False), arch=arch)
     return kmeans_fused(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], arch=arch)
 
 

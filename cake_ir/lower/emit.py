@@ -1098,13 +1098,14 @@ class Emitter:
                 one = "1.0f" if dst.dtype == "f32" else "1"
                 fn = "red_add_global" if sp == "global" else "red_add_shared"
                 w.line(f"cake::{fn}({dp}, {one});", path)
-            elif self._batched_smem_f32(dst, CQ):
-                # batches of 8 overlapped CAS adds (cake::red_add_shared_f32xn): see cake.cuh
+            elif st.batch > 1 and dst.space == "smem" and dst.dtype == "f32" and CQ % st.batch == 0:
+                # batches of overlapped CAS adds (cake::red_add_shared_f32xn): see cake.cuh
+                NB = st.batch
                 rot = f"(cake_i + cake_lane) & {CQ - 1}" if CQ & (CQ - 1) == 0 else f"(cake_i + cake_lane) % {CQ}"
-                w.open(f"for (int cake_i0 = 0; cake_i0 < {CQ}; cake_i0 += 8)")
-                w.line("unsigned cake_a[8]; float cake_x[8];")
+                w.open(f"for (int cake_i0 = 0; cake_i0 < {CQ}; cake_i0 += {NB})")
+                w.line(f"unsigned cake_a[{NB}]; float cake_x[{NB}];")
                 w.line("#pragma unroll")
-                w.open("for (int cake_j = 0; cake_j < 8; ++cake_j)")
+                w.open(f"for (int cake_j = 0; cake_j < {NB}; ++cake_j)")
                 w.line("const int cake_i = cake_i0 + cake_j;")
                 w.line(f"const int cake_c = cake_q * {CQ} + ({rot});")
                 ssp, sptr = self.elem_ptr(src, "cake_r", "cake_c", path)
@@ -1114,7 +1115,7 @@ class Emitter:
                 _, dptr = self.elem_ptr(dst, "cake_t", "cake_c", path)
                 w.line(f"cake_a[cake_j] = {dptr}; cake_x[cake_j] = {x};")
                 w.close()
-                w.line("cake::red_add_shared_f32xn<8>(cake_a, cake_x);", path)
+                w.line(f"cake::red_add_shared_f32xn<{NB}>(cake_a, cake_x);", path)
                 w.close()
             else:
                 w.line("#pragma unroll 8")
@@ -1137,10 +1138,6 @@ class Emitter:
             w.close()
             w.close()
         w.close()
-
-    @staticmethod
-    def _batched_smem_f32(dst, CQ: int) -> bool:
-        return dst.space == "smem" and dst.dtype == "f32" and CQ % 8 == 0
 
     @_robust
     def s_RedAdd(self, st: RedAdd, path):

@@ -129,14 +129,19 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
 
 
 def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 132, rows: int = 8,
-                    big: int = 16, arch: str = "sm_80"):
+                    big: int = 16, cas_batch: int = 8, private: bool = False, arch: str = "sm_80"):
     """Fused Lloyd iteration with the batch's centroids resident in shared memory: each CTA loads all
     K <= kmax centroids (and their squared norms) once, then streams its point tiles through a
     two-stage cp.async buffer (tile i + 1 loads while tile i is scored and aggregated). Per point
     tile only X moves; the seed above reloads every centroid tile and recomputes its norms per point
     tile with the load latency exposed. Update as in `kmeans_fused`; the finish walks the clusters in
     chunks of `big`, then `rows`, then 1 rows (each chunk is a few dependent global round trips, and
-    it runs after every other CTA of the batch is done)."""
+    it runs after every other CTA of the batch is done).
+
+    The point sums are f32 shared-memory adds, which the GPU does as compare-and-swap loops:
+    `cas_batch` adds are issued together (cake.cuh red_add_shared_f32xn), and `private` gives every
+    warp its own [kmax, d] sums (no CAS ever loses to another warp; the flush adds all copies), for
+    few clusters, where the warps of a CTA keep hitting the same rows."""
     assert big % rows == 0
     assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
     bn = min(bn, kmax)
@@ -160,7 +165,8 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
     kb.buffer("sX", "smem", "f16", [bm, d], pad=8, stages=2)
     kb.buffer("sC", "smem", "f16", [kmax, d], pad=8)
     kb.buffer("cn", "smem", "f32", [kmax])
-    kb.buffer("ssum", "smem", "f32", [kmax, d])
+    copies = warps if private else 1
+    kb.buffer("ssum", "smem", "f32", [copies * kmax, d])
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     kb.buffer("zero", "reg", "f32", [8, d], layout="blocked", vec=4, scope="cta")
     kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
@@ -177,7 +183,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
         r.let("wm0", "role_warp * 16")
         r.let("ntile", "cdiv(cdiv(N, BM) - bid.x, nbid.x)")
         r.fill("zero", 0.0)
-        with r.for_("z", 0, "KMAX / 8", id="zero_partials"):
+        with r.for_("z", 0, f"{copies} * KMAX / 8", id="zero_partials"):
             r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
         with r.for_("z2", 0, f"cdiv(KMAX, {threads})"):
             with r.if_(f"z2 * {threads} + tid < KMAX"):
@@ -212,11 +218,14 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
             r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
             r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
             r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d], slot="it % 2"),
-                  dst=tile("ssum"), row0="n0 + wm0", row_limit="N")
+                  dst=tile("ssum", ["role_warp * KMAX" if private else 0, 0], [kmax, d]), row0="n0 + wm0",
+                  row_limit="N", batch=cas_batch)
             r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0",
                   row_limit="N")
         r.sync("syncthreads")
-        r.add("red_add", id="flush_sums", src=tile("ssum"), dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
+        for c in range(copies):
+            r.add("red_add", id=f"flush_sums{c}" if private else "flush_sums", src=tile("ssum", [c * kmax, 0], [kmax, d]),
+                  dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
         r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
         fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
         with r._nest(fin["body"]):

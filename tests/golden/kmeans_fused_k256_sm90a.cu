@@ -305,15 +305,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x6
           const int cake_r = 0 + (cake_lane >> 2);
           const int cake_t = bi[0];
           if (cake_t >= 0 && cake_row0 + cake_r < (int)(N)) {
-            for (int cake_i0 = 0; cake_i0 < 32; cake_i0 += 8) {
-              unsigned cake_a[8]; float cake_x[8];
-              #pragma unroll
-              for (int cake_j = 0; cake_j < 8; ++cake_j) {
-                const int cake_i = cake_i0 + cake_j;
-                const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
-                cake_a[cake_j] = (cake_smem_base + 52480u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)); cake_x[cake_j] = cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base))));
-              }
-              cake::red_add_shared_f32xn<8>(cake_a, cake_x);  // /roles/0/body/5/body/13
+            #pragma unroll 8
+            for (int cake_i = 0; cake_i < 32; ++cake_i) {
+              const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
+              cake::red_add_shared((cake_smem_base + 52480u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)), cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base)))));  // /roles/0/body/5/body/13
             }
           }
         }
@@ -321,15 +316,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x6
           const int cake_r = 8 + (cake_lane >> 2);
           const int cake_t = bi[1];
           if (cake_t >= 0 && cake_row0 + cake_r < (int)(N)) {
-            for (int cake_i0 = 0; cake_i0 < 32; cake_i0 += 8) {
-              unsigned cake_a[8]; float cake_x[8];
-              #pragma unroll
-              for (int cake_j = 0; cake_j < 8; ++cake_j) {
-                const int cake_i = cake_i0 + cake_j;
-                const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
-                cake_a[cake_j] = (cake_smem_base + 52480u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)); cake_x[cake_j] = cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base))));
-              }
-              cake::red_add_shared_f32xn<8>(cake_a, cake_x);  // /roles/0/body/5/body/13
+            #pragma unroll 8
+            for (int cake_i = 0; cake_i < 32; ++cake_i) {
+              const int cake_c = cake_q * 32 + ((cake_i + cake_lane) & 31);
+              cake::red_add_shared((cake_smem_base + 52480u + (unsigned)(((0) + cake_t) * 512 + ((0) + cake_c) * 4)), cake::h2f((*reinterpret_cast<const cake::f16*>(cake_smem + ((cake_smem_base + 0u + (unsigned)(((wm0) + cake_r) * 272 + ((0) + cake_c) * 2)) - cake_smem_base)))));  // /roles/0/body/5/body/13
             }
           }
         }

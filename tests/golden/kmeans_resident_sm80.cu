@@ -49,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
     const int ntile = ((((((N) + (BM) - 1) / (BM)) - blockIdx.x) + (gridDim.x) - 1) / (gridDim.x));  // /roles/0/body/2
     #pragma unroll
     for (int cake_e = 0; cake_e < 8; ++cake_e) zero[cake_e] = (0.0f);  // /roles/0/body/3
-    for (int z = 0; z < KMAX / 8; z += 1) {  // /roles/0/body/4
+    for (int z = 0; z < 1 * KMAX / 8; z += 1) {  // /roles/0/body/4
       #pragma unroll
       for (int cake_s = 0; cake_s < 2; ++cake_s) {  // /roles/0/body/4/body/0
         const int cake_f = (cake_s * 128 + cake_tid) * 4;
