@@ -385,7 +385,7 @@ def sweep(ops, out_dir, procs, budget_s=200):
             json.dump(result, f, indent=1, default=str)
 
 
-def grid(ops, out_dir, procs, deadline_s=1e9):
+def grid(ops, out_dir, procs, deadline_s=1e9, skip=0):
     import torch
     from cakelib import kmeans, knn
     from cakelib.runtime import choose
@@ -397,7 +397,7 @@ def grid(ops, out_dir, procs, deadline_s=1e9):
     result = {"mode": "grid", "env": info, "command": " ".join(sys.argv), "ops": {}}
     summary = []
     for op in ops:
-        shapes = knn_grid() if op == "knn" else kmeans_grid()
+        shapes = (knn_grid() if op == "knn" else kmeans_grid())[skip:]
         # compile the dispatched variants in parallel first (k is a compile-time constant for knn)
         jobs = set()
         for s in shapes:
@@ -481,6 +481,7 @@ def main():
     ap.add_argument("--arch", default="sm_90a", help="compile mode only")
     ap.add_argument("--budget-s", type=float, default=200.0, help="sweep: seconds per op before skipping shapes")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="grid: seconds per op before stopping")
+    ap.add_argument("--skip", type=int, default=0, help="grid: start at this shape (continue a run cut by its deadline)")
     args = ap.parse_args()
     ops = [o for o in args.op.split(",") if o]
     os.makedirs(args.out, exist_ok=True)
@@ -502,7 +503,7 @@ def main():
     if args.mode == "sweep":
         sweep(ops, args.out, args.procs, args.budget_s)
     else:
-        grid(ops, args.out, args.procs, args.deadline_s)
+        grid(ops, args.out, args.procs, args.deadline_s, args.skip)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+"""One launch of a library kernel, for Nsight Compute (where does a tile's time go?):
+
+    ncu --set full -k regex:kmeans --launch-skip 2 --launch-count 1 python bench/profile_lib.py kmeans B N K
+    ncu --set full -k regex:knn --launch-skip 1 --launch-count 1 python bench/profile_lib.py knn Q M k
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+    import torch
+    from bench.lib_grid import kmeans_inputs, knn_inputs
+    op, a, b, c = sys.argv[1], *map(int, sys.argv[2:5])
+    if op == "kmeans":
+        from cakelib import kmeans
+        x, c0 = kmeans_inputs({"B": a, "N": b, "K": c})
+        for _ in range(3):
+            kmeans(x, c, 1, init=c0)
+    else:
+        from cakelib import knn
+        xq, xb = knn_inputs({"Q": a, "M": b, "k": c})
+        for _ in range(2):
+            knn(xq, xb, c)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
