@@ -5,6 +5,7 @@ dispatched library against the best baseline over a grid of 400+ shapes, checkin
     python bench/lib_grid.py grid  [--op knn,kmeans] [--out DIR]   # library vs baselines at every grid shape
     python bench/lib_grid.py shapes                                # print the grids (no GPU)
     python bench/lib_grid.py compile [--op ...]                    # compile every sweep variant (no GPU)
+    python bench/lib_grid.py summary FILE [FILE ...]               # geomean / worst / slower count of grid results
 
 Honesty rules (docs/evaluation.md): seeded inputs; every library result is checked against float64
 math on the GPU (knn: recall@k = 1 with ties allowed and distances within the rounding allowance;
@@ -472,7 +473,36 @@ def grid(ops, out_dir, procs, deadline_s=1e9, skip=0):
               f"{s['worst_speedup'] or 0:5.3f} {s['slower_than_0.95']:6d}")
 
 
+def summarize(rows: list[dict]) -> dict:
+    sp = [r["speedup"] for r in rows if r.get("speedup")]
+    out = {"shapes": len(rows), "correct": sum(bool(r.get("ok")) for r in rows), "timed": len(sp),
+           "geomean_speedup": math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None,
+           "worst_speedup": min(sp) if sp else None, "slower_than_0.95": sum(x < 0.95 for x in sp),
+           "faster_than_1.0": sum(x > 1.0 for x in sp)}
+    if sp:
+        out["worst_shape"] = min((r for r in rows if r.get("speedup")), key=lambda r: r["speedup"])["shape"]
+        by = {}
+        for r in rows:
+            if r.get("best_baseline"):
+                by[r["best_baseline"]] = by.get(r["best_baseline"], 0) + 1
+        out["best_baseline_counts"] = by
+    return out
+
+
+def summary(paths: list[str]) -> None:
+    """Merge grid result files (a run cut by its deadline and its continuation) and print the summary."""
+    ops: dict = {}
+    for p in paths:
+        d = json.load(open(p))
+        for op, v in d["ops"].items():
+            ops.setdefault(op, []).extend(v["rows"])
+    for op, rows in ops.items():
+        print(op, json.dumps(summarize(rows)))
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "summary":
+        return summary(sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["sweep", "grid", "shapes", "compile"])
     ap.add_argument("--op", default="knn,kmeans")

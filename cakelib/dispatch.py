@@ -110,6 +110,14 @@ class DispatchTable:
                 return name
         return self.fallback
 
+    def reachable(self) -> list[str]:
+        """Variants a pick can return: every leaf's variant and alternates, and the fallback."""
+        names = {self.fallback}
+        for leaf in _leaves(self.tree):
+            names.add(leaf["variant"])
+            names.update(leaf.get("alternates", []))
+        return sorted(names)
+
     def to_dict(self) -> dict:
         return {"format": FORMAT, "op": self.op, "version": self.version, "features": self.features,
                 "variants": self.variants, "fallback": self.fallback, "tree": self.tree,

@@ -147,7 +147,7 @@ FAMILIES = {
         "make": knn_fused,
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
-                  "split": [1, 4, 16, 64, 128]},
+                  "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4]},
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0,
         "tactics": {"retile": ["bq", "bn"]},
     },
