@@ -156,3 +156,40 @@ def test_kmeans_ten_iterations_decrease_inertia():
     i1 = assign_reference(X, c1)[1].min(1).sum()
     i10 = assign_reference(X, c10)[1].min(1).sum()
     assert np.isfinite(c10).all() and i10 <= i1 * (1 + 1e-6)
+
+
+# ------------------------------------------------------------------ CPU: arrays and the benchmark's grid
+def test_arrays_reject_what_they_cannot_launch():
+    from cakelib import arrays
+
+    class FakeCai:   # a cupy-like device array of the wrong dtype, then a strided one
+        def __init__(self, typestr, strides=None):
+            self.__cuda_array_interface__ = {"data": (1234, False), "shape": (4, 8), "typestr": typestr,
+                                             "strides": strides, "version": 3}
+    with pytest.raises(TypeError, match="dtype f32; this operation reads f16"):
+        arrays.as_input(FakeCai("<f4"), "x")
+    with pytest.raises(TypeError, match="not C-contiguous"):
+        arrays.as_input(FakeCai("<f2", strides=(2, 8)), "x")
+    a = arrays.as_input(FakeCai("<f2"), "x")           # in place: pointer and shape, no copy
+    assert a.kind == "device" and a.view == (1234, [4, 8]) and a.reshaped((32,)) == (1234, [32])
+    with pytest.raises(TypeError, match="numeric array expected"):
+        arrays.as_input(np.array(["a", "b"]), "x")
+
+
+def test_benchmark_grid_covers_400_shapes_in_the_supported_domain():
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from lib_grid import kmeans_grid, knn_grid, summarize
+    kg, ng = kmeans_grid(), knn_grid()
+    assert len(kg) + len(ng) >= 400
+    assert len({tuple(sorted(s.items())) for s in kg}) == len(kg) and len({tuple(sorted(s.items())) for s in ng}) == len(ng)
+    for s in kg:
+        assert rt_mod.choose("kmeans", {**s, "D": 128})   # the fallback or a table pick covers every shape
+    for s in ng:
+        assert rt_mod.choose("knn", {**s, "D": 128})
+    rows = [{"shape": {"Q": 1}, "ok": True, "speedup": 2.0, "best_baseline": "a"},
+            {"shape": {"Q": 2}, "ok": True, "speedup": 0.5, "best_baseline": "b"},
+            {"shape": {"Q": 3}, "ok": False, "why": "wrong"}]
+    s = summarize(rows)
+    assert s["geomean_speedup"] == pytest.approx(1.0) and s["worst_speedup"] == 0.5 and s["worst_shape"] == {"Q": 2}
+    assert s["correct"] == 2 and s["slower_than_0.95"] == 1 and s["timed"] == 2
