@@ -71,6 +71,13 @@ def as_input(x, name: str, dtype: str = "f16") -> Arg:
     return Arg(dev, tuple(a.shape), "numpy", owned=dev)
 
 
+def device_of(x, default: int = 0) -> int:
+    """The CUDA device ordinal a torch tensor lives on (`default` for anything else)."""
+    if _is_torch(x) and x.is_cuda:
+        return int(x.device.index or 0)
+    return default
+
+
 def _c_strides(shape, item):
     out, s = [], item
     for n in reversed(shape):

@@ -33,9 +33,11 @@ def _init_rows(x_arg, x, B: int, N: int, k: int, seed: int):
 
 
 def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Optional[dict] = None,
-           device: int = 0):
+           device: Optional[int] = None):
     if iters < 1:
         raise ValueError("iters must be >= 1")
+    if device is None:   # a torch tensor's own device, else GPU 0
+        device = arrays.device_of(x)
     rt = runtime(device)   # makes the device's context current before any allocation
     xa = arrays.as_input(x, "x")
     owned = [xa]

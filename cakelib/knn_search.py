@@ -13,9 +13,12 @@ from . import arrays
 from .runtime import choose, runtime
 
 
-def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional[dict] = None, device: int = 0):
+def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional[dict] = None,
+        device: Optional[int] = None):
     if metric not in ("l2", "ip"):
         raise ValueError(f"metric must be 'l2' or 'ip', not {metric!r}")
+    if device is None:   # a torch tensor's own device, else GPU 0
+        device = arrays.device_of(queries)
     rt = runtime(device)   # makes the device's context current before any allocation
     q = arrays.as_input(queries, "queries")
     try:

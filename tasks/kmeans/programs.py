@@ -224,8 +224,8 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
                   row_limit="N")
         r.sync("syncthreads")
         for c in range(copies):
-            r.add("red_add", id=f"flush_sums{c}" if private else "flush_sums", src=tile("ssum", [c * kmax, 0], [kmax, d]),
-                  dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
+            r.add("red_add", id=f"flush_sums{c}" if private else "flush_sums",
+                  src=tile("ssum", [c * kmax, 0], [kmax, d]), dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
         r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
         fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
         with r._nest(fin["body"]):

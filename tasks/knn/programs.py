@@ -139,8 +139,9 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     return kb.build()
 
 
+# the inner-product seed is tasks/knn_ip
 SEEDS = {"knn_l2_mma_sm80": lambda: knn_fused("l2"),
-         "knn_l2_split_sm80": lambda: knn_fused("l2", bq=16, bn=32, split=64)}   # the inner-product seed is tasks/knn_ip
+         "knn_l2_split_sm80": lambda: knn_fused("l2", bq=16, bn=32, split=64)}
 
 FAMILIES = {
     "knn_l2_mma_sm80": {
