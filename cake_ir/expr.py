@@ -60,7 +60,9 @@ class Call:
 Node = Union[Num, Var, Un, Bin, Call]
 
 # Functions allowed per context. Index/cond functions are integer-valued.
-INDEX_FUNCS = {"min": 2, "max": 2, "cdiv": 2}
+# ld(T, i, lo, hi): element i (flat) of the i32 tensor T, read at run time (a state-pool slot, a
+# cu_seqlens offset); the kernel traps unless lo <= value <= hi, so [lo, hi] is a fact (rule E-LDX-01).
+INDEX_FUNCS = {"min": 2, "max": 2, "cdiv": 2, "ld": 4}
 COND_FUNCS = {"elect_one": 0, **INDEX_FUNCS}
 VALUE_FUNCS = {
     "exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 1, "rsqrt": 1, "abs": 1, "sigmoid": 1,
@@ -322,6 +324,8 @@ def facts(node: Node, env: Mapping[str, Fact]) -> Fact:
             return Fact()
         if node.fn == "elect_one":
             return Fact(0, 1, 1)
+        if node.fn == "ld":
+            return Fact(args[2].lo, args[3].hi, 1)
         return Fact()
     assert isinstance(node, Bin)
     a, b = facts(node.a, env), facts(node.b, env)
@@ -503,7 +507,8 @@ def to_c(node: Node, var: Callable[[Var], str], float_mode: bool = False) -> str
 
 _C_FUNCS = {"exp": "__expf", "exp2": "exp2f", "log": "__logf", "log2": "__log2f", "sqrt": "sqrtf",
             "rsqrt": "rsqrtf", "abs": "fabsf", "tanh": "tanhf", "sigmoid": "cake::sigmoidf",
-            "softplus": "cake::softplusf", "recip": "__frcp_rn", "elect_one": "cake::elect_one_sync"}
+            "softplus": "cake::softplusf", "recip": "__frcp_rn", "elect_one": "cake::elect_one_sync",
+            "ld": "cake::ld_index"}
 
 
 def _render(node: Node, var, parent_prec: int, c_mode: bool, float_mode: bool = False) -> str:

@@ -82,6 +82,21 @@ def is_thread_dep(node: E.Node) -> bool:
     return False
 
 
+def ld_representative(node: E.Node) -> E.Node:
+    """Replace CTA-uniform run-time reads ld(T, i, lo, hi) by their lower bound: one representative
+    value for the whole CTA is what the simulator needs (every thread sees the same slot); a
+    thread-dependent ld stays and the simulation of the role gives up on it."""
+    if isinstance(node, E.Call):
+        if node.fn == "ld" and len(node.args) == 4 and not any(is_thread_dep(a) for a in node.args):
+            return node.args[2]
+        return E.Call(node.fn, tuple(ld_representative(a) for a in node.args))
+    if isinstance(node, E.Un):
+        return E.Un(node.op, ld_representative(node.a))
+    if isinstance(node, E.Bin):
+        return E.Bin(node.op, ld_representative(node.a), ld_representative(node.b))
+    return node
+
+
 def parse_i(text) -> Optional[E.Node]:
     try:
         return E.parse_index(text)
@@ -1206,6 +1221,7 @@ class Simulator:
                 node = parse_i(st.value)
                 if node is None:
                     raise _Abort()
+                node = ld_representative(node)
                 if tl:
                     node = subst_lets_map(node, tl)
                 if is_thread_dep(node):
@@ -1319,7 +1335,7 @@ class Simulator:
             total += 1
             if isinstance(st, Let):
                 node = parse_i(st.value)
-                v = E.try_const(node, env) if node is not None else None
+                v = E.try_const(ld_representative(node), env) if node is not None else None
                 if isinstance(v, int):
                     env[st.name] = v
             elif isinstance(st, For):
@@ -2295,7 +2311,7 @@ def count_execs(kernel: Kernel, path: str, env: dict, budget: int = 100000) -> O
         for st in body[:i]:
             if isinstance(st, Let):
                 node = parse_i(st.value)
-                v = E.try_const(node, env) if node is not None else None
+                v = E.try_const(ld_representative(node), env) if node is not None else None
                 if isinstance(v, int):
                     env[st.name] = v
                 else:

@@ -2,7 +2,7 @@
 // Self-contained (NVRTC has no CUDA headers): no includes, bf16/f16 kept as raw 16-bit storage.
 // Shared-memory addresses are 32-bit shared-window addresses throughout.
 #pragma once
-#define CAKE_RUNTIME_VERSION 2
+#define CAKE_RUNTIME_VERSION 3
 
 namespace cake {
 
@@ -285,6 +285,13 @@ __device__ __forceinline__ void red_add_global(int* p, int v) {
 }
 __device__ __forceinline__ void red_add_shared(unsigned addr, float v) {
   asm volatile("red.shared.add.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
+}
+// ld(T, i, lo, hi) in an index expression: an i32 read at run time (a state-pool slot, a sequence
+// offset). Values outside [lo, hi] trap: the verifier proved the accesses it feeds for that range.
+__device__ __forceinline__ int ld_index(const int* p, long long i, int lo, int hi) {
+  const int v = __ldg(p + i);
+  if (v < lo || v > hi) __trap();
+  return v;
 }
 // N independent f32 adds into shared memory. There is no native f32 shared atomic add (ptxas emits
 // an ATOMS.CAST.SPIN loop per red.shared.add.f32, and N of them run back to back, each waiting for
