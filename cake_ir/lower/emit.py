@@ -790,11 +790,28 @@ class Emitter:
         self.w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {b.name}[cake_e] = {val};", path)
 
     def elem_index(self, dst: Buffer, src: Buffer, path) -> str:
-        """C index into `src` for element cake_e of `dst` (same tile, or broadcast of [R,1]/[1,1])."""
-        if list(src.shape) == list(dst.shape) and src.layout == dst.layout and src.vec == dst.vec:
+        """C index into `src` for element cake_e of `dst`: the same tile (leading 1-dims aside), a
+        scalar [1,1], a row broadcast [R,1] (per-thread rows) or a column broadcast [1,C] (a blocked
+        vector of the same scope and vec: every thread holds the columns of its own chunks)."""
+        def squeeze(shape):
+            shape = list(shape)
+            while len(shape) > 1 and shape[0] == 1:
+                shape = shape[1:]
+            return shape
+        same_kind = src.layout == dst.layout and src.vec == dst.vec and src.scope == dst.scope
+        if src.layout == dst.layout and src.vec == dst.vec and (
+                list(src.shape) == list(dst.shape) or (src.scope == dst.scope and squeeze(src.shape) == squeeze(dst.shape))):
             return "cake_e"
         if prod(src.shape) == 1:
             return "0"
+        if src.scope == dst.scope == "thread" and [d for d in src.shape if d != 1] == [d for d in dst.shape if d != 1]:
+            return "cake_e"   # per-thread tiles are row-major: size-1 dims do not move elements
+        C = dst.shape[-1]
+        if dst.layout == "blocked" and same_kind and squeeze(src.shape) == [C] and len(dst.shape) > 1:
+            T, V = self.scope_threads(dst.scope), dst.vec
+            if C % (T * V):
+                self.fail(path, f"column broadcast needs rows ({C}) to be a multiple of threads x vec ({T * V})")
+            return f"((((cake_e / {V}) % {C // (T * V)}) * {V}) + (cake_e % {V}))"
         if dst.layout == "blocked" and src.shape[-1] == 1 and list(src.shape[:-1]) == list(dst.shape[:-1]):
             T = self.scope_threads(dst.scope)
             V, C = dst.vec, dst.shape[-1]

@@ -1,0 +1,108 @@
+"""Seed programs for the KDA decode step (task `kda_decode`, defined in tasks/kda/task.py).
+
+`kda_decode_vk`: one CTA per (value head, sequence), grid [HV, B]. The sequence's state is gathered
+from the pool by a run-time index (`ld(idx, b, 0, B - 1)`) and kept as S^T rows: warp w owns value
+rows [w * VW, (w + 1) * VW), each lane 4 consecutive K columns of every row (blocked, vec 4), so the
+reductions over K are one warp shuffle tree per row and the K-vectors (q, k, the decay) are lane-local
+column broadcasts. Per step, in float32 (fla fused_recurrent_kda semantics, tasks/kda/reference.py):
+
+    q, k <- l2norm(q), l2norm(k); q <- q * K^-0.5;  beta <- sigmoid(beta_logit)
+    g <- lower_bound * sigmoid(exp(A_log) * (f + dt_bias))    (SAFE = 1)
+         -exp(A_log) * softplus(f + dt_bias)                   (SAFE = 0)
+    S <- S * exp(g)[K];  u <- beta * (v - S^T k);  S <- S + k u^T;  o <- S^T q
+
+State layout [P, HV, V, K] (VK = 1) only: the kernel's facts refuse VK = 0, where the same rows would be
+strided. No GPU run yet: verified and compiled (sm_80, sm_90a) in CI; `tests/test_kda_decode_ir.py`
+holds the GPU check against the float64 recurrence.
+"""
+from tasks.base import signature_defaults
+from cake_ir.builder import KernelBuilder, tile
+
+K = V = 128
+LOWER_BOUND = -5.0
+L2_EPS = 1e-6
+
+
+def kda_decode_vk(vw: int = 8, arch: str = "sm_80"):
+    assert V % vw == 0
+    warps = V // vw
+    kb = KernelBuilder(f"kda_decode_vk_{vw}", arch=arch, grid=["HV", "B"], threads=32 * warps,
+                       note="KDA decode step, state pool gathered by index, S^T rows per warp")
+    kb.const(K=K, V=V, VW=vw)
+    kb.scalar("B", min=1)
+    kb.scalar("H", min=1)
+    kb.scalar("HV", min=1)
+    kb.scalar("SAFE", min=0, max=1)
+    kb.scalar("VK", min=1, max=1)          # the [P, HV, V, K] layout only
+    for n in ("q", "k"):
+        kb.tensor(n, "bf16", ["B", "H", "K"])
+    kb.tensor("v", "bf16", ["B", "HV", "V"])
+    kb.tensor("g", "bf16", ["B", "HV", "K"])
+    kb.tensor("beta", "bf16", ["B", "HV"])
+    kb.tensor("A_log", "f32", ["HV"])
+    kb.tensor("dt_bias", "f32", ["HV", "K"])
+    kb.tensor("state", "f32", ["B", "HV", "V", "K"])
+    kb.tensor("idx", "i32", ["B"])
+    kb.tensor("o", "bf16", ["B", "HV", "V"], access="write")
+    kb.tensor("state_out", "f32", ["B", "HV", "V", "K"], access="write")
+    vec = dict(layout="blocked", vec=4, scope="warp")
+    for n in ("qf", "kf", "gf", "af"):
+        kb.buffer(n, "reg", "f32", [1, 1, K], **vec)
+    kb.buffer("db", "reg", "f32", [1, K], **vec)
+    kb.buffer("S", "reg", "f32", [1, 1, vw, K], **vec)
+    kb.buffer("T", "reg", "f32", [1, 1, vw, K], **vec)
+    kb.buffer("al", "reg", "f32", [1], scope="thread")
+    kb.buffer("bl", "reg", "f32", [1, 1], scope="thread")
+    kb.buffer("qs", "reg", "f32", [1, 1, 1], scope="thread")
+    kb.buffer("ks", "reg", "f32", [1, 1, 1], scope="thread")
+    kb.buffer("vv", "reg", "f32", [1, 1, vw], scope="thread")
+    kb.buffer("u", "reg", "f32", [1, 1, vw, 1], scope="thread")
+    kb.buffer("ov", "reg", "f32", [1, 1, vw], scope="thread")
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("b", "bid.y")
+        r.let("hv", "bid.x")
+        r.let("h", "hv / (HV / H)")            # grouped value heads read q/k head hv // (HV / H)
+        r.let("slot", "ld(idx, b, 0, B - 1)")  # the sequence's state in the pool
+        r.let("v0", "role_warp * VW")
+        r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qf"), oob="zfill", vec_bytes=8, id="load_q")
+        r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kf"), oob="zfill", vec_bytes=8, id="load_k")
+        r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gf"), vec_bytes=8, id="load_gate")
+        r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
+        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
+        r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
+        r.ldg(tile("state", ["slot", "hv", "v0", 0], [1, 1, vw, K]), tile("S"), vec_bytes=16, id="gather_state")
+        # gate (log decay, <= 0 in both forms) and its exponential, per K column
+        r.map("gf", f"select(SAFE, {LOWER_BOUND!r} * sigmoid(exp(al) * (gf + db)), -exp(al) * softplus(gf + db))",
+              id="gate")
+        r.map("af", "exp(gf)")
+        r.map("bl", "sigmoid(bl)")
+        r.reduce("sum_sq", "qf", "qs", axis=2, id="q_norm")
+        r.reduce("sum_sq", "kf", "ks", axis=2, id="k_norm")
+        r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+        r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
+        # S <- S * exp(g); u <- beta * (v - S^T k); S <- S + k u^T; o <- S^T q
+        r.map("S", "S * af", id="decay")
+        r.map("T", "S * kf")
+        r.reduce("sum", "T", "u", axis=3, id="state_times_k")
+        r.ldg(tile("v", ["b", "hv", "v0"], [1, 1, vw]), tile("vv"), vec_bytes=2, id="load_v")
+        r.map("u", "bl * (vv - u)", id="delta")
+        r.map("S", "S + u * kf", id="rank1_update")
+        r.stg(tile("S"), tile("state_out", ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16, id="scatter_state")
+        r.map("T", "S * qf")
+        r.reduce("sum", "T", "ov", axis=3, id="output")
+        with r.if_("lane == 0"):
+            r.stg(tile("ov"), tile("o", ["b", "hv", "v0"], [1, 1, vw]), vec_bytes=2, id="store_o")
+    return kb.build()
+
+
+SEEDS = {"kda_decode_vk_sm80": lambda: kda_decode_vk()}
+
+FAMILIES = {
+    "kda_decode_vk_sm80": {
+        "make": kda_decode_vk,
+        "defaults": signature_defaults(kda_decode_vk),
+        "space": {"vw": [4, 8, 16, 32]},
+        "check": lambda p: V % p["vw"] == 0,
+        "tactics": {},
+    },
+}
