@@ -8,7 +8,7 @@ from typing import Optional
 from cake_ir import expr as E
 from cake_ir.analysis.tiles import per_thread_elems
 from cake_ir.dtypes import SIZE
-from cake_ir.nodes import Kernel, Map, Role
+from cake_ir.nodes import If, Kernel, Map, Role
 from cake_ir.passes.plan_smem import plan_smem
 from cake_ir.walk import role_statements
 
@@ -48,11 +48,46 @@ def buffer_regs(k: Kernel, b, role: Role) -> int:
     return -(-elems * SIZE.get(b.dtype, 4) // 4)
 
 
+def _buffer_uses(k: Kernel, ri: int) -> dict:
+    """reg buffer name -> paths of the role's statements that name it."""
+    from ._cpy_util import tile_refs
+    uses: dict = {}
+    for s in role_statements(k, ri):
+        names = {ref.buf for _, ref in tile_refs(s.node)}
+        if isinstance(s.node, Map):
+            try:
+                names |= E.free_vars(E.parse_value(s.node.expr))
+            except (E.ExprError, RecursionError):
+                pass
+        for n in names:
+            uses.setdefault(n, []).append(s.path)
+    return uses
+
+
+def _exclusive_saving(k: Kernel, ri: int, parts: list) -> int:
+    """Registers never live together: tiles used only under the `then` of an if/else and tiles used only
+    under its `else` (e.g. one code path per state layout) can share registers. The largest such
+    saving over the role's if/else statements (one of them: the estimate stays conservative)."""
+    uses = _buffer_uses(k, ri)
+    regs = {k.buffers[bi].name: r for bi, r in parts}
+    best = 0
+    for s in role_statements(k, ri):
+        if not isinstance(s.node, If) or not s.node.else_:
+            continue
+        sides = []
+        for side in ("then", "else"):
+            pre = f"{s.path}/{side}/"
+            sides.append(sum(r for n, r in regs.items() if uses.get(n) and all(p.startswith(pre) for p in uses[n])))
+        best = max(best, min(sides))
+    return best
+
+
 def role_tile_regs(k: Kernel, ri: int) -> tuple[int, list]:
-    """(32-bit registers per thread held in reg tiles, [(buffer index, regs)])."""
+    """(32-bit registers per thread held in reg tiles, [(buffer index, regs)]). Tiles of the two sides of
+    an if/else count once (the larger side), see `_exclusive_saving`."""
     role = k.roles[ri]
     parts = [(bi, buffer_regs(k, k.buffers[bi], role)) for bi in role_reg_buffers(k, ri)]
-    return sum(r for _, r in parts), parts
+    return sum(r for _, r in parts) - _exclusive_saving(k, ri, parts), parts
 
 
 def launch_regs(k: Kernel, arch) -> int:

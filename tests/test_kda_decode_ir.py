@@ -1,6 +1,6 @@
 """The KDA decode seed in CAKE IR (tasks/kda_decode/programs.py): verifies and compiles everywhere;
-on a GPU (marked) it is checked through the evaluator against the float64 recurrence on the [P, HV,
-V, K] state layout, both gate forms and grouped value heads."""
+on a GPU (marked) it is checked through the evaluator against the float64 recurrence on both state
+layouts, both gate forms and grouped value heads."""
 import pytest
 
 from cake_ir.compiler import compile_kernel
@@ -9,7 +9,7 @@ from cake_ir.verifier import verify
 
 def _seed():
     from tasks.kda_decode.programs import SEEDS
-    return SEEDS["kda_decode_vk_sm80"]()
+    return SEEDS["kda_decode_sm80"]()
 
 
 def test_decode_seed_verifies_and_compiles():
@@ -24,16 +24,27 @@ def test_decode_seed_verifies_and_compiles():
         assert "cake::warp_sum" in src                             # reductions over K stay in the warp
 
 
-def test_decode_seed_refuses_the_kv_layout():
-    from gpu_backend.runner import spec_from_kernel
+def test_decode_seed_has_a_path_per_state_layout():
+    from cake_ir.walk import statements
     k = _seed()
-    spec = spec_from_kernel(k, compile_kernel(k, arch="sm_90a"))
-    assert spec.scalars["VK"].violation(0) is not None and spec.scalars["VK"].violation(1) is None
+    where = {s.node.id: s.path for s in statements(k) if getattr(s.node, "id", None)}
+    # VK = 1: S^T rows, lane-local K columns; VK = 0: S columns, a column reduction over the warp
+    for node in ("gather_state", "state_times_k", "output"):
+        assert "/then/" in where[node], where
+    for node in ("gather_state_kv", "state_times_k_kv", "output_kv"):
+        assert "/else/" in where[node], where
+    src = compile_kernel(k, arch="sm_90a").cuda_source
+    assert "} else {" in src and src.count("cake::warp_sum") >= 6
+    from gpu_backend.runner import spec_from_kernel
+    vk = spec_from_kernel(k, compile_kernel(k, arch="sm_90a")).scalars["VK"]
+    assert vk.violation(0) is None and vk.violation(1) is None and vk.violation(2) is not None
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [{"B": 7, "H": 2, "HV": 4, "SAFE": 1, "VK": 1},
                                    {"B": 33, "H": 2, "HV": 2, "SAFE": 0, "VK": 1},
+                                   {"B": 1, "H": 4, "HV": 4, "SAFE": 0, "VK": 0},
+                                   {"B": 16, "H": 4, "HV": 8, "SAFE": 1, "VK": 0},
                                    {"B": 64, "H": 32, "HV": 32, "SAFE": 0, "VK": 1}])
 def test_decode_seed_matches_float64_on_gpu(shape):
     from gpu_backend.driver import gpu_available
@@ -43,6 +54,22 @@ def test_decode_seed_matches_float64_on_gpu(shape):
     from gpu_backend.evaluate import evaluate
     from tasks.registry import get
     task = get("kda_decode").task
-    rec = evaluate(dumps(_seed()), task, seed=3, name="kda_decode_vk", shapes=[shape], profile=False, reruns=1)
+    rec = evaluate(dumps(_seed()), task, seed=3, name="kda_decode", shapes=[shape], profile=False, reruns=1)
     d = rec.model_dump() if hasattr(rec, "model_dump") else rec.__dict__
     assert d["status"] == "ok", d.get("message")
+
+
+def test_register_estimate_counts_one_side_of_an_if_else():
+    """E-RES-05 counts the tiles of an if/else's two sides once (they never live together): the seed
+    fits 128 registers per thread; a use of the else-side tile S columns outside the if/else makes it
+    live beside the then-side tiles again, and the rule fires."""
+    import json
+
+    from cake_ir.io import load
+    k = _seed()
+    assert not [d for d in verify(k).diagnostics if d.code == "E-RES-05"]
+    doc = json.loads(k.model_dump_json(by_alias=True, exclude_none=True))
+    doc["roles"][0]["body"].append({"op": "map", "dst": {"buf": "Sc"}, "expr": "Sc * 2"})
+    k2, diags = load(doc)
+    assert k2 is not None, diags
+    assert [d for d in verify(k2).diagnostics if d.code == "E-RES-05"]

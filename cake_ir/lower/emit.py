@@ -807,6 +807,15 @@ class Emitter:
         if src.scope == dst.scope == "thread" and [d for d in src.shape if d != 1] == [d for d in dst.shape if d != 1]:
             return "cake_e"   # per-thread tiles are row-major: size-1 dims do not move elements
         C = dst.shape[-1]
+        if dst.layout == "blocked" and dst.vec == C and len(dst.shape) > 1:
+            # every chunk of dst is one whole row (thread-owned rows, e.g. [K, VW] with vec VW)
+            T = self.scope_threads(dst.scope)
+            R = dst.shape[-2]
+            if src.scope == "thread" and [d for d in src.shape if d != 1] == [C]:
+                return f"(cake_e % {C})"                       # a per-thread [1, C] row: column c
+            if (src.layout == "blocked" and src.vec == 1 and src.scope == dst.scope and squeeze(src.shape) == [R]
+                    and prod(dst.shape[:-2]) == 1 and R % T == 0):
+                return f"(cake_e / {C})"                       # a blocked [R] vector: the chunk's row
         if dst.layout == "blocked" and same_kind and squeeze(src.shape) == [C] and len(dst.shape) > 1:
             T, V = self.scope_threads(dst.scope), dst.vec
             if C % (T * V):
@@ -850,8 +859,10 @@ class Emitter:
         sb, db = self.reg_tile(st.src, path), self.reg_tile(st.dst, path)
         if sb.layout != "blocked" and not (sb.layout == "row_major" and sb.scope == "thread"):
             self.fail(path, f"reduce over a {sb.layout} tile is not lowered yet (blocked or per-thread tiles)")
+        if st.axis == len(sb.shape) - 2 and sb.layout == "blocked" and sb.vec == sb.shape[-1] and st.kind in ("sum", "sum_sq"):
+            return self.reduce_columns(st, sb, db, path)
         if st.axis != len(sb.shape) - 1:
-            self.fail(path, "reduce runs along the last axis")
+            self.fail(path, "reduce runs along the last axis (or along rows of a blocked tile whose chunks are whole rows)")
         w = self.w
         op = {"sum": ("+", "0.0f", "sum"), "sum_sq": ("+", "0.0f", "sum"), "max": ("fmaxf", "(-cake::inf())", "max"),
               "min": ("fminf", "cake::inf()", "min")}[st.kind]
@@ -906,6 +917,36 @@ class Emitter:
             self.fail(path, f"reduce destination holds {prod(db.shape)} values, expected {R}")
         w.line("#pragma unroll")
         w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {db.name}[cake_i] = {self.to_storage(db.dtype, f'{acc}[cake_i]')};")
+        w.close()
+
+    def reduce_columns(self, st: Reduce, sb: Buffer, db: Buffer, path):
+        """Sum over the rows of a blocked [R, C] tile whose chunks are whole rows (vec == C): each thread
+        adds its rows per column, then the scope reduces each column (warp shuffles; scratch smem for
+        wider scopes is not planned here, so the scope is a warp). dst: C values per thread."""
+        C = sb.shape[-1]
+        T = self.scope_threads(sb.scope)
+        if T > 32:
+            self.fail(path, "a column reduction runs over a warp-scope tile")
+        if prod(sb.shape[:-2]) != 1:
+            self.fail(path, "a column reduction reads one [R, C] matrix")
+        if self.reg_count(db) != C and prod(db.shape) != C:
+            self.fail(path, f"a column reduction writes {C} values per thread (dst holds {prod(db.shape)})")
+        w = self.w
+        acc = self.fresh("red")
+        val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]") if sb.dtype != "f32" else f"{sb.name}[cake_e]"
+        if st.kind == "sum_sq":
+            val = f"cake::sq({val})"
+        w.open("", path)
+        w.line(f"float {acc}[{C}];")
+        w.line("#pragma unroll")
+        w.line(f"for (int cake_i = 0; cake_i < {C}; ++cake_i) {acc}[cake_i] = 0.0f;")
+        w.line("#pragma unroll")
+        w.line(f"for (int cake_e = 0; cake_e < {self.reg_count(sb)}; ++cake_e) {acc}[cake_e % {C}] += {val};")
+        if T > 1:
+            w.line("#pragma unroll")
+            w.line(f"for (int cake_i = 0; cake_i < {C}; ++cake_i) {acc}[cake_i] = cake::warp_sum({acc}[cake_i]);")
+        w.line("#pragma unroll")
+        w.line(f"for (int cake_i = 0; cake_i < {C}; ++cake_i) {db.name}[cake_i] = {self.to_storage(db.dtype, f'{acc}[cake_i]')};")
         w.close()
 
     # ---- selection, atomics, grid completion

@@ -23,17 +23,18 @@ LOWER_BOUND = -5.0
 L2_EPS = 1e-6
 
 
-def kda_decode_vk(vw: int = 8, arch: str = "sm_80"):
+def kda_decode(vw: int = 8, arch: str = "sm_80"):
+    """Both state layouts, chosen at run time by the VK scalar (one kernel for every task shape)."""
     assert V % vw == 0
     warps = V // vw
-    kb = KernelBuilder(f"kda_decode_vk_{vw}", arch=arch, grid=["HV", "B"], threads=32 * warps,
-                       note="KDA decode step, state pool gathered by index, S^T rows per warp")
+    kb = KernelBuilder(f"kda_decode_{vw}", arch=arch, grid=["HV", "B"], threads=32 * warps,
+                       note="KDA decode step, state pool gathered by index; VK picks the state layout")
     kb.const(K=K, V=V, VW=vw)
     kb.scalar("B", min=1)
     kb.scalar("H", min=1)
     kb.scalar("HV", min=1)
     kb.scalar("SAFE", min=0, max=1)
-    kb.scalar("VK", min=1, max=1)          # the [P, HV, V, K] layout only
+    kb.scalar("VK", min=0, max=1)
     for n in ("q", "k"):
         kb.tensor(n, "bf16", ["B", "H", "K"])
     kb.tensor("v", "bf16", ["B", "HV", "V"])
@@ -41,16 +42,26 @@ def kda_decode_vk(vw: int = 8, arch: str = "sm_80"):
     kb.tensor("beta", "bf16", ["B", "HV"])
     kb.tensor("A_log", "f32", ["HV"])
     kb.tensor("dt_bias", "f32", ["HV", "K"])
+    # [B, HV, V, K] (VK = 1) or [B, HV, K, V] (VK = 0): K = V, so one declared shape covers both
     kb.tensor("state", "f32", ["B", "HV", "V", "K"])
     kb.tensor("idx", "i32", ["B"])
     kb.tensor("o", "bf16", ["B", "HV", "V"], access="write")
     kb.tensor("state_out", "f32", ["B", "HV", "V", "K"], access="write")
+    # VK = 1: S^T rows [VW, K] per warp, each lane 4 consecutive K columns of every row (vec 4)
     vec = dict(layout="blocked", vec=4, scope="warp")
     for n in ("qf", "kf", "gf", "af"):
         kb.buffer(n, "reg", "f32", [1, 1, K], **vec)
     kb.buffer("db", "reg", "f32", [1, K], **vec)
     kb.buffer("S", "reg", "f32", [1, 1, vw, K], **vec)
     kb.buffer("T", "reg", "f32", [1, 1, vw, K], **vec)
+    # VK = 0: S columns [K, VW] per warp, each lane whole rows k = lane + 32 i (vec VW); K-vectors vec 1
+    col = dict(layout="blocked", vec=1, scope="warp")
+    for n in ("qc", "kc", "gc", "ac"):
+        kb.buffer(n, "reg", "f32", [1, 1, K], **col)
+    kb.buffer("dc", "reg", "f32", [1, K], **col)
+    kb.buffer("Sc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
+    kb.buffer("Tc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
+    # per-thread scalars and rows
     kb.buffer("al", "reg", "f32", [1], scope="thread")
     kb.buffer("bl", "reg", "f32", [1, 1], scope="thread")
     kb.buffer("qs", "reg", "f32", [1, 1, 1], scope="thread")
@@ -58,49 +69,73 @@ def kda_decode_vk(vw: int = 8, arch: str = "sm_80"):
     kb.buffer("vv", "reg", "f32", [1, 1, vw], scope="thread")
     kb.buffer("u", "reg", "f32", [1, 1, vw, 1], scope="thread")
     kb.buffer("ov", "reg", "f32", [1, 1, vw], scope="thread")
+    gate = f"select(SAFE, {LOWER_BOUND!r} * sigmoid(exp(al) * (G + D)), -exp(al) * softplus(G + D))"
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("hv", "bid.x")
         r.let("h", "hv / (HV / H)")            # grouped value heads read q/k head hv // (HV / H)
         r.let("slot", "ld(idx, b, 0, B - 1)")  # the sequence's state in the pool
         r.let("v0", "role_warp * VW")
-        r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qf"), oob="zfill", vec_bytes=8, id="load_q")
-        r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kf"), oob="zfill", vec_bytes=8, id="load_k")
-        r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gf"), vec_bytes=8, id="load_gate")
-        r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
         r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
         r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
-        r.ldg(tile("state", ["slot", "hv", "v0", 0], [1, 1, vw, K]), tile("S"), vec_bytes=16, id="gather_state")
-        # gate (log decay, <= 0 in both forms) and its exponential, per K column
-        r.map("gf", f"select(SAFE, {LOWER_BOUND!r} * sigmoid(exp(al) * (gf + db)), -exp(al) * softplus(gf + db))",
-              id="gate")
-        r.map("af", "exp(gf)")
         r.map("bl", "sigmoid(bl)")
-        r.reduce("sum_sq", "qf", "qs", axis=2, id="q_norm")
-        r.reduce("sum_sq", "kf", "ks", axis=2, id="k_norm")
-        r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
-        r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
-        # S <- S * exp(g); u <- beta * (v - S^T k); S <- S + k u^T; o <- S^T q
-        r.map("S", "S * af", id="decay")
-        r.map("T", "S * kf")
-        r.reduce("sum", "T", "u", axis=3, id="state_times_k")
         r.ldg(tile("v", ["b", "hv", "v0"], [1, 1, vw]), tile("vv"), vec_bytes=2, id="load_v")
-        r.map("u", "bl * (vv - u)", id="delta")
-        r.map("S", "S + u * kf", id="rank1_update")
-        r.stg(tile("S"), tile("state_out", ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16, id="scatter_state")
-        r.map("T", "S * qf")
-        r.reduce("sum", "T", "ov", axis=3, id="output")
+        with r.if_("VK == 1", id="layout_vk"):
+            r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qf"), oob="zfill", vec_bytes=8)
+            r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kf"), oob="zfill", vec_bytes=8)
+            r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gf"), vec_bytes=8)
+            r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
+            r.ldg(tile("state", ["slot", "hv", "v0", 0], [1, 1, vw, K]), tile("S"), vec_bytes=16, id="gather_state")
+            r.map("gf", gate.replace("G", "gf").replace("D", "db"), id="gate")
+            r.map("af", "exp(gf)")
+            r.reduce("sum_sq", "qf", "qs", axis=2, id="q_norm")
+            r.reduce("sum_sq", "kf", "ks", axis=2, id="k_norm")
+            r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+            r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
+            # S <- S * exp(g); u <- beta * (v - S^T k); S <- S + k u^T; o <- S^T q
+            r.map("S", "S * af", id="decay")
+            r.map("T", "S * kf")
+            r.reduce("sum", "T", "u", axis=3, id="state_times_k")
+            r.map("u", "bl * (vv - u)", id="delta")
+            r.map("S", "S + u * kf", id="rank1_update")
+            r.stg(tile("S"), tile("state_out", ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16,
+                  id="scatter_state")
+            r.map("T", "S * qf")
+            r.reduce("sum", "T", "ov", axis=3, id="output")
+        with r.else_():
+            r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qc"), oob="zfill", vec_bytes=2)
+            r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kc"), oob="zfill", vec_bytes=2)
+            r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gc"), vec_bytes=2)
+            r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dc"), vec_bytes=4)
+            # state [.., K, V]: rows k, this warp's VW columns (32 contiguous bytes per lane and row)
+            r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
+                  id="gather_state_kv")
+            r.map("gc", gate.replace("G", "gc").replace("D", "dc"), id="gate_kv")
+            r.map("ac", "exp(gc)")
+            r.reduce("sum_sq", "qc", "qs", axis=2)
+            r.reduce("sum_sq", "kc", "ks", axis=2)
+            r.map("qc", f"qc * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+            r.map("kc", f"kc * rsqrt(ks + {L2_EPS!r})")
+            r.map("Sc", "Sc * ac", id="decay_kv")
+            r.map("Tc", "Sc * kc")
+            r.reduce("sum", "Tc", "u", axis=2, id="state_times_k_kv")   # u: one value per column
+            r.map("u", "bl * (vv - u)", id="delta_kv")
+            r.map("Sc", "Sc + kc * u", id="rank1_update_kv")
+            r.stg(tile("Sc"), tile("state_out", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
+                  id="scatter_state_kv")
+            r.map("Tc", "Sc * qc")
+            r.reduce("sum", "Tc", "ov", axis=2, id="output_kv")
         with r.if_("lane == 0"):
             r.stg(tile("ov"), tile("o", ["b", "hv", "v0"], [1, 1, vw]), vec_bytes=2, id="store_o")
     return kb.build()
 
 
-SEEDS = {"kda_decode_vk_sm80": lambda: kda_decode_vk()}
+SEEDS = {"kda_decode_sm80": lambda: kda_decode()}
 
 FAMILIES = {
-    "kda_decode_vk_sm80": {
-        "make": kda_decode_vk,
-        "defaults": signature_defaults(kda_decode_vk),
+    "kda_decode_sm80": {
+        "make": kda_decode,
+        "defaults": signature_defaults(kda_decode),
         "space": {"vw": [4, 8, 16, 32]},
         "check": lambda p: V % p["vw"] == 0,
         "tactics": {},
