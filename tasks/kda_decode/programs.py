@@ -1,19 +1,22 @@
 """Seed programs for the KDA decode step (task `kda_decode`, defined in tasks/kda/task.py).
 
-`kda_decode_vk`: one CTA per (value head, sequence), grid [HV, B]. The sequence's state is gathered
-from the pool by a run-time index (`ld(idx, b, 0, B - 1)`) and kept as S^T rows: warp w owns value
-rows [w * VW, (w + 1) * VW), each lane 4 consecutive K columns of every row (blocked, vec 4), so the
-reductions over K are one warp shuffle tree per row and the K-vectors (q, k, the decay) are lane-local
-column broadcasts. Per step, in float32 (fla fused_recurrent_kda semantics, tasks/kda/reference.py):
+`kda_decode`: one CTA per (value head, sequence), grid [HV, B]; warp w owns value columns
+[w * VW, (w + 1) * VW). The sequence's state is gathered from the pool by a run-time index
+(`ld(idx, b, 0, B - 1)`). The VK scalar picks the state layout at run time:
+- VK = 1 ([P, HV, V, K]): S^T rows, each lane 4 consecutive K columns of every row (blocked, vec 4), so
+  the reductions over K are one warp shuffle tree per row and the K-vectors (q, k, the decay) are
+  lane-local column broadcasts;
+- VK = 0 ([P, HV, K, V]): S columns, each lane whole rows k = lane + 32 i (blocked, vec VW), the
+  K-vectors blocked vec 1 (the lane's rows), and the sums over K column reductions.
+Per step, in float32 (fla fused_recurrent_kda semantics, tasks/kda/reference.py):
 
     q, k <- l2norm(q), l2norm(k); q <- q * K^-0.5;  beta <- sigmoid(beta_logit)
     g <- lower_bound * sigmoid(exp(A_log) * (f + dt_bias))    (SAFE = 1)
          -exp(A_log) * softplus(f + dt_bias)                   (SAFE = 0)
     S <- S * exp(g)[K];  u <- beta * (v - S^T k);  S <- S + k u^T;  o <- S^T q
 
-State layout [P, HV, V, K] (VK = 1) only: the kernel's facts refuse VK = 0, where the same rows would be
-strided. No GPU run yet: verified and compiled (sm_80, sm_90a) in CI; `tests/test_kda_decode_ir.py`
-holds the GPU check against the float64 recurrence.
+No GPU run yet: verified and compiled (sm_80, sm_90a) in CI; `tests/test_kda_decode_ir.py` holds the
+GPU check against the float64 recurrence.
 """
 from tasks.base import signature_defaults
 from cake_ir.builder import KernelBuilder, tile
