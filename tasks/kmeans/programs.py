@@ -24,8 +24,7 @@ def _finish_rows(r, rows: int, first: str, count: str, tag: str) -> None:
     """Finish `count` chunks of `rows` centroids starting at centroid `first` (within the batch)."""
     with r.for_(f"f{tag}", 0, count):
         r.let(f"k{tag}", f"b * K + {first} + f{tag} * {rows}")
-        r.ldg(tile("WS", [f"k{tag}", 0], [rows, "D"] if False else [rows, 128]), tile(f"fs{tag}"), oob="zfill",
-              vec_bytes=4)
+        r.ldg(tile("WS", [f"k{tag}", 0], [rows, 128]), tile(f"fs{tag}"), oob="zfill", vec_bytes=4)
         r.ldg(tile("WC", [f"k{tag}", 0], [rows, 1]), tile(f"fc{tag}"), oob="zfill", vec_bytes=4)
         r.ldg(tile("C", [f"k{tag}", 0], [rows, 128]), tile(f"fo{tag}"), oob="zfill", vec_bytes=2)
         # empty clusters keep their centroid
@@ -41,15 +40,24 @@ def _finish_rows(r, rows: int, first: str, count: str, tag: str) -> None:
         r.stg(tile(f"fc{tag}"), tile("WC", [f"k{tag}", 0], [rows, 1]), oob="mask", vec_bytes=4)
 
 
-def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 64, rows: int = 8,
-                 arch: str = "sm_80"):
-    """Fused Lloyd iteration for K <= kmax (the per-CTA partial sums [kmax, d] f32 live in smem)."""
-    assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
-    warps = bm // 16
-    threads = 32 * warps
-    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}", arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
-                       threads=threads, note="one Lloyd iteration: fused argmin assignment + smem-aggregated update")
-    kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
+def _finish(r, levels) -> None:
+    """The last CTA of a batch finishes its K clusters in chunks of decreasing size: `levels` is
+    [(tag, rows, const name)], the last one (tag, 1, None); each level takes what the previous left."""
+    prev = None
+    for tag, rows, const in levels:
+        first = "0" if prev is None else f"(K / {prev}) * {prev}"
+        if prev is None:
+            count = f"K / {const}"
+        elif const is None:
+            count = f"K % {prev}"
+        else:
+            count = f"(K % {prev}) / {const}"
+        _finish_rows(r, rows, first, count, tag)
+        prev = const
+
+
+def _declare_io(kb, kmax: int) -> None:
+    """Scalars and tensors of one Lloyd iteration (the task's interface, tasks/kmeans/task.py)."""
     kb.scalar("B", min=1)
     kb.scalar("N", min=1)
     kb.scalar("K", min=1, max=kmax)
@@ -60,31 +68,68 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
     kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")     # workspace: zero between launches
     kb.tensor("WC", "f32", ["B * K", 1], access="readwrite")
     kb.tensor("WT", "i32", ["B", 1], access="readwrite")
-    kb.buffer("sX", "smem", "f16", [bm, d], pad=8)
-    kb.buffer("sC", "smem", "f16", [bn, d], pad=8, stages=2)
-    kb.buffer("cn", "smem", "f32", [bn])
-    kb.buffer("ssum", "smem", "f32", [kmax, d])
-    kb.buffer("scnt", "smem", "f32", [kmax, 1])
+
+
+def _declare_registers(kb, d: int, bn: int, levels) -> None:
+    """Register tiles: the zero block, the argmin's mma fragments and lists, the finish chunks."""
     kb.buffer("zero", "reg", "f32", [8, d], layout="blocked", vec=4, scope="cta")
     kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
     kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
     kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
     kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
-    for tag, n in (("m", rows), ("t", 1)):
+    for tag, n, _ in levels:
         kb.buffer(f"fs{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
         kb.buffer(f"fo{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
         kb.buffer(f"fc{tag}", "reg", "f32", [n, 1])
+
+
+def _zero_partials(r, d: int, threads: int, sum_chunks: str) -> None:
+    """Zero the CTA's smem sums (`sum_chunks` blocks of 8 rows) and its counts."""
+    r.fill("zero", 0.0)
+    with r.for_("z", 0, sum_chunks, id="zero_partials"):
+        r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
+    with r.for_("z2", 0, f"cdiv(KMAX, {threads})"):   # stride: the CTA's thread count (64 when bm = 32)
+        with r.if_(f"z2 * {threads} + tid < KMAX"):
+            r.fill("fct", 0.0)
+            r.sts(tile("fct"), tile("scnt", [f"z2 * {threads} + tid", 0], [1, 1]), vec_bytes=4)
+
+
+def _flush_and_finish(r, kmax: int, d: int, copies: int, levels) -> None:
+    """Add the CTA's sums (`copies` per-warp copies or one) and counts into the zeroed workspace, one
+    red.global per (cluster, dim); the last CTA of the batch divides and re-zeroes it."""
+    r.sync("syncthreads")
+    for c in range(copies):
+        r.add("red_add", id=f"flush_sums{c}" if copies > 1 else "flush_sums",
+              src=tile("ssum", [c * kmax, 0], [kmax, d]),
+              dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
+    r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
+    fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
+    with r._nest(fin["body"]):
+        _finish(r, levels)
+
+
+def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 64, rows: int = 8,
+                 arch: str = "sm_80"):
+    """Fused Lloyd iteration for K <= kmax (the per-CTA partial sums [kmax, d] f32 live in smem)."""
+    assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
+    warps = bm // 16
+    threads = 32 * warps
+    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}", arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
+                       threads=threads, note="one Lloyd iteration: fused argmin assignment + smem-aggregated update")
+    kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
+    levels = [("m", rows, "RB"), ("t", 1, None)]
+    _declare_io(kb, kmax)
+    kb.buffer("sX", "smem", "f16", [bm, d], pad=8)
+    kb.buffer("sC", "smem", "f16", [bn, d], pad=8, stages=2)
+    kb.buffer("cn", "smem", "f32", [bn])
+    kb.buffer("ssum", "smem", "f32", [kmax, d])
+    kb.buffer("scnt", "smem", "f32", [kmax, 1])
+    _declare_registers(kb, d, bn, levels)
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("wm0", "role_warp * 16")
-        r.fill("zero", 0.0)
-        with r.for_("z", 0, "KMAX / 8", id="zero_partials"):
-            r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
-        with r.for_("z2", 0, f"cdiv(KMAX, {threads})"):   # stride: the CTA's thread count (64 when bm = 32)
-            with r.if_(f"z2 * {threads} + tid < KMAX"):
-                r.fill("fct", 0.0)
-                r.sts(tile("fct"), tile("scnt", [f"z2 * {threads} + tid", 0], [1, 1]), vec_bytes=4)
+        _zero_partials(r, d, threads, "KMAX / 8")
         with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
             r.let("n0", "(bid.x + it * nbid.x) * BM")
             r.sync("syncthreads")   # the previous tile's readers of sX / sC are done
@@ -118,13 +163,7 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
                   dst=tile("ssum"), row0="n0 + wm0", row_limit="N")
             r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0",
                   row_limit="N")
-        r.sync("syncthreads")
-        r.add("red_add", id="flush_sums", src=tile("ssum"), dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
-        r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
-        fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
-        with r._nest(fin["body"]):
-            _finish_rows(r, rows, "0", "K / RB", "m")
-            _finish_rows(r, 1, "(K / RB) * RB", "K % RB", "t")
+        _flush_and_finish(r, kmax, d, 1, levels)
     return kb.build()
 
 
@@ -152,43 +191,20 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
                        note="one Lloyd iteration: resident centroids, double-buffered points, fused argmin + "
                             "smem-aggregated update")
     kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows, RBB=big)
-    kb.scalar("B", min=1)
-    kb.scalar("N", min=1)
-    kb.scalar("K", min=1, max=kmax)
-    kb.tensor("X", "f16", ["B * N", "D"])
-    kb.tensor("C", "f16", ["B * K", "D"])
-    kb.tensor("A", "i32", ["B", "N"], access="write")
-    kb.tensor("Cnew", "f32", ["B * K", "D"], access="write")
-    kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")
-    kb.tensor("WC", "f32", ["B * K", 1], access="readwrite")
-    kb.tensor("WT", "i32", ["B", 1], access="readwrite")
+    levels = [("b", big, "RBB"), ("m", rows, "RB"), ("t", 1, None)]
+    _declare_io(kb, kmax)
     kb.buffer("sX", "smem", "f16", [bm, d], pad=8, stages=2)
     kb.buffer("sC", "smem", "f16", [kmax, d], pad=8)
     kb.buffer("cn", "smem", "f32", [kmax])
     copies = warps if private else 1
     kb.buffer("ssum", "smem", "f32", [copies * kmax, d])
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
-    kb.buffer("zero", "reg", "f32", [8, d], layout="blocked", vec=4, scope="cta")
-    kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
-    kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
-    kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
-    kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
-    kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
-    for tag, n in (("b", big), ("m", rows), ("t", 1)):
-        kb.buffer(f"fs{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
-        kb.buffer(f"fo{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
-        kb.buffer(f"fc{tag}", "reg", "f32", [n, 1])
+    _declare_registers(kb, d, bn, levels)
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("wm0", "role_warp * 16")
         r.let("ntile", "cdiv(cdiv(N, BM) - bid.x, nbid.x)")
-        r.fill("zero", 0.0)
-        with r.for_("z", 0, f"{copies} * KMAX / 8", id="zero_partials"):
-            r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
-        with r.for_("z2", 0, f"cdiv(KMAX, {threads})"):
-            with r.if_(f"z2 * {threads} + tid < KMAX"):
-                r.fill("fct", 0.0)
-                r.sts(tile("fct"), tile("scnt", [f"z2 * {threads} + tid", 0], [1, 1]), vec_bytes=4)
+        _zero_partials(r, d, threads, f"{copies} * KMAX / 8")
         # rows of C beyond K (the next batch's centroids or zero fill) are never chosen: topk's limit
         r.copy("cp_async", tile("C", ["b * K", 0], [kmax, d]), tile("sC"), oob="zfill", id="load_centroids")
         r.copy("cp_async", tile("X", ["b * N + bid.x * BM", 0], [bm, d]), tile("sX", slot=0), oob="zfill",
@@ -222,16 +238,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
                   row_limit="N", batch=cas_batch)
             r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0",
                   row_limit="N")
-        r.sync("syncthreads")
-        for c in range(copies):
-            r.add("red_add", id=f"flush_sums{c}" if private else "flush_sums",
-                  src=tile("ssum", [c * kmax, 0], [kmax, d]), dst=tile("WS", ["b * K", 0], [kmax, d]), row_limit="K")
-        r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
-        fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
-        with r._nest(fin["body"]):
-            _finish_rows(r, big, "0", "K / RBB", "b")
-            _finish_rows(r, rows, "(K / RBB) * RBB", "(K % RBB) / RB", "m")
-            _finish_rows(r, 1, "(K / RB) * RB", "K % RB", "t")
+        _flush_and_finish(r, kmax, d, copies, levels)
     return kb.build()
 
 
