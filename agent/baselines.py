@@ -190,22 +190,26 @@ def knn_l2_flashlib(inputs: dict) -> dict:
     return {"I": i.int(), "Dist": d.float()}
 
 
-def kmeans_torch(inputs: dict, B: int | None = None) -> dict:
-    """One Lloyd iteration in torch: matmul + argmin + scatter_add (index_add) per batch."""
+def lloyd_step_torch(x, c):
+    """One Lloyd iteration in torch for x [B, N, D], c [B, K, D]: matmul + argmin + scatter_add ->
+    (assignments [B, N], new centroids [B, K, D] f32; empty clusters keep their centroid)."""
     import torch
-    from tasks.kmeans.task import D
-    X, C = inputs["X"], inputs["C"]
-    B = B or int(inputs.get("_B", 1))
-    x = X.view(B, -1, D)
-    c = C.view(B, -1, D)
+    B, _, D = x.shape
     K = c.shape[1]
     d = (c.float() ** 2).sum(-1)[:, None, :] - 2 * torch.bmm(x, c.transpose(1, 2)).float()
     a = d.argmin(-1)
-    sums = torch.zeros(B, K, D, device=X.device, dtype=torch.float32)
+    sums = torch.zeros(B, K, D, device=x.device, dtype=torch.float32)
     sums.scatter_add_(1, a[..., None].expand(-1, -1, D), x.float())
-    cnt = torch.zeros(B, K, device=X.device, dtype=torch.float32)
+    cnt = torch.zeros(B, K, device=x.device, dtype=torch.float32)
     cnt.scatter_add_(1, a, torch.ones_like(a, dtype=torch.float32))
-    new = torch.where(cnt[..., None] > 0, sums / cnt.clamp(min=1)[..., None], c.float())
+    return a, torch.where(cnt[..., None] > 0, sums / cnt.clamp(min=1)[..., None], c.float())
+
+
+def kmeans_torch(inputs: dict, B: int | None = None) -> dict:
+    """One Lloyd iteration in torch (`lloyd_step_torch`) on the task's folded [B*N, D] / [B*K, D]."""
+    from tasks.kmeans.task import D
+    B = B or int(inputs.get("_B", 1))
+    a, new = lloyd_step_torch(inputs["X"].view(B, -1, D), inputs["C"].view(B, -1, D))
     return {"A": a.int(), "Cnew": new.view(-1, D)}
 
 

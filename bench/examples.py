@@ -21,13 +21,15 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def timed(fn, flush, reps: int, warmup: int = 5):
+def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: float = float("inf")):
+    """Median of CUDA-event times, L2 flushed before each repetition. `reps` repetitions, or fewer once
+    `min_reps` have run and their total passed `budget_ms` (slow calls in a large grid)."""
     import torch
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(reps):
+    while len(times) < reps and (len(times) < min_reps or sum(times) < budget_ms):
         flush()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
@@ -35,7 +37,7 @@ def timed(fn, flush, reps: int, warmup: int = 5):
         e.record()
         e.synchronize()
         times.append(s.elapsed_time(e))
-    return {"ms_median": statistics.median(times), "ms_min": min(times), "ms_max": max(times), "reps": reps}
+    return {"ms_median": statistics.median(times), "ms_min": min(times), "ms_max": max(times), "reps": len(times)}
 
 
 def rel_rmse(out, ref):

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 
@@ -97,24 +96,17 @@ def kmeans_variants() -> list[dict]:
 
 # ---------------------------------------------------------------- timing and checks
 class Timer:
+    """bench/examples.py `timed` with a 256 MiB L2 flush: up to 30 repetitions, at least 3, stopping
+    once they add up to 60 ms."""
+
     def __init__(self):
         import torch
         self.flush_buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
-    def __call__(self, fn, min_reps: int = 3, max_reps: int = 30, budget_ms: float = 60.0) -> dict:
-        import torch
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        while len(times) < max_reps and (len(times) < min_reps or sum(times) < budget_ms):
-            self.flush_buf.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        return {"ms": statistics.median(times), "ms_min": min(times), "reps": len(times)}
+    def __call__(self, fn) -> dict:
+        from bench.examples import timed
+        t = timed(fn, self.flush_buf.zero_, reps=30, warmup=1, min_reps=3, budget_ms=60.0)
+        return {"ms": t["ms_median"], "ms_min": t["ms_min"], "reps": t["reps"]}
 
 
 def knn_inputs(shape, seed=0):
@@ -135,6 +127,8 @@ def knn_inputs(shape, seed=0):
     return xq.half().contiguous(), xb.half().contiguous()
 
 
+# The checks below are tasks/knn and tasks/kmeans `check` in torch on the GPU: the tasks' numpy float64
+# versions take minutes at grid sizes (a 4096 x 4M float64 distance matrix).
 def knn_reference(xq, xb, k):
     """(k-th best exact squared distance per query, rounding allowance per query), float64 on the GPU."""
     import torch
@@ -241,20 +235,13 @@ def knn_baselines():
 
 
 def kmeans_baselines():
-    import torch
+    from agent.baselines import lloyd_step_torch
 
     def torch_lloyd(x, c, iters):
-        B, N, _ = x.shape
-        K = c.shape[1]
         cur = c
         for _ in range(iters):
-            d = (cur.float() ** 2).sum(-1)[:, None, :] - 2 * torch.bmm(x, cur.transpose(1, 2)).float()
-            a = d.argmin(-1)
-            sums = torch.zeros(B, K, D, device=x.device, dtype=torch.float32)
-            sums.scatter_add_(1, a[..., None].expand(-1, -1, D), x.float())
-            cnt = torch.zeros(B, K, device=x.device, dtype=torch.float32)
-            cnt.scatter_add_(1, a, torch.ones_like(a, dtype=torch.float32))
-            cur = torch.where(cnt[..., None] > 0, sums / cnt.clamp(min=1)[..., None], cur.float()).half()
+            a, cur = lloyd_step_torch(x, cur)
+            cur = cur.half()
         return a, cur
 
     out = {"torch": torch_lloyd}

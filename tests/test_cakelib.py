@@ -185,10 +185,11 @@ def test_benchmark_grid_covers_400_shapes_in_the_supported_domain():
     assert len(kg) + len(ng) >= 400
     for g in (kg, ng):
         assert len({tuple(sorted(s.items())) for s in g}) == len(g)   # no shape counted twice
-    for s in kg:
-        assert rt_mod.choose("kmeans", {**s, "D": 128})   # the fallback or a table pick covers every shape
-    for s in ng:
-        assert rt_mod.choose("knn", {**s, "D": 128})
+    for op, grid in (("kmeans", kg), ("knn", ng)):   # a table pick or the fallback runs every shape
+        for s in grid:
+            shape = {**s, "D": 128}
+            name, p = rt_mod.choose(op, shape)
+            assert SUPPORTS[op](p, shape) and name == NAMES[op](p), (op, s, name)
     rows = [{"shape": {"Q": 1}, "ok": True, "speedup": 2.0, "best_baseline": "a"},
             {"shape": {"Q": 2}, "ok": True, "speedup": 0.5, "best_baseline": "b"},
             {"shape": {"Q": 3}, "ok": False, "why": "wrong"}]
