@@ -180,12 +180,16 @@ def main(argv=None) -> int:
         home_a, home_b = work / "home-a", work / "home-b"
         steps = {}
 
-        t0 = time.monotonic()
-        rc, _ = sh(run_cmd + ["--run-id", "replay-1"], repo, env_for(home_a), args.campaign_timeout, logs / "campaign1.log")
-        steps["campaign1_s"] = round(time.monotonic() - t0, 1)
-        if rc != 0:
-            raise SystemExit(f"campaign 1 failed (exit {rc}); see {logs / 'campaign1.log'}")
-        result["campaign1"] = metrics(home_a, "replay-1")
+        def campaign(n: int, home) -> dict:
+            t0 = time.monotonic()
+            log = logs / f"campaign{n}.log"
+            rc, _ = sh(run_cmd + ["--run-id", f"replay-{n}"], repo, env_for(home), args.campaign_timeout, log)
+            steps[f"campaign{n}_s"] = round(time.monotonic() - t0, 1)
+            if rc != 0:
+                raise SystemExit(f"campaign {n} failed (exit {rc}); see {log}")
+            return metrics(home, f"replay-{n}")
+
+        result["campaign1"] = campaign(1, home_a)
 
         rc, text = sh([PY, "-m", "agent.evolve", "--kinds", "rule", "--min-count", str(args.min_count),
                        "--min-candidates", str(args.min_candidates), "--repo", str(repo)], repo, env_for(home_a),
@@ -210,12 +214,7 @@ def main(argv=None) -> int:
         result["accepted"] = accepted
         result["learned_rules"] = sorted(p.name for p in (repo / "rules").glob("e_lrn_*.py"))
 
-        t0 = time.monotonic()
-        rc, _ = sh(run_cmd + ["--run-id", "replay-2"], repo, env_for(home_b), args.campaign_timeout, logs / "campaign2.log")
-        steps["campaign2_s"] = round(time.monotonic() - t0, 1)
-        if rc != 0:
-            raise SystemExit(f"campaign 2 failed (exit {rc}); see {logs / 'campaign2.log'}")
-        result["campaign2"] = metrics(home_b, "replay-2")
+        result["campaign2"] = campaign(2, home_b)
         result["wall_s"] = steps
         c1, c2 = result["campaign1"], result["campaign2"]
         result["summary"] = {k: [c1[k], c2[k]] for k in ("candidates", "failed", "caught_at_verify", "escaped_verify",
