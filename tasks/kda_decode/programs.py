@@ -1,7 +1,7 @@
 """Seed programs for the KDA decode step (task `kda_decode`, defined in tasks/kda/task.py).
 
-`kda_decode`: one CTA per (value head, sequence), grid [HV, B]; warp w owns value columns
-[w * VW, (w + 1) * VW). The sequence's state is gathered from the pool by a run-time index
+`kda_decode`: one CTA per (value head, sequence) and V-slice, grid [HV, B(, vsplit)]; warp w of
+slice z owns value columns z * V / vsplit + [w * VW, (w + 1) * VW). The sequence's state is gathered from the pool by a run-time index
 (`ld(idx, b, 0, B - 1)`). The VK scalar picks the state layout at run time:
 - VK = 1 ([P, HV, V, K]): S^T rows, each lane 4 consecutive K columns of every row (blocked, vec 4), so
   the reductions over K are one warp shuffle tree per row and the K-vectors (q, k, the decay) are
@@ -26,13 +26,15 @@ LOWER_BOUND = -5.0
 L2_EPS = 1e-6
 
 
-def kda_decode(vw: int = 8, arch: str = "sm_80"):
-    """Both state layouts, chosen at run time by the VK scalar (one kernel for every task shape)."""
-    assert V % vw == 0
-    warps = V // vw
-    kb = KernelBuilder(f"kda_decode_{vw}", arch=arch, grid=["HV", "B"], threads=32 * warps,
+def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
+    """Both state layouts, chosen at run time by the VK scalar (one kernel for every task shape).
+    `vsplit` CTAs share a (value head, sequence), each V / vsplit columns (more CTAs at small B)."""
+    assert V % (vw * vsplit) == 0
+    warps = V // (vw * vsplit)
+    grid = ["HV", "B"] + ([vsplit] if vsplit > 1 else [])
+    kb = KernelBuilder(f"kda_decode_{vw}_{vsplit}", arch=arch, grid=grid, threads=32 * warps,
                        note="KDA decode step, state pool gathered by index; VK picks the state layout")
-    kb.const(K=K, V=V, VW=vw)
+    kb.const(K=K, V=V, VW=vw, VC=V // vsplit)
     kb.scalar("B", min=1)
     kb.scalar("H", min=1)
     kb.scalar("HV", min=1)
@@ -78,7 +80,7 @@ def kda_decode(vw: int = 8, arch: str = "sm_80"):
         r.let("hv", "bid.x")
         r.let("h", "hv / (HV / H)")            # grouped value heads read q/k head hv // (HV / H)
         r.let("slot", "ld(idx, b, 0, B - 1)")  # the sequence's state in the pool
-        r.let("v0", "role_warp * VW")
+        r.let("v0", ("bid.z * VC + " if vsplit > 1 else "") + "role_warp * VW")
         r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
         r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
         r.map("bl", "sigmoid(bl)")
@@ -139,8 +141,9 @@ FAMILIES = {
     "kda_decode_sm80": {
         "make": kda_decode,
         "defaults": signature_defaults(kda_decode),
-        "space": {"vw": [4, 8, 16, 32]},
-        "check": lambda p: V % p["vw"] == 0,
+        # vw 4 holds too many registers with both layouts' tiles; 32 is over the 16-wide vector limit
+        "space": {"vw": [8, 16], "vsplit": [1, 2, 4]},
+        "check": lambda p: V % (p["vw"] * p["vsplit"]) == 0,
         "tactics": {},
     },
 }
