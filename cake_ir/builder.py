@@ -64,13 +64,16 @@ class _Body:
     @contextmanager
     def if_(self, cond, id: str | None = None):
         st = self.add("if", cond=cond, then=[], id=id)
-        self._last_if = st
         with self._nest(st["then"]):
             yield self
 
     @contextmanager
     def else_(self):
-        st = self._last_if
+        """The else branch of the if_ block just closed in the same body (not of an if nested in it)."""
+        cur = self._stack[-1]
+        st = cur[-1] if cur else None
+        if st is None or st.get("op") != "if" or "else" in st:
+            raise ValueError("else_() must directly follow an if_() block in the same body")
         st["else"] = []
         with self._nest(st["else"]):
             yield self

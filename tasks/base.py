@@ -86,7 +86,7 @@ class BaseTask:
         return {n: make() for n, make in mod.SEEDS.items()}
 
 
-TASK_NAMES = ("gemm", "softmax", "knn", "knn_ip", "kmeans", "kda_decode")
+TASK_NAMES = ("gemm", "softmax", "knn", "knn_ip", "kmeans", "kda", "kda_decode")
 
 
 def get_task(name: str) -> Task:

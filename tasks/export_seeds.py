@@ -5,7 +5,7 @@ import sys
 
 from cake_ir.io import dumps
 
-TASKS = ("softmax", "gemm", "knn", "knn_ip", "kmeans", "kda_decode")
+TASKS = ("softmax", "gemm", "knn", "knn_ip", "kmeans", "kda", "kda_decode")
 ROOT = pathlib.Path(__file__).resolve().parent
 
 

@@ -78,10 +78,13 @@ def test_gather_on_gpu():
     from gpu_backend.driver import gpu_available
     if not gpu_available():
         pytest.skip("needs a CUDA GPU")
+    from gpu_backend.driver import arch_of, context, properties
     from gpu_backend.memory import DeviceArray, synchronize
     from gpu_backend.runner import CompiledKernel
-    k = _gather()
-    res = compile_kernel(k)
+    context(0)
+    arch = arch_of(properties(0))         # an sm_80 cubin does not load on sm_90 (no PTX in it)
+    k = _gather().model_copy(update={"arch": arch})
+    res = compile_kernel(k, arch=arch)
     ck = CompiledKernel(k, res)
     rng = np.random.default_rng(0)
     B, P = 37, 50

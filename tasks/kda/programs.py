@@ -1,0 +1,185 @@
+"""Seed programs for KDA prefill (task `kda`, tasks/kda/task.py).
+
+`kda_recurrent`: the token recurrence with the state in registers, the token stream staged through
+shared memory. One CTA per (value head, sequence, V-slice), grid [HV, N, vsplit]; warp w of slice z
+owns value columns z * V / vsplit + [w * VW, (w + 1) * VW) of the state for the whole sequence, so
+no state ever leaves the SM between tokens and a CTA needs nothing from any other CTA.
+
+Per chunk of C tokens the CTA copies q, k, g (all K channels) and its V-slice of v into a 2-stage
+shared-memory ring with cp.async, one chunk ahead of the tokens it is working on; warp 0 loads the
+chunk's beta logits, takes the sigmoid and parks them beside. Per token, in float32 (the task's
+semantics, tasks/kda/reference.py):
+
+    q, k <- l2norm(q), l2norm(k); q <- q * K^-0.5
+    g <- lower_bound * sigmoid(exp(A_log) * (f + dt_bias))    (SAFE = 1)
+         -exp(A_log) * softplus(f + dt_bias)                   (SAFE = 0)
+    S <- S * exp(g)[K];  u <- beta * (v - S^T k);  S <- S + k u^T;  o <- S^T q
+
+exp(g) <= 1 for every token, so neither gate form can overflow (no cumulative gate is ever formed).
+The state layout (VK) is picked at run time: VK = 1 keeps S^T rows (lanes across K, vec 4, shuffle
+reductions per row), VK = 0 keeps S columns (whole K rows per lane, column reductions), each path
+reading and writing h0 / ht in its own layout with no transpose.
+
+This is the first prefill program: it is exact and simple, and it is latency-bound per token (the
+chunked algorithm of docs/tasks-kda.md is the route to tensor cores and is not written yet).
+"""
+from tasks.base import signature_defaults
+from cake_ir.builder import KernelBuilder, tile
+
+K = V = 128
+LOWER_BOUND = -5.0
+L2_EPS = 1e-6
+
+
+def _gate(g: str, d: str) -> str:
+    return (f"select(SAFE, {LOWER_BOUND!r} * sigmoid(exp(al) * ({g} + {d})), "
+            f"-exp(al) * softplus({g} + {d}))")
+
+
+def _sequence(r, vw: int, vc: int, chunk: int, vk: bool):
+    """The whole sequence for one state layout: initial state, the chunk loop, the final state."""
+    sfx = "" if vk else "_kv"
+    S, Tt = ("S", "Tr") if vk else ("Sc", "Tc")
+    qv, kv, gv, dv = ("qf", "kf", "gf", "db") if vk else ("qc", "kc", "gc", "dc")
+    st_tile = (["n", "hv", "v0", 0], [1, 1, vw, K]) if vk else (["n", "hv", 0, "v0"], [1, 1, K, vw])
+    red_axis = 3 if vk else 2
+    vec = 16
+    r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile(dv), vec_bytes=16 if vk else 4)
+    with r.if_("H0 == 1"):
+        r.ldg(tile("h0", *st_tile), tile(S), vec_bytes=vec, id="load_h0" + sfx)
+    with r.else_():
+        r.fill(S, 0.0)
+
+    def stage_chunk(c: str, slot: str):
+        t0 = f"bos + ({c}) * C"
+        r.copy("cp_async", tile("q", [t0, "h", 0], [chunk, 1, K]), tile("sQ", slot=slot), oob="zfill", vec_bytes=16)
+        r.copy("cp_async", tile("k", [t0, "h", 0], [chunk, 1, K]), tile("sK", slot=slot), oob="zfill", vec_bytes=16)
+        r.copy("cp_async", tile("g", [t0, "hv", 0], [chunk, 1, K]), tile("sG", slot=slot), oob="zfill", vec_bytes=16)
+        r.copy("cp_async", tile("v", [t0, "hv", "c0"], [chunk, 1, vc]), tile("sV", slot=slot), oob="zfill",
+               vec_bytes=16)
+
+    stage_chunk("0", "0")
+    r.sync("cp_async_commit")
+    with r.if_("role_warp == 0"):
+        r.ldg(tile("beta", ["bos", "hv"], [chunk, 1]), tile("bc"), oob="zfill", vec_bytes=2)
+        r.map("bc", "sigmoid(bc)")
+        r.sts(tile("bc"), tile("sB", slot="0"), vec_bytes=4)
+    with r.for_("c", 0, "nc", id="chunk_loop" + sfx):
+        r.let("t0", "bos + c * C")
+        r.sync("cp_async_wait", n=0)      # chunk c has landed
+        r.sync("syncthreads")             # visible to every warp; every warp is done with chunk c - 1
+        with r.if_("c + 1 < nc"):
+            stage_chunk("c + 1", "(c + 1) % 2")
+        r.sync("cp_async_commit")
+        with r.if_("c + 1 < nc && role_warp == 0"):
+            r.ldg(tile("beta", ["t0 + C", "hv"], [chunk, 1]), tile("bc"), oob="zfill", vec_bytes=2)
+        with r.for_("j", 0, "min(C, eos - t0)", id="token_loop" + sfx):
+            slot = "c % 2"
+            r.lds(tile("sQ", ["j", 0, 0], [1, 1, K], slot=slot), tile(qv), vec_bytes=8 if vk else 2)
+            r.lds(tile("sK", ["j", 0, 0], [1, 1, K], slot=slot), tile(kv), vec_bytes=8 if vk else 2)
+            r.lds(tile("sG", ["j", 0, 0], [1, 1, K], slot=slot), tile(gv), vec_bytes=8 if vk else 2)
+            r.lds(tile("sV", ["j", 0, "role_warp * VW"], [1, 1, vw], slot=slot), tile("vv"), vec_bytes=16)
+            r.lds(tile("sB", ["j", 0], [1, 1], slot=slot), tile("bl"), vec_bytes=4)
+            r.map(gv, f"exp({_gate(gv, dv)})", id="decay" + sfx)
+            r.reduce("sum_sq", qv, "qs", axis=2)
+            r.reduce("sum_sq", kv, "ks", axis=2)
+            r.map(qv, f"{qv} * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+            r.map(kv, f"{kv} * rsqrt(ks + {L2_EPS!r})")
+            r.map(S, f"{S} * {gv}")
+            r.map(Tt, f"{S} * {kv}")
+            r.reduce("sum", Tt, "u", axis=red_axis, id="state_times_k" + sfx)
+            r.map("u", "bl * (vv - u)")
+            r.map(S, f"{S} + u * {kv}" if vk else f"{S} + {kv} * u", id="rank1_update" + sfx)
+            r.map(Tt, f"{S} * {qv}")
+            r.reduce("sum", Tt, "ov", axis=red_axis, id="output" + sfx)
+            with r.if_("lane == 0"):
+                    # t0 + j < eos <= T; the mask only states it for the prover
+                r.stg(tile("ov"), tile("o", ["t0 + j", "hv", "v0"], [1, 1, vw]), oob="mask",
+                      vec_bytes=2 * vw if vw <= 8 else 16, id="store_o" + sfx)
+        with r.if_("c + 1 < nc && role_warp == 0"):
+            r.map("bc", "sigmoid(bc)")
+            r.sts(tile("bc"), tile("sB", slot="(c + 1) % 2"), vec_bytes=4)
+    r.sync("cp_async_wait", n=0)          # the last (empty) group: nothing may land after the CTA ends
+    r.stg(tile(S), tile("ht", *st_tile), vec_bytes=vec, id="store_ht" + sfx)
+
+
+def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm_80"):
+    """Both gate forms and both state layouts (run-time SAFE / VK / H0), packed varlen sequences."""
+    assert V % (vw * vsplit) == 0 and chunk % 32 == 0
+    vc = V // vsplit
+    warps = vc // vw
+    kb = KernelBuilder(f"kda_recurrent_{vw}_{vsplit}_{chunk}", arch=arch, grid=["HV", "N", vsplit],
+                       threads=32 * warps,
+                       note="KDA prefill, token recurrence, state in registers, token stream through smem")
+    kb.const(K=K, V=V, VW=vw, VC=vc, C=chunk)
+    for n in ("T", "N", "H", "HV"):
+        kb.scalar(n, min=1)
+    for n in ("SAFE", "VK", "H0"):
+        kb.scalar(n, min=0, max=1)
+    for n in ("q", "k"):
+        kb.tensor(n, "bf16", ["T", "H", "K"])
+    kb.tensor("v", "bf16", ["T", "HV", "V"])
+    kb.tensor("g", "bf16", ["T", "HV", "K"])
+    kb.tensor("beta", "bf16", ["T", "HV"])
+    kb.tensor("A_log", "f32", ["HV"])
+    kb.tensor("dt_bias", "f32", ["HV", "K"])
+    # [N, HV, V, K] (VK = 1) or [N, HV, K, V] (VK = 0): K = V, so one declared shape covers both
+    kb.tensor("h0", "f32", ["N", "HV", "V", "K"])
+    kb.tensor("cu_seqlens", "i32", ["N + 1"])
+    kb.tensor("o", "bf16", ["T", "HV", "V"], access="write")
+    kb.tensor("ht", "f32", ["N", "HV", "V", "K"], access="write")
+    # the token stream, 2 stages of C tokens
+    for n in ("sQ", "sK", "sG"):
+        kb.buffer(n, "smem", "bf16", [chunk, 1, K], stages=2)
+    kb.buffer("sV", "smem", "bf16", [chunk, 1, vc], stages=2)
+    kb.buffer("sB", "smem", "f32", [chunk, 1], stages=2)
+    kb.buffer("bc", "reg", "f32", [chunk, 1], layout="blocked", vec=1, scope="warp")
+    # VK = 1: S^T rows [VW, K] per warp, each lane 4 consecutive K columns of every row (vec 4)
+    v4 = dict(layout="blocked", vec=4, scope="warp")
+    for n in ("qf", "kf", "gf"):
+        kb.buffer(n, "reg", "f32", [1, 1, K], **v4)
+    kb.buffer("db", "reg", "f32", [1, K], **v4)
+    kb.buffer("S", "reg", "f32", [1, 1, vw, K], **v4)
+    kb.buffer("Tr", "reg", "f32", [1, 1, vw, K], **v4)
+    # VK = 0: S columns [K, VW] per warp, each lane whole rows k = lane + 32 i (vec VW); K-vectors vec 1
+    v1 = dict(layout="blocked", vec=1, scope="warp")
+    for n in ("qc", "kc", "gc"):
+        kb.buffer(n, "reg", "f32", [1, 1, K], **v1)
+    kb.buffer("dc", "reg", "f32", [1, K], **v1)
+    kb.buffer("Sc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
+    kb.buffer("Tc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
+    kb.buffer("al", "reg", "f32", [1], scope="thread")
+    kb.buffer("bl", "reg", "f32", [1, 1], scope="thread")
+    kb.buffer("qs", "reg", "f32", [1, 1, 1], scope="thread")
+    kb.buffer("ks", "reg", "f32", [1, 1, 1], scope="thread")
+    kb.buffer("vv", "reg", "f32", [1, 1, vw], scope="thread")
+    kb.buffer("u", "reg", "f32", [1, 1, vw, 1], scope="thread")
+    kb.buffer("ov", "reg", "f32", [1, 1, vw], scope="thread")
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("hv", "bid.x")
+        r.let("n", "bid.y")
+        r.let("h", "hv / (HV / H)")              # grouped value heads read q/k head hv // (HV / H)
+        r.let("bos", "ld(cu_seqlens, n, 0, T)")
+        r.let("eos", "ld(cu_seqlens, n + 1, 0, T)")
+        r.let("nc", "cdiv(max(eos - bos, 0), C)")
+        r.let("c0", "bid.z * VC")
+        r.let("v0", "c0 + role_warp * VW")
+        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
+        with r.if_("VK == 1", id="layout_vk"):
+            _sequence(r, vw, vc, chunk, vk=True)
+        with r.else_():
+            _sequence(r, vw, vc, chunk, vk=False)
+    return kb.build()
+
+
+SEEDS = {"kda_recurrent_sm80": lambda: kda_recurrent()}
+
+FAMILIES = {
+    "kda_recurrent_sm80": {
+        "make": kda_recurrent,
+        "defaults": signature_defaults(kda_recurrent),
+        "space": {"vw": [8, 16], "vsplit": [1, 2, 4, 8, 16], "chunk": [32, 64]},
+        "check": lambda p: V % (p["vw"] * p["vsplit"]) == 0,
+        "tactics": {},
+    },
+}
