@@ -106,7 +106,7 @@ def self_check() -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--variants", default="8x4x32,8x8x32,8x16x32,16x2x32,8x4x64",
+    ap.add_argument("--variants", default="8x2x32,8x4x32,8x8x32,8x16x32,8x4x64",
                     help="prefill-family points to time, vw x vsplit x chunk")
     ap.add_argument("--shapes", default="", help="indices into PREFILL_BENCH (default: all)")
     ap.add_argument("--deadline-s", type=float, default=1e9)
@@ -140,6 +140,17 @@ def main() -> int:
             print(f"{var}: does not compile:", [d.short() for d in res.diagnostics][:3])
             continue
         kernels[f"cake_vw{vw}_vs{vs}_c{ch}"] = (CompiledKernel(ir, res), res.resources)
+    info = env_info()
+
+    def save() -> str:      # after every shape: a timeout keeps what was measured
+        os.makedirs(args.out, exist_ok=True)
+        doc = {"env": info, "tolerance": TOL, "reps": args.reps, "reference_self_check": check,
+               "resources": {n: r for n, (_ck, r) in kernels.items()}, "rows": rows}
+        path = os.path.join(args.out, "kda-prefill-h200.json")
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+        return path
+
     idx = [int(i) for i in args.shapes.split(",")] if args.shapes else range(len(PREFILL_BENCH))
     shapes = [PREFILL_BENCH[i] for i in idx]
     rows = []
@@ -186,14 +197,10 @@ def main() -> int:
             ms = row.get("timing", {}).get("ms_median")
             print(f"T={shape['T']} N={shape['N']} H={shape['H']} SAFE={shape['SAFE']} {name:24s} ok={row['correct']} "
                   f"ms={ms} err={row.get('rel_rmse')} {row.get('error', row.get('unavailable', ''))[:120]}", flush=True)
+        save()
         del ti, impls, ref_o, ref_ht
         torch.cuda.empty_cache()
-    os.makedirs(args.out, exist_ok=True)
-    doc = {"env": env_info(), "tolerance": TOL, "reps": args.reps, "reference_self_check": check,
-           "resources": {n: r for n, (_ck, r) in kernels.items()}, "rows": rows}
-    path = os.path.join(args.out, "kda-prefill-h200.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
+    path = save()
     print(f"\nwrote {path}\n")
     print(f"{'T':>6} {'N':>2} {'H':>3} {'gate':>8} | {'fla ms':>7} {'best CAKE ms':>26} {'speedup':>7} | all CAKE correct")
     import math

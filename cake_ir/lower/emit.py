@@ -888,8 +888,7 @@ class Emitter:
             val = f"cake::sq({val})"
         w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {acc}[{row}] = {comb(f'{acc}[{row}]', val)};")
         if T > 1:
-            w.line("#pragma unroll")
-            w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {acc}[cake_i] = cake::warp_{op[2]}({acc}[cake_i]);")
+            self.warp_reduce(acc, R, op[2])
         if T > 32:
             key = self.role.name if self.role is not None else "_prologue"
             if key not in self.plan.scratch_offsets:
@@ -943,11 +942,19 @@ class Emitter:
         w.line("#pragma unroll")
         w.line(f"for (int cake_e = 0; cake_e < {self.reg_count(sb)}; ++cake_e) {acc}[cake_e % {C}] += {val};")
         if T > 1:
-            w.line("#pragma unroll")
-            w.line(f"for (int cake_i = 0; cake_i < {C}; ++cake_i) {acc}[cake_i] = cake::warp_sum({acc}[cake_i]);")
+            self.warp_reduce(acc, C, "sum")
         w.line("#pragma unroll")
         w.line(f"for (int cake_i = 0; cake_i < {C}; ++cake_i) {db.name}[cake_i] = {self.to_storage(db.dtype, f'{acc}[cake_i]')};")
         w.close()
+
+    def warp_reduce(self, acc: str, R: int, kind: str):
+        """Reduce each of the R per-lane values `acc[i]` over the warp, all totals in every lane: sums of
+        several rows share their shuffles (cake::warp_sum_rows), anything else is one butterfly per row."""
+        if kind == "sum" and 2 <= R <= 32 and R & (R - 1) == 0:
+            self.w.line(f"cake::warp_sum_rows<{R}>({acc});")
+            return
+        self.w.line("#pragma unroll")
+        self.w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {acc}[cake_i] = cake::warp_{kind}({acc}[cake_i]);")
 
     # ---- selection, atomics, grid completion
     def vec_addr(self, ref: TileRef, i_c: str, path) -> str:

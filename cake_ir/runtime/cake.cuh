@@ -28,8 +28,12 @@ __device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
   unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 __device__ __forceinline__ float sq(float x) { return x * x; }
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + __expf(-x)); }
-__device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(__expf(x)); }
+// Fast forms: an IEEE 1/x or log1pf costs a slow-path call and ~30 instructions per element (seen in
+// SASS of the KDA kernels); these are within a few ulp, and 0 / x past the fp32 range as they should be.
+__device__ __forceinline__ float sigmoidf(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+__device__ __forceinline__ float softplusf(float x) {
+  return x > 20.0f ? x : (x < -15.0f ? __expf(x) : __logf(1.0f + __expf(x)));
+}
 
 // ----------------------------------------------------------------------------- addresses
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
@@ -218,6 +222,32 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+// Sums each of R values (R a power of two, 2..32) over the warp; every lane gets all R totals. A
+// reduce-scatter halves the rows per shuffle level (R - 1 shuffles instead of 5 R), a butterfly
+// finishes the lanes that share a row, and R shuffles gather the totals back: 2 R + 4 - log2 R
+// shuffles in all where R separate warp_sum calls take 5 R.
+__host__ __device__ constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x >> 1); }
+template <int R> __device__ __forceinline__ void warp_sum_rows(float (&v)[R]) {
+  static_assert(R >= 2 && R <= 32 && (R & (R - 1)) == 0, "warp_sum_rows: R a power of two in [2, 32]");
+  const int lane = threadIdx.x & 31;
+  int o = 16;
+#pragma unroll
+  for (int h = R / 2; h >= 1; h >>= 1, o >>= 1) {
+    const bool up = (lane & o) != 0;    // this lane keeps the upper half of the live rows
+#pragma unroll
+    for (int i = 0; i < h; ++i) {
+      const float send = up ? v[i] : v[i + h];
+      const float keep = up ? v[i + h] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+#pragma unroll
+  for (; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+  // row r's total is in the lanes whose top log2(R) bits spell r
+  const float t = v[0];
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = __shfl_sync(0xffffffffu, t, r << (5 - ilog2(R)));
 }
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll

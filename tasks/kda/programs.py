@@ -36,26 +36,25 @@ def _gate(g: str, d: str) -> str:
             f"-exp(al) * softplus({g} + {d}))")
 
 
-def _sequence(r, vw: int, vc: int, chunk: int, vk: bool):
+def _sequence(r, vw: int, vc: int, chunk: int, warps: int, vk: bool):
     """The whole sequence for one state layout: initial state, the chunk loop, the final state."""
     sfx = "" if vk else "_kv"
     S, Tt = ("S", "Tr") if vk else ("Sc", "Tc")
-    qv, kv, gv, dv = ("qf", "kf", "gf", "db") if vk else ("qc", "kc", "gc", "dc")
+    qv, kv, dv = ("qf", "kf", "df") if vk else ("qc", "kc", "dc")
     st_tile = (["n", "hv", "v0", 0], [1, 1, vw, K]) if vk else (["n", "hv", 0, "v0"], [1, 1, K, vw])
     red_axis = 3 if vk else 2
-    vec = 16
-    r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile(dv), vec_bytes=16 if vk else 4)
+    tok_vec = 16 if vk else 4            # prepared f32 rows: 4 consecutive K per lane, or 1 (k = lane + 32 i)
     with r.if_("H0 == 1"):
-        r.ldg(tile("h0", *st_tile), tile(S), vec_bytes=vec, id="load_h0" + sfx)
+        r.ldg(tile("h0", *st_tile), tile(S), vec_bytes=16, id="load_h0" + sfx)
     with r.else_():
         r.fill(S, 0.0)
 
-    def stage_chunk(c: str, slot: str):
+    def stage_chunk(c: str, vslot: str):
         t0 = f"bos + ({c}) * C"
-        r.copy("cp_async", tile("q", [t0, "h", 0], [chunk, 1, K]), tile("sQ", slot=slot), oob="zfill", vec_bytes=16)
-        r.copy("cp_async", tile("k", [t0, "h", 0], [chunk, 1, K]), tile("sK", slot=slot), oob="zfill", vec_bytes=16)
-        r.copy("cp_async", tile("g", [t0, "hv", 0], [chunk, 1, K]), tile("sG", slot=slot), oob="zfill", vec_bytes=16)
-        r.copy("cp_async", tile("v", [t0, "hv", "c0"], [chunk, 1, vc]), tile("sV", slot=slot), oob="zfill",
+        r.copy("cp_async", tile("q", [t0, "h", 0], [chunk, 1, K]), tile("sQ"), oob="zfill", vec_bytes=16)
+        r.copy("cp_async", tile("k", [t0, "h", 0], [chunk, 1, K]), tile("sK"), oob="zfill", vec_bytes=16)
+        r.copy("cp_async", tile("g", [t0, "hv", 0], [chunk, 1, K]), tile("sG"), oob="zfill", vec_bytes=16)
+        r.copy("cp_async", tile("v", [t0, "hv", "c0"], [chunk, 1, vc]), tile("sV", slot=vslot), oob="zfill",
                vec_bytes=16)
 
     stage_chunk("0", "0")
@@ -66,26 +65,37 @@ def _sequence(r, vw: int, vc: int, chunk: int, vk: bool):
         r.sts(tile("bc"), tile("sB", slot="0"), vec_bytes=4)
     with r.for_("c", 0, "nc", id="chunk_loop" + sfx):
         r.let("t0", "bos + c * C")
+        slot = "c % 2"
         r.sync("cp_async_wait", n=0)      # chunk c has landed
         r.sync("syncthreads")             # visible to every warp; every warp is done with chunk c - 1
-        with r.if_("c + 1 < nc"):
+        # token-parallel work of the chunk, off the sequential path: warp w prepares tokens w, w + W, ...
+        # (normalised and scaled q, normalised k, the decay exp(g)) as f32 rows in shared memory
+        with r.for_("jj", 0, chunk // warps, id="prepare" + sfx):
+            r.let("jp", "jj * W + role_warp")
+            r.lds(tile("sQ", ["jp", 0, 0], [1, 1, K]), tile("qf"), vec_bytes=8)
+            r.lds(tile("sK", ["jp", 0, 0], [1, 1, K]), tile("kf"), vec_bytes=8)
+            r.lds(tile("sG", ["jp", 0, 0], [1, 1, K]), tile("gf"), vec_bytes=8)
+            r.reduce("sum_sq", "qf", "qs", axis=2)
+            r.reduce("sum_sq", "kf", "ks", axis=2)
+            r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+            r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
+            r.map("gf", f"exp({_gate('gf', 'db')})", id="decay" + sfx)
+            r.sts(tile("qf"), tile("pQ", ["jp", 0, 0], [1, 1, K]), vec_bytes=16)
+            r.sts(tile("kf"), tile("pK", ["jp", 0, 0], [1, 1, K]), vec_bytes=16)
+            r.sts(tile("gf"), tile("pD", ["jp", 0, 0], [1, 1, K]), vec_bytes=16)
+        r.sync("syncthreads")             # the prepared rows are visible; the raw q/k/g buffers are free
+        with r.if_("c + 1 < nc"):         # chunk c + 1 lands while the tokens of chunk c run
             stage_chunk("c + 1", "(c + 1) % 2")
         r.sync("cp_async_commit")
         with r.if_("c + 1 < nc && role_warp == 0"):
             r.ldg(tile("beta", ["t0 + C", "hv"], [chunk, 1]), tile("bc"), oob="zfill", vec_bytes=2)
         with r.for_("j", 0, "min(C, eos - t0)", id="token_loop" + sfx):
-            slot = "c % 2"
-            r.lds(tile("sQ", ["j", 0, 0], [1, 1, K], slot=slot), tile(qv), vec_bytes=8 if vk else 2)
-            r.lds(tile("sK", ["j", 0, 0], [1, 1, K], slot=slot), tile(kv), vec_bytes=8 if vk else 2)
-            r.lds(tile("sG", ["j", 0, 0], [1, 1, K], slot=slot), tile(gv), vec_bytes=8 if vk else 2)
+            r.lds(tile("pQ", ["j", 0, 0], [1, 1, K]), tile(qv), vec_bytes=tok_vec)
+            r.lds(tile("pK", ["j", 0, 0], [1, 1, K]), tile(kv), vec_bytes=tok_vec)
+            r.lds(tile("pD", ["j", 0, 0], [1, 1, K]), tile(dv), vec_bytes=tok_vec)
             r.lds(tile("sV", ["j", 0, "role_warp * VW"], [1, 1, vw], slot=slot), tile("vv"), vec_bytes=16)
             r.lds(tile("sB", ["j", 0], [1, 1], slot=slot), tile("bl"), vec_bytes=4)
-            r.map(gv, f"exp({_gate(gv, dv)})", id="decay" + sfx)
-            r.reduce("sum_sq", qv, "qs", axis=2)
-            r.reduce("sum_sq", kv, "ks", axis=2)
-            r.map(qv, f"{qv} * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
-            r.map(kv, f"{kv} * rsqrt(ks + {L2_EPS!r})")
-            r.map(S, f"{S} * {gv}")
+            r.map(S, f"{S} * {dv}")
             r.map(Tt, f"{S} * {kv}")
             r.reduce("sum", Tt, "u", axis=red_axis, id="state_times_k" + sfx)
             r.map("u", "bl * (vv - u)")
@@ -93,14 +103,14 @@ def _sequence(r, vw: int, vc: int, chunk: int, vk: bool):
             r.map(Tt, f"{S} * {qv}")
             r.reduce("sum", Tt, "ov", axis=red_axis, id="output" + sfx)
             with r.if_("lane == 0"):
-                    # t0 + j < eos <= T; the mask only states it for the prover
+                # t0 + j < eos <= T; the mask only states it for the prover
                 r.stg(tile("ov"), tile("o", ["t0 + j", "hv", "v0"], [1, 1, vw]), oob="mask",
                       vec_bytes=2 * vw if vw <= 8 else 16, id="store_o" + sfx)
         with r.if_("c + 1 < nc && role_warp == 0"):
             r.map("bc", "sigmoid(bc)")
             r.sts(tile("bc"), tile("sB", slot="(c + 1) % 2"), vec_bytes=4)
     r.sync("cp_async_wait", n=0)          # the last (empty) group: nothing may land after the CTA ends
-    r.stg(tile(S), tile("ht", *st_tile), vec_bytes=vec, id="store_ht" + sfx)
+    r.stg(tile(S), tile("ht", *st_tile), vec_bytes=16, id="store_ht" + sfx)
 
 
 def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm_80"):
@@ -111,7 +121,7 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
     kb = KernelBuilder(f"kda_recurrent_{vw}_{vsplit}_{chunk}", arch=arch, grid=["HV", "N", vsplit],
                        threads=32 * warps,
                        note="KDA prefill, token recurrence, state in registers, token stream through smem")
-    kb.const(K=K, V=V, VW=vw, VC=vc, C=chunk)
+    kb.const(K=K, V=V, VW=vw, VC=vc, C=chunk, W=warps)
     for n in ("T", "N", "H", "HV"):
         kb.scalar(n, min=1)
     for n in ("SAFE", "VK", "H0"):
@@ -129,23 +139,24 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
     kb.tensor("o", "bf16", ["T", "HV", "V"], access="write")
     kb.tensor("ht", "f32", ["N", "HV", "V", "K"], access="write")
     # the token stream, 2 stages of C tokens
-    for n in ("sQ", "sK", "sG"):
-        kb.buffer(n, "smem", "bf16", [chunk, 1, K], stages=2)
+    for n in ("sQ", "sK", "sG"):       # raw rows: read once, by the prepare step
+        kb.buffer(n, "smem", "bf16", [chunk, 1, K])
     kb.buffer("sV", "smem", "bf16", [chunk, 1, vc], stages=2)
     kb.buffer("sB", "smem", "f32", [chunk, 1], stages=2)
+    for n in ("pQ", "pK", "pD"):         # the chunk's prepared token rows (f32)
+        kb.buffer(n, "smem", "f32", [chunk, 1, K])
     kb.buffer("bc", "reg", "f32", [chunk, 1], layout="blocked", vec=1, scope="warp")
     # VK = 1: S^T rows [VW, K] per warp, each lane 4 consecutive K columns of every row (vec 4)
     v4 = dict(layout="blocked", vec=4, scope="warp")
-    for n in ("qf", "kf", "gf"):
+    for n in ("qf", "kf", "gf", "df"):
         kb.buffer(n, "reg", "f32", [1, 1, K], **v4)
     kb.buffer("db", "reg", "f32", [1, K], **v4)
     kb.buffer("S", "reg", "f32", [1, 1, vw, K], **v4)
     kb.buffer("Tr", "reg", "f32", [1, 1, vw, K], **v4)
     # VK = 0: S columns [K, VW] per warp, each lane whole rows k = lane + 32 i (vec VW); K-vectors vec 1
     v1 = dict(layout="blocked", vec=1, scope="warp")
-    for n in ("qc", "kc", "gc"):
+    for n in ("qc", "kc", "dc"):
         kb.buffer(n, "reg", "f32", [1, 1, K], **v1)
-    kb.buffer("dc", "reg", "f32", [1, K], **v1)
     kb.buffer("Sc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
     kb.buffer("Tc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
     kb.buffer("al", "reg", "f32", [1], scope="thread")
@@ -165,10 +176,11 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
         r.let("c0", "bid.z * VC")
         r.let("v0", "c0 + role_warp * VW")
         r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
+        r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
         with r.if_("VK == 1", id="layout_vk"):
-            _sequence(r, vw, vc, chunk, vk=True)
+            _sequence(r, vw, vc, chunk, warps, vk=True)
         with r.else_():
-            _sequence(r, vw, vc, chunk, vk=False)
+            _sequence(r, vw, vc, chunk, warps, vk=False)
     return kb.build()
 
 
@@ -178,8 +190,9 @@ FAMILIES = {
     "kda_recurrent_sm80": {
         "make": kda_recurrent,
         "defaults": signature_defaults(kda_recurrent),
-        "space": {"vw": [8, 16], "vsplit": [1, 2, 4, 8, 16], "chunk": [32, 64]},
-        "check": lambda p: V % (p["vw"] * p["vsplit"]) == 0,
+        # vsplit 1 (16 warps) holds both layouts' tiles over the register budget; vw 16 spills to the stack
+        "space": {"vw": [8], "vsplit": [2, 4, 8, 16], "chunk": [32, 64]},
+        "check": lambda p: V % (p["vw"] * p["vsplit"]) == 0 and p["vsplit"] > 1,
         "tactics": {},
     },
 }
