@@ -26,7 +26,7 @@ def test_prefill_seed_verifies_and_compiles():
         assert "cake::cp_async16" in src and "cake::cp_async_wait<0>()" in src
 
 
-@pytest.mark.parametrize("params", [{"vw": 16, "vsplit": 1, "chunk": 64}, {"vw": 8, "vsplit": 16, "chunk": 32}])
+@pytest.mark.parametrize("params", [{"vw": 8, "vsplit": 2, "chunk": 64}, {"vw": 8, "vsplit": 16, "chunk": 32}])
 def test_family_points_compile(params):
     from tasks.kda.programs import FAMILIES
     fam = FAMILIES["kda_recurrent_sm80"]

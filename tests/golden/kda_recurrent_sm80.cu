@@ -23,6 +23,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
   constexpr int VW = 8;  // /consts/VW
   constexpr int VC = 32;  // /consts/VC
   constexpr int C = 32;  // /consts/C
+  constexpr int W = 4;  // /consts/W
   const int cake_tid = threadIdx.x;
   const int cake_lane = cake_tid & 31;
   const int cake_warp = __shfl_sync(0xffffffffu, cake_tid >> 5, 0);
@@ -35,26 +36,26 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
     const int cake_wg = cake_role_warp >> 2;
     const int cake_wg_tid = cake_role_tid & 127;
     (void)cake_role_warp; (void)cake_role_tid; (void)cake_wg; (void)cake_wg_tid;
-    float bc[1];  // /buffers/5
-    float qf[4];  // /buffers/6
-    float kf[4];  // /buffers/7
-    float gf[4];  // /buffers/8
-    float db[4];  // /buffers/9
-    float S[32];  // /buffers/10
-    float Tr[32];  // /buffers/11
-    float qc[4];  // /buffers/12
-    float kc[4];  // /buffers/13
-    float gc[4];  // /buffers/14
-    float dc[4];  // /buffers/15
-    float Sc[32];  // /buffers/16
-    float Tc[32];  // /buffers/17
-    float al[1];  // /buffers/18
-    float bl[1];  // /buffers/19
-    float qs[1];  // /buffers/20
-    float ks[1];  // /buffers/21
-    float vv[8];  // /buffers/22
-    float u[8];  // /buffers/23
-    float ov[8];  // /buffers/24
+    float bc[1];  // /buffers/8
+    float qf[4];  // /buffers/9
+    float kf[4];  // /buffers/10
+    float gf[4];  // /buffers/11
+    float df[4];  // /buffers/12
+    float db[4];  // /buffers/13
+    float S[32];  // /buffers/14
+    float Tr[32];  // /buffers/15
+    float qc[4];  // /buffers/16
+    float kc[4];  // /buffers/17
+    float dc[4];  // /buffers/18
+    float Sc[32];  // /buffers/19
+    float Tc[32];  // /buffers/20
+    float al[1];  // /buffers/21
+    float bl[1];  // /buffers/22
+    float qs[1];  // /buffers/23
+    float ks[1];  // /buffers/24
+    float vv[8];  // /buffers/25
+    float u[8];  // /buffers/26
+    float ov[8];  // /buffers/27
     const int hv = blockIdx.x;  // /roles/0/body/0
     const int n = blockIdx.y;  // /roles/0/body/1
     const int h = hv / (HV / H);  // /roles/0/body/2
@@ -74,29 +75,29 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
         al[cake_s * 1 + 0] = cake_h[0];
       }
     }
-    if (VK == 1) {  // /roles/0/body/9
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/0
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>((dt_bias + ((hv + cake_r) * (long long)(K) + (0 + cake_c))) + 0);  // /roles/0/body/9/then/0
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          db[cake_s * 4 + 0] = cake_h[0];
-          db[cake_s * 4 + 1] = cake_h[1];
-          db[cake_s * 4 + 2] = cake_h[2];
-          db[cake_s * 4 + 3] = cake_h[3];
-        }
+    #pragma unroll
+    for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9
+      const int cake_f = (cake_s * 32 + cake_lane) * 4;
+      const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+       {
+        uint4 cake_v;
+        cake_v = *reinterpret_cast<const uint4*>((dt_bias + ((hv + cake_r) * (long long)(K) + (0 + cake_c))) + 0);  // /roles/0/body/9
+        const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+        db[cake_s * 4 + 0] = cake_h[0];
+        db[cake_s * 4 + 1] = cake_h[1];
+        db[cake_s * 4 + 2] = cake_h[2];
+        db[cake_s * 4 + 3] = cake_h[3];
       }
-      if (H0 == 1) {  // /roles/0/body/9/then/1
+    }
+    if (VK == 1) {  // /roles/0/body/10
+      if (H0 == 1) {  // /roles/0/body/10/then/0
         #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/9/then/1/then/0
+        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/then/0/then/0
           const int cake_f = (cake_s * 32 + cake_lane) * 4;
           const int cake_r = cake_f / 128, cake_c = cake_f % 128;
            {
             uint4 cake_v;
-            cake_v = *reinterpret_cast<const uint4*>((h0 + ((n + (cake_r / 8)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 8) % 1)) * (long long)(V) * (long long)(K) + (v0 + (cake_r % 8)) * (long long)(K) + (0 + cake_c))) + 0);  // /roles/0/body/9/then/1/then/0
+            cake_v = *reinterpret_cast<const uint4*>((h0 + ((n + (cake_r / 8)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 8) % 1)) * (long long)(V) * (long long)(K) + (v0 + (cake_r % 8)) * (long long)(K) + (0 + cake_c))) + 0);  // /roles/0/body/10/then/0/then/0
             const float* cake_h = reinterpret_cast<const float*>(&cake_v);
             S[cake_s * 4 + 0] = cake_h[0];
             S[cake_s * 4 + 1] = cake_h[1];
@@ -104,113 +105,74 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             S[cake_s * 4 + 3] = cake_h[3];
           }
         }
-      } else {  // /roles/0/body/9/then/1/else
+      } else {  // /roles/0/body/10/then/0/else
         #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (0.0f);  // /roles/0/body/9/then/1/else/0
+        for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (0.0f);  // /roles/0/body/10/then/0/else/0
       }
       #pragma unroll
-      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/then/2
+      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/then/1
         const int cake_q = cake_i * 128 + cake_role_tid;
         const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 0u + (unsigned)(0) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), q + ((bos + 0 * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/9/then/2
+        cake::cp_async16((cake_smem_base + 0u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), q + ((bos + 0 * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/10/then/1
       }
       #pragma unroll
-      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/then/3
+      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/then/2
         const int cake_q = cake_i * 128 + cake_role_tid;
         const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 16384u + (unsigned)(0) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), k + ((bos + 0 * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/9/then/3
+        cake::cp_async16((cake_smem_base + 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), k + ((bos + 0 * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/10/then/2
       }
       #pragma unroll
-      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/then/4
+      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/then/3
         const int cake_q = cake_i * 128 + cake_role_tid;
         const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 32768u + (unsigned)(0) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), g + ((bos + 0 * C + cake_r) * (long long)(HV) * (long long)(K) + (hv + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (0 + cake_c) < (K));  // /roles/0/body/9/then/4
+        cake::cp_async16((cake_smem_base + 16384u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), g + ((bos + 0 * C + cake_r) * (long long)(HV) * (long long)(K) + (hv + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (0 + cake_c) < (K));  // /roles/0/body/10/then/3
       }
       #pragma unroll
-      for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/9/then/5
+      for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/10/then/4
         const int cake_q = cake_i * 128 + cake_role_tid;
         const int cake_r = cake_q / 4, cake_c = (cake_q % 4) * 8;
-        cake::cp_async16((cake_smem_base + 49152u + (unsigned)(0) * 2048u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 64 + ((0) + cake_c) * 2)), v + ((bos + 0 * C + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/9/then/5
+        cake::cp_async16((cake_smem_base + 24576u + (unsigned)(0) * 2048u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 64 + ((0) + cake_c) * 2)), v + ((bos + 0 * C + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/10/then/4
       }
-      cake::cp_async_commit();  // /roles/0/body/9/then/6
-      if (cake_role_warp == 0) {  // /roles/0/body/9/then/7
+      cake::cp_async_commit();  // /roles/0/body/10/then/5
+      if (cake_role_warp == 0) {  // /roles/0/body/10/then/6
         #pragma unroll
-        for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/7/then/0
+        for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/6/then/0
           const int cake_f = (cake_s * 32 + cake_lane) * 1;
           const int cake_r = cake_f / 1, cake_c = cake_f % 1;
            {
             unsigned short cake_v;
-            if ((bos + cake_r) < (T) && (hv + cake_c) < (HV)) cake_v = *reinterpret_cast<const unsigned short*>((beta + ((bos + cake_r) * (long long)(HV) + (hv + cake_c))) + 0); else cake_v = {};  // /roles/0/body/9/then/7/then/0
+            if ((bos + cake_r) < (T) && (hv + cake_c) < (HV)) cake_v = *reinterpret_cast<const unsigned short*>((beta + ((bos + cake_r) * (long long)(HV) + (hv + cake_c))) + 0); else cake_v = {};  // /roles/0/body/10/then/6/then/0
             const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
             bc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
           }
         }
         #pragma unroll
-        for (int cake_e = 0; cake_e < 1; ++cake_e) bc[cake_e] = (cake::sigmoidf(bc[cake_e]));  // /roles/0/body/9/then/7/then/1
+        for (int cake_e = 0; cake_e < 1; ++cake_e) bc[cake_e] = (cake::sigmoidf(bc[cake_e]));  // /roles/0/body/10/then/6/then/1
         #pragma unroll
-        for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/7/then/2
+        for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/6/then/2
           const int cake_f = (cake_s * 32 + cake_lane) * 1;
           const int cake_r = cake_f / 1, cake_c = cake_f % 1;
            {
             unsigned cake_v;
             float* cake_h = reinterpret_cast<float*>(&cake_v);
             cake_h[0] = bc[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (53248u + (unsigned)(0) * 128u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/9/then/7/then/2
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (28672u + (unsigned)(0) * 128u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/6/then/2
           }
         }
       }
-      for (int c = 0; c < nc; c += 1) {  // /roles/0/body/9/then/8
-        const int t0 = bos + c * C;  // /roles/0/body/9/then/8/body/0
-        cake::cp_async_wait<0>();  // /roles/0/body/9/then/8/body/1
-        __syncthreads();  // /roles/0/body/9/then/8/body/2
-        if (c + 1 < nc) {  // /roles/0/body/9/then/8/body/3
+      for (int c = 0; c < nc; c += 1) {  // /roles/0/body/10/then/7
+        const int t0 = bos + c * C;  // /roles/0/body/10/then/7/body/0
+        cake::cp_async_wait<0>();  // /roles/0/body/10/then/7/body/1
+        __syncthreads();  // /roles/0/body/10/then/7/body/2
+        for (int jj = 0; jj < 8; jj += 1) {  // /roles/0/body/10/then/7/body/3
+          const int jp = jj * W + cake_role_warp;  // /roles/0/body/10/then/7/body/3/body/0
           #pragma unroll
-          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/then/8/body/3/then/0
-            const int cake_q = cake_i * 128 + cake_role_tid;
-            const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-            cake::cp_async16((cake_smem_base + 0u + (unsigned)((c + 1) % 2) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), q + ((bos + (c + 1) * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/9/then/8/body/3/then/0
-          }
-          #pragma unroll
-          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/then/8/body/3/then/1
-            const int cake_q = cake_i * 128 + cake_role_tid;
-            const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-            cake::cp_async16((cake_smem_base + 16384u + (unsigned)((c + 1) % 2) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), k + ((bos + (c + 1) * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/9/then/8/body/3/then/1
-          }
-          #pragma unroll
-          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/then/8/body/3/then/2
-            const int cake_q = cake_i * 128 + cake_role_tid;
-            const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-            cake::cp_async16((cake_smem_base + 32768u + (unsigned)((c + 1) % 2) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), g + ((bos + (c + 1) * C + cake_r) * (long long)(HV) * (long long)(K) + (hv + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (0 + cake_c) < (K));  // /roles/0/body/9/then/8/body/3/then/2
-          }
-          #pragma unroll
-          for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/9/then/8/body/3/then/3
-            const int cake_q = cake_i * 128 + cake_role_tid;
-            const int cake_r = cake_q / 4, cake_c = (cake_q % 4) * 8;
-            cake::cp_async16((cake_smem_base + 49152u + (unsigned)((c + 1) % 2) * 2048u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 64 + ((0) + cake_c) * 2)), v + ((bos + (c + 1) * C + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/9/then/8/body/3/then/3
-          }
-        }
-        cake::cp_async_commit();  // /roles/0/body/9/then/8/body/4
-        if (c + 1 < nc && cake_role_warp == 0) {  // /roles/0/body/9/then/8/body/5
-          #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/8/body/5/then/0
-            const int cake_f = (cake_s * 32 + cake_lane) * 1;
-            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-             {
-              unsigned short cake_v;
-              if ((t0 + C + cake_r) < (T) && (hv + cake_c) < (HV)) cake_v = *reinterpret_cast<const unsigned short*>((beta + ((t0 + C + cake_r) * (long long)(HV) + (hv + cake_c))) + 0); else cake_v = {};  // /roles/0/body/9/then/8/body/5/then/0
-              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-              bc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
-            }
-          }
-        }
-        for (int j = 0; j < min(C, eos - t0); j += 1) {  // /roles/0/body/9/then/8/body/6
-          #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/8/body/6/body/0
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/1
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               uint2 cake_v;
-              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(c % 2) * 8192u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/9/then/8/body/6/body/0
+              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/then/7/body/3/body/1
               const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
               qf[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
               qf[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
@@ -219,12 +181,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/8/body/6/body/1
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/2
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               uint2 cake_v;
-              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (16384u + (unsigned)(c % 2) * 8192u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/9/then/8/body/6/body/1
+              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (8192u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/then/7/body/3/body/2
               const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
               kf[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
               kf[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
@@ -233,12 +195,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/8/body/6/body/2
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/3
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
               uint2 cake_v;
-              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (32768u + (unsigned)(c % 2) * 8192u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/9/then/8/body/6/body/2
+              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (16384u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/then/7/body/3/body/3
               const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
               gf[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
               gf[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
@@ -246,38 +208,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
               gf[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
             }
           }
-          #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/8/body/6/body/3
-            const int cake_f = (cake_s * 1 + 0) * 8;
-            const int cake_r = cake_f / 8, cake_c = cake_f % 8;
-             {
-              uint4 cake_v;
-              cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const cake::bf16*>(cake_smem + (49152u + (unsigned)(c % 2) * 2048u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 64 + ((cake_role_warp * VW) + cake_c) * 2))) + 0);  // /roles/0/body/9/then/8/body/6/body/3
-              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-              vv[cake_s * 8 + 0] = cake::bf2f(cake_h[0]);
-              vv[cake_s * 8 + 1] = cake::bf2f(cake_h[1]);
-              vv[cake_s * 8 + 2] = cake::bf2f(cake_h[2]);
-              vv[cake_s * 8 + 3] = cake::bf2f(cake_h[3]);
-              vv[cake_s * 8 + 4] = cake::bf2f(cake_h[4]);
-              vv[cake_s * 8 + 5] = cake::bf2f(cake_h[5]);
-              vv[cake_s * 8 + 6] = cake::bf2f(cake_h[6]);
-              vv[cake_s * 8 + 7] = cake::bf2f(cake_h[7]);
-            }
-          }
-          #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/8/body/6/body/4
-            const int cake_f = (cake_s * 1 + 0) * 1;
-            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-             {
-              unsigned cake_v;
-              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (53248u + (unsigned)(c % 2) * 128u + (unsigned)(((j) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/9/then/8/body/6/body/4
-              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-              bl[cake_s * 1 + 0] = cake_h[0];
-            }
-          }
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (__expf((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gf[cake_e] + db[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/9/then/8/body/6/body/5
-           {  // /roles/0/body/9/then/8/body/6/body/6
+           {  // /roles/0/body/10/then/7/body/3/body/4
             float cake_red1[1];
             #pragma unroll
             for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red1[cake_i] = 0.0f;
@@ -288,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             #pragma unroll
             for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[cake_i]);
           }
-           {  // /roles/0/body/9/then/8/body/6/body/7
+           {  // /roles/0/body/10/then/7/body/3/body/5
             float cake_red2[1];
             #pragma unroll
             for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red2[cake_i] = 0.0f;
@@ -300,267 +231,145 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red2[cake_i]);
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/9/then/8/body/6/body/8
+          for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/then/7/body/3/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * rsqrtf(ks[0] + 1e-06f));  // /roles/0/body/9/then/8/body/6/body/9
+          for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * rsqrtf(ks[0] + 1e-06f));  // /roles/0/body/10/then/7/body/3/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] * gf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/9/then/8/body/6/body/10
+          for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (__expf((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gf[cake_e] + db[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/10/then/7/body/3/body/8
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Tr[cake_e] = (S[cake_e] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/9/then/8/body/6/body/11
-           {  // /roles/0/body/9/then/8/body/6/body/12
-            float cake_red3[8];
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red3[cake_i] = 0.0f;
-            #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[(((cake_e / 4) * 128) / 128)] = (cake_red3[(((cake_e / 4) * 128) / 128)] + Tr[cake_e]);
-            cake::warp_sum_rows<8>(cake_red3);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red3[cake_i]);
-          }
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/9/then/8/body/6/body/13
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] + u[(((cake_e / 4) * 128) / 128)] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/9/then/8/body/6/body/14
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Tr[cake_e] = (S[cake_e] * qf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/9/then/8/body/6/body/15
-           {  // /roles/0/body/9/then/8/body/6/body/16
-            float cake_red4[8];
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red4[cake_i] = 0.0f;
-            #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red4[(((cake_e / 4) * 128) / 128)] = (cake_red4[(((cake_e / 4) * 128) / 128)] + Tr[cake_e]);
-            cake::warp_sum_rows<8>(cake_red4);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red4[cake_i]);
-          }
-          if (cake_lane == 0) {  // /roles/0/body/9/then/8/body/6/body/17
-            #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/8/body/6/body/17/then/0
-              const int cake_f = (cake_s * 1 + 0) * 8;
-              const int cake_r = cake_f / 8, cake_c = cake_f % 8;
-               {
-                uint4 cake_v;
-                cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-                cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 0]));
-                cake_h[1] = cake::f2bf((float)(ov[cake_s * 8 + 1]));
-                cake_h[2] = cake::f2bf((float)(ov[cake_s * 8 + 2]));
-                cake_h[3] = cake::f2bf((float)(ov[cake_s * 8 + 3]));
-                cake_h[4] = cake::f2bf((float)(ov[cake_s * 8 + 4]));
-                cake_h[5] = cake::f2bf((float)(ov[cake_s * 8 + 5]));
-                cake_h[6] = cake::f2bf((float)(ov[cake_s * 8 + 6]));
-                cake_h[7] = cake::f2bf((float)(ov[cake_s * 8 + 7]));
-                if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/then/8/body/6/body/17/then/0
-              }
-            }
-          }
-        }
-        if (c + 1 < nc && cake_role_warp == 0) {  // /roles/0/body/9/then/8/body/7
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) bc[cake_e] = (cake::sigmoidf(bc[cake_e]));  // /roles/0/body/9/then/8/body/7/then/0
-          #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/then/8/body/7/then/1
-            const int cake_f = (cake_s * 32 + cake_lane) * 1;
-            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/9
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
-              unsigned cake_v;
+              uint4 cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = bc[cake_s * 1 + 0];
-              *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (53248u + (unsigned)((c + 1) % 2) * 128u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/9/then/8/body/7/then/1
+              cake_h[0] = qf[cake_s * 4 + 0];
+              cake_h[1] = qf[cake_s * 4 + 1];
+              cake_h[2] = qf[cake_s * 4 + 2];
+              cake_h[3] = qf[cake_s * 4 + 3];
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (28928u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/9
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/10
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              uint4 cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = kf[cake_s * 4 + 0];
+              cake_h[1] = kf[cake_s * 4 + 1];
+              cake_h[2] = kf[cake_s * 4 + 2];
+              cake_h[3] = kf[cake_s * 4 + 3];
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (45312u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/10
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/11
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              uint4 cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = gf[cake_s * 4 + 0];
+              cake_h[1] = gf[cake_s * 4 + 1];
+              cake_h[2] = gf[cake_s * 4 + 2];
+              cake_h[3] = gf[cake_s * 4 + 3];
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (61696u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/11
             }
           }
         }
-      }
-      cake::cp_async_wait<0>();  // /roles/0/body/9/then/9
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/9/then/10
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          float* cake_h = reinterpret_cast<float*>(&cake_v);
-          cake_h[0] = S[cake_s * 4 + 0];
-          cake_h[1] = S[cake_s * 4 + 1];
-          cake_h[2] = S[cake_s * 4 + 2];
-          cake_h[3] = S[cake_s * 4 + 3];
-          *reinterpret_cast<uint4*>((ht + ((n + (cake_r / 8)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 8) % 1)) * (long long)(V) * (long long)(K) + (v0 + (cake_r % 8)) * (long long)(K) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/then/10
-        }
-      }
-    } else {  // /roles/0/body/9/else
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/9/else/0
-        const int cake_f = (cake_s * 32 + cake_lane) * 1;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>((dt_bias + ((hv + cake_r) * (long long)(K) + (0 + cake_c))) + 0);  // /roles/0/body/9/else/0
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          dc[cake_s * 1 + 0] = cake_h[0];
-        }
-      }
-      if (H0 == 1) {  // /roles/0/body/9/else/1
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/9/else/1/then/0
-          const int cake_f = (cake_s * 32 + cake_lane) * 8;
-          const int cake_r = cake_f / 8, cake_c = cake_f % 8;
-           {
-            uint4 cake_v;
-            cake_v = *reinterpret_cast<const uint4*>((h0 + ((n + (cake_r / 128)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 128) % 1)) * (long long)(V) * (long long)(K) + (0 + (cake_r % 128)) * (long long)(K) + (v0 + cake_c))) + 0);  // /roles/0/body/9/else/1/then/0
-            const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-            Sc[cake_s * 8 + 0] = cake_h[0];
-            Sc[cake_s * 8 + 1] = cake_h[1];
-            Sc[cake_s * 8 + 2] = cake_h[2];
-            Sc[cake_s * 8 + 3] = cake_h[3];
-          }
-           {
-            uint4 cake_v;
-            cake_v = *reinterpret_cast<const uint4*>((h0 + ((n + (cake_r / 128)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 128) % 1)) * (long long)(V) * (long long)(K) + (0 + (cake_r % 128)) * (long long)(K) + (v0 + cake_c))) + 4);  // /roles/0/body/9/else/1/then/0
-            const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-            Sc[cake_s * 8 + 4] = cake_h[0];
-            Sc[cake_s * 8 + 5] = cake_h[1];
-            Sc[cake_s * 8 + 6] = cake_h[2];
-            Sc[cake_s * 8 + 7] = cake_h[3];
-          }
-        }
-      } else {  // /roles/0/body/9/else/1/else
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (0.0f);  // /roles/0/body/9/else/1/else/0
-      }
-      #pragma unroll
-      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/else/2
-        const int cake_q = cake_i * 128 + cake_role_tid;
-        const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 0u + (unsigned)(0) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), q + ((bos + 0 * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/9/else/2
-      }
-      #pragma unroll
-      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/else/3
-        const int cake_q = cake_i * 128 + cake_role_tid;
-        const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 16384u + (unsigned)(0) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), k + ((bos + 0 * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/9/else/3
-      }
-      #pragma unroll
-      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/else/4
-        const int cake_q = cake_i * 128 + cake_role_tid;
-        const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 32768u + (unsigned)(0) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), g + ((bos + 0 * C + cake_r) * (long long)(HV) * (long long)(K) + (hv + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (0 + cake_c) < (K));  // /roles/0/body/9/else/4
-      }
-      #pragma unroll
-      for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/9/else/5
-        const int cake_q = cake_i * 128 + cake_role_tid;
-        const int cake_r = cake_q / 4, cake_c = (cake_q % 4) * 8;
-        cake::cp_async16((cake_smem_base + 49152u + (unsigned)(0) * 2048u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 64 + ((0) + cake_c) * 2)), v + ((bos + 0 * C + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/9/else/5
-      }
-      cake::cp_async_commit();  // /roles/0/body/9/else/6
-      if (cake_role_warp == 0) {  // /roles/0/body/9/else/7
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/else/7/then/0
-          const int cake_f = (cake_s * 32 + cake_lane) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned short cake_v;
-            if ((bos + cake_r) < (T) && (hv + cake_c) < (HV)) cake_v = *reinterpret_cast<const unsigned short*>((beta + ((bos + cake_r) * (long long)(HV) + (hv + cake_c))) + 0); else cake_v = {};  // /roles/0/body/9/else/7/then/0
-            const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-            bc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
-          }
-        }
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 1; ++cake_e) bc[cake_e] = (cake::sigmoidf(bc[cake_e]));  // /roles/0/body/9/else/7/then/1
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/else/7/then/2
-          const int cake_f = (cake_s * 32 + cake_lane) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = bc[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (53248u + (unsigned)(0) * 128u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/9/else/7/then/2
-          }
-        }
-      }
-      for (int c = 0; c < nc; c += 1) {  // /roles/0/body/9/else/8
-        const int t0 = bos + c * C;  // /roles/0/body/9/else/8/body/0
-        cake::cp_async_wait<0>();  // /roles/0/body/9/else/8/body/1
-        __syncthreads();  // /roles/0/body/9/else/8/body/2
-        if (c + 1 < nc) {  // /roles/0/body/9/else/8/body/3
+        __syncthreads();  // /roles/0/body/10/then/7/body/4
+        if (c + 1 < nc) {  // /roles/0/body/10/then/7/body/5
           #pragma unroll
-          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/else/8/body/3/then/0
+          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/then/7/body/5/then/0
             const int cake_q = cake_i * 128 + cake_role_tid;
             const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-            cake::cp_async16((cake_smem_base + 0u + (unsigned)((c + 1) % 2) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), q + ((bos + (c + 1) * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/9/else/8/body/3/then/0
+            cake::cp_async16((cake_smem_base + 0u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), q + ((bos + (c + 1) * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/10/then/7/body/5/then/0
           }
           #pragma unroll
-          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/else/8/body/3/then/1
+          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/then/7/body/5/then/1
             const int cake_q = cake_i * 128 + cake_role_tid;
             const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-            cake::cp_async16((cake_smem_base + 16384u + (unsigned)((c + 1) % 2) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), k + ((bos + (c + 1) * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/9/else/8/body/3/then/1
+            cake::cp_async16((cake_smem_base + 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), k + ((bos + (c + 1) * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/10/then/7/body/5/then/1
           }
           #pragma unroll
-          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/9/else/8/body/3/then/2
+          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/then/7/body/5/then/2
             const int cake_q = cake_i * 128 + cake_role_tid;
             const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-            cake::cp_async16((cake_smem_base + 32768u + (unsigned)((c + 1) % 2) * 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), g + ((bos + (c + 1) * C + cake_r) * (long long)(HV) * (long long)(K) + (hv + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (0 + cake_c) < (K));  // /roles/0/body/9/else/8/body/3/then/2
+            cake::cp_async16((cake_smem_base + 16384u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), g + ((bos + (c + 1) * C + cake_r) * (long long)(HV) * (long long)(K) + (hv + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (0 + cake_c) < (K));  // /roles/0/body/10/then/7/body/5/then/2
           }
           #pragma unroll
-          for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/9/else/8/body/3/then/3
+          for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/10/then/7/body/5/then/3
             const int cake_q = cake_i * 128 + cake_role_tid;
             const int cake_r = cake_q / 4, cake_c = (cake_q % 4) * 8;
-            cake::cp_async16((cake_smem_base + 49152u + (unsigned)((c + 1) % 2) * 2048u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 64 + ((0) + cake_c) * 2)), v + ((bos + (c + 1) * C + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/9/else/8/body/3/then/3
+            cake::cp_async16((cake_smem_base + 24576u + (unsigned)((c + 1) % 2) * 2048u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 64 + ((0) + cake_c) * 2)), v + ((bos + (c + 1) * C + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/10/then/7/body/5/then/3
           }
         }
-        cake::cp_async_commit();  // /roles/0/body/9/else/8/body/4
-        if (c + 1 < nc && cake_role_warp == 0) {  // /roles/0/body/9/else/8/body/5
+        cake::cp_async_commit();  // /roles/0/body/10/then/7/body/6
+        if (c + 1 < nc && cake_role_warp == 0) {  // /roles/0/body/10/then/7/body/7
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/else/8/body/5/then/0
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/7/then/0
             const int cake_f = (cake_s * 32 + cake_lane) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned short cake_v;
-              if ((t0 + C + cake_r) < (T) && (hv + cake_c) < (HV)) cake_v = *reinterpret_cast<const unsigned short*>((beta + ((t0 + C + cake_r) * (long long)(HV) + (hv + cake_c))) + 0); else cake_v = {};  // /roles/0/body/9/else/8/body/5/then/0
+              if ((t0 + C + cake_r) < (T) && (hv + cake_c) < (HV)) cake_v = *reinterpret_cast<const unsigned short*>((beta + ((t0 + C + cake_r) * (long long)(HV) + (hv + cake_c))) + 0); else cake_v = {};  // /roles/0/body/10/then/7/body/7/then/0
               const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
               bc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
             }
           }
         }
-        for (int j = 0; j < min(C, eos - t0); j += 1) {  // /roles/0/body/9/else/8/body/6
+        for (int j = 0; j < min(C, eos - t0); j += 1) {  // /roles/0/body/10/then/7/body/8
           #pragma unroll
-          for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/9/else/8/body/6/body/0
-            const int cake_f = (cake_s * 32 + cake_lane) * 1;
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/0
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
-              unsigned short cake_v;
-              cake_v = *reinterpret_cast<const unsigned short*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(c % 2) * 8192u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/9/else/8/body/6/body/0
-              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-              qc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
+              uint4 cake_v;
+              cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (28928u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/then/7/body/8/body/0
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              qf[cake_s * 4 + 0] = cake_h[0];
+              qf[cake_s * 4 + 1] = cake_h[1];
+              qf[cake_s * 4 + 2] = cake_h[2];
+              qf[cake_s * 4 + 3] = cake_h[3];
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/9/else/8/body/6/body/1
-            const int cake_f = (cake_s * 32 + cake_lane) * 1;
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/1
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
-              unsigned short cake_v;
-              cake_v = *reinterpret_cast<const unsigned short*>(reinterpret_cast<const cake::bf16*>(cake_smem + (16384u + (unsigned)(c % 2) * 8192u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/9/else/8/body/6/body/1
-              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-              kc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
+              uint4 cake_v;
+              cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (45312u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/then/7/body/8/body/1
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              kf[cake_s * 4 + 0] = cake_h[0];
+              kf[cake_s * 4 + 1] = cake_h[1];
+              kf[cake_s * 4 + 2] = cake_h[2];
+              kf[cake_s * 4 + 3] = cake_h[3];
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/9/else/8/body/6/body/2
-            const int cake_f = (cake_s * 32 + cake_lane) * 1;
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/2
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
-              unsigned short cake_v;
-              cake_v = *reinterpret_cast<const unsigned short*>(reinterpret_cast<const cake::bf16*>(cake_smem + (32768u + (unsigned)(c % 2) * 8192u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/9/else/8/body/6/body/2
-              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-              gc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
+              uint4 cake_v;
+              cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (61696u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/then/7/body/8/body/2
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              df[cake_s * 4 + 0] = cake_h[0];
+              df[cake_s * 4 + 1] = cake_h[1];
+              df[cake_s * 4 + 2] = cake_h[2];
+              df[cake_s * 4 + 3] = cake_h[3];
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/else/8/body/6/body/3
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/3
             const int cake_f = (cake_s * 1 + 0) * 8;
             const int cake_r = cake_f / 8, cake_c = cake_f % 8;
              {
               uint4 cake_v;
-              cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const cake::bf16*>(cake_smem + (49152u + (unsigned)(c % 2) * 2048u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 64 + ((cake_role_warp * VW) + cake_c) * 2))) + 0);  // /roles/0/body/9/else/8/body/6/body/3
+              cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const cake::bf16*>(cake_smem + (24576u + (unsigned)(c % 2) * 2048u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 64 + ((cake_role_warp * VW) + cake_c) * 2))) + 0);  // /roles/0/body/10/then/7/body/8/body/3
               const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
               vv[cake_s * 8 + 0] = cake::bf2f(cake_h[0]);
               vv[cake_s * 8 + 1] = cake::bf2f(cake_h[1]);
@@ -573,77 +382,49 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/else/8/body/6/body/4
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/4
             const int cake_f = (cake_s * 1 + 0) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned cake_v;
-              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (53248u + (unsigned)(c % 2) * 128u + (unsigned)(((j) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/9/else/8/body/6/body/4
+              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (28672u + (unsigned)(c % 2) * 128u + (unsigned)(((j) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/then/7/body/8/body/4
               const float* cake_h = reinterpret_cast<const float*>(&cake_v);
               bl[cake_s * 1 + 0] = cake_h[0];
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) gc[cake_e] = (__expf((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gc[cake_e] + dc[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gc[cake_e] + dc[cake_e])))));  // /roles/0/body/9/else/8/body/6/body/5
-           {  // /roles/0/body/9/else/8/body/6/body/6
-            float cake_red5[1];
+          for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] * df[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/5
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Tr[cake_e] = (S[cake_e] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/6
+           {  // /roles/0/body/10/then/7/body/8/body/7
+            float cake_red3[8];
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = 0.0f;
+            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red3[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red5[(((cake_e / 1) * 32) / 128)] = (cake_red5[(((cake_e / 1) * 32) / 128)] + cake::sq(qc[cake_e]));
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[(((cake_e / 4) * 128) / 128)] = (cake_red3[(((cake_e / 4) * 128) / 128)] + Tr[cake_e]);
+            cake::warp_sum_rows<8>(cake_red3);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = cake::warp_sum(cake_red5[cake_i]);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red5[cake_i]);
-          }
-           {  // /roles/0/body/9/else/8/body/6/body/7
-            float cake_red6[1];
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red6[cake_i] = 0.0f;
-            #pragma unroll
-            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red6[(((cake_e / 1) * 32) / 128)] = (cake_red6[(((cake_e / 1) * 32) / 128)] + cake::sq(kc[cake_e]));
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red6[cake_i] = cake::warp_sum(cake_red6[cake_i]);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red6[cake_i]);
+            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red3[cake_i]);
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) qc[cake_e] = (qc[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/9/else/8/body/6/body/8
+          for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/10/then/7/body/8/body/8
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) kc[cake_e] = (kc[cake_e] * rsqrtf(ks[0] + 1e-06f));  // /roles/0/body/9/else/8/body/6/body/9
+          for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] + u[(((cake_e / 4) * 128) / 128)] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/9
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] * gc[(cake_e / 8)]);  // /roles/0/body/9/else/8/body/6/body/10
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * kc[(cake_e / 8)]);  // /roles/0/body/9/else/8/body/6/body/11
-           {  // /roles/0/body/9/else/8/body/6/body/12
-            float cake_red7[8];
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Tr[cake_e] = (S[cake_e] * qf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/10
+           {  // /roles/0/body/10/then/7/body/8/body/11
+            float cake_red4[8];
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red7[cake_i] = 0.0f;
+            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red4[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red7[cake_e % 8] += Tc[cake_e];
-            cake::warp_sum_rows<8>(cake_red7);
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red4[(((cake_e / 4) * 128) / 128)] = (cake_red4[(((cake_e / 4) * 128) / 128)] + Tr[cake_e]);
+            cake::warp_sum_rows<8>(cake_red4);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red7[cake_i]);
+            for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red4[cake_i]);
           }
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/9/else/8/body/6/body/13
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] + kc[(cake_e / 8)] * u[(cake_e % 8)]);  // /roles/0/body/9/else/8/body/6/body/14
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * qc[(cake_e / 8)]);  // /roles/0/body/9/else/8/body/6/body/15
-           {  // /roles/0/body/9/else/8/body/6/body/16
-            float cake_red8[8];
+          if (cake_lane == 0) {  // /roles/0/body/10/then/7/body/8/body/12
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red8[cake_i] = 0.0f;
-            #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red8[cake_e % 8] += Tc[cake_e];
-            cake::warp_sum_rows<8>(cake_red8);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red8[cake_i]);
-          }
-          if (cake_lane == 0) {  // /roles/0/body/9/else/8/body/6/body/17
-            #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/else/8/body/6/body/17/then/0
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/12/then/0
               const int cake_f = (cake_s * 1 + 0) * 8;
               const int cake_r = cake_f / 8, cake_c = cake_f % 8;
                {
@@ -657,30 +438,415 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
                 cake_h[5] = cake::f2bf((float)(ov[cake_s * 8 + 5]));
                 cake_h[6] = cake::f2bf((float)(ov[cake_s * 8 + 6]));
                 cake_h[7] = cake::f2bf((float)(ov[cake_s * 8 + 7]));
-                if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/else/8/body/6/body/17/then/0
+                if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/8/body/12/then/0
               }
             }
           }
         }
-        if (c + 1 < nc && cake_role_warp == 0) {  // /roles/0/body/9/else/8/body/7
+        if (c + 1 < nc && cake_role_warp == 0) {  // /roles/0/body/10/then/7/body/9
           #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) bc[cake_e] = (cake::sigmoidf(bc[cake_e]));  // /roles/0/body/9/else/8/body/7/then/0
+          for (int cake_e = 0; cake_e < 1; ++cake_e) bc[cake_e] = (cake::sigmoidf(bc[cake_e]));  // /roles/0/body/10/then/7/body/9/then/0
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/else/8/body/7/then/1
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/9/then/1
             const int cake_f = (cake_s * 32 + cake_lane) * 1;
             const int cake_r = cake_f / 1, cake_c = cake_f % 1;
              {
               unsigned cake_v;
               float* cake_h = reinterpret_cast<float*>(&cake_v);
               cake_h[0] = bc[cake_s * 1 + 0];
-              *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (53248u + (unsigned)((c + 1) % 2) * 128u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/9/else/8/body/7/then/1
+              *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (28672u + (unsigned)((c + 1) % 2) * 128u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/9/then/1
             }
           }
         }
       }
-      cake::cp_async_wait<0>();  // /roles/0/body/9/else/9
+      cake::cp_async_wait<0>();  // /roles/0/body/10/then/8
       #pragma unroll
-      for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/9/else/10
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/then/9
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          float* cake_h = reinterpret_cast<float*>(&cake_v);
+          cake_h[0] = S[cake_s * 4 + 0];
+          cake_h[1] = S[cake_s * 4 + 1];
+          cake_h[2] = S[cake_s * 4 + 2];
+          cake_h[3] = S[cake_s * 4 + 3];
+          *reinterpret_cast<uint4*>((ht + ((n + (cake_r / 8)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 8) % 1)) * (long long)(V) * (long long)(K) + (v0 + (cake_r % 8)) * (long long)(K) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/then/9
+        }
+      }
+    } else {  // /roles/0/body/10/else
+      if (H0 == 1) {  // /roles/0/body/10/else/0
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/10/else/0/then/0
+          const int cake_f = (cake_s * 32 + cake_lane) * 8;
+          const int cake_r = cake_f / 8, cake_c = cake_f % 8;
+           {
+            uint4 cake_v;
+            cake_v = *reinterpret_cast<const uint4*>((h0 + ((n + (cake_r / 128)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 128) % 1)) * (long long)(V) * (long long)(K) + (0 + (cake_r % 128)) * (long long)(K) + (v0 + cake_c))) + 0);  // /roles/0/body/10/else/0/then/0
+            const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+            Sc[cake_s * 8 + 0] = cake_h[0];
+            Sc[cake_s * 8 + 1] = cake_h[1];
+            Sc[cake_s * 8 + 2] = cake_h[2];
+            Sc[cake_s * 8 + 3] = cake_h[3];
+          }
+           {
+            uint4 cake_v;
+            cake_v = *reinterpret_cast<const uint4*>((h0 + ((n + (cake_r / 128)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 128) % 1)) * (long long)(V) * (long long)(K) + (0 + (cake_r % 128)) * (long long)(K) + (v0 + cake_c))) + 4);  // /roles/0/body/10/else/0/then/0
+            const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+            Sc[cake_s * 8 + 4] = cake_h[0];
+            Sc[cake_s * 8 + 5] = cake_h[1];
+            Sc[cake_s * 8 + 6] = cake_h[2];
+            Sc[cake_s * 8 + 7] = cake_h[3];
+          }
+        }
+      } else {  // /roles/0/body/10/else/0/else
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (0.0f);  // /roles/0/body/10/else/0/else/0
+      }
+      #pragma unroll
+      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/else/1
+        const int cake_q = cake_i * 128 + cake_role_tid;
+        const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
+        cake::cp_async16((cake_smem_base + 0u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), q + ((bos + 0 * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/10/else/1
+      }
+      #pragma unroll
+      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/else/2
+        const int cake_q = cake_i * 128 + cake_role_tid;
+        const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
+        cake::cp_async16((cake_smem_base + 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), k + ((bos + 0 * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/10/else/2
+      }
+      #pragma unroll
+      for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/else/3
+        const int cake_q = cake_i * 128 + cake_role_tid;
+        const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
+        cake::cp_async16((cake_smem_base + 16384u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), g + ((bos + 0 * C + cake_r) * (long long)(HV) * (long long)(K) + (hv + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (0 + cake_c) < (K));  // /roles/0/body/10/else/3
+      }
+      #pragma unroll
+      for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/10/else/4
+        const int cake_q = cake_i * 128 + cake_role_tid;
+        const int cake_r = cake_q / 4, cake_c = (cake_q % 4) * 8;
+        cake::cp_async16((cake_smem_base + 24576u + (unsigned)(0) * 2048u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 64 + ((0) + cake_c) * 2)), v + ((bos + 0 * C + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (bos + 0 * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/10/else/4
+      }
+      cake::cp_async_commit();  // /roles/0/body/10/else/5
+      if (cake_role_warp == 0) {  // /roles/0/body/10/else/6
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/6/then/0
+          const int cake_f = (cake_s * 32 + cake_lane) * 1;
+          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+           {
+            unsigned short cake_v;
+            if ((bos + cake_r) < (T) && (hv + cake_c) < (HV)) cake_v = *reinterpret_cast<const unsigned short*>((beta + ((bos + cake_r) * (long long)(HV) + (hv + cake_c))) + 0); else cake_v = {};  // /roles/0/body/10/else/6/then/0
+            const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+            bc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
+          }
+        }
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 1; ++cake_e) bc[cake_e] = (cake::sigmoidf(bc[cake_e]));  // /roles/0/body/10/else/6/then/1
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/6/then/2
+          const int cake_f = (cake_s * 32 + cake_lane) * 1;
+          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+           {
+            unsigned cake_v;
+            float* cake_h = reinterpret_cast<float*>(&cake_v);
+            cake_h[0] = bc[cake_s * 1 + 0];
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (28672u + (unsigned)(0) * 128u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/6/then/2
+          }
+        }
+      }
+      for (int c = 0; c < nc; c += 1) {  // /roles/0/body/10/else/7
+        const int t0 = bos + c * C;  // /roles/0/body/10/else/7/body/0
+        cake::cp_async_wait<0>();  // /roles/0/body/10/else/7/body/1
+        __syncthreads();  // /roles/0/body/10/else/7/body/2
+        for (int jj = 0; jj < 8; jj += 1) {  // /roles/0/body/10/else/7/body/3
+          const int jp = jj * W + cake_role_warp;  // /roles/0/body/10/else/7/body/3/body/0
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/1
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              uint2 cake_v;
+              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/else/7/body/3/body/1
+              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+              qf[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+              qf[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+              qf[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+              qf[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/2
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              uint2 cake_v;
+              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (8192u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/else/7/body/3/body/2
+              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+              kf[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+              kf[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+              kf[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+              kf[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/3
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              uint2 cake_v;
+              cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (16384u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/else/7/body/3/body/3
+              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+              gf[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+              gf[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+              gf[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+              gf[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+            }
+          }
+           {  // /roles/0/body/10/else/7/body/3/body/4
+            float cake_red5[1];
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = 0.0f;
+            #pragma unroll
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red5[(((cake_e / 4) * 128) / 128)] = (cake_red5[(((cake_e / 4) * 128) / 128)] + cake::sq(qf[cake_e]));
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = cake::warp_sum(cake_red5[cake_i]);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red5[cake_i]);
+          }
+           {  // /roles/0/body/10/else/7/body/3/body/5
+            float cake_red6[1];
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red6[cake_i] = 0.0f;
+            #pragma unroll
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red6[(((cake_e / 4) * 128) / 128)] = (cake_red6[(((cake_e / 4) * 128) / 128)] + cake::sq(kf[cake_e]));
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red6[cake_i] = cake::warp_sum(cake_red6[cake_i]);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red6[cake_i]);
+          }
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/else/7/body/3/body/6
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * rsqrtf(ks[0] + 1e-06f));  // /roles/0/body/10/else/7/body/3/body/7
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (__expf((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gf[cake_e] + db[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/10/else/7/body/3/body/8
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/9
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              uint4 cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = qf[cake_s * 4 + 0];
+              cake_h[1] = qf[cake_s * 4 + 1];
+              cake_h[2] = qf[cake_s * 4 + 2];
+              cake_h[3] = qf[cake_s * 4 + 3];
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (28928u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/9
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/10
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              uint4 cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = kf[cake_s * 4 + 0];
+              cake_h[1] = kf[cake_s * 4 + 1];
+              cake_h[2] = kf[cake_s * 4 + 2];
+              cake_h[3] = kf[cake_s * 4 + 3];
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (45312u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/10
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/11
+            const int cake_f = (cake_s * 32 + cake_lane) * 4;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              uint4 cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = gf[cake_s * 4 + 0];
+              cake_h[1] = gf[cake_s * 4 + 1];
+              cake_h[2] = gf[cake_s * 4 + 2];
+              cake_h[3] = gf[cake_s * 4 + 3];
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (61696u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/11
+            }
+          }
+        }
+        __syncthreads();  // /roles/0/body/10/else/7/body/4
+        if (c + 1 < nc) {  // /roles/0/body/10/else/7/body/5
+          #pragma unroll
+          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/else/7/body/5/then/0
+            const int cake_q = cake_i * 128 + cake_role_tid;
+            const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
+            cake::cp_async16((cake_smem_base + 0u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), q + ((bos + (c + 1) * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/10/else/7/body/5/then/0
+          }
+          #pragma unroll
+          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/else/7/body/5/then/1
+            const int cake_q = cake_i * 128 + cake_role_tid;
+            const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
+            cake::cp_async16((cake_smem_base + 8192u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), k + ((bos + (c + 1) * C + cake_r) * (long long)(H) * (long long)(K) + (h + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (h + (cake_r % 1)) < (H) && (0 + cake_c) < (K));  // /roles/0/body/10/else/7/body/5/then/1
+          }
+          #pragma unroll
+          for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/else/7/body/5/then/2
+            const int cake_q = cake_i * 128 + cake_role_tid;
+            const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
+            cake::cp_async16((cake_smem_base + 16384u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 256 + ((0) + cake_c) * 2)), g + ((bos + (c + 1) * C + cake_r) * (long long)(HV) * (long long)(K) + (hv + (cake_r % 1)) * (long long)(K) + (0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (0 + cake_c) < (K));  // /roles/0/body/10/else/7/body/5/then/2
+          }
+          #pragma unroll
+          for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/10/else/7/body/5/then/3
+            const int cake_q = cake_i * 128 + cake_role_tid;
+            const int cake_r = cake_q / 4, cake_c = (cake_q % 4) * 8;
+            cake::cp_async16((cake_smem_base + 24576u + (unsigned)((c + 1) % 2) * 2048u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 64 + ((0) + cake_c) * 2)), v + ((bos + (c + 1) * C + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (bos + (c + 1) * C + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/10/else/7/body/5/then/3
+          }
+        }
+        cake::cp_async_commit();  // /roles/0/body/10/else/7/body/6
+        if (c + 1 < nc && cake_role_warp == 0) {  // /roles/0/body/10/else/7/body/7
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/7/then/0
+            const int cake_f = (cake_s * 32 + cake_lane) * 1;
+            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+             {
+              unsigned short cake_v;
+              if ((t0 + C + cake_r) < (T) && (hv + cake_c) < (HV)) cake_v = *reinterpret_cast<const unsigned short*>((beta + ((t0 + C + cake_r) * (long long)(HV) + (hv + cake_c))) + 0); else cake_v = {};  // /roles/0/body/10/else/7/body/7/then/0
+              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+              bc[cake_s * 1 + 0] = cake::bf2f(cake_h[0]);
+            }
+          }
+        }
+        for (int j = 0; j < min(C, eos - t0); j += 1) {  // /roles/0/body/10/else/7/body/8
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/0
+            const int cake_f = (cake_s * 32 + cake_lane) * 1;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              unsigned cake_v;
+              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (28928u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/else/7/body/8/body/0
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              qc[cake_s * 1 + 0] = cake_h[0];
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/1
+            const int cake_f = (cake_s * 32 + cake_lane) * 1;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              unsigned cake_v;
+              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (45312u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/else/7/body/8/body/1
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              kc[cake_s * 1 + 0] = cake_h[0];
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/2
+            const int cake_f = (cake_s * 32 + cake_lane) * 1;
+            const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+             {
+              unsigned cake_v;
+              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (61696u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/else/7/body/8/body/2
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              dc[cake_s * 1 + 0] = cake_h[0];
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/3
+            const int cake_f = (cake_s * 1 + 0) * 8;
+            const int cake_r = cake_f / 8, cake_c = cake_f % 8;
+             {
+              uint4 cake_v;
+              cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const cake::bf16*>(cake_smem + (24576u + (unsigned)(c % 2) * 2048u + (unsigned)(((((j)) * 1 + (0)) + cake_r) * 64 + ((cake_role_warp * VW) + cake_c) * 2))) + 0);  // /roles/0/body/10/else/7/body/8/body/3
+              const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+              vv[cake_s * 8 + 0] = cake::bf2f(cake_h[0]);
+              vv[cake_s * 8 + 1] = cake::bf2f(cake_h[1]);
+              vv[cake_s * 8 + 2] = cake::bf2f(cake_h[2]);
+              vv[cake_s * 8 + 3] = cake::bf2f(cake_h[3]);
+              vv[cake_s * 8 + 4] = cake::bf2f(cake_h[4]);
+              vv[cake_s * 8 + 5] = cake::bf2f(cake_h[5]);
+              vv[cake_s * 8 + 6] = cake::bf2f(cake_h[6]);
+              vv[cake_s * 8 + 7] = cake::bf2f(cake_h[7]);
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/4
+            const int cake_f = (cake_s * 1 + 0) * 1;
+            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+             {
+              unsigned cake_v;
+              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (28672u + (unsigned)(c % 2) * 128u + (unsigned)(((j) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/else/7/body/8/body/4
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              bl[cake_s * 1 + 0] = cake_h[0];
+            }
+          }
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] * dc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/5
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * kc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/6
+           {  // /roles/0/body/10/else/7/body/8/body/7
+            float cake_red7[8];
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red7[cake_i] = 0.0f;
+            #pragma unroll
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red7[cake_e % 8] += Tc[cake_e];
+            cake::warp_sum_rows<8>(cake_red7);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red7[cake_i]);
+          }
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/10/else/7/body/8/body/8
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] + kc[(cake_e / 8)] * u[(cake_e % 8)]);  // /roles/0/body/10/else/7/body/8/body/9
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * qc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/10
+           {  // /roles/0/body/10/else/7/body/8/body/11
+            float cake_red8[8];
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red8[cake_i] = 0.0f;
+            #pragma unroll
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red8[cake_e % 8] += Tc[cake_e];
+            cake::warp_sum_rows<8>(cake_red8);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red8[cake_i]);
+          }
+          if (cake_lane == 0) {  // /roles/0/body/10/else/7/body/8/body/12
+            #pragma unroll
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/12/then/0
+              const int cake_f = (cake_s * 1 + 0) * 8;
+              const int cake_r = cake_f / 8, cake_c = cake_f % 8;
+               {
+                uint4 cake_v;
+                cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+                cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 0]));
+                cake_h[1] = cake::f2bf((float)(ov[cake_s * 8 + 1]));
+                cake_h[2] = cake::f2bf((float)(ov[cake_s * 8 + 2]));
+                cake_h[3] = cake::f2bf((float)(ov[cake_s * 8 + 3]));
+                cake_h[4] = cake::f2bf((float)(ov[cake_s * 8 + 4]));
+                cake_h[5] = cake::f2bf((float)(ov[cake_s * 8 + 5]));
+                cake_h[6] = cake::f2bf((float)(ov[cake_s * 8 + 6]));
+                cake_h[7] = cake::f2bf((float)(ov[cake_s * 8 + 7]));
+                if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/8/body/12/then/0
+              }
+            }
+          }
+        }
+        if (c + 1 < nc && cake_role_warp == 0) {  // /roles/0/body/10/else/7/body/9
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 1; ++cake_e) bc[cake_e] = (cake::sigmoidf(bc[cake_e]));  // /roles/0/body/10/else/7/body/9/then/0
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/9/then/1
+            const int cake_f = (cake_s * 32 + cake_lane) * 1;
+            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+             {
+              unsigned cake_v;
+              float* cake_h = reinterpret_cast<float*>(&cake_v);
+              cake_h[0] = bc[cake_s * 1 + 0];
+              *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (28672u + (unsigned)((c + 1) % 2) * 128u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/9/then/1
+            }
+          }
+        }
+      }
+      cake::cp_async_wait<0>();  // /roles/0/body/10/else/8
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 4; ++cake_s) {  // /roles/0/body/10/else/9
         const int cake_f = (cake_s * 32 + cake_lane) * 8;
         const int cake_r = cake_f / 8, cake_c = cake_f % 8;
          {
@@ -690,7 +856,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
           cake_h[1] = Sc[cake_s * 8 + 1];
           cake_h[2] = Sc[cake_s * 8 + 2];
           cake_h[3] = Sc[cake_s * 8 + 3];
-          *reinterpret_cast<uint4*>((ht + ((n + (cake_r / 128)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 128) % 1)) * (long long)(V) * (long long)(K) + (0 + (cake_r % 128)) * (long long)(K) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/9/else/10
+          *reinterpret_cast<uint4*>((ht + ((n + (cake_r / 128)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 128) % 1)) * (long long)(V) * (long long)(K) + (0 + (cake_r % 128)) * (long long)(K) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/else/9
         }
          {
           uint4 cake_v;
@@ -699,7 +865,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
           cake_h[1] = Sc[cake_s * 8 + 5];
           cake_h[2] = Sc[cake_s * 8 + 6];
           cake_h[3] = Sc[cake_s * 8 + 7];
-          *reinterpret_cast<uint4*>((ht + ((n + (cake_r / 128)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 128) % 1)) * (long long)(V) * (long long)(K) + (0 + (cake_r % 128)) * (long long)(K) + (v0 + cake_c))) + 4) = cake_v;  // /roles/0/body/9/else/10
+          *reinterpret_cast<uint4*>((ht + ((n + (cake_r / 128)) * (long long)(HV) * (long long)(V) * (long long)(K) + (hv + ((cake_r / 128) % 1)) * (long long)(V) * (long long)(K) + (0 + (cake_r % 128)) * (long long)(K) + (v0 + cake_c))) + 4) = cake_v;  // /roles/0/body/10/else/9
         }
       }
     }
