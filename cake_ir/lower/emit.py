@@ -293,8 +293,17 @@ class Emitter:
 
     # ------------------------------------------------------------------------- statements
     def stmts(self, body, path):
-        for i, st in enumerate(body):
+        i = 0
+        while i < len(body):
+            st, nxt = body[i], body[i + 1] if i + 1 < len(body) else None
+            pair = self.fusable_sums(st, nxt, f"{path}/{i}")
+            if pair:   # two adjacent independent warp sums share one shuffle tree
+                self.cur = f"{path}/{i}"
+                self.reduce_sums_fused(pair, f"{path}/{i}")
+                i += 2
+                continue
             self.stmt(st, f"{path}/{i}")
+            i += 1
 
     def stmt(self, st, path):
         w = self.w
@@ -945,6 +954,66 @@ class Emitter:
             self.warp_reduce(acc, C, "sum")
         w.line("#pragma unroll")
         w.line(f"for (int cake_i = 0; cake_i < {C}; ++cake_i) {db.name}[cake_i] = {self.to_storage(db.dtype, f'{acc}[cake_i]')};")
+        w.close()
+
+    def warp_sum_plan(self, st, path):
+        """(partials loop bound, acc index, value, rows, dst buffer) of a sum over a warp-scope register
+        tile, when `st` is one (the row path or the column path of s_Reduce); else None."""
+        if not isinstance(st, Reduce) or st.kind not in ("sum", "sum_sq") or st.src.buf == st.dst.buf:
+            return None
+        sb, db = self.k.buffer(st.src.buf), self.k.buffer(st.dst.buf)
+        if sb is None or db is None or sb.space != "reg" or db.space != "reg" or sb.layout != "blocked" \
+                or sb.scope != "warp":
+            return None
+        val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]") if sb.dtype != "f32" else f"{sb.name}[cake_e]"
+        if st.kind == "sum_sq":
+            val = f"cake::sq({val})"
+        C, V, n = sb.shape[-1], sb.vec, self.reg_count(sb)
+        if st.axis == len(sb.shape) - 2 and V == C and prod(sb.shape[:-2]) == 1:
+            R, idx = C, f"(cake_e % {C})"
+        elif st.axis == len(sb.shape) - 1 and C % (32 * V) == 0:
+            R, idx = prod(sb.shape[:-1]), f"(((cake_e / {V}) * {32 * V}) / {C})"
+        else:
+            return None
+        if self.reg_count(db) != R and prod(db.shape) != R:
+            return None
+        return n, idx, val, R, db
+
+    def fusable_sums(self, a, b, path):
+        """Both statements warp sums whose rows together fit one cake::warp_sum_rows, the second not
+        reading or writing what the first writes (so computing them together changes nothing)."""
+        if not isinstance(a, Reduce) or not isinstance(b, Reduce) or a.note or b.note:
+            return None
+        if a.dst.buf in (b.src.buf, b.dst.buf) or b.dst.buf == a.src.buf:
+            return None
+        pa, pb = self.warp_sum_plan(a, path), self.warp_sum_plan(b, path)
+        if not pa or not pb:
+            return None
+        R = pa[3] + pb[3]
+        if R > 32 or R & (R - 1):
+            return None
+        return pa, pb
+
+    def reduce_sums_fused(self, pair, path):
+        w = self.w
+        acc = self.fresh("red")
+        R = pair[0][3] + pair[1][3]
+        w.open("", path)
+        w.line(f"float {acc}[{R}];")
+        w.line("#pragma unroll")
+        w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {acc}[cake_i] = 0.0f;")
+        base = 0
+        for n, idx, val, r, _db in pair:
+            w.line("#pragma unroll")
+            w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {acc}[{base} + {idx}] += {val};")
+            base += r
+        w.line(f"cake::warp_sum_rows<{R}>({acc});")
+        base = 0
+        for _n, _idx, _val, r, db in pair:
+            w.line("#pragma unroll")
+            w.line(f"for (int cake_i = 0; cake_i < {r}; ++cake_i) {db.name}[cake_i] = "
+                   f"{self.to_storage(db.dtype, f'{acc}[{base} + cake_i]')};")
+            base += r
         w.close()
 
     def warp_reduce(self, acc: str, R: int, kind: str):

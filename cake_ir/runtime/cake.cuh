@@ -228,23 +228,31 @@ __device__ __forceinline__ float warp_sum(float v) {
 // finishes the lanes that share a row, and R shuffles gather the totals back: 2 R + 4 - log2 R
 // shuffles in all where R separate warp_sum calls take 5 R.
 __host__ __device__ constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x >> 1); }
+// One reduce-scatter level: H live rows halve over lane bit 32 H / R (template recursion keeps every
+// index a compile-time constant; loops over a run-time level count put the array on the stack).
+template <int R, int H> struct SumRowsLevel {
+  static __device__ __forceinline__ void run(float (&v)[R], int lane) {
+    constexpr int O = 32 * H / R;
+    const bool up = (lane & O) != 0;    // this lane keeps the upper half of the live rows
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float send = up ? v[i] : v[i + H];
+      const float keep = up ? v[i + H] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+    SumRowsLevel<R, H / 2>::run(v, lane);
+  }
+};
+template <int R> struct SumRowsLevel<R, 0> {
+  static __device__ __forceinline__ void run(float (&)[R], int) {}
+};
 template <int R> __device__ __forceinline__ void warp_sum_rows(float (&v)[R]) {
   static_assert(R >= 2 && R <= 32 && (R & (R - 1)) == 0, "warp_sum_rows: R a power of two in [2, 32]");
   const int lane = threadIdx.x & 31;
-  int o = 16;
+  SumRowsLevel<R, R / 2>::run(v, lane);
+  // v[0] now sums row (lane >> (5 - log2 R)) over the lanes that differ in the top bits; finish it
 #pragma unroll
-  for (int h = R / 2; h >= 1; h >>= 1, o >>= 1) {
-    const bool up = (lane & o) != 0;    // this lane keeps the upper half of the live rows
-#pragma unroll
-    for (int i = 0; i < h; ++i) {
-      const float send = up ? v[i] : v[i + h];
-      const float keep = up ? v[i + h] : v[i];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-    }
-  }
-#pragma unroll
-  for (; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
-  // row r's total is in the lanes whose top log2(R) bits spell r
+  for (int o = 16 / R; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
   const float t = v[0];
 #pragma unroll
   for (int r = 0; r < R; ++r) v[r] = __shfl_sync(0xffffffffu, t, r << (5 - ilog2(R)));

@@ -39,7 +39,7 @@ def _gate(g: str, d: str) -> str:
 def _sequence(r, vw: int, vc: int, chunk: int, warps: int, vk: bool):
     """The whole sequence for one state layout: initial state, the chunk loop, the final state."""
     sfx = "" if vk else "_kv"
-    S, Tt = ("S", "Tr") if vk else ("Sc", "Tc")
+    S, Tt, Tq = ("S", "Tr", "Tq") if vk else ("Sc", "Tc", "Tcq")
     qv, kv, dv = ("qf", "kf", "df") if vk else ("qc", "kc", "dc")
     st_tile = (["n", "hv", "v0", 0], [1, 1, vw, K]) if vk else (["n", "hv", 0, "v0"], [1, 1, K, vw])
     red_axis = 3 if vk else 2
@@ -80,6 +80,10 @@ def _sequence(r, vw: int, vc: int, chunk: int, warps: int, vk: bool):
             r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
             r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
             r.map("gf", f"exp({_gate('gf', 'db')})", id="decay" + sfx)
+            r.map("Tp", "qf * kf")
+            r.reduce("sum", "Tp", "kq", axis=2)
+            with r.if_("lane == 0"):
+                r.sts(tile("kq"), tile("pKQ", ["jp", 0], [1, 1]), vec_bytes=4)
             r.sts(tile("qf"), tile("pQ", ["jp", 0, 0], [1, 1, K]), vec_bytes=16)
             r.sts(tile("kf"), tile("pK", ["jp", 0, 0], [1, 1, K]), vec_bytes=16)
             r.sts(tile("gf"), tile("pD", ["jp", 0, 0], [1, 1, K]), vec_bytes=16)
@@ -95,13 +99,17 @@ def _sequence(r, vw: int, vc: int, chunk: int, warps: int, vk: bool):
             r.lds(tile("pD", ["j", 0, 0], [1, 1, K]), tile(dv), vec_bytes=tok_vec)
             r.lds(tile("sV", ["j", 0, "role_warp * VW"], [1, 1, vw], slot=slot), tile("vv"), vec_bytes=16)
             r.lds(tile("sB", ["j", 0], [1, 1], slot=slot), tile("bl"), vec_bytes=4)
+            r.lds(tile("pKQ", ["j", 0], [1, 1]), tile("kqj"), vec_bytes=4)
+            # with S' the decayed state: u = beta (v - S'^T k) and o = S^T q = S'^T q + u (k . q), so both
+            # sums over K read S' and share one shuffle tree (the lowering fuses adjacent warp sums)
             r.map(S, f"{S} * {dv}")
             r.map(Tt, f"{S} * {kv}")
+            r.map(Tq, f"{S} * {qv}")
             r.reduce("sum", Tt, "u", axis=red_axis, id="state_times_k" + sfx)
+            r.reduce("sum", Tq, "ov", axis=red_axis, id="output" + sfx)
             r.map("u", "bl * (vv - u)")
+            r.map("ov", "ov + u * kqj")
             r.map(S, f"{S} + u * {kv}" if vk else f"{S} + {kv} * u", id="rank1_update" + sfx)
-            r.map(Tt, f"{S} * {qv}")
-            r.reduce("sum", Tt, "ov", axis=red_axis, id="output" + sfx)
             with r.if_("lane == 0"):
                 # t0 + j < eos <= T; the mask only states it for the prover
                 r.stg(tile("ov"), tile("o", ["t0 + j", "hv", "v0"], [1, 1, vw]), oob="mask",
@@ -145,6 +153,7 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
     kb.buffer("sB", "smem", "f32", [chunk, 1], stages=2)
     for n in ("pQ", "pK", "pD"):         # the chunk's prepared token rows (f32)
         kb.buffer(n, "smem", "f32", [chunk, 1, K])
+    kb.buffer("pKQ", "smem", "f32", [chunk, 1])
     kb.buffer("bc", "reg", "f32", [chunk, 1], layout="blocked", vec=1, scope="warp")
     # VK = 1: S^T rows [VW, K] per warp, each lane 4 consecutive K columns of every row (vec 4)
     v4 = dict(layout="blocked", vec=4, scope="warp")
@@ -153,16 +162,21 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
     kb.buffer("db", "reg", "f32", [1, K], **v4)
     kb.buffer("S", "reg", "f32", [1, 1, vw, K], **v4)
     kb.buffer("Tr", "reg", "f32", [1, 1, vw, K], **v4)
+    kb.buffer("Tq", "reg", "f32", [1, 1, vw, K], **v4)
+    kb.buffer("Tp", "reg", "f32", [1, 1, K], **v4)
     # VK = 0: S columns [K, VW] per warp, each lane whole rows k = lane + 32 i (vec VW); K-vectors vec 1
     v1 = dict(layout="blocked", vec=1, scope="warp")
     for n in ("qc", "kc", "dc"):
         kb.buffer(n, "reg", "f32", [1, 1, K], **v1)
     kb.buffer("Sc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
     kb.buffer("Tc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
+    kb.buffer("Tcq", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
     kb.buffer("al", "reg", "f32", [1], scope="thread")
     kb.buffer("bl", "reg", "f32", [1, 1], scope="thread")
     kb.buffer("qs", "reg", "f32", [1, 1, 1], scope="thread")
     kb.buffer("ks", "reg", "f32", [1, 1, 1], scope="thread")
+    kb.buffer("kq", "reg", "f32", [1, 1, 1], scope="thread")
+    kb.buffer("kqj", "reg", "f32", [1, 1], scope="thread")
     kb.buffer("vv", "reg", "f32", [1, 1, vw], scope="thread")
     kb.buffer("u", "reg", "f32", [1, 1, vw, 1], scope="thread")
     kb.buffer("ov", "reg", "f32", [1, 1, vw], scope="thread")

@@ -211,26 +211,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
       #pragma unroll
       for (int cake_e = 0; cake_e < 4; ++cake_e) af[cake_e] = (__expf(gf[cake_e]));  // /roles/0/body/9/then/6
        {  // /roles/0/body/9/then/7
-        float cake_red1[1];
+        float cake_red1[2];
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red1[cake_i] = 0.0f;
+        for (int cake_i = 0; cake_i < 2; ++cake_i) cake_red1[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[(((cake_e / 4) * 128) / 128)] = (cake_red1[(((cake_e / 4) * 128) / 128)] + cake::sq(qf[cake_e]));
+        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[0 + (((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red1[cake_i] = cake::warp_sum(cake_red1[cake_i]);
+        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[1 + (((cake_e / 4) * 128) / 128)] += cake::sq(kf[cake_e]);
+        cake::warp_sum_rows<2>(cake_red1);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[cake_i]);
-      }
-       {  // /roles/0/body/9/then/8
-        float cake_red2[1];
+        for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[0 + cake_i]);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red2[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red2[(((cake_e / 4) * 128) / 128)] = (cake_red2[(((cake_e / 4) * 128) / 128)] + cake::sq(kf[cake_e]));
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red2[cake_i] = cake::warp_sum(cake_red2[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red2[cake_i]);
+        for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red1[1 + cake_i]);
       }
       #pragma unroll
       for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/9/then/9
@@ -241,14 +233,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
       #pragma unroll
       for (int cake_e = 0; cake_e < 32; ++cake_e) T[cake_e] = (S[cake_e] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/9/then/12
        {  // /roles/0/body/9/then/13
-        float cake_red3[8];
+        float cake_red2[8];
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red3[cake_i] = 0.0f;
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red2[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[(((cake_e / 4) * 128) / 128)] = (cake_red3[(((cake_e / 4) * 128) / 128)] + T[cake_e]);
-        cake::warp_sum_rows<8>(cake_red3);
+        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red2[(((cake_e / 4) * 128) / 128)] = (cake_red2[(((cake_e / 4) * 128) / 128)] + T[cake_e]);
+        cake::warp_sum_rows<8>(cake_red2);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red3[cake_i]);
+        for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red2[cake_i]);
       }
       #pragma unroll
       for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/9/then/14
@@ -271,14 +263,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
       #pragma unroll
       for (int cake_e = 0; cake_e < 32; ++cake_e) T[cake_e] = (S[cake_e] * qf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/9/then/17
        {  // /roles/0/body/9/then/18
-        float cake_red4[8];
+        float cake_red3[8];
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red4[cake_i] = 0.0f;
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red3[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red4[(((cake_e / 4) * 128) / 128)] = (cake_red4[(((cake_e / 4) * 128) / 128)] + T[cake_e]);
-        cake::warp_sum_rows<8>(cake_red4);
+        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[(((cake_e / 4) * 128) / 128)] = (cake_red3[(((cake_e / 4) * 128) / 128)] + T[cake_e]);
+        cake::warp_sum_rows<8>(cake_red3);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red4[cake_i]);
+        for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red3[cake_i]);
       }
     } else {  // /roles/0/body/9/else
       #pragma unroll
@@ -353,26 +345,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
       #pragma unroll
       for (int cake_e = 0; cake_e < 4; ++cake_e) ac[cake_e] = (__expf(gc[cake_e]));  // /roles/0/body/9/else/6
        {  // /roles/0/body/9/else/7
-        float cake_red5[1];
+        float cake_red4[2];
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = 0.0f;
+        for (int cake_i = 0; cake_i < 2; ++cake_i) cake_red4[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red5[(((cake_e / 1) * 32) / 128)] = (cake_red5[(((cake_e / 1) * 32) / 128)] + cake::sq(qc[cake_e]));
+        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[0 + (((cake_e / 1) * 32) / 128)] += cake::sq(qc[cake_e]);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = cake::warp_sum(cake_red5[cake_i]);
+        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[1 + (((cake_e / 1) * 32) / 128)] += cake::sq(kc[cake_e]);
+        cake::warp_sum_rows<2>(cake_red4);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red5[cake_i]);
-      }
-       {  // /roles/0/body/9/else/8
-        float cake_red6[1];
+        for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red4[0 + cake_i]);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red6[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red6[(((cake_e / 1) * 32) / 128)] = (cake_red6[(((cake_e / 1) * 32) / 128)] + cake::sq(kc[cake_e]));
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red6[cake_i] = cake::warp_sum(cake_red6[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red6[cake_i]);
+        for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red4[1 + cake_i]);
       }
       #pragma unroll
       for (int cake_e = 0; cake_e < 4; ++cake_e) qc[cake_e] = (qc[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/9/else/9
@@ -383,14 +367,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
       #pragma unroll
       for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * kc[(cake_e / 8)]);  // /roles/0/body/9/else/12
        {  // /roles/0/body/9/else/13
-        float cake_red7[8];
+        float cake_red5[8];
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red7[cake_i] = 0.0f;
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red5[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red7[cake_e % 8] += Tc[cake_e];
-        cake::warp_sum_rows<8>(cake_red7);
+        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red5[cake_e % 8] += Tc[cake_e];
+        cake::warp_sum_rows<8>(cake_red5);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red7[cake_i]);
+        for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red5[cake_i]);
       }
       #pragma unroll
       for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/9/else/14
@@ -422,14 +406,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
       #pragma unroll
       for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * qc[(cake_e / 8)]);  // /roles/0/body/9/else/17
        {  // /roles/0/body/9/else/18
-        float cake_red8[8];
+        float cake_red6[8];
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red8[cake_i] = 0.0f;
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red6[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red8[cake_e % 8] += Tc[cake_e];
-        cake::warp_sum_rows<8>(cake_red8);
+        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[cake_e % 8] += Tc[cake_e];
+        cake::warp_sum_rows<8>(cake_red6);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red8[cake_i]);
+        for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red6[cake_i]);
       }
     }
     if (cake_lane == 0) {  // /roles/0/body/10

@@ -36,26 +36,31 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
     const int cake_wg = cake_role_warp >> 2;
     const int cake_wg_tid = cake_role_tid & 127;
     (void)cake_role_warp; (void)cake_role_tid; (void)cake_wg; (void)cake_wg_tid;
-    float bc[1];  // /buffers/8
-    float qf[4];  // /buffers/9
-    float kf[4];  // /buffers/10
-    float gf[4];  // /buffers/11
-    float df[4];  // /buffers/12
-    float db[4];  // /buffers/13
-    float S[32];  // /buffers/14
-    float Tr[32];  // /buffers/15
-    float qc[4];  // /buffers/16
-    float kc[4];  // /buffers/17
-    float dc[4];  // /buffers/18
-    float Sc[32];  // /buffers/19
-    float Tc[32];  // /buffers/20
-    float al[1];  // /buffers/21
-    float bl[1];  // /buffers/22
-    float qs[1];  // /buffers/23
-    float ks[1];  // /buffers/24
-    float vv[8];  // /buffers/25
-    float u[8];  // /buffers/26
-    float ov[8];  // /buffers/27
+    float bc[1];  // /buffers/9
+    float qf[4];  // /buffers/10
+    float kf[4];  // /buffers/11
+    float gf[4];  // /buffers/12
+    float df[4];  // /buffers/13
+    float db[4];  // /buffers/14
+    float S[32];  // /buffers/15
+    float Tr[32];  // /buffers/16
+    float Tq[32];  // /buffers/17
+    float Tp[4];  // /buffers/18
+    float qc[4];  // /buffers/19
+    float kc[4];  // /buffers/20
+    float dc[4];  // /buffers/21
+    float Sc[32];  // /buffers/22
+    float Tc[32];  // /buffers/23
+    float Tcq[32];  // /buffers/24
+    float al[1];  // /buffers/25
+    float bl[1];  // /buffers/26
+    float qs[1];  // /buffers/27
+    float ks[1];  // /buffers/28
+    float kq[1];  // /buffers/29
+    float kqj[1];  // /buffers/30
+    float vv[8];  // /buffers/31
+    float u[8];  // /buffers/32
+    float ov[8];  // /buffers/33
     const int hv = blockIdx.x;  // /roles/0/body/0
     const int n = blockIdx.y;  // /roles/0/body/1
     const int h = hv / (HV / H);  // /roles/0/body/2
@@ -209,26 +214,18 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             }
           }
            {  // /roles/0/body/10/then/7/body/3/body/4
-            float cake_red1[1];
+            float cake_red1[2];
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red1[cake_i] = 0.0f;
+            for (int cake_i = 0; cake_i < 2; ++cake_i) cake_red1[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[(((cake_e / 4) * 128) / 128)] = (cake_red1[(((cake_e / 4) * 128) / 128)] + cake::sq(qf[cake_e]));
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[0 + (((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red1[cake_i] = cake::warp_sum(cake_red1[cake_i]);
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[1 + (((cake_e / 4) * 128) / 128)] += cake::sq(kf[cake_e]);
+            cake::warp_sum_rows<2>(cake_red1);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[cake_i]);
-          }
-           {  // /roles/0/body/10/then/7/body/3/body/5
-            float cake_red2[1];
+            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[0 + cake_i]);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red2[cake_i] = 0.0f;
-            #pragma unroll
-            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red2[(((cake_e / 4) * 128) / 128)] = (cake_red2[(((cake_e / 4) * 128) / 128)] + cake::sq(kf[cake_e]));
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red2[cake_i] = cake::warp_sum(cake_red2[cake_i]);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red2[cake_i]);
+            for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red1[1 + cake_i]);
           }
           #pragma unroll
           for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/then/7/body/3/body/6
@@ -237,7 +234,33 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
           #pragma unroll
           for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (__expf((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gf[cake_e] + db[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/10/then/7/body/3/body/8
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/9
+          for (int cake_e = 0; cake_e < 4; ++cake_e) Tp[cake_e] = (qf[cake_e] * kf[cake_e]);  // /roles/0/body/10/then/7/body/3/body/9
+           {  // /roles/0/body/10/then/7/body/3/body/10
+            float cake_red2[1];
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red2[cake_i] = 0.0f;
+            #pragma unroll
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red2[(((cake_e / 4) * 128) / 128)] = (cake_red2[(((cake_e / 4) * 128) / 128)] + Tp[cake_e]);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red2[cake_i] = cake::warp_sum(cake_red2[cake_i]);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) kq[cake_i] = (cake_red2[cake_i]);
+          }
+          if (cake_lane == 0) {  // /roles/0/body/10/then/7/body/3/body/11
+            #pragma unroll
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/11/then/0
+              const int cake_f = (cake_s * 1 + 0) * 1;
+              const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = kq[cake_s * 1 + 0];
+                *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (78080u + (unsigned)(((jp) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/11/then/0
+              }
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/12
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
@@ -247,11 +270,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
               cake_h[1] = qf[cake_s * 4 + 1];
               cake_h[2] = qf[cake_s * 4 + 2];
               cake_h[3] = qf[cake_s * 4 + 3];
-              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (28928u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/9
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (28928u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/12
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/10
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/13
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
@@ -261,11 +284,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
               cake_h[1] = kf[cake_s * 4 + 1];
               cake_h[2] = kf[cake_s * 4 + 2];
               cake_h[3] = kf[cake_s * 4 + 3];
-              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (45312u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/10
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (45312u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/13
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/11
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/3/body/14
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
@@ -275,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
               cake_h[1] = gf[cake_s * 4 + 1];
               cake_h[2] = gf[cake_s * 4 + 2];
               cake_h[3] = gf[cake_s * 4 + 3];
-              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (61696u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/11
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (61696u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/3/body/14
             }
           }
         }
@@ -393,38 +416,45 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] * df[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/5
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Tr[cake_e] = (S[cake_e] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/6
-           {  // /roles/0/body/10/then/7/body/8/body/7
-            float cake_red3[8];
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red3[cake_i] = 0.0f;
-            #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[(((cake_e / 4) * 128) / 128)] = (cake_red3[(((cake_e / 4) * 128) / 128)] + Tr[cake_e]);
-            cake::warp_sum_rows<8>(cake_red3);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red3[cake_i]);
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/5
+            const int cake_f = (cake_s * 1 + 0) * 1;
+            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+             {
+              unsigned cake_v;
+              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (78080u + (unsigned)(((j) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/then/7/body/8/body/5
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              kqj[cake_s * 1 + 0] = cake_h[0];
+            }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/10/then/7/body/8/body/8
+          for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] * df[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] + u[(((cake_e / 4) * 128) / 128)] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/9
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Tr[cake_e] = (S[cake_e] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Tr[cake_e] = (S[cake_e] * qf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/10
-           {  // /roles/0/body/10/then/7/body/8/body/11
-            float cake_red4[8];
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Tq[cake_e] = (S[cake_e] * qf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/8
+           {  // /roles/0/body/10/then/7/body/8/body/9
+            float cake_red3[16];
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red4[cake_i] = 0.0f;
+            for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red3[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red4[(((cake_e / 4) * 128) / 128)] = (cake_red4[(((cake_e / 4) * 128) / 128)] + Tr[cake_e]);
-            cake::warp_sum_rows<8>(cake_red4);
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[0 + (((cake_e / 4) * 128) / 128)] += Tr[cake_e];
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red4[cake_i]);
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[8 + (((cake_e / 4) * 128) / 128)] += Tq[cake_e];
+            cake::warp_sum_rows<16>(cake_red3);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red3[0 + cake_i]);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red3[8 + cake_i]);
           }
-          if (cake_lane == 0) {  // /roles/0/body/10/then/7/body/8/body/12
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/10/then/7/body/8/body/11
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 8; ++cake_e) ov[cake_e] = (ov[cake_e] + u[cake_e] * kqj[0]);  // /roles/0/body/10/then/7/body/8/body/12
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] + u[(((cake_e / 4) * 128) / 128)] * kf[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/then/7/body/8/body/13
+          if (cake_lane == 0) {  // /roles/0/body/10/then/7/body/8/body/14
             #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/12/then/0
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/then/7/body/8/body/14/then/0
               const int cake_f = (cake_s * 1 + 0) * 8;
               const int cake_r = cake_f / 8, cake_c = cake_f % 8;
                {
@@ -438,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
                 cake_h[5] = cake::f2bf((float)(ov[cake_s * 8 + 5]));
                 cake_h[6] = cake::f2bf((float)(ov[cake_s * 8 + 6]));
                 cake_h[7] = cake::f2bf((float)(ov[cake_s * 8 + 7]));
-                if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/8/body/12/then/0
+                if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/8/body/14/then/0
               }
             }
           }
@@ -603,26 +633,18 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             }
           }
            {  // /roles/0/body/10/else/7/body/3/body/4
-            float cake_red5[1];
+            float cake_red4[2];
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = 0.0f;
+            for (int cake_i = 0; cake_i < 2; ++cake_i) cake_red4[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red5[(((cake_e / 4) * 128) / 128)] = (cake_red5[(((cake_e / 4) * 128) / 128)] + cake::sq(qf[cake_e]));
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[0 + (((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = cake::warp_sum(cake_red5[cake_i]);
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[1 + (((cake_e / 4) * 128) / 128)] += cake::sq(kf[cake_e]);
+            cake::warp_sum_rows<2>(cake_red4);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red5[cake_i]);
-          }
-           {  // /roles/0/body/10/else/7/body/3/body/5
-            float cake_red6[1];
+            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red4[0 + cake_i]);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red6[cake_i] = 0.0f;
-            #pragma unroll
-            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red6[(((cake_e / 4) * 128) / 128)] = (cake_red6[(((cake_e / 4) * 128) / 128)] + cake::sq(kf[cake_e]));
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red6[cake_i] = cake::warp_sum(cake_red6[cake_i]);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red6[cake_i]);
+            for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red4[1 + cake_i]);
           }
           #pragma unroll
           for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/else/7/body/3/body/6
@@ -631,7 +653,33 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
           #pragma unroll
           for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (__expf((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gf[cake_e] + db[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/10/else/7/body/3/body/8
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/9
+          for (int cake_e = 0; cake_e < 4; ++cake_e) Tp[cake_e] = (qf[cake_e] * kf[cake_e]);  // /roles/0/body/10/else/7/body/3/body/9
+           {  // /roles/0/body/10/else/7/body/3/body/10
+            float cake_red5[1];
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = 0.0f;
+            #pragma unroll
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red5[(((cake_e / 4) * 128) / 128)] = (cake_red5[(((cake_e / 4) * 128) / 128)] + Tp[cake_e]);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) cake_red5[cake_i] = cake::warp_sum(cake_red5[cake_i]);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 1; ++cake_i) kq[cake_i] = (cake_red5[cake_i]);
+          }
+          if (cake_lane == 0) {  // /roles/0/body/10/else/7/body/3/body/11
+            #pragma unroll
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/11/then/0
+              const int cake_f = (cake_s * 1 + 0) * 1;
+              const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = kq[cake_s * 1 + 0];
+                *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (78080u + (unsigned)(((jp) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/11/then/0
+              }
+            }
+          }
+          #pragma unroll
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/12
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
@@ -641,11 +689,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
               cake_h[1] = qf[cake_s * 4 + 1];
               cake_h[2] = qf[cake_s * 4 + 2];
               cake_h[3] = qf[cake_s * 4 + 3];
-              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (28928u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/9
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (28928u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/12
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/10
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/13
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
@@ -655,11 +703,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
               cake_h[1] = kf[cake_s * 4 + 1];
               cake_h[2] = kf[cake_s * 4 + 2];
               cake_h[3] = kf[cake_s * 4 + 3];
-              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (45312u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/10
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (45312u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/13
             }
           }
           #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/11
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/3/body/14
             const int cake_f = (cake_s * 32 + cake_lane) * 4;
             const int cake_r = cake_f / 128, cake_c = cake_f % 128;
              {
@@ -669,7 +717,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
               cake_h[1] = gf[cake_s * 4 + 1];
               cake_h[2] = gf[cake_s * 4 + 2];
               cake_h[3] = gf[cake_s * 4 + 3];
-              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (61696u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/11
+              *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (61696u + (unsigned)(((((jp)) * 1 + (0)) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/3/body/14
             }
           }
         }
@@ -778,38 +826,45 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] * dc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/5
-          #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * kc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/6
-           {  // /roles/0/body/10/else/7/body/8/body/7
-            float cake_red7[8];
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red7[cake_i] = 0.0f;
-            #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red7[cake_e % 8] += Tc[cake_e];
-            cake::warp_sum_rows<8>(cake_red7);
-            #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red7[cake_i]);
+          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/5
+            const int cake_f = (cake_s * 1 + 0) * 1;
+            const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+             {
+              unsigned cake_v;
+              cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (78080u + (unsigned)(((j) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/else/7/body/8/body/5
+              const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+              kqj[cake_s * 1 + 0] = cake_h[0];
+            }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/10/else/7/body/8/body/8
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] * dc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] + kc[(cake_e / 8)] * u[(cake_e % 8)]);  // /roles/0/body/10/else/7/body/8/body/9
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * kc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 32; ++cake_e) Tc[cake_e] = (Sc[cake_e] * qc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/10
-           {  // /roles/0/body/10/else/7/body/8/body/11
-            float cake_red8[8];
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Tcq[cake_e] = (Sc[cake_e] * qc[(cake_e / 8)]);  // /roles/0/body/10/else/7/body/8/body/8
+           {  // /roles/0/body/10/else/7/body/8/body/9
+            float cake_red6[16];
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red8[cake_i] = 0.0f;
+            for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red6[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red8[cake_e % 8] += Tc[cake_e];
-            cake::warp_sum_rows<8>(cake_red8);
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[0 + (cake_e % 8)] += Tc[cake_e];
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red8[cake_i]);
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[8 + (cake_e % 8)] += Tcq[cake_e];
+            cake::warp_sum_rows<16>(cake_red6);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red6[0 + cake_i]);
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red6[8 + cake_i]);
           }
-          if (cake_lane == 0) {  // /roles/0/body/10/else/7/body/8/body/12
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 8; ++cake_e) u[cake_e] = (bl[0] * (vv[cake_e] - u[cake_e]));  // /roles/0/body/10/else/7/body/8/body/11
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 8; ++cake_e) ov[cake_e] = (ov[cake_e] + u[cake_e] * kqj[0]);  // /roles/0/body/10/else/7/body/8/body/12
+          #pragma unroll
+          for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] + kc[(cake_e / 8)] * u[(cake_e % 8)]);  // /roles/0/body/10/else/7/body/8/body/13
+          if (cake_lane == 0) {  // /roles/0/body/10/else/7/body/8/body/14
             #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/12/then/0
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/else/7/body/8/body/14/then/0
               const int cake_f = (cake_s * 1 + 0) * 8;
               const int cake_r = cake_f / 8, cake_c = cake_f % 8;
                {
@@ -823,7 +878,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
                 cake_h[5] = cake::f2bf((float)(ov[cake_s * 8 + 5]));
                 cake_h[6] = cake::f2bf((float)(ov[cake_s * 8 + 6]));
                 cake_h[7] = cake::f2bf((float)(ov[cake_s * 8 + 7]));
-                if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/8/body/12/then/0
+                if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/8/body/14/then/0
               }
             }
           }
