@@ -301,8 +301,8 @@ def _py(n) -> str:
     if isinstance(n, E.Call):
         if n.fn == "elect_one":
             return "(_v['lane'] == 0)"
-        if n.fn == "ld" and len(n.args) == 4:   # a run-time read: its lower bound stands in for it
-            return _py(n.args[2])
+        if n.fn == "ld":   # a run-time read: its estimate (default: its lower bound) stands in for it
+            return _py(n.args[4] if len(n.args) == 5 else n.args[2])
         return f"_{n.fn}({', '.join(_py(x) for x in n.args)})"
     raise _Unknown(f"cannot evaluate {n!r}")
 

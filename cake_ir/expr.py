@@ -60,9 +60,11 @@ class Call:
 Node = Union[Num, Var, Un, Bin, Call]
 
 # Functions allowed per context. Index/cond functions are integer-valued.
-# ld(T, i, lo, hi): element i (flat) of the i32 tensor T, read at run time (a state-pool slot, a
+# ld(T, i, lo, hi[, est]): element i (flat) of the i32 tensor T, read at run time (a state-pool slot, a
 # cu_seqlens offset); the kernel traps unless lo <= value <= hi, so [lo, hi] is a fact (rule E-LDX-01).
-INDEX_FUNCS = {"min": 2, "max": 2, "cdiv": 2, "ld": 4}
+# `est`, an index expression, is the typical value the cost model and the sync simulator stand in for
+# the read (default lo); it proves nothing and is not compiled.
+INDEX_FUNCS = {"min": 2, "max": 2, "cdiv": 2, "ld": (4, 5)}
 COND_FUNCS = {"elect_one": 0, **INDEX_FUNCS}
 VALUE_FUNCS = {
     "exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 1, "rsqrt": 1, "abs": 1, "sigmoid": 1,
@@ -181,8 +183,10 @@ class _Parser:
                             continue
                         break
                 self.expect(")")
-                if len(args) != self.funcs[v]:
-                    raise ExprError(f"{v}() takes {self.funcs[v]} argument(s), got {len(args)}", self.text, pos)
+                arity = self.funcs[v]
+                if len(args) not in (arity if isinstance(arity, tuple) else (arity,)):
+                    want = " or ".join(map(str, arity)) if isinstance(arity, tuple) else arity
+                    raise ExprError(f"{v}() takes {want} argument(s), got {len(args)}", self.text, pos)
                 return Call(v, tuple(args))
             return Var(v)
         raise ExprError(f"unexpected {v or 'end of input'!r}", self.text, pos)
@@ -535,6 +539,8 @@ def _render(node: Node, var, parent_prec: int, c_mode: bool, float_mode: bool = 
             return f"((({args[0]}) + ({args[1]}) - 1) / ({args[1]}))"
         if node.fn in ("min", "max"):
             return f"{'f' if float_mode else ''}{node.fn}({args[0]}, {args[1]})"
+        if node.fn == "ld":
+            args = args[:4]       # the estimate is for the cost model only
         return f"{_C_FUNCS.get(node.fn, node.fn)}({', '.join(args)})"
     prec = _BINARY_PREC[node.op]
     a = _render(node.a, var, prec, c_mode, float_mode)

@@ -95,3 +95,28 @@ def test_gather_on_gpu():
         ck({"idx": i, "Src": s, "Dst": d}, {"B": B, "P": P})
         synchronize()
         np.testing.assert_array_equal(d.download(), src[idx])
+
+
+def test_ld_estimate_feeds_the_cost_model_only():
+    """ld(T, i, lo, hi, est): facts keep [lo, hi], the C call drops est, the cost model runs loops with
+    est where lo (0 tokens of a packed sequence) would predict no work at all."""
+    f = E.facts(E.parse_index("ld(cu, n, 0, 100, 50)"), {"n": E.Fact(0, 3, 1)})
+    assert (f.lo, f.hi) == (0, 100)
+    assert E.to_c(E.parse_index("ld(cu, n, 0, T, n * 8)"), lambda v: v.name) == "cake::ld_index(cu, n, 0, T)"
+    with pytest.raises(E.ExprError):
+        E.parse_index("ld(cu, n, 0, T, 1, 2)")
+    from cake_ir.cost import estimate
+    from tasks.kda.programs import kda_recurrent
+    from tasks.kda.shapes import PREFILL_BENCH
+    from tasks.kda.task import TASK
+    k = kda_recurrent(arch="sm_90a")
+    scal = TASK.scalars(PREFILL_BENCH[0])                     # 8192 tokens, one sequence
+    with_est = estimate(k, scal).seconds
+    doc = json.loads(k.model_dump_json(by_alias=True, exclude_none=True))
+    for st in doc["roles"][0]["body"]:
+        if st.get("op") == "let" and st["value"].startswith("ld("):
+            st["value"] = st["value"].rsplit(",", 1)[0].rsplit(",", 1)[0] + ", T)"   # drop the estimate
+    no_est, diags = load(doc)
+    assert no_est is not None, diags
+    assert "ld(cu_seqlens, n, 0, T)" in [s["value"] for s in doc["roles"][0]["body"] if s.get("op") == "let"]
+    assert with_est > 100 * estimate(no_est, scal).seconds     # 8192 tokens of work vs none

@@ -270,7 +270,7 @@ class Prover:
                 return self.bound(n.args[0], True, d) + self.bound(n.args[1], True, d) + self._numeric(n, hi)
             elif n.fn == "max" and not hi:
                 return self.bound(n.args[0], False, d) + self.bound(n.args[1], False, d) + self._numeric(n, hi)
-            elif n.fn == "ld" and len(n.args) == 4:   # a run-time read trapped unless lo <= value <= hi
+            elif n.fn == "ld":   # a run-time read trapped unless lo <= value <= hi
                 return self.bound(n.args[3] if hi else n.args[2], hi, d)
             return self._numeric(n, hi)
         return []

@@ -83,12 +83,12 @@ def is_thread_dep(node: E.Node) -> bool:
 
 
 def ld_representative(node: E.Node) -> E.Node:
-    """Replace CTA-uniform run-time reads ld(T, i, lo, hi) by their lower bound: one representative
+    """Replace CTA-uniform run-time reads ld(T, i, lo, hi[, est]) by est or lo: one representative
     value for the whole CTA is what the simulator needs (every thread sees the same slot); a
     thread-dependent ld stays and the simulation of the role gives up on it."""
     if isinstance(node, E.Call):
-        if node.fn == "ld" and len(node.args) == 4 and not any(is_thread_dep(a) for a in node.args):
-            return node.args[2]
+        if node.fn == "ld" and not any(is_thread_dep(a) for a in node.args):
+            return node.args[4] if len(node.args) == 5 else node.args[2]
         return E.Call(node.fn, tuple(ld_representative(a) for a in node.args))
     if isinstance(node, E.Un):
         return E.Un(node.op, ld_representative(node.a))

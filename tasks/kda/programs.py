@@ -184,8 +184,9 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
         r.let("hv", "bid.x")
         r.let("n", "bid.y")
         r.let("h", "hv / (HV / H)")              # grouped value heads read q/k head hv // (HV / H)
-        r.let("bos", "ld(cu_seqlens, n, 0, T)")
-        r.let("eos", "ld(cu_seqlens, n + 1, 0, T)")
+        # the estimates (sequences of T / N tokens) are what the cost model assumes; nothing is proved from them
+        r.let("bos", "ld(cu_seqlens, n, 0, T, n * (T / N))")
+        r.let("eos", "ld(cu_seqlens, n + 1, 0, T, (n + 1) * (T / N))")
         r.let("nc", "cdiv(max(eos - bos, 0), C)")
         r.let("c0", "bid.z * VC")
         r.let("v0", "c0 + role_warp * VW")
