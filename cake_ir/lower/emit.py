@@ -842,6 +842,8 @@ class Emitter:
         db = self.reg_tile(st.dst, path)
         node = E.parse_value(st.expr)
         scalars = {p.name: p for p in self.k.params if isinstance(p, ScalarParam)}
+        if db.layout == "mma_a":
+            return self.map_to_operand(db, node, scalars, path)
 
         def var(v: E.Var) -> str:
             b = self.k.buffer(v.name)
@@ -860,6 +862,48 @@ class Emitter:
         n = self.reg_count(db)
         self.w.line("#pragma unroll")
         self.w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)
+
+    def map_to_operand(self, db: Buffer, node, scalars, path):
+        """map into an mma_a fragment from mma_acc tiles of the same [M, K] shape: the accumulator of one
+        mma becomes the A operand of the next (P V after Q K^T, A_qk V_new in chunked linear attention)
+        without shared memory. A lane's accumulator pairs (row g / g + 8, columns 2t, 2t + 1 of each n8
+        tile) are exactly its A pairs (same rows, k = 2t, 2t + 1 of each k8 half): A register r of k-tile
+        kt packs n-tile 2 kt + r / 2, row half r % 2. The expression is applied per element first."""
+        for v in E.walk(node):
+            if isinstance(v, E.Var):
+                b = self.k.buffer(v.name)
+                if b is not None and (b.space != "reg" or b.layout != "mma_acc" or list(b.shape) != list(db.shape)):
+                    self.fail(path, f"a map into the mma_a fragment {db.name!r} reads mma_acc tiles of its shape "
+                              f"{list(db.shape)}; {v.name!r} is a {b.layout} {list(b.shape)} tile")
+        if len(db.shape) != 2 or db.shape[0] % 16 or db.shape[1] % 16:
+            self.fail(path, "mma_a fragments are [16 i, 16 j]")
+        pack = {"bf16": "cake::pack_bf16x2", "f16": "cake::pack_f16x2"}.get(db.dtype)
+        if pack is None:
+            self.fail(path, f"mma_a fragments hold bf16 or f16, not {db.dtype}")
+
+        def var(v: E.Var) -> str:
+            if self.k.buffer(v.name) is not None:
+                return f"{v.name}[cake_e]"
+            if v.name in scalars:
+                return f"(float){v.name}"
+            if v.name in self.k.consts:
+                return f"{float(self.k.consts[v.name])!r}f"
+            return f"(float)({BUILTIN_C.get(v.name, v.name)})"
+
+        rhs = E.to_c(node, var, float_mode=True)
+        MT, KT = db.shape[0] // 16, db.shape[1] // 16
+        w = self.w
+        w.open("", path)
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_q = 0; cake_q < {MT * KT * 4}; ++cake_q)")
+        w.line(f"const int cake_m = cake_q / {KT * 4}, cake_kt = (cake_q / 4) % {KT}, cake_r = cake_q % 4;")
+        w.line(f"const int cake_c = ((cake_m * {2 * KT} + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;")
+        w.line("float cake_lo, cake_hi;")
+        w.line(f"{{ const int cake_e = cake_c; cake_lo = {rhs}; }}")
+        w.line(f"{{ const int cake_e = cake_c + 1; cake_hi = {rhs}; }}")
+        w.line(f"{db.name}[cake_q] = {pack}(cake_lo, cake_hi);", path)
+        w.close()
+        w.close()
 
     def s_Reduce(self, st: Reduce, path):
         b0 = self.buf(st.src.buf, path)

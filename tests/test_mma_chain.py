@@ -1,0 +1,85 @@
+"""An mma accumulator reused as the next mma's A operand in registers (`map` into an mma_a fragment from
+mma_acc tiles of the same shape): O = bf16(s * X W1^T) W2^T, the pattern of P V after Q K^T and of
+A_qk V_new in chunked linear attention. Verified and compiled everywhere; checked on a GPU (marked)."""
+import numpy as np
+import pytest
+
+from cake_ir.builder import KernelBuilder, tile
+from cake_ir.compiler import compile_kernel
+from cake_ir.verifier import verify
+
+
+def chain(arch="sm_80", src_layout="mma_acc"):
+    kb = KernelBuilder("mma_chain", arch=arch, grid=[1], threads=32)
+    kb.tensor("X", "bf16", [16, 32])
+    kb.tensor("W1", "bf16", [32, 32])
+    kb.tensor("W2", "bf16", [16, 32])
+    kb.tensor("O", "f32", [16, 16], access="write")
+    for n, shape in (("sX", [16, 32]), ("sW1", [32, 32]), ("sW2", [16, 32])):
+        kb.buffer(n, "smem", "bf16", shape)
+    kb.buffer("fx", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
+    kb.buffer("fw1", "reg", "bf16", [32, 32], layout="mma_b", scope="warp")
+    kb.buffer("fw2", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
+    if src_layout == "mma_acc":
+        kb.buffer("P", "reg", "f32", [16, 32], layout="mma_acc", scope="warp")
+    else:
+        kb.buffer("P", "reg", "f32", [16, 32], layout="blocked", vec=4, scope="warp")
+    kb.buffer("Pa", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
+    kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        for src, dst, shape in (("X", "sX", [16, 32]), ("W1", "sW1", [32, 32]), ("W2", "sW2", [16, 32])):
+            r.copy("cp_async", tile(src, [0, 0], shape), tile(dst), vec_bytes=16)
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        r.ldmatrix(tile("sX"), tile("fx"))
+        r.ldmatrix(tile("sW1"), tile("fw1"))
+        r.ldmatrix(tile("sW2"), tile("fw2"))
+        r.fill("P", 0.0)
+        r.fill("acc", 0.0)
+        if src_layout == "mma_acc":
+            r.mma_sync(tile("fx"), tile("fw1"), tile("P"))
+        r.map("Pa", "P * 0.5", id="acc_to_operand")
+        r.mma_sync(tile("Pa"), tile("fw2"), tile("acc"))
+        r.stg(tile("acc"), tile("O", [0, 0], [16, 16]), vec_bytes=4)
+    return kb.build()
+
+
+def test_chain_verifies_and_compiles():
+    k = chain()
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics]
+    for arch in ("sm_80", "sm_90a"):
+        r = compile_kernel(k, arch=arch)
+        assert r.ok, [d.short() for d in r.diagnostics]
+        assert "cake::pack_bf16x2(cake_lo, cake_hi)" in r.cuda_source
+
+
+def test_map_into_an_operand_names_the_wrong_source():
+    r = compile_kernel(chain(src_layout="blocked"), arch="sm_80")
+    assert not r.ok
+    msg = " ".join(d.message for d in r.diagnostics)
+    assert "reads mma_acc tiles of its shape" in msg and "'P' is a blocked" in msg
+
+
+@pytest.mark.gpu
+def test_chain_on_gpu():
+    from gpu_backend.driver import arch_of, context, gpu_available, properties
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
+    from gpu_backend.runner import CompiledKernel
+    context(0)
+    arch = arch_of(properties(0))
+    k = chain(arch=arch)
+    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
+    rng = np.random.default_rng(0)
+    X, W1, W2 = (round_to_bf16(rng.standard_normal(s).astype(np.float32)) for s in ((16, 32), (32, 32), (16, 32)))
+    with DeviceArray.from_host(X, "bf16") as x, DeviceArray.from_host(W1, "bf16") as w1, \
+            DeviceArray.from_host(W2, "bf16") as w2, DeviceArray.alloc((16, 16), "f32") as o:
+        ck({"X": x, "W1": w1, "W2": w2, "O": o}, {})
+        synchronize()
+        got = o.download()
+    P = round_to_bf16((X.astype(np.float64) @ W1.T.astype(np.float64) * 0.5).astype(np.float32))
+    ref = P.astype(np.float64) @ W2.T.astype(np.float64)
+    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert err < 1e-2, err          # a misplaced pair would be O(1)
