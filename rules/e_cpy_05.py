@@ -5,7 +5,8 @@
 - Both tiles of a copy or access have the same shape (leading size-1 dims ignored; an `mma_rows`
   [R, 1] list may be stored as a [.., 1, R] row); copies do not
   convert, so their dtypes must be equal (ldg/stg/lds/sts convert element-wise).
-- ldmatrix loads 16-bit elements from smem into an `mma_a` or `mma_b` fragment.
+- ldmatrix loads 16-bit elements from smem into an `mma_a` or `mma_b` fragment; with `trans` the smem
+  tile is the transpose of the fragment (B stored [K, N] into an [N, K] `mma_b` fragment).
 - wgmma operands a and b have one dtype; mma_sync's a and b likewise (E-MMA-01).
 - `slot` selects a stage of a staged smem buffer; on a global tensor, a reg tile or a single-stage
   buffer it must be absent (or provably 0).
@@ -55,6 +56,14 @@ def check(ctx):
             if rb is not None and rb.layout == "mma_rows" and ss is not None and ss[-1] == 1 and ds is not None \
                     and squeeze(ds) == (ss[0],):
                 ss = ds   # an mma_rows [R, 1] list stored along the last dim (one index per row)
+            if what == "ldmatrix" and getattr(n, "trans", False):
+                if dst.buffer is not None and dst.buffer.layout != "mma_b":
+                    yield ctx.report(f"{p}/trans", f"ldmatrix.trans fills mma_b fragments (B stored [K, N]); "
+                                     f"{dst.ref.buf!r} is {dst.buffer.layout}: load it without trans",
+                                     legal=["mma_b"])
+                    continue
+                if ss is not None and len(ss) == 2:
+                    ss = tuple(reversed(ss))   # .trans reads B stored [K, N] into an [N, K] fragment
             if ss is not None and ds is not None and squeeze(ss) != squeeze(ds):
                 yield ctx.report(f"{p}/dst", f"{what} shapes differ: src {list(ss)}, dst {list(ds)}", legal=[list(ss)])
             if what == "ldmatrix":

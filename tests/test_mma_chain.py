@@ -83,3 +83,75 @@ def test_chain_on_gpu():
     ref = P.astype(np.float64) @ W2.T.astype(np.float64)
     err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
     assert err < 1e-2, err          # a misplaced pair would be O(1)
+
+
+def trans_b(n=16, arch="sm_80"):
+    """C = A Bk with Bk stored [K, N] (row-major, as a product's right factor is): ldmatrix.trans."""
+    kb = KernelBuilder(f"mma_trans_b_{n}", arch=arch, grid=[1], threads=32)
+    kb.tensor("A", "bf16", [16, 32])
+    kb.tensor("Bk", "bf16", [32, n])
+    kb.tensor("C", "f32", [16, n], access="write")
+    kb.buffer("sA", "smem", "bf16", [16, 32])
+    kb.buffer("sB", "smem", "bf16", [32, n])
+    kb.buffer("fa", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
+    kb.buffer("fb", "reg", "bf16", [n, 32], layout="mma_b", scope="warp")
+    kb.buffer("acc", "reg", "f32", [16, n], layout="mma_acc", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.copy("cp_async", tile("A", [0, 0], [16, 32]), tile("sA"), vec_bytes=16)
+        r.copy("cp_async", tile("Bk", [0, 0], [32, n]), tile("sB"), vec_bytes=16)
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        r.ldmatrix(tile("sA"), tile("fa"))
+        r.ldmatrix(tile("sB"), tile("fb"), trans=True, id="load_b_trans")
+        r.fill("acc", 0.0)
+        r.mma_sync(tile("fa"), tile("fb"), tile("acc"))
+        r.stg(tile("acc"), tile("C", [0, 0], [16, n]), vec_bytes=4)
+    return kb.build()
+
+
+@pytest.mark.parametrize("n", [16, 8])
+def test_trans_b_verifies_and_compiles(n):
+    k = trans_b(n)
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics]
+    r = compile_kernel(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics]
+    assert ("ldmatrix_x4_trans" if n == 16 else "ldmatrix_x2_trans") in r.cuda_source
+
+
+def test_trans_on_an_a_fragment_is_refused():
+    import json
+
+    from cake_ir.io import load
+    doc = json.loads(trans_b().model_dump_json(by_alias=True, exclude_none=True))
+    for st in doc["roles"][0]["body"]:
+        if st.get("id") == "load_b_trans":
+            st["src"] = {"buf": "sA"}
+            st["dst"] = {"buf": "fa"}
+    k, diags = load(doc)
+    assert k is not None, diags
+    r = compile_kernel(k, arch="sm_80")
+    assert not r.ok and any("ldmatrix.trans fills mma_b" in d.message for d in r.diagnostics)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [16, 8])
+def test_trans_b_on_gpu(n):
+    from gpu_backend.driver import arch_of, context, gpu_available, properties
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
+    from gpu_backend.runner import CompiledKernel
+    context(0)
+    arch = arch_of(properties(0))
+    k = trans_b(n, arch=arch)
+    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
+    rng = np.random.default_rng(1)
+    A, Bk = (round_to_bf16(rng.standard_normal(s).astype(np.float32)) for s in ((16, 32), (32, n)))
+    with DeviceArray.from_host(A, "bf16") as a, DeviceArray.from_host(Bk, "bf16") as b, \
+            DeviceArray.alloc((16, n), "f32") as c:
+        ck({"A": a, "Bk": b, "C": c}, {})
+        synchronize()
+        got = c.download()
+    ref = A.astype(np.float64) @ Bk.astype(np.float64)
+    assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max(), np.abs(got - ref).max()

@@ -661,10 +661,12 @@ class Emitter:
         sb, db = src.buffer, dst.buffer
         if sb is None or db is None or sb.space != "smem" or db.layout not in ("mma_a", "mma_b"):
             self.fail(path, "ldmatrix loads an smem tile into an mma_a / mma_b fragment")
-        if st.trans:
-            self.fail(path, "ldmatrix.trans is not lowered yet (store B as [N, K])")
+        if st.trans and db.layout != "mma_b":
+            self.fail(path, "ldmatrix.trans fills mma_b fragments (B stored [K, N]); store A as [M, K]")
         if len(src.shape) != 2 or len(db.shape) != 2:
             self.fail(path, "ldmatrix tiles and fragment buffers are 2-d")
+        if st.trans:
+            return self.ldmatrix_trans_b(st, sb, db, src, dst, path)
         R, K = src.shape[-2], src.shape[-1]
         row, col, _, _ = self.tile_rc(src, path)
         fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
@@ -698,6 +700,37 @@ class Emitter:
                                           f"{col} + {kt * 16} + ((cake_lane >> 3) & 1) * 8")
                     e0 = ((fo[0] // 8 + nt) * KTd + fo[1] // 16 + kt) * 2
                     w.line(f"cake::ldmatrix_x2({addr}, {db.name}[{e0}], {db.name}[{e0 + 1}]);", path)
+        w.close()
+
+    def ldmatrix_trans_b(self, st, sb, db, src, dst, path):
+        """B stored [K, N] (row k: its N columns), as a product's right factor usually is (S in W S,
+        L in L L): ldmatrix.trans hands lane l the pair (k = 2 (l % 4) + {0, 1}, n = l / 4) of each 8x8
+        block, the m16n8k16 B fragment. Lanes 8i..8i+7 address the rows of block i: blocks 0/1 are
+        k 0-7 / 8-15 of n-tile 0, blocks 2/3 the same of n-tile 1 (the register order of the plain path)."""
+        K, R = src.shape[-2], src.shape[-1]
+        if R % 8 or K % 16:
+            self.fail(path, "an ldmatrix.trans tile is [16k, 8n] (B stored [K, N])")
+        row, col, _, _ = self.tile_rc(src, path)
+        fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
+        if any(not isinstance(o, int) for o in fo):
+            self.fail(path, "fragment offsets must be constants")
+        KTd = db.shape[1] // 16
+        w = self.w
+        w.open("", path)
+        w.line("const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;")
+        for kt in range(K // 16):
+            for np_ in range(R // 16):
+                addr = self.smem_addr(sb, st.src.slot, f"{row} + {kt * 16} + cake_lr", f"{col} + {np_ * 16} + cake_lc")
+                e0 = ((fo[0] // 8 + 2 * np_) * KTd + fo[1] // 16 + kt) * 2
+                e1 = ((fo[0] // 8 + 2 * np_ + 1) * KTd + fo[1] // 16 + kt) * 2
+                w.line(f"cake::ldmatrix_x4_trans({addr}, {db.name}[{e0}], {db.name}[{e0 + 1}], {db.name}[{e1}], "
+                       f"{db.name}[{e1 + 1}]);", path)
+            if R % 16:
+                nt = R // 8 - 1
+                addr = self.smem_addr(sb, st.src.slot, f"{row} + {kt * 16} + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)",
+                                      f"{col} + {nt * 8}")
+                e0 = ((fo[0] // 8 + nt) * KTd + fo[1] // 16 + kt) * 2
+                w.line(f"cake::ldmatrix_x2_trans({addr}, {db.name}[{e0}], {db.name}[{e0 + 1}]);", path)
         w.close()
 
     # ---- matrix multiply
