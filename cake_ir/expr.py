@@ -69,6 +69,9 @@ COND_FUNCS = {"elect_one": 0, **INDEX_FUNCS}
 VALUE_FUNCS = {
     "exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 1, "rsqrt": 1, "abs": 1, "sigmoid": 1,
     "softplus": 1, "tanh": 1, "max": 2, "min": 2, "select": 3, "recip": 1,
+    # the coordinates (row, column) in the destination tile of the element being computed: causal
+    # masks such as select(col() <= row(), x, 0) on an mma accumulator
+    "row": 0, "col": 0,
 }
 
 _TOKEN = re.compile(
@@ -541,6 +544,8 @@ def _render(node: Node, var, parent_prec: int, c_mode: bool, float_mode: bool = 
             return f"{'f' if float_mode else ''}{node.fn}({args[0]}, {args[1]})"
         if node.fn == "ld":
             args = args[:4]       # the estimate is for the cost model only
+        if node.fn in ("row", "col"):
+            return f"(float)cake_{node.fn}" if float_mode else f"cake_{node.fn}"
         return f"{_C_FUNCS.get(node.fn, node.fn)}({', '.join(args)})"
     prec = _BINARY_PREC[node.op]
     a = _render(node.a, var, prec, c_mode, float_mode)

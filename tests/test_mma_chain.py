@@ -155,3 +155,78 @@ def test_trans_b_on_gpu(n):
         got = c.download()
     ref = A.astype(np.float64) @ Bk.astype(np.float64)
     assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max(), np.abs(got - ref).max()
+
+
+def masked_gram(arch="sm_80", strict=True):
+    """A = tril(X Y^T) (strict: c < r, else c <= r) on the accumulator with row() / col(): the causal
+    masks of chunked linear attention (A_kk strictly lower, A_qk lower with its diagonal)."""
+    kb = KernelBuilder("masked_gram", arch=arch, grid=[1], threads=32)
+    kb.tensor("X", "bf16", [16, 32])
+    kb.tensor("Y", "bf16", [16, 32])
+    kb.tensor("A", "f32", [16, 16], access="write")
+    kb.buffer("sX", "smem", "bf16", [16, 32])
+    kb.buffer("sY", "smem", "bf16", [16, 32])
+    kb.buffer("fx", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
+    kb.buffer("fy", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
+    kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.copy("cp_async", tile("X", [0, 0], [16, 32]), tile("sX"), vec_bytes=16)
+        r.copy("cp_async", tile("Y", [0, 0], [16, 32]), tile("sY"), vec_bytes=16)
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        r.ldmatrix(tile("sX"), tile("fx"))
+        r.ldmatrix(tile("sY"), tile("fy"))
+        r.fill("acc", 0.0)
+        r.mma_sync(tile("fx"), tile("fy"), tile("acc"))
+        r.map("acc", f"select(col() {'<' if strict else '<='} row(), acc, 0)", id="causal_mask")
+        r.stg(tile("acc"), tile("A", [0, 0], [16, 16]), vec_bytes=4)
+    return kb.build()
+
+
+def test_masked_gram_compiles_with_element_coordinates():
+    k = masked_gram()
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics]
+    r = compile_kernel(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics]
+    src = r.cuda_source
+    assert "const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;" in src
+    assert "((float)cake_col < (float)cake_row)" in src
+
+
+def test_coordinates_on_a_blocked_tile():
+    """row() / col() of a blocked [8, 128] vec-4 warp tile: element e of lane l is flat index
+    ((e / 4) * 32 + l) * 4 + e % 4."""
+    kb = KernelBuilder("coords", arch="sm_80", grid=[1], threads=32)
+    kb.tensor("O", "f32", [8, 128], access="write")
+    kb.buffer("t", "reg", "f32", [8, 128], layout="blocked", vec=4, scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.map("t", "row() * 1000 + col()")
+        r.stg(tile("t"), tile("O", [0, 0], [8, 128]), vec_bytes=16)
+    r2 = compile_kernel(kb.build(), arch="sm_80")
+    assert r2.ok, [d.short() for d in r2.diagnostics]
+    assert "const int cake_row = (cake_f / 128) % 8, cake_col = cake_f % 128;" in r2.cuda_source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strict", [True, False])
+def test_masked_gram_on_gpu(strict):
+    from gpu_backend.driver import arch_of, context, gpu_available, properties
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
+    from gpu_backend.runner import CompiledKernel
+    context(0)
+    arch = arch_of(properties(0))
+    k = masked_gram(arch=arch, strict=strict)
+    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
+    rng = np.random.default_rng(2)
+    X, Y = (round_to_bf16(rng.standard_normal((16, 32)).astype(np.float32)) for _ in range(2))
+    with DeviceArray.from_host(X, "bf16") as x, DeviceArray.from_host(Y, "bf16") as y, \
+            DeviceArray.alloc((16, 16), "f32") as a:
+        ck({"X": x, "Y": y, "A": a}, {})
+        synchronize()
+        got = a.download()
+    ref = np.tril(X.astype(np.float64) @ Y.T.astype(np.float64), -1 if strict else 0)
+    assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
+    assert (got[np.triu_indices(16, 0 if strict else 1)] == 0).all()   # masked entries exactly 0

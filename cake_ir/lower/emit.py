@@ -893,8 +893,36 @@ class Emitter:
 
         rhs = E.to_c(node, var, float_mode=True)
         n = self.reg_count(db)
+        coords = {c.fn for c in E.walk(node) if isinstance(c, E.Call) and c.fn in ("row", "col")}
+        if coords:
+            return self.map_with_coords(db, rhs, n, path)
         self.w.line("#pragma unroll")
         self.w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)
+
+    def map_with_coords(self, db: Buffer, rhs: str, n: int, path):
+        """A map whose expression uses row() / col(): the element's coordinates in the destination tile
+        (its last two dims), from the layout's element -> (row, column) map."""
+        w = self.w
+        C = db.shape[-1]
+        R = db.shape[-2] if len(db.shape) > 1 else 1
+        w.open("", path)
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_e = 0; cake_e < {n}; ++cake_e)")
+        if db.layout == "mma_acc":      # e = (m-tile * n-tiles + n-tile) * 4 + r: rows g / g + 8, columns 2t, 2t + 1
+            NT = C // 8
+            w.line(f"const int cake_row = ((cake_e >> 2) / {NT}) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;")
+            w.line(f"const int cake_col = ((cake_e >> 2) % {NT}) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);")
+        elif db.layout == "blocked":
+            T, V = self.scope_threads(db.scope), db.vec
+            w.line(f"const int cake_f = ((cake_e / {V}) * {T} + {self.scope_index(db.scope)}) * {V} + cake_e % {V};")
+            w.line(f"const int cake_row = (cake_f / {C}) % {R}, cake_col = cake_f % {C};")
+        elif db.layout == "row_major" and db.scope == "thread":
+            w.line(f"const int cake_row = (cake_e / {C}) % {R}, cake_col = cake_e % {C};")
+        else:
+            self.fail(path, f"row() / col() are defined on mma_acc, blocked and per-thread tiles, not {db.layout}")
+        w.line(f"{db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)
+        w.close()
+        w.close()
 
     def map_to_operand(self, db: Buffer, node, scalars, path):
         """map into an mma_a fragment from mma_acc tiles of the same [M, K] shape: the accumulator of one
@@ -910,6 +938,8 @@ class Emitter:
                               f"{list(db.shape)}; {v.name!r} is a {b.layout} {list(b.shape)} tile")
         if len(db.shape) != 2 or db.shape[0] % 16 or db.shape[1] % 16:
             self.fail(path, "mma_a fragments are [16 i, 16 j]")
+        if any(isinstance(c, E.Call) and c.fn in ("row", "col") for c in E.walk(node)):
+            self.fail(path, "row() / col() are not defined while packing an mma_a fragment: mask the accumulator first")
         pack = {"bf16": "cake::pack_bf16x2", "f16": "cake::pack_f16x2"}.get(db.dtype)
         if pack is None:
             self.fail(path, f"mma_a fragments hold bf16 or f16, not {db.dtype}")
