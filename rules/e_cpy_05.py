@@ -52,10 +52,13 @@ def check(ctx):
                 yield ctx.report(f"{p}/dst/buf", f"copy does not convert: src {src.ref.buf!r} is {src.dtype}, dst "
                                  f"{dst.ref.buf!r} is {dst.dtype}", legal=[src.dtype])
             ss, ds = tile_shape(k, src, dst), tile_shape(k, dst, src)
-            rb = src.buffer if what == "stg" else None
+            rb = src.buffer if what == "stg" else dst.buffer if what in ("ldg", "lds") else None
             if rb is not None and rb.layout == "mma_rows" and ss is not None and ss[-1] == 1 and ds is not None \
                     and squeeze(ds) == (ss[0],):
                 ss = ds   # an mma_rows [R, 1] list stored along the last dim (one index per row)
+            if what in ("ldg", "lds") and rb is not None and rb.layout == "mma_rows" and ds is not None \
+                    and ds[-1] == 1 and ss is not None and squeeze(ss) == (ds[0],):
+                ss = ds   # ... and loaded from one
             if what == "ldmatrix" and getattr(n, "trans", False):
                 if dst.buffer is not None and dst.buffer.layout != "mma_b":
                     yield ctx.report(f"{p}/trans", f"ldmatrix.trans fills mma_b fragments (B stored [K, N]); "

@@ -230,3 +230,71 @@ def test_masked_gram_on_gpu(strict):
     ref = np.tril(X.astype(np.float64) @ Y.T.astype(np.float64), -1 if strict else 0)
     assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
     assert (got[np.triu_indices(16, 0 if strict else 1)] == 0).all()   # masked entries exactly 0
+
+
+def row_scaled(arch="sm_80", from_smem=False):
+    """A = Diag(beta) X Y^T: beta [16] loaded into an mma_rows [16, 1] tile (the rows each lane holds),
+    broadcast over the accumulator's columns in a map (beta rows of A_kk, the decay rows of the state)."""
+    kb = KernelBuilder("row_scaled", arch=arch, grid=[1], threads=32)
+    kb.tensor("X", "bf16", [16, 32])
+    kb.tensor("Y", "bf16", [16, 32])
+    kb.tensor("beta", "f32", [16])
+    kb.tensor("A", "f32", [16, 16], access="write")
+    kb.buffer("sX", "smem", "bf16", [16, 32])
+    kb.buffer("sY", "smem", "bf16", [16, 32])
+    kb.buffer("sb", "smem", "f32", [16])
+    kb.buffer("fx", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
+    kb.buffer("fy", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
+    kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
+    kb.buffer("br", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.copy("cp_async", tile("X", [0, 0], [16, 32]), tile("sX"), vec_bytes=16)
+        r.copy("cp_async", tile("Y", [0, 0], [16, 32]), tile("sY"), vec_bytes=16)
+        r.copy("cp_async", tile("beta", [0], [16]), tile("sb"), vec_bytes=16)
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        if from_smem:
+            r.lds(tile("sb", [0], [16]), tile("br"), vec_bytes=4)
+        else:
+            r.ldg(tile("beta", [0], [16]), tile("br"), vec_bytes=4)
+        r.ldmatrix(tile("sX"), tile("fx"))
+        r.ldmatrix(tile("sY"), tile("fy"))
+        r.fill("acc", 0.0)
+        r.mma_sync(tile("fx"), tile("fy"), tile("acc"))
+        r.map("acc", "acc * br", id="row_scale")
+        r.stg(tile("acc"), tile("A", [0, 0], [16, 16]), vec_bytes=4)
+    return kb.build()
+
+
+@pytest.mark.parametrize("from_smem", [False, True])
+def test_row_scale_compiles(from_smem):
+    k = row_scaled(from_smem=from_smem)
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics]
+    r = compile_kernel(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics]
+    assert "acc[cake_e] * br[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]" in r.cuda_source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("from_smem", [False, True])
+def test_row_scale_on_gpu(from_smem):
+    from gpu_backend.driver import arch_of, context, gpu_available, properties
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
+    from gpu_backend.runner import CompiledKernel
+    context(0)
+    arch = arch_of(properties(0))
+    k = row_scaled(arch=arch, from_smem=from_smem)
+    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
+    rng = np.random.default_rng(3)
+    X, Y = (round_to_bf16(rng.standard_normal((16, 32)).astype(np.float32)) for _ in range(2))
+    beta = rng.uniform(0.1, 2.0, 16).astype(np.float32)
+    with DeviceArray.from_host(X, "bf16") as x, DeviceArray.from_host(Y, "bf16") as y, \
+            DeviceArray.from_host(beta, "f32") as b, DeviceArray.alloc((16, 16), "f32") as a:
+        ck({"X": x, "Y": y, "beta": b, "A": a}, {})
+        synchronize()
+        got = a.download()
+    ref = beta[:, None].astype(np.float64) * (X.astype(np.float64) @ Y.T.astype(np.float64))
+    assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()

@@ -505,6 +505,8 @@ class Emitter:
         if rb.layout in ("wgmma_acc", "mma_acc") and st.op in ("stg", "sts"):
             return self.store_acc(st, rb, reg, mem, path)
         if rb.layout == "mma_rows":
+            if st.op in ("ldg", "lds"):
+                return self.load_rows(st, rb, mem, path)
             if st.op != "stg":
                 self.fail(path, "mma_rows tiles are written to global memory with stg")
             return self.store_rows(st, rb, mem, path)
@@ -846,6 +848,9 @@ class Emitter:
             return "cake_e"
         if prod(src.shape) == 1:
             return "0"
+        if dst.layout == "mma_acc" and src.layout == "mma_rows" and list(src.shape) == [dst.shape[0], 1]:
+            # a per-row value beside the accumulator: element e sits in m-tile (e / 4) / NT, row half (e % 4) / 2
+            return f"((((cake_e >> 2) / {dst.shape[1] // 8}) << 1) + ((cake_e & 3) >> 1))"
         if src.scope == dst.scope == "thread" and [d for d in src.shape if d != 1] == [d for d in dst.shape if d != 1]:
             return "cake_e"   # per-thread tiles are row-major: size-1 dims do not move elements
         C = dst.shape[-1]
@@ -1258,6 +1263,41 @@ class Emitter:
             w.open(f"for (int cake_c = 0; cake_c < {K}; ++cake_c)")
             who = "(cake_c & 3) == cake_q" if col else "cake_q == 0"
             w.line(f"if ({who}{' && ' + guard if guard else ''}) {store}", path)
+            w.close()
+        w.close()
+
+    def load_rows(self, st: Access, rb: Buffer, mem, path):
+        """ldg / lds into an mma_rows tile [TM, k] (per-row values beside an mma_acc tile: beta, a decay,
+        a row scale): each lane loads the rows it holds (g and g + 8 of every 16-row tile), all k entries.
+        A [TM, 1] tile may come from a tile whose last dim runs along the rows ([.., TM])."""
+        TM, K = rb.shape
+        off = list(mem.offset)
+        along_last = K == 1 and mem.shape and mem.shape[-1] == TM and (len(mem.shape) == 1 or mem.shape[-2] == 1)
+        if not along_last and len(mem.shape) < 2:
+            self.fail(path, f"an mma_rows [{TM}, {K}] load needs a tile of >= 2 dims (rows, k)")
+        w = self.w
+        w.open("", path)
+        for slot, row in self.rows_slots(TM):
+            w.line("#pragma unroll")
+            w.open(f"for (int cake_c = 0; cake_c < {K}; ++cake_c)")
+            if mem.space == "global":
+                p = mem.param
+                if along_last:
+                    idx = [ix(o) for o in off[:-1]] + [f"{ix(off[-1])} + {row}"]
+                else:
+                    idx = [ix(o) for o in off[:-2]] + [f"{ix(off[-2])} + {row}", f"{ix(off[-1])} + cake_c"]
+                val = self.from_storage(p.dtype, f"{p.name}[{self.gaddr(p, idx)}]") if p.dtype != "f32" \
+                    else f"{p.name}[{self.gaddr(p, idx)}]"
+                if st.oob in ("mask", "zfill"):
+                    conds = " && ".join(f"({i}) < ({ix(d)})" for i, d in zip(idx, p.shape))
+                    val = f"(({conds}) ? {val} : 0.0f)"
+            else:
+                b = mem.buffer
+                r0, c0, _, _ = self.tile_rc(mem, path)
+                r_c, c_c = (r0, f"{c0} + {row}") if along_last else (f"{r0} + {row}", f"{c0} + cake_c")
+                ptr = f"reinterpret_cast<const {STORAGE[b.dtype]}*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, r_c, c_c)}))"
+                val = self.from_storage(b.dtype, f"(*{ptr})") if b.dtype != "f32" else f"(*{ptr})"
+            w.line(f"{rb.name}[{slot * K} + cake_c] = {self.to_storage(rb.dtype, val)};", path)
             w.close()
         w.close()
 
