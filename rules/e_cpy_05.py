@@ -6,7 +6,8 @@
   [R, 1] list may be stored as a [.., 1, R] row); copies do not
   convert, so their dtypes must be equal (ldg/stg/lds/sts convert element-wise).
 - ldmatrix loads 16-bit elements from smem into an `mma_a` or `mma_b` fragment; with `trans` the smem
-  tile is the transpose of the fragment (B stored [K, N] into an [N, K] `mma_b` fragment).
+  tile is the transpose of the fragment (B stored [K, N] into an [N, K] `mma_b` fragment, A stored
+  [K, M] into an [M, K] `mma_a` fragment).
 - wgmma operands a and b have one dtype; mma_sync's a and b likewise (E-MMA-01).
 - `slot` selects a stage of a staged smem buffer; on a global tensor, a reg tile or a single-stage
   buffer it must be absent (or provably 0).
@@ -59,14 +60,8 @@ def check(ctx):
             if what in ("ldg", "lds") and rb is not None and rb.layout == "mma_rows" and ds is not None \
                     and ds[-1] == 1 and ss is not None and squeeze(ss) == (ds[0],):
                 ss = ds   # ... and loaded from one
-            if what == "ldmatrix" and getattr(n, "trans", False):
-                if dst.buffer is not None and dst.buffer.layout != "mma_b":
-                    yield ctx.report(f"{p}/trans", f"ldmatrix.trans fills mma_b fragments (B stored [K, N]); "
-                                     f"{dst.ref.buf!r} is {dst.buffer.layout}: load it without trans",
-                                     legal=["mma_b"])
-                    continue
-                if ss is not None and len(ss) == 2:
-                    ss = tuple(reversed(ss))   # .trans reads B stored [K, N] into an [N, K] fragment
+            if what == "ldmatrix" and getattr(n, "trans", False) and ss is not None and len(ss) == 2:
+                ss = tuple(reversed(ss))   # .trans reads a transposed tile: B stored [K, N], A stored [K, M]
             if ss is not None and ds is not None and squeeze(ss) != squeeze(ds):
                 yield ctx.report(f"{p}/dst", f"{what} shapes differ: src {list(ss)}, dst {list(ds)}", legal=[list(ss)])
             if what == "ldmatrix":

@@ -119,19 +119,69 @@ def test_trans_b_verifies_and_compiles(n):
     assert ("ldmatrix_x4_trans" if n == 16 else "ldmatrix_x2_trans") in r.cuda_source
 
 
-def test_trans_on_an_a_fragment_is_refused():
+def trans_a(arch="sm_80"):
+    """C = Ak^T B with Ak stored [K, M] (tokens x channels, as K^T V_new reads K): ldmatrix.trans into
+    an mma_a fragment."""
+    kb = KernelBuilder("mma_trans_a", arch=arch, grid=[1], threads=32)
+    kb.tensor("Ak", "bf16", [32, 16])
+    kb.tensor("B", "bf16", [16, 32])
+    kb.tensor("C", "f32", [16, 16], access="write")
+    kb.buffer("sA", "smem", "bf16", [32, 16])
+    kb.buffer("sB", "smem", "bf16", [16, 32])
+    kb.buffer("fa", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
+    kb.buffer("fb", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
+    kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.copy("cp_async", tile("Ak", [0, 0], [32, 16]), tile("sA"), vec_bytes=16)
+        r.copy("cp_async", tile("B", [0, 0], [16, 32]), tile("sB"), vec_bytes=16)
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        r.ldmatrix(tile("sA"), tile("fa"), trans=True, id="load_a_trans")
+        r.ldmatrix(tile("sB"), tile("fb"))
+        r.fill("acc", 0.0)
+        r.mma_sync(tile("fa"), tile("fb"), tile("acc"))
+        r.stg(tile("acc"), tile("C", [0, 0], [16, 16]), vec_bytes=4)
+    return kb.build()
+
+
+def test_trans_a_compiles_and_checks_the_transposed_shape():
     import json
 
     from cake_ir.io import load
-    doc = json.loads(trans_b().model_dump_json(by_alias=True, exclude_none=True))
+    k = trans_a()
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics]
+    r = compile_kernel(k, arch="sm_90a")
+    assert r.ok and "const int cake_lr = (cake_lane >> 4) * 8 + (cake_lane & 7)" in r.cuda_source
+    doc = json.loads(k.model_dump_json(by_alias=True, exclude_none=True))
     for st in doc["roles"][0]["body"]:
-        if st.get("id") == "load_b_trans":
-            st["src"] = {"buf": "sA"}
-            st["dst"] = {"buf": "fa"}
-    k, diags = load(doc)
-    assert k is not None, diags
-    r = compile_kernel(k, arch="sm_80")
-    assert not r.ok and any("ldmatrix.trans fills mma_b" in d.message for d in r.diagnostics)
+        if st.get("id") == "load_a_trans":
+            del st["trans"]                     # the [32, 16] tile no longer matches the [16, 32] fragment
+    k2, diags = load(doc)
+    assert k2 is not None, diags
+    assert [d for d in verify(k2).diagnostics if d.code == "E-CPY-05" and "shapes differ" in d.message]
+
+
+@pytest.mark.gpu
+def test_trans_a_on_gpu():
+    from gpu_backend.driver import arch_of, context, gpu_available, properties
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
+    from gpu_backend.runner import CompiledKernel
+    context(0)
+    arch = arch_of(properties(0))
+    k = trans_a(arch=arch)
+    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
+    rng = np.random.default_rng(4)
+    Ak, B = (round_to_bf16(rng.standard_normal(s).astype(np.float32)) for s in ((32, 16), (16, 32)))
+    with DeviceArray.from_host(Ak, "bf16") as a, DeviceArray.from_host(B, "bf16") as b, \
+            DeviceArray.alloc((16, 16), "f32") as c:
+        ck({"Ak": a, "B": b, "C": c}, {})
+        synchronize()
+        got = c.download()
+    ref = Ak.T.astype(np.float64) @ B.T.astype(np.float64)
+    assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
 
 
 @pytest.mark.gpu

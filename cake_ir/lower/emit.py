@@ -663,12 +663,10 @@ class Emitter:
         sb, db = src.buffer, dst.buffer
         if sb is None or db is None or sb.space != "smem" or db.layout not in ("mma_a", "mma_b"):
             self.fail(path, "ldmatrix loads an smem tile into an mma_a / mma_b fragment")
-        if st.trans and db.layout != "mma_b":
-            self.fail(path, "ldmatrix.trans fills mma_b fragments (B stored [K, N]); store A as [M, K]")
         if len(src.shape) != 2 or len(db.shape) != 2:
             self.fail(path, "ldmatrix tiles and fragment buffers are 2-d")
         if st.trans:
-            return self.ldmatrix_trans_b(st, sb, db, src, dst, path)
+            return (self.ldmatrix_trans_b if db.layout == "mma_b" else self.ldmatrix_trans_a)(st, sb, db, src, dst, path)
         R, K = src.shape[-2], src.shape[-1]
         row, col, _, _ = self.tile_rc(src, path)
         fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
@@ -733,6 +731,30 @@ class Emitter:
                                       f"{col} + {nt * 8}")
                 e0 = ((fo[0] // 8 + nt) * KTd + fo[1] // 16 + kt) * 2
                 w.line(f"cake::ldmatrix_x2_trans({addr}, {db.name}[{e0}], {db.name}[{e0 + 1}]);", path)
+        w.close()
+
+    def ldmatrix_trans_a(self, st, sb, db, src, dst, path):
+        """A stored [K, M] (A^T row-major: K^T V_new takes K stored [tokens, channels] as its A^T):
+        ldmatrix.trans hands lane l the pair (m = l / 4, k = 2 (l % 4) + {0, 1}) of each 8x8 block, the
+        m16n8k16 A fragment. Blocks 0..3 are (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15),
+        (m 8-15, k 8-15): a0..a3, the register order of the plain path."""
+        K, M = src.shape[-2], src.shape[-1]
+        if M % 16 or K % 16:
+            self.fail(path, "an ldmatrix.trans tile for mma_a is [16k, 16m] (A stored [K, M])")
+        row, col, _, _ = self.tile_rc(src, path)
+        fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
+        if any(not isinstance(o, int) for o in fo):
+            self.fail(path, "fragment offsets must be constants")
+        KTd = db.shape[1] // 16
+        w = self.w
+        w.open("", path)
+        w.line("const int cake_lr = (cake_lane >> 4) * 8 + (cake_lane & 7), cake_lc = ((cake_lane >> 3) & 1) * 8;")
+        for mt in range(M // 16):
+            for kt in range(K // 16):
+                addr = self.smem_addr(sb, st.src.slot, f"{row} + {kt * 16} + cake_lr", f"{col} + {mt * 16} + cake_lc")
+                e = ((fo[0] // 16 + mt) * KTd + fo[1] // 16 + kt) * 4
+                w.line(f"cake::ldmatrix_x4_trans({addr}, {db.name}[{e}], {db.name}[{e + 1}], {db.name}[{e + 2}], "
+                       f"{db.name}[{e + 3}]);", path)
         w.close()
 
     # ---- matrix multiply
