@@ -5,15 +5,19 @@ shared memory. One CTA per (value head, sequence, V-slice), grid [HV, N, vsplit]
 owns value columns z * V / vsplit + [w * VW, (w + 1) * VW) of the state for the whole sequence, so
 no state ever leaves the SM between tokens and a CTA needs nothing from any other CTA.
 
-Per chunk of C tokens the CTA copies q, k, g (all K channels) and its V-slice of v into a 2-stage
-shared-memory ring with cp.async, one chunk ahead of the tokens it is working on; warp 0 loads the
-chunk's beta logits, takes the sigmoid and parks them beside. Per token, in float32 (the task's
-semantics, tasks/kda/reference.py):
+Per chunk of C tokens the CTA copies q, k, g (all K channels) and its V-slice of v into shared memory
+with cp.async (v double-buffered; q/k/g single-buffered, the next chunk's copy issued as soon as the
+prepare step below has consumed them, so it lands while the tokens of this chunk run); warp 0 loads
+the chunk's beta logits and parks their sigmoid beside. Then, in float32 (the task's semantics,
+tasks/kda/reference.py):
 
-    q, k <- l2norm(q), l2norm(k); q <- q * K^-0.5
-    g <- lower_bound * sigmoid(exp(A_log) * (f + dt_bias))    (SAFE = 1)
-         -exp(A_log) * softplus(f + dt_bias)                   (SAFE = 0)
-    S <- S * exp(g)[K];  u <- beta * (v - S^T k);  S <- S + k u^T;  o <- S^T q
+  prepare (token-parallel, warp w takes tokens w, w + W, ...):
+    q, k <- l2norm(q), l2norm(k); q <- q * K^-0.5; d <- exp(g) with
+    g = lower_bound * sigmoid(exp(A_log) * (f + dt_bias))  (SAFE = 1) or -exp(A_log) * softplus(f + dt_bias);
+    k.q; all as f32 rows in shared memory
+  tokens (sequential):
+    S' <- S * d[K];  (S'^T k, S'^T q) in one shuffle tree;  u <- beta * (v - S'^T k);
+    o <- S'^T q + u (k.q)  (= S^T q);  S <- S' + k u^T
 
 exp(g) <= 1 for every token, so neither gate form can overflow (no cumulative gate is ever formed).
 The state layout (VK) is picked at run time: VK = 1 keeps S^T rows (lanes across K, vec 4, shuffle
