@@ -258,6 +258,9 @@ class Access(Node):
     vec_bytes: Literal[2, 4, 8, 16] = 16
     trans: bool = False
     oob: Literal["none", "zfill", "mask"] = "none"
+    row_limit: Optional[IndexExpr] = Field(
+        default=None, description="stg only: elements whose index in the global tile's first dim is >= "
+                                  "row_limit are not written (the end of a sequence in a packed batch)")
 
 
 class MmaSync(Node):

@@ -348,3 +348,67 @@ def test_row_scale_on_gpu(from_smem):
         got = a.download()
     ref = beta[:, None].astype(np.float64) * (X.astype(np.float64) @ Y.T.astype(np.float64))
     assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
+
+
+def rows_of_tokens(arch="sm_80", limit="L", oob="mask"):
+    """An accumulator [16 tokens, 16] stored into o [T, HV, 16] at (t0, hv): the rows fold into the
+    token dim of a [16, 1, 16] tile, and `row_limit` stops at the sequence end (packed batches)."""
+    kb = KernelBuilder("rows_of_tokens", arch=arch, grid=[1], threads=32)
+    kb.scalar("T", min=1)
+    kb.scalar("L", min=0)
+    kb.tensor("X", "bf16", [16, 32])
+    kb.tensor("Y", "bf16", [16, 32])
+    kb.tensor("O", "f32", ["T", 2, 16], access="write")
+    kb.buffer("sX", "smem", "bf16", [16, 32])
+    kb.buffer("sY", "smem", "bf16", [16, 32])
+    kb.buffer("fx", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
+    kb.buffer("fy", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
+    kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.copy("cp_async", tile("X", [0, 0], [16, 32]), tile("sX"), vec_bytes=16)
+        r.copy("cp_async", tile("Y", [0, 0], [16, 32]), tile("sY"), vec_bytes=16)
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        r.ldmatrix(tile("sX"), tile("fx"))
+        r.ldmatrix(tile("sY"), tile("fy"))
+        r.fill("acc", 0.0)
+        r.mma_sync(tile("fx"), tile("fy"), tile("acc"))
+        r.add("stg", src=tile("acc"), dst=tile("O", [3, 1, 0], [16, 1, 16]), vec_bytes=4, oob=oob,
+              row_limit=limit, id="store_rows")
+    return kb.build()
+
+
+def test_row_limited_store_folds_rows_into_the_token_dim():
+    k = rows_of_tokens()
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics]
+    r = compile_kernel(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics]
+    src = r.cuda_source
+    assert "< (int)(L)" in src and "(long long)(2) * (long long)(16)" in src
+
+
+@pytest.mark.gpu
+def test_row_limited_store_on_gpu():
+    from gpu_backend.driver import arch_of, context, gpu_available, properties
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
+    from gpu_backend.runner import CompiledKernel
+    context(0)
+    arch = arch_of(properties(0))
+    k = rows_of_tokens(arch=arch)
+    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
+    rng = np.random.default_rng(5)
+    X, Y = (round_to_bf16(rng.standard_normal((16, 32)).astype(np.float32)) for _ in range(2))
+    T, L = 40, 11                                     # rows 3.. 10 written (L = 11), the rest untouched
+    with DeviceArray.from_host(X, "bf16") as x, DeviceArray.from_host(Y, "bf16") as y, \
+            DeviceArray.from_host(np.full((T, 2, 16), -7.0, np.float32), "f32") as o:
+        ck({"X": x, "Y": y, "O": o}, {"T": T, "L": L})
+        synchronize()
+        got = o.download()
+    ref = X.astype(np.float64) @ Y.T.astype(np.float64)
+    assert np.abs(got[3:L, 1] - ref[:L - 3]).max() < 1e-3 * np.abs(ref).max()
+    untouched = np.ones((T, 2), bool)
+    untouched[3:L, 1] = False
+    assert (got[untouched] == -7.0).all()

@@ -499,6 +499,8 @@ class Emitter:
         if not src.known or not dst.known:
             self.fail(path, "access names an unknown buffer or tensor")
         reg, mem = (dst, src) if st.op in ("ldg", "lds") else (src, dst)
+        if st.row_limit is not None and (st.op != "stg" or mem.space != "global"):
+            self.fail(path, "row_limit bounds the rows an stg writes to a global tile")
         rb = reg.buffer
         if rb is None or rb.space != "reg":
             self.fail(path, f"{st.op} moves a register tile")
@@ -561,6 +563,10 @@ class Emitter:
             p = mem.param
             idx = self._unravel_rows(mem, "cake_r", "cake_c", shape)
             guard = " && ".join(f"({g}) < ({ix(dim)})" for g, dim in zip(idx, p.shape))
+        if st.row_limit is not None:
+            first = self._unravel_rows(mem, "cake_r", "cake_c", shape)[0]
+            guard = " && ".join(x for x in (guard, f"({first}) < (int)({ix(st.row_limit)})") if x)
+            mask = True
         for pc in range(pieces):
             w.open("")
             if load:
@@ -614,13 +620,20 @@ class Emitter:
             mtiles = TM // 16
         ntiles = TN // 8
         mdt = mem.dtype
+        fold = mem.space == "global" and mem.shape and len(mem.shape) > 2   # [TM, 1, .., TN]: rows -> dim 0
+        if fold and (prod(mem.shape[:-1]) != TM or mem.shape[-1] != TN):
+            self.fail(path, f"an accumulator [{TM}, {TN}] stores into a tile of {TM} rows x {TN} ({list(mem.shape)})")
+
+        def gidx(r, c):
+            if fold:
+                return self._unravel_rows(mem, f"({r})", f"({c})", list(mem.shape))
+            return [ix(o) for o in off[:-2]] + [f"{ix(off[-2])} + {r}", f"{ix(off[-1])} + {c}"]
         if mem.space == "global":
             p = mem.param
             off = list(mem.offset)
 
             def ptr(r, c):
-                idx = [ix(o) for o in off[:-2]] + [f"{ix(off[-2])} + {r}", f"{ix(off[-1])} + {c}"]
-                return f"({p.name} + ({self.gaddr(p, idx)}))"
+                return f"({p.name} + ({self.gaddr(p, gidx(r, c))}))"
         else:
             b = mem.buffer
             row, col, _, _ = self.tile_rc(mem, path)
@@ -648,10 +661,14 @@ class Emitter:
                 val, vt = f"make_float2({a0}, {a1})", "float2"
             else:
                 self.fail(path, f"accumulator store to {mdt} is not supported")
+            conds = []
             if st.oob in ("mask", "zfill") and mem.space == "global":
                 p = mem.param
-                cond = f"({ix(off[-2])} + {r}) < ({ix(p.shape[-2])}) && ({ix(off[-1])} + {c}) < ({ix(p.shape[-1])})"
-                w.line(f"if ({cond}) *reinterpret_cast<{vt}*>({ptr(r, c)}) = {val};", path)
+                conds += [f"({g}) < ({ix(d)})" for g, d in zip(gidx(r, c), p.shape)]
+            if st.row_limit is not None:
+                conds.append(f"({gidx(r, c)[0]}) < (int)({ix(st.row_limit)})")
+            if conds:
+                w.line(f"if ({' && '.join(conds)}) *reinterpret_cast<{vt}*>({ptr(r, c)}) = {val};", path)
             else:
                 w.line(f"*reinterpret_cast<{vt}*>({ptr(r, c)}) = {val};", path)
         w.close()
@@ -1254,6 +1271,8 @@ class Emitter:
     @_robust
     def store_rows(self, st: Access, rb: Buffer, mem, path):
         """stg of an mma_rows list tile [TM, k]: lane q of a row's quad writes columns c = q mod 4."""
+        if st.row_limit is not None:
+            self.fail(path, "row_limit is not lowered for mma_rows stores (mask with oob against the tensor)")
         if mem.space != "global":
             self.fail(path, "mma_rows tiles are stored to global tensors")
         TM, K = rb.shape
