@@ -88,8 +88,8 @@ class _Body:
                         oob=oob, id=id)
 
     def access(self, op: str, src: dict, dst: dict, vec_bytes: int | None = None, trans: bool | None = None,
-               oob: str | None = None, id: str | None = None):
-        return self.add(op, src=src, dst=dst, vec_bytes=vec_bytes, trans=trans, oob=oob, id=id)
+               oob: str | None = None, row_limit=None, id: str | None = None):
+        return self.add(op, src=src, dst=dst, vec_bytes=vec_bytes, trans=trans, oob=oob, row_limit=row_limit, id=id)
 
     def ldg(self, src, dst, **kw):
         return self.access("ldg", src, dst, **kw)

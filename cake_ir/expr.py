@@ -69,8 +69,8 @@ COND_FUNCS = {"elect_one": 0, **INDEX_FUNCS}
 VALUE_FUNCS = {
     "exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 1, "rsqrt": 1, "abs": 1, "sigmoid": 1,
     "softplus": 1, "tanh": 1, "max": 2, "min": 2, "select": 3, "recip": 1,
-    # the coordinates (row, column) in the destination tile of the element being computed: causal
-    # masks such as select(col() <= row(), x, 0) on an mma accumulator
+    # the coordinates of the element being computed in the destination tile: col() its index in the last
+    # dim, row() over all the others flattened; causal masks such as select(col() <= row(), x, 0)
     "row": 0, "col": 0,
 }
 

@@ -944,11 +944,11 @@ class Emitter:
         self.w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)
 
     def map_with_coords(self, db: Buffer, rhs: str, n: int, path):
-        """A map whose expression uses row() / col(): the element's coordinates in the destination tile
-        (its last two dims), from the layout's element -> (row, column) map."""
+        """A map whose expression uses row() / col(): the element's coordinates in the destination tile --
+        col() its index in the last dim, row() its index over all the others (flattened), so a [16, 1, 1]
+        column of tokens has row() = token -- from the layout's element -> (row, column) map."""
         w = self.w
         C = db.shape[-1]
-        R = db.shape[-2] if len(db.shape) > 1 else 1
         w.open("", path)
         w.line("#pragma unroll")
         w.open(f"for (int cake_e = 0; cake_e < {n}; ++cake_e)")
@@ -959,9 +959,9 @@ class Emitter:
         elif db.layout == "blocked":
             T, V = self.scope_threads(db.scope), db.vec
             w.line(f"const int cake_f = ((cake_e / {V}) * {T} + {self.scope_index(db.scope)}) * {V} + cake_e % {V};")
-            w.line(f"const int cake_row = (cake_f / {C}) % {R}, cake_col = cake_f % {C};")
+            w.line(f"const int cake_row = cake_f / {C}, cake_col = cake_f % {C};")
         elif db.layout == "row_major" and db.scope == "thread":
-            w.line(f"const int cake_row = (cake_e / {C}) % {R}, cake_col = cake_e % {C};")
+            w.line(f"const int cake_row = cake_e / {C}, cake_col = cake_e % {C};")
         else:
             self.fail(path, f"row() / col() are defined on mma_acc, blocked and per-thread tiles, not {db.layout}")
         w.line(f"{db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)

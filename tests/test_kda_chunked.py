@@ -1,0 +1,46 @@
+"""The DRAFT chunked KDA prefill (tasks/kda/chunked.py): verifies and compiles for sm_80 and sm_90a; on a
+GPU (marked, not run yet) it is checked through the evaluator against the float64 recurrence on the
+shapes its scalar facts admit (safe gate, [N, HV, K, V] states, no initial state)."""
+import pytest
+
+from cake_ir.compiler import compile_kernel
+from cake_ir.verifier import verify
+
+
+def test_chunked_draft_verifies_and_compiles():
+    from tasks.kda.chunked import kda_chunk16
+    k = kda_chunk16()
+    assert not [d for d in verify(k).diagnostics if d.severity == "error"]
+    for arch in ("sm_80", "sm_90a"):
+        r = compile_kernel(k, arch=arch)
+        assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+        assert r.resources["spill_store_bytes"] == 0
+        src = r.cuda_source
+        assert "cake::mma_16816_bf16" in src and "ldmatrix_x4_trans" in src and "< (int)(eos)" in src
+
+
+def test_chunked_draft_refuses_the_shapes_it_does_not_do():
+    from gpu_backend.runner import spec_from_kernel
+    from tasks.kda.chunked import kda_chunk16
+    k = kda_chunk16(arch="sm_90a")
+    spec = spec_from_kernel(k, compile_kernel(k, arch="sm_90a"))
+    for name, bad in (("SAFE", 0), ("VK", 1), ("H0", 1)):
+        assert spec.scalars[name].violation(bad) is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [
+    {"T": 128, "N": 1, "H": 2, "HV": 2, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 0},
+    {"T": 200, "N": 2, "H": 2, "HV": 4, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 0},
+    {"T": 177, "N": 6, "H": 2, "HV": 4, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 2}])
+def test_chunked_draft_matches_float64_on_gpu(shape):
+    from gpu_backend.driver import gpu_available
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from cake_ir.io import dumps
+    from gpu_backend.evaluate import evaluate
+    from tasks.kda.chunked import kda_chunk16
+    from tasks.registry import get
+    rec = evaluate(dumps(kda_chunk16(arch="sm_90a")), get("kda").task, seed=9, name="kda_chunk16",
+                   shapes=[shape], profile=False, reruns=1)
+    assert rec.status == "ok", rec.message
