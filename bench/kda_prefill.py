@@ -110,6 +110,7 @@ def main() -> int:
                     help="prefill-family points to time, vw x vsplit x chunk")
     ap.add_argument("--shapes", default="", help="indices into PREFILL_BENCH (default: all)")
     ap.add_argument("--deadline-s", type=float, default=1e9)
+    ap.add_argument("--no-chunked", action="store_true", help="skip the draft chunked kernel (tasks/kda/chunked.py)")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
     import torch
@@ -140,6 +141,12 @@ def main() -> int:
             print(f"{var}: does not compile:", [d.short() for d in res.diagnostics][:3])
             continue
         kernels[f"cake_vw{vw}_vs{vs}_c{ch}"] = (CompiledKernel(ir, res), res.resources)
+    if not args.no_chunked:          # the draft chunked kernel (safe gate only): checked like the rest
+        from tasks.kda.chunked import kda_chunk16
+        ir = kda_chunk16(arch="sm_90a")
+        res = compile_kernel(ir, arch="sm_90a")
+        if res.ok:
+            kernels["cake_chunk16_draft"] = (CompiledKernel(ir, res), res.resources)
     info = env_info()
 
     def save() -> str:      # after every shape: a timeout keeps what was measured
@@ -167,6 +174,8 @@ def main() -> int:
         scal = task.scalars(shape)
         impls = {}
         for name, (ck, _r) in kernels.items():
+            if name == "cake_chunk16_draft" and not shape["SAFE"]:
+                continue                       # safe gate only (its scalar facts refuse SAFE = 0)
             o = torch.full(tuple(ti["v"].shape), float("nan"), dtype=torch.bfloat16, device=dev)
             ht = torch.full(tuple(ti["h0"].shape), float("nan"), dtype=torch.float32, device=dev)
             prep = ck.prepare({**ti, "o": o, "ht": ht}, scal)

@@ -3,7 +3,8 @@
 - copy: tma_load / cp_async / sync move global -> smem, tma_store smem -> global; ldg global -> reg,
   stg reg -> global, lds smem -> reg, sts reg -> smem, ldmatrix smem -> reg.
 - Both tiles of a copy or access have the same shape (leading size-1 dims ignored; an accumulator's
-  rows may fold into the leading dims of an n-d global tile, e.g. [16, 1, N] for tokens x heads; an `mma_rows`
+  rows may fold into the leading dims of an n-d global tile, e.g. [16, 1, N] for tokens x heads, and
+  with `trans` (ldg into / stg from an mma_acc tile) the global tile is its transpose; an `mma_rows`
   [R, 1] list may be stored as a [.., 1, R] row); copies do not
   convert, so their dtypes must be equal (ldg/stg/lds/sts convert element-wise).
 - ldmatrix loads 16-bit elements from smem into an `mma_a` or `mma_b` fragment; with `trans` the smem
@@ -61,12 +62,19 @@ def check(ctx):
             if what in ("ldg", "lds") and rb is not None and rb.layout == "mma_rows" and ds is not None \
                     and ds[-1] == 1 and ss is not None and squeeze(ss) == (ds[0],):
                 ss = ds   # ... and loaded from one
-            acc = src.buffer if what == "stg" else None
-            if acc is not None and acc.layout in ("mma_acc", "wgmma_acc") and ds is not None and len(ds) > 2:
-                fold = 1
-                for d in ds[:-1]:
-                    fold *= d
-                ds = (fold, ds[-1])   # an accumulator's rows fold into the tile's leading dims ([16, 1, N])
+            acc = src.buffer if what == "stg" else dst.buffer if what == "ldg" else None
+            if acc is not None and acc.layout in ("mma_acc", "wgmma_acc"):
+                mem_shape = ds if what == "stg" else ss
+                if mem_shape is not None and len(mem_shape) >= 2:
+                    fold = 1
+                    for d in mem_shape[:-1]:
+                        fold *= d
+                    # an accumulator's rows fold into the tile's leading dims ([16, 1, N]); `trans` swaps them
+                    folded = (mem_shape[-1], fold) if getattr(n, "trans", False) else (fold, mem_shape[-1])
+                    if what == "stg":
+                        ds = folded
+                    else:
+                        ss = folded
             if what == "ldmatrix" and getattr(n, "trans", False) and ss is not None and len(ss) == 2:
                 ss = tuple(reversed(ss))   # .trans reads a transposed tile: B stored [K, N], A stored [K, M]
             if ss is not None and ds is not None and squeeze(ss) != squeeze(ds):

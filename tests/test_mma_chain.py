@@ -412,3 +412,44 @@ def test_row_limited_store_on_gpu():
     untouched = np.ones((T, 2), bool)
     untouched[3:L, 1] = False
     assert (got[untouched] == -7.0).all()
+
+
+def acc_roundtrip(arch="sm_80"):
+    """ldg into an mma_acc tile, stg it back transposed: Out = In^T (h0 / ht in [V, K] order for a state
+    kept as S [K, V])."""
+    kb = KernelBuilder("acc_roundtrip", arch=arch, grid=[1], threads=32)
+    kb.tensor("In", "f32", [16, 32])
+    kb.tensor("Out", "f32", [32, 16], access="write")
+    kb.buffer("acc", "reg", "f32", [16, 32], layout="mma_acc", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.ldg(tile("In", [0, 0], [16, 32]), tile("acc"), vec_bytes=4)
+        r.map("acc", "acc * 2")
+        r.stg(tile("acc"), tile("Out", [0, 0], [32, 16]), trans=True, vec_bytes=4)
+    return kb.build()
+
+
+def test_acc_load_and_transposed_store_compile():
+    k = acc_roundtrip()
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics]
+    r = compile_kernel(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics]
+    assert "Out[(0 + cake_col) * (long long)(16) + (0 + cake_row)] = (acc[cake_e]);" in r.cuda_source
+
+
+@pytest.mark.gpu
+def test_acc_roundtrip_on_gpu():
+    from gpu_backend.driver import arch_of, context, gpu_available, properties
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpu_backend.memory import DeviceArray, synchronize
+    from gpu_backend.runner import CompiledKernel
+    context(0)
+    arch = arch_of(properties(0))
+    k = acc_roundtrip(arch=arch)
+    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
+    x = np.random.default_rng(6).standard_normal((16, 32)).astype(np.float32)
+    with DeviceArray.from_host(x, "f32") as a, DeviceArray.alloc((32, 16), "f32") as b:
+        ck({"In": a, "Out": b}, {})
+        synchronize()
+        got = b.download()
+    assert np.array_equal(got, 2 * x.T)

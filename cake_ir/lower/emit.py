@@ -504,7 +504,11 @@ class Emitter:
         rb = reg.buffer
         if rb is None or rb.space != "reg":
             self.fail(path, f"{st.op} moves a register tile")
+        if rb.layout == "mma_acc" and (st.op == "ldg" or (st.op == "stg" and st.trans)):
+            return self.acc_elementwise(st, rb, mem, path)
         if rb.layout in ("wgmma_acc", "mma_acc") and st.op in ("stg", "sts"):
+            if st.trans:
+                self.fail(path, "a transposed accumulator store goes to global memory (stg) from an mma_acc tile")
             return self.store_acc(st, rb, reg, mem, path)
         if rb.layout == "mma_rows":
             if st.op in ("ldg", "lds"):
@@ -605,6 +609,45 @@ class Emitter:
     @staticmethod
     def to_storage(dtype: str, x: str) -> str:
         return {"bf16": f"cake::f2bf({x})", "f16": f"cake::f2h({x})", "f32": f"({x})"}.get(dtype, f"({STORAGE[dtype]})({x})")
+
+    def acc_elementwise(self, st: Access, rb: Buffer, mem, path):
+        """ldg into an mma_acc tile, or stg from it with `trans`: one element at a time, each to / from
+        its place in a global tile whose leading dims fold into rows -- transposed with `trans` (an
+        initial state in [V, K] order loaded as S [K, V], the final state stored back that way)."""
+        if mem.space != "global":
+            self.fail(path, "accumulator loads and transposed stores move to / from global tiles")
+        TM, TN = rb.shape
+        shape = list(mem.shape)
+        rows, cols = (TN, TM) if st.trans else (TM, TN)
+        if len(shape) < 2 or prod(shape[:-1]) != rows or shape[-1] != cols:
+            self.fail(path, f"an mma_acc [{TM}, {TN}]{' (trans)' if st.trans else ''} moves to / from a tile of "
+                      f"{rows} rows x {cols} ({shape})")
+        p = mem.param
+        NT = TN // 8
+        r_c, c_c = ("cake_col", "cake_row") if st.trans else ("cake_row", "cake_col")
+        idx = self._unravel_rows(mem, r_c, c_c, shape)
+        conds = []
+        if st.oob in ("mask", "zfill"):
+            conds += [f"({g}) < ({ix(d)})" for g, d in zip(idx, p.shape)]
+        if st.row_limit is not None:
+            conds.append(f"({idx[0]}) < (int)({ix(st.row_limit)})")
+        elem = f"{p.name}[{self.gaddr(p, idx)}]"
+        w = self.w
+        w.open("", path)
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; ++cake_e)")
+        w.line(f"const int cake_row = ((cake_e >> 2) / {NT}) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;")
+        w.line(f"const int cake_col = ((cake_e >> 2) % {NT}) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);")
+        if st.op == "ldg":
+            val = self.from_storage(p.dtype, elem) if p.dtype != "f32" else elem
+            if conds:
+                val = f"(({' && '.join(conds)}) ? {val} : 0.0f)"
+            w.line(f"{rb.name}[cake_e] = {val};", path)
+        else:
+            store = f"{elem} = {self.to_storage(p.dtype, f'{rb.name}[cake_e]')};"
+            w.line(f"if ({' && '.join(conds)}) {store}" if conds else store, path)
+        w.close()
+        w.close()
 
     def store_acc(self, st: Access, rb: Buffer, reg, mem, path):
         """Store an mma/wgmma accumulator fragment: each thread owns pairs (row, 2c..2c+1)."""

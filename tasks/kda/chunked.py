@@ -1,8 +1,8 @@
 """DRAFT, not run on a GPU yet: a chunked (WY-form) KDA prefill on tensor cores, FlashKDA's algorithm in
 CAKE IR. It verifies and compiles (tests/test_kda_chunked.py); it is not a seed of the `kda` task until
-the marked GPU test passes. Scope of this first version: the safe gate (SAFE = 1: the anchored
-intra-chunk Gram needs e^{-G} <= e^{80}, bf16 range), the [N, HV, K, V] state layout (VK = 0) and no
-initial state (H0 = 0): the scalar facts refuse other shapes.
+the marked GPU test passes. Scope of this first version: the safe gate only (SAFE = 1: the anchored
+intra-chunk Gram needs e^{-G} <= e^{80}, bf16 range; the scalar facts refuse SAFE = 0); both state
+layouts and initial states (an accumulator loads h0 element-wise, transposed for [N, HV, V, K]).
 
 One CTA per (value head, sequence, V-slice of 32 columns), 4 warps; warp w keeps rows [32 w, 32 w + 32)
 of the state slice S [K = 128, 32] as an fp32 mma accumulator for the whole sequence. Per chunk of
@@ -32,13 +32,13 @@ L2_EPS = 1e-6
 
 def kda_chunk16(arch: str = "sm_80"):
     kb = KernelBuilder("kda_chunk16", arch=arch, grid=["HV", "N", V // VS], threads=128,
-                       note="DRAFT: chunked KDA prefill on mma.sync (safe gate, VK = 0, H0 = 0)")
+                       note="DRAFT: chunked KDA prefill on mma.sync (safe gate)")
     kb.const(K=K, V=V, C=C, VS=VS)
     for n in ("T", "N", "H", "HV"):
         kb.scalar(n, min=1)
     kb.scalar("SAFE", min=1, max=1)
-    kb.scalar("VK", min=0, max=0)
-    kb.scalar("H0", min=0, max=0)
+    kb.scalar("VK", min=0, max=1)
+    kb.scalar("H0", min=0, max=1)
     for n in ("q", "k"):
         kb.tensor(n, "bf16", ["T", "H", "K"])
     kb.tensor("v", "bf16", ["T", "HV", "V"])
@@ -109,7 +109,16 @@ def kda_chunk16(arch: str = "sm_80"):
         r.let("w4", "role_warp * 4")
         r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
         r.ldg(tile("dt_bias", ["hv", "tid"], [1, 1]), tile("dbt"), vec_bytes=4)
-        r.fill("S", 0.0)
+        # warp w: S rows (K) 32w.., this CTA's 32 V columns; h0 / ht are [V, K] per head when VK = 1
+        kv_tile = (["n", "hv", "role_warp * 32", "c0"], [1, 1, 32, VS])
+        vk_tile = (["n", "hv", "c0", "role_warp * 32"], [1, 1, VS, 32])
+        with r.if_("H0 == 1"):
+            with r.if_("VK == 1"):
+                r.ldg(tile("h0", *vk_tile), tile("S"), trans=True, vec_bytes=4, id="load_h0_vk")
+            with r.else_():
+                r.ldg(tile("h0", *kv_tile), tile("S"), vec_bytes=4, id="load_h0")
+        with r.else_():
+            r.fill("S", 0.0)
         with r.for_("c", 0, "nc", id="chunk_loop"):
             r.let("t0", "bos + c * C")
             r.copy("cp_async", tile("q", ["t0", "h", 0], [C, 1, K]), tile("sQ"), oob="zfill", vec_bytes=16)
@@ -242,6 +251,8 @@ def kda_chunk16(arch: str = "sm_80"):
             r.ldmatrix(tile("sVn"), tile("fbv"), trans=True)
             r.mma_sync(tile("faT"), tile("fbv"), tile("S"), id="state_update")
             r.sync("syncthreads")
-        r.stg(tile("S"), tile("ht", ["n", "hv", "role_warp * 32", "c0"], [1, 1, 32, VS]), vec_bytes=4,
-              id="store_ht")
+        with r.if_("VK == 1"):
+            r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
+        with r.else_():
+            r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
     return kb.build()
