@@ -41,11 +41,34 @@ def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: f
 
 
 def rel_rmse(out, ref):
+    """||out - ref|| / ||ref|| in float64 (torch tensors, or a numpy reference moved to out's device);
+    inf when either holds a non-finite value."""
     import torch
     out64 = out.double()
-    if not torch.isfinite(out64).all():
+    ref = torch.as_tensor(ref, device=out64.device).double()
+    if not (torch.isfinite(out64).all() and torch.isfinite(ref).all()):
         return float("inf")
     return (torch.linalg.vector_norm(out64 - ref) / torch.linalg.vector_norm(ref)).item()
+
+
+def env_info(packages, script: str) -> dict:
+    """What a result file records about where it ran: python, date, the command line, package
+    versions (None when absent) and, when a GPU answers, its name, driver and SM count."""
+    import importlib.metadata as md
+    info = {"python": platform.python_version(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "command": " ".join(["python", script] + sys.argv[1:])}
+    for pkg in packages:
+        try:
+            info[pkg] = md.version(pkg)
+        except Exception:  # noqa: BLE001
+            info[pkg] = None
+    try:
+        from gpu_backend.driver import properties
+        p = properties(0)
+        info["gpu"], info["driver"], info["sms"] = p["name"], p["driver"], p["sms"]
+    except Exception:  # noqa: BLE001
+        pass
+    return info
 
 
 def main():

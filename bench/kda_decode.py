@@ -16,10 +16,8 @@ Writes kda-decode-h200.json; prints a table last.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,14 +31,6 @@ def to_torch(arr, dtype_name, dev):
     import torch
     dt = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}[dtype_name]
     return torch.from_numpy(arr).to(dev).to(dt)
-
-
-def rel_rmse(out, ref) -> float:
-    import numpy as np
-    o = out.double().cpu().numpy()
-    if not np.isfinite(o).all():
-        return float("inf")
-    return float(np.linalg.norm(o - ref) / np.linalg.norm(ref))
 
 
 def graph_of(fn):
@@ -58,21 +48,6 @@ def graph_of(fn):
     return g
 
 
-def env_info() -> dict:
-    import importlib.metadata as md
-    info = {"python": platform.python_version(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "command": " ".join(["python", "bench/kda_decode.py"] + sys.argv[1:])}
-    for pkg in ("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"):
-        try:
-            info[pkg] = md.version(pkg)
-        except Exception:  # noqa: BLE001
-            info[pkg] = None
-    from gpu_backend.driver import properties
-    p = properties(0)
-    info["gpu"], info["driver"], info["sms"] = p["name"], p["driver"], p["sms"]
-    return info
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
@@ -84,7 +59,7 @@ def main() -> int:
 
     from agent.baselines import kda_decode_fla
     from cake_ir.compiler import compile_kernel
-    from examples import timed
+    from examples import env_info, rel_rmse, timed
     from gpu_backend.runner import CompiledKernel
     from tasks.kda.task import DECODE_TASK as task
     from tasks.kda_decode.programs import kda_decode
@@ -155,7 +130,8 @@ def main() -> int:
         del ti, impls
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
-    doc = {"env": env_info(), "tolerance": TOL, "reps": args.reps,
+    doc = {"env": env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_decode.py"),
+           "tolerance": TOL, "reps": args.reps,
            "resources": {n: r for n, (_ck, r) in kernels.items()}, "rows": rows}
     path = os.path.join(args.out, "kda-decode-h200.json")
     with open(path, "w") as f:

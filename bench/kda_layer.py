@@ -23,22 +23,20 @@ exit code 0 on pass, 1 on fail.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.examples import env_info, rel_rmse  # noqa: E402  (stdlib only; torch is imported lazily)
+
 TOL = 5e-3
 K = V = 128
 CONV = 4              # short-convolution width (fla ShortConvolution, conv_size=4)
 NORM_EPS = 1e-5
-L2_EPS = 1e-6
-LOWER_BOUND = -5.0
 
 
 # --------------------------------------------------------------------------- the layer around the core
@@ -115,47 +113,16 @@ class KdaLayer:
 
 
 # --------------------------------------------------------------------------- cores: one interface
-def activate(x, A_log, dt_bias, safe: bool):
-    """What both kernels do to their raw inputs, in float64: (q * K^-0.5, k) L2-normalised, the decay
-    exp(g) of the chosen gate form, beta = sigmoid(logit)."""
-    import torch
-    d = {n: x[n].double() for n in ("q", "k", "v", "g", "beta")}
-
-    def l2(t):
-        return t / torch.sqrt((t * t).sum(-1, keepdim=True) + L2_EPS)
-    a = torch.exp(A_log.double())[:, None]
-    f = d["g"] + dt_bias.double()
-    g = LOWER_BOUND * torch.sigmoid(a * f) if safe else -a * torch.logaddexp(torch.zeros_like(f), f)
-    return l2(d["q"]) * K ** -0.5, l2(d["k"]), d["v"], torch.exp(g), torch.sigmoid(d["beta"])
-
-
-def ref_step(S, q, k, v, decay, beta):
-    """One token on states S [..., H, V, K] (VK layout: each head's S^T): decay, delta rule, output."""
-    import torch
-    S = S * decay.unsqueeze(-2)
-    u = beta.unsqueeze(-1) * (v - torch.einsum("...vk,...k->...v", S, k))
-    S = S + u.unsqueeze(-1) * k.unsqueeze(-2)
-    return S, torch.einsum("...vk,...k->...v", S, q)
-
-
 class ReferenceCore:
-    """The float64 token recurrence; prefill from zeros, decode from its own pool."""
+    """The float64 token recurrence (bench/kda_torch_ref.py); prefill from zeros, decode from its own pool."""
 
     def prefill(self, x, A_log, dt_bias, cu, safe):
-        import torch
-        q, k, v, dec, beta = activate(x, A_log, dt_bias, safe)
-        o = torch.empty(v.shape, dtype=torch.float64, device=v.device)
-        cu, hts = cu.tolist(), []
-        for s, e in zip(cu[:-1], cu[1:]):
-            S = torch.zeros(q.shape[1], V, K, dtype=torch.float64, device=v.device)
-            for t in range(s, e):
-                S, o[t] = ref_step(S, q[t], k[t], v[t], dec[t], beta[t])
-            hts.append(S)
-        return o, torch.stack(hts)
+        from bench.kda_torch_ref import prefill
+        return prefill(x, A_log, dt_bias, cu.tolist(), safe)
 
     def decode(self, x, A_log, dt_bias, pool, idx, safe):
-        q, k, v, dec, beta = activate(x, A_log, dt_bias, safe)
-        S, o = ref_step(pool[idx.long()], q, k, v, dec, beta)
+        from bench.kda_torch_ref import activate, step
+        S, o = step(pool[idx.long()], *activate(x, A_log, dt_bias, safe))
         out = pool.clone()
         out[idx.long()] = S
         return o, out
@@ -224,14 +191,6 @@ class FlaCore:
 
 
 # --------------------------------------------------------------------------- the experiment
-def rel_rmse(out, ref) -> float:
-    import torch
-    o, r = out.double(), ref.double()
-    if not (torch.isfinite(o).all() and torch.isfinite(r).all()):
-        return float("inf")
-    return (torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r)).item()
-
-
 def run_gate(layer, cores: dict, lens: list, steps: int, safe: int, seed: int) -> tuple[list, dict]:
     """Prefill + decode for one gate form; rows of {step, <core>: {y, o, state}} and the harness check."""
     import torch
@@ -299,20 +258,6 @@ def run_gate(layer, cores: dict, lens: list, steps: int, safe: int, seed: int) -
     return rows, harness
 
 
-def env_info(arch: str) -> dict:
-    import importlib.metadata as md
-    import torch
-    info = {"python": platform.python_version(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "command": " ".join(["python", "bench/kda_layer.py"] + sys.argv[1:]),
-            "gpu": torch.cuda.get_device_name(0), "arch": arch}
-    for pkg in ("torch", "triton", "fla-core", "cuda-bindings"):
-        try:
-            info[pkg] = md.version(pkg)
-        except Exception:  # noqa: BLE001
-            info[pkg] = None
-    return info
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hidden", type=int, default=1024, help="hidden size D")
@@ -352,7 +297,7 @@ def main() -> int:
             passed = all(v is not None and v <= TOL for v in vals)         # inf (NaN) and errors fail
             ok = ok and passed
             results["safe" if safe else "softplus"] = {"SAFE": safe, "rows": rows, "harness": harness, "pass": passed}
-    doc = {"env": env_info(arch), "tolerance": TOL, "pass": ok, "fla_note": fla_note,
+    doc = {"env": {**env_info(("torch", "triton", "fla-core", "cuda-bindings"), "bench/kda_layer.py"), "arch": arch}, "tolerance": TOL, "pass": ok, "fla_note": fla_note,
            "config": {"D": args.hidden, "H": args.heads, "K": K, "V": V, "lens": lens, "steps": args.steps,
                       "seed": args.seed, "conv": CONV, "state_layout": "VK [N, H, V, K]",
                       "prefill_variant": args.prefill_variant, "decode_variant": args.decode_variant},

@@ -13,10 +13,8 @@ kda-prefill-h200.json and prints a table last.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import time
 
@@ -27,77 +25,30 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 TOL = 5e-3
 
 
-def reference_gpu(x: dict, shape: dict):
-    """The token recurrence of tasks/kda/reference.py in float64 on the GPU: (o [T, HV, V], ht)."""
+def reference_gpu(x: dict, shape: dict, device: str = "cuda"):
+    """The float64 token recurrence (bench/kda_torch_ref.py) on the task's numpy inputs, states in the
+    shape's layout: (o [T, HV, V], ht)."""
     import torch
-    from tasks.kda.reference import L2_EPS, LOWER_BOUND
-    d = {n: torch.as_tensor(a).cuda().double() for n, a in x.items() if n != "cu_seqlens"}
-    T, H, K = d["q"].shape
-    HV, V = d["v"].shape[1], d["v"].shape[2]
-
-    def l2(t):
-        return t / torch.sqrt((t * t).sum(-1, keepdim=True) + L2_EPS)
-    rep = HV // H
-    q = l2(d["q"]).repeat_interleave(rep, dim=1) * K ** -0.5
-    k = l2(d["k"]).repeat_interleave(rep, dim=1)
-    a = torch.exp(d["A_log"]).view(HV, 1)
-    f = d["g"] + d["dt_bias"].view(HV, K)
-    g = LOWER_BOUND * torch.sigmoid(a * f) if shape["SAFE"] else -a * torch.nn.functional.softplus(f)
-    decay = torch.exp(g)
-    beta = torch.sigmoid(d["beta"])
-    v = d["v"]
-    cu = [int(c) for c in x["cu_seqlens"]]
-    o = torch.empty(T, HV, V, dtype=torch.float64, device="cuda")
-    hts = []
-    for i in range(len(cu) - 1):
-        if shape["H0"]:
-            S = d["h0"][i].clone()
-            S = S.transpose(-1, -2).contiguous() if shape["VK"] else S      # to [HV, K, V]
-        else:
-            S = torch.zeros(HV, K, V, dtype=torch.float64, device="cuda")
-        for t in range(cu[i], cu[i + 1]):
-            S.mul_(decay[t].unsqueeze(-1))
-            kS = torch.einsum("hk,hkv->hv", k[t], S)
-            u = beta[t].unsqueeze(-1) * (v[t] - kS)
-            S.add_(k[t].unsqueeze(-1) * u.unsqueeze(1))
-            o[t] = torch.einsum("hk,hkv->hv", q[t], S)
-        hts.append(S.transpose(-1, -2) if shape["VK"] else S)
-    return o, torch.stack(hts)
+    from bench.kda_torch_ref import prefill
+    d = {n: torch.as_tensor(a).to(device) for n, a in x.items()}
+    h0 = None
+    if shape["H0"]:
+        h0 = d["h0"] if shape["VK"] else d["h0"].transpose(-1, -2)             # to [N, HV, V, K]
+    o, ht = prefill(d, d["A_log"], d["dt_bias"], x["cu_seqlens"], bool(shape["SAFE"]), h0)
+    return o, (ht if shape["VK"] else ht.transpose(-1, -2))
 
 
-def rel_rmse(out, ref) -> float:
-    import torch
-    o = out.double()
-    if not torch.isfinite(o).all():
-        return float("inf")
-    return (torch.linalg.vector_norm(o - ref) / torch.linalg.vector_norm(ref)).item()
-
-
-def env_info() -> dict:
-    import importlib.metadata as md
-    info = {"python": platform.python_version(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "command": " ".join(["python", "bench/kda_prefill.py"] + sys.argv[1:])}
-    for pkg in ("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"):
-        try:
-            info[pkg] = md.version(pkg)
-        except Exception:  # noqa: BLE001
-            info[pkg] = None
-    from gpu_backend.driver import properties
-    p = properties(0)
-    info["gpu"], info["driver"], info["sms"] = p["name"], p["driver"], p["sms"]
-    return info
-
-
-def self_check() -> float:
-    """The GPU float64 reference against the numpy one on a small varlen shape with h0 (both gates)."""
+def self_check(device: str = "cuda") -> float:
+    """The torch float64 reference against the numpy one: a varlen softplus shape with h0 in each state
+    layout, and a varlen safe-gate shape without h0 (grouped value heads in both packs)."""
     import numpy as np
     from tasks.kda.shapes import PREFILL_TEST
     from tasks.kda.task import TASK
     worst = 0.0
-    for shape in (PREFILL_TEST[2], PREFILL_TEST[0]):
+    for shape in (PREFILL_TEST[0], PREFILL_TEST[2], PREFILL_TEST[3]):
         x = TASK.make_inputs(shape, seed=3)
         ref = TASK.reference(x, shape, method="recurrent")
-        o, ht = reference_gpu(x, shape)
+        o, ht = reference_gpu(x, shape, device)
         for a, b in ((o, ref["o"]), (ht, ref["ht"])):
             worst = max(worst, float(np.linalg.norm(a.cpu().numpy() - b) / np.linalg.norm(b)))
     return worst
@@ -117,7 +68,7 @@ def main() -> int:
 
     from agent.baselines import kda_chunk_fla, kda_flashkda
     from cake_ir.compiler import compile_kernel
-    from examples import timed
+    from examples import env_info, rel_rmse, timed
     from gpu_backend.runner import CompiledKernel
     from tasks.kda.programs import kda_recurrent
     from tasks.kda.shapes import PREFILL_BENCH
@@ -132,6 +83,8 @@ def main() -> int:
 
     check = self_check()
     print(f"GPU float64 reference vs numpy reference: rel error {check:.2e}", flush=True)
+    if not check < 1e-10:
+        raise SystemExit("the torch float64 reference disagrees with tasks/kda/reference.py")
     kernels = {}
     for var in args.variants.split(","):
         vw, vs, ch = (int(v) for v in var.split("x"))
@@ -147,7 +100,7 @@ def main() -> int:
         res = compile_kernel(ir, arch="sm_90a")
         if res.ok:
             kernels["cake_chunk16_draft"] = (CompiledKernel(ir, res), res.resources)
-    info = env_info()
+    info = env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_prefill.py")
 
     def save() -> str:      # after every shape: a timeout keeps what was measured
         os.makedirs(args.out, exist_ok=True)

@@ -19,11 +19,9 @@ kmeans is timed as 10 Lloyd iterations from the same initial centroids for every
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import sys
 import time
 
@@ -132,7 +130,7 @@ def knn_inputs(shape, seed=0):
 def knn_reference(xq, xb, k):
     """(k-th best exact squared distance per query, rounding allowance per query), float64 on the GPU."""
     import torch
-    Q, M = xq.shape[0], xb.shape[0]
+    M = xb.shape[0]
     q = xq.double()
     qn = (q * q).sum(1)
     bmax = 0.0
@@ -283,20 +281,8 @@ def _compile_job(job) -> str:
 
 
 def env_info() -> dict:
-    import importlib.metadata as md
-    info = {"python": platform.python_version(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat()}
-    for pkg in ("torch", "triton", "flashlib", "flash-kmeans", "cuda-bindings", "nvidia-cuda-nvrtc"):
-        try:
-            info[pkg] = md.version(pkg)
-        except Exception:  # noqa: BLE001
-            info[pkg] = None
-    try:
-        from gpu_backend.driver import properties
-        p = properties(0)
-        info["gpu"], info["driver"], info["sms"] = p["name"], p["driver"], p["sms"]
-    except Exception:  # noqa: BLE001
-        pass
-    return info
+    from bench.examples import env_info as info
+    return info(("torch", "triton", "flashlib", "flash-kmeans", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/lib_grid.py")
 
 
 def run_knn_variant(timer, xq, xb, k, p, ref):
@@ -377,7 +363,6 @@ def grid(ops, out_dir, procs, deadline_s=1e9, skip=0):
     import torch
     from cakelib import kmeans, knn
     from cakelib.runtime import choose
-    from cakelib.variants import NAMES
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
     timer = Timer()

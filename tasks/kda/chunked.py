@@ -23,11 +23,10 @@ computed.
 """
 from cake_ir.builder import KernelBuilder, tile
 
-K = V = 128
+from tasks.kda.programs import L2_EPS, K, V, gate_expr
+
 C = 16
 VS = 32
-LOWER_BOUND = -5.0
-L2_EPS = 1e-6
 
 
 def kda_chunk16(arch: str = "sm_80"):
@@ -97,7 +96,6 @@ def kda_chunk16(arch: str = "sm_80"):
     kb.buffer("fbv", "reg", "bf16", [32, C], layout="mma_b", scope="warp")      # Vn [n 32, k 16]
     kb.buffer("dec", "reg", "f32", [32, 1], layout="mma_rows", scope="warp")
     kb.buffer("S", "reg", "f32", [32, VS], layout="mma_acc", scope="warp")
-    gate = f"{LOWER_BOUND!r} * sigmoid(exp(al) * (gcol + dbt))"
     with kb.role("main", warps=(0, 4)) as r:
         r.let("hv", "bid.x")
         r.let("n", "bid.y")
@@ -136,7 +134,7 @@ def kda_chunk16(arch: str = "sm_80"):
             r.sync("syncthreads")
             # thread d: the cumulative gate of channel d (0 past the sequence end)
             r.lds(tile("sG", [0, 0, "tid"], [C, 1, 1]), tile("gcol"), vec_bytes=2)   # channel tid, 16 tokens
-            r.map("gcol", f"select(t0 + row() < eos, {gate}, 0)")
+            r.map("gcol", f"select(t0 + row() < eos, {gate_expr('gcol', 'dbt')}, 0)")
             r.map("grow", "gcol")
             r.reduce("sum", "grow", "gsum", axis=1)              # G_C: the whole chunk's gate
             r.map("gsum", "exp(gsum)")

@@ -30,12 +30,13 @@ chunked algorithm of docs/tasks-kda.md is the route to tensor cores and is not w
 from tasks.base import signature_defaults
 from cake_ir.builder import KernelBuilder, tile
 
-K = V = 128
-LOWER_BOUND = -5.0
-L2_EPS = 1e-6
+from tasks.kda.reference import L2_EPS, LOWER_BOUND
+from tasks.kda.shapes import K, V
 
 
-def _gate(g: str, d: str) -> str:
+def gate_expr(g: str, d: str) -> str:
+    """The log-space gate of raw input tile `g` plus bias tile `d` as an IR value expression, the form
+    picked by the SAFE scalar (A_log read into the per-thread tile `al`); every KDA program uses it."""
     return (f"select(SAFE, {LOWER_BOUND!r} * sigmoid(exp(al) * ({g} + {d})), "
             f"-exp(al) * softplus({g} + {d}))")
 
@@ -83,7 +84,7 @@ def _sequence(r, vw: int, vc: int, chunk: int, warps: int, vk: bool):
             r.reduce("sum_sq", "kf", "ks", axis=2)
             r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
             r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
-            r.map("gf", f"exp({_gate('gf', 'db')})", id="decay" + sfx)
+            r.map("gf", f"exp({gate_expr('gf', 'db')})", id="decay" + sfx)
             r.map("Tp", "qf * kf")
             r.reduce("sum", "Tp", "kq", axis=2)
             with r.if_("lane == 0"):

@@ -21,9 +21,7 @@ GPU check against the float64 recurrence.
 from tasks.base import signature_defaults
 from cake_ir.builder import KernelBuilder, tile
 
-K = V = 128
-LOWER_BOUND = -5.0
-L2_EPS = 1e-6
+from tasks.kda.programs import L2_EPS, K, V, gate_expr
 
 
 def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
@@ -74,7 +72,6 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
     kb.buffer("vv", "reg", "f32", [1, 1, vw], scope="thread")
     kb.buffer("u", "reg", "f32", [1, 1, vw, 1], scope="thread")
     kb.buffer("ov", "reg", "f32", [1, 1, vw], scope="thread")
-    gate = f"select(SAFE, {LOWER_BOUND!r} * sigmoid(exp(al) * (G + D)), -exp(al) * softplus(G + D))"
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("hv", "bid.x")
@@ -91,7 +88,7 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
             r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gf"), vec_bytes=8)
             r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
             r.ldg(tile("state", ["slot", "hv", "v0", 0], [1, 1, vw, K]), tile("S"), vec_bytes=16, id="gather_state")
-            r.map("gf", gate.replace("G", "gf").replace("D", "db"), id="gate")
+            r.map("gf", gate_expr("gf", "db"), id="gate")
             r.map("af", "exp(gf)")
             r.reduce("sum_sq", "qf", "qs", axis=2, id="q_norm")
             r.reduce("sum_sq", "kf", "ks", axis=2, id="k_norm")
@@ -115,7 +112,7 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
             # state [.., K, V]: rows k, this warp's VW columns (32 contiguous bytes per lane and row)
             r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
                   id="gather_state_kv")
-            r.map("gc", gate.replace("G", "gc").replace("D", "dc"), id="gate_kv")
+            r.map("gc", gate_expr("gc", "dc"), id="gate_kv")
             r.map("ac", "exp(gc)")
             r.reduce("sum_sq", "qc", "qs", axis=2)
             r.reduce("sum_sq", "kc", "ks", axis=2)
