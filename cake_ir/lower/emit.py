@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .. import expr as E
 from ..analysis.tiles import per_thread_elems, resolve_tile, threads_in_scope
@@ -35,6 +35,17 @@ BUILTIN_C = {"bid.x": "blockIdx.x", "bid.y": "blockIdx.y", "bid.z": "blockIdx.z"
              "wg_tid": "cake_wg_tid"}
 SWZ_BITS = {"swizzle_32B": 1, "swizzle_64B": 2, "swizzle_128B": 3}
 DESC_SWIZZLE = {"swizzle_128B": 1, "swizzle_64B": 2, "swizzle_32B": 3}
+
+
+class SumPlan(NamedTuple):
+    """A warp (or one-thread) sum ready to emit: `n` source registers per lane, register cake_e adds
+    `val` into accumulator row `idx`, `rows` results per lane into `dst`, over `threads` lanes."""
+    n: int
+    idx: str
+    val: str
+    rows: int
+    dst: Buffer
+    threads: int
 
 
 class LowerError(Exception):
@@ -299,7 +310,7 @@ class Emitter:
             pair = self.fusable_sums(st, nxt, f"{path}/{i}")
             if pair:   # two adjacent independent warp sums share one shuffle tree
                 self.cur = f"{path}/{i}"
-                self.reduce_sums_fused(pair, f"{path}/{i}")
+                self.emit_sums(pair, f"{path}/{i}")
                 i += 2
                 continue
             self.stmt(st, f"{path}/{i}")
@@ -610,6 +621,12 @@ class Emitter:
     def to_storage(dtype: str, x: str) -> str:
         return {"bf16": f"cake::f2bf({x})", "f16": f"cake::f2h({x})", "f32": f"({x})"}.get(dtype, f"({STORAGE[dtype]})({x})")
 
+    def acc_coords(self, N: int):
+        """cake_row / cake_col of element cake_e of this lane in an mma_acc tile [M, N]: e = (m-tile *
+        n-tiles + n-tile) * 4 + r holds row g (+ 8 for r >= 2), column 2 t (+ 1 for odd r)."""
+        self.w.line(f"const int cake_row = ((cake_e >> 2) / {N // 8}) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;")
+        self.w.line(f"const int cake_col = ((cake_e >> 2) % {N // 8}) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);")
+
     def acc_elementwise(self, st: Access, rb: Buffer, mem, path):
         """ldg into an mma_acc tile, or stg from it with `trans`: one element at a time, each to / from
         its place in a global tile whose leading dims fold into rows -- transposed with `trans` (an
@@ -623,7 +640,6 @@ class Emitter:
             self.fail(path, f"an mma_acc [{TM}, {TN}]{' (trans)' if st.trans else ''} moves to / from a tile of "
                       f"{rows} rows x {cols} ({shape})")
         p = mem.param
-        NT = TN // 8
         r_c, c_c = ("cake_col", "cake_row") if st.trans else ("cake_row", "cake_col")
         idx = self._unravel_rows(mem, r_c, c_c, shape)
         conds = []
@@ -636,8 +652,7 @@ class Emitter:
         w.open("", path)
         w.line("#pragma unroll")
         w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; ++cake_e)")
-        w.line(f"const int cake_row = ((cake_e >> 2) / {NT}) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;")
-        w.line(f"const int cake_col = ((cake_e >> 2) % {NT}) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);")
+        self.acc_coords(TN)
         if st.op == "ldg":
             val = self.from_storage(p.dtype, elem) if p.dtype != "f32" else elem
             if conds:
@@ -729,9 +744,7 @@ class Emitter:
             return (self.ldmatrix_trans_b if db.layout == "mma_b" else self.ldmatrix_trans_a)(st, sb, db, src, dst, path)
         R, K = src.shape[-2], src.shape[-1]
         row, col, _, _ = self.tile_rc(src, path)
-        fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
-        if any(not isinstance(o, int) for o in fo):
-            self.fail(path, "fragment offsets must be constants")
+        fo = self.fragment_offsets(dst, path)
         w = self.w
         KTd = db.shape[1] // 16
         w.open("", path)
@@ -762,6 +775,13 @@ class Emitter:
                     w.line(f"cake::ldmatrix_x2({addr}, {db.name}[{e0}], {db.name}[{e0 + 1}]);", path)
         w.close()
 
+    def fragment_offsets(self, t, path) -> list[int]:
+        """The constant (row, column) offset of a fragment tile inside its fragment buffer."""
+        fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (t.offset or (0, 0))]
+        if any(not isinstance(o, int) for o in fo):
+            self.fail(path, "fragment offsets must be constants")
+        return fo
+
     def ldmatrix_trans_b(self, st, sb, db, src, dst, path):
         """B stored [K, N] (row k: its N columns), as a product's right factor usually is (S in W S,
         L in L L): ldmatrix.trans hands lane l the pair (k = 2 (l % 4) + {0, 1}, n = l / 4) of each 8x8
@@ -771,9 +791,7 @@ class Emitter:
         if R % 8 or K % 16:
             self.fail(path, "an ldmatrix.trans tile is [16k, 8n] (B stored [K, N])")
         row, col, _, _ = self.tile_rc(src, path)
-        fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
-        if any(not isinstance(o, int) for o in fo):
-            self.fail(path, "fragment offsets must be constants")
+        fo = self.fragment_offsets(dst, path)
         KTd = db.shape[1] // 16
         w = self.w
         w.open("", path)
@@ -802,9 +820,7 @@ class Emitter:
         if M % 16 or K % 16:
             self.fail(path, "an ldmatrix.trans tile for mma_a is [16k, 16m] (A stored [K, M])")
         row, col, _, _ = self.tile_rc(src, path)
-        fo = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (dst.offset or (0, 0))]
-        if any(not isinstance(o, int) for o in fo):
-            self.fail(path, "fragment offsets must be constants")
+        fo = self.fragment_offsets(dst, path)
         KTd = db.shape[1] // 16
         w = self.w
         w.open("", path)
@@ -965,26 +981,32 @@ class Emitter:
         if db.layout == "mma_a":
             return self.map_to_operand(db, node, scalars, path)
 
-        def var(v: E.Var) -> str:
-            b = self.k.buffer(v.name)
-            if b is not None:
-                if b.space != "reg":
-                    self.fail(path, f"map reads register tiles; {v.name!r} is {b.space}")
-                return self.from_storage(b.dtype, f"{b.name}[{self.elem_index(db, b, path)}]") if b.dtype != "f32" \
-                    else f"{b.name}[{self.elem_index(db, b, path)}]"
-            if v.name in scalars:
-                return f"(float){v.name}"
-            if v.name in self.k.consts:
-                return f"{float(self.k.consts[v.name])!r}f"
-            return f"(float)({BUILTIN_C.get(v.name, v.name)})"
-
-        rhs = E.to_c(node, var, float_mode=True)
+        def tile_elem(b: Buffer) -> str:
+            if b.space != "reg":
+                self.fail(path, f"map reads register tiles; {b.name!r} is {b.space}")
+            return f"{b.name}[{self.elem_index(db, b, path)}]"
+        rhs = E.to_c(node, self.map_var(scalars, tile_elem), float_mode=True)
         n = self.reg_count(db)
         coords = {c.fn for c in E.walk(node) if isinstance(c, E.Call) and c.fn in ("row", "col")}
         if coords:
             return self.map_with_coords(db, rhs, n, path)
         self.w.line("#pragma unroll")
         self.w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)
+
+    def map_var(self, scalars, tile_elem):
+        """How a map expression's names render in C: register tiles through `tile_elem` (converted from
+        their storage type), scalar params, consts and index names as floats."""
+        def var(v: E.Var) -> str:
+            b = self.k.buffer(v.name)
+            if b is not None:
+                e = tile_elem(b)
+                return self.from_storage(b.dtype, e) if b.dtype != "f32" else e
+            if v.name in scalars:
+                return f"(float){v.name}"
+            if v.name in self.k.consts:
+                return f"{float(self.k.consts[v.name])!r}f"
+            return f"(float)({BUILTIN_C.get(v.name, v.name)})"
+        return var
 
     def map_with_coords(self, db: Buffer, rhs: str, n: int, path):
         """A map whose expression uses row() / col(): the element's coordinates in the destination tile --
@@ -995,10 +1017,8 @@ class Emitter:
         w.open("", path)
         w.line("#pragma unroll")
         w.open(f"for (int cake_e = 0; cake_e < {n}; ++cake_e)")
-        if db.layout == "mma_acc":      # e = (m-tile * n-tiles + n-tile) * 4 + r: rows g / g + 8, columns 2t, 2t + 1
-            NT = C // 8
-            w.line(f"const int cake_row = ((cake_e >> 2) / {NT}) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;")
-            w.line(f"const int cake_col = ((cake_e >> 2) % {NT}) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);")
+        if db.layout == "mma_acc":
+            self.acc_coords(C)
         elif db.layout == "blocked":
             T, V = self.scope_threads(db.scope), db.vec
             w.line(f"const int cake_f = ((cake_e / {V}) * {T} + {self.scope_index(db.scope)}) * {V} + cake_e % {V};")
@@ -1031,16 +1051,7 @@ class Emitter:
         if pack is None:
             self.fail(path, f"mma_a fragments hold bf16 or f16, not {db.dtype}")
 
-        def var(v: E.Var) -> str:
-            if self.k.buffer(v.name) is not None:
-                return f"{v.name}[cake_e]"
-            if v.name in scalars:
-                return f"(float){v.name}"
-            if v.name in self.k.consts:
-                return f"{float(self.k.consts[v.name])!r}f"
-            return f"(float)({BUILTIN_C.get(v.name, v.name)})"
-
-        rhs = E.to_c(node, var, float_mode=True)
+        rhs = E.to_c(node, self.map_var(scalars, lambda b: f"{b.name}[cake_e]"), float_mode=True)
         MT, KT = db.shape[0] // 16, db.shape[1] // 16
         w = self.w
         w.open("", path)
@@ -1063,7 +1074,15 @@ class Emitter:
         if sb.layout != "blocked" and not (sb.layout == "row_major" and sb.scope == "thread"):
             self.fail(path, f"reduce over a {sb.layout} tile is not lowered yet (blocked or per-thread tiles)")
         if st.axis == len(sb.shape) - 2 and sb.layout == "blocked" and sb.vec == sb.shape[-1] and st.kind in ("sum", "sum_sq"):
-            return self.reduce_columns(st, sb, db, path)
+            # a column reduction: sum over the rows of a tile whose chunks are whole rows (vec == C)
+            C = sb.shape[-1]
+            if self.scope_threads(sb.scope) > 32:
+                self.fail(path, "a column reduction runs over a warp-scope tile")
+            if prod(sb.shape[:-2]) != 1:
+                self.fail(path, "a column reduction reads one [R, C] matrix")
+            if self.reg_count(db) != C and prod(db.shape) != C:
+                self.fail(path, f"a column reduction writes {C} values per thread (dst holds {prod(db.shape)})")
+            return self.emit_sums([self.sum_plan(st, path)], path)
         if st.axis != len(sb.shape) - 1:
             self.fail(path, "reduce runs along the last axis (or along rows of a blocked tile whose chunks are whole rows)")
         w = self.w
@@ -1086,9 +1105,7 @@ class Emitter:
         w.line("#pragma unroll")
         w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {acc}[cake_i] = {op[1]};")
         w.line("#pragma unroll")
-        val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]") if sb.dtype != "f32" else f"{sb.name}[cake_e]"
-        if st.kind == "sum_sq":
-            val = f"cake::sq({val})"
+        val = self.reduce_value(st, sb)
         w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {acc}[{row}] = {comb(f'{acc}[{row}]', val)};")
         if T > 1:
             self.warp_reduce(acc, R, op[2])
@@ -1121,57 +1138,32 @@ class Emitter:
         w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {db.name}[cake_i] = {self.to_storage(db.dtype, f'{acc}[cake_i]')};")
         w.close()
 
-    def reduce_columns(self, st: Reduce, sb: Buffer, db: Buffer, path):
-        """Sum over the rows of a blocked [R, C] tile whose chunks are whole rows (vec == C): each thread
-        adds its rows per column, then the scope reduces each column (warp shuffles; scratch smem for
-        wider scopes is not planned here, so the scope is a warp). dst: C values per thread."""
-        C = sb.shape[-1]
-        T = self.scope_threads(sb.scope)
-        if T > 32:
-            self.fail(path, "a column reduction runs over a warp-scope tile")
-        if prod(sb.shape[:-2]) != 1:
-            self.fail(path, "a column reduction reads one [R, C] matrix")
-        if self.reg_count(db) != C and prod(db.shape) != C:
-            self.fail(path, f"a column reduction writes {C} values per thread (dst holds {prod(db.shape)})")
-        w = self.w
-        acc = self.fresh("red")
+    def reduce_value(self, st: Reduce, sb: Buffer) -> str:
+        """Element cake_e of a reduce's source as it enters the sum (float; squared for sum_sq)."""
         val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]") if sb.dtype != "f32" else f"{sb.name}[cake_e]"
-        if st.kind == "sum_sq":
-            val = f"cake::sq({val})"
-        w.open("", path)
-        w.line(f"float {acc}[{C}];")
-        w.line("#pragma unroll")
-        w.line(f"for (int cake_i = 0; cake_i < {C}; ++cake_i) {acc}[cake_i] = 0.0f;")
-        w.line("#pragma unroll")
-        w.line(f"for (int cake_e = 0; cake_e < {self.reg_count(sb)}; ++cake_e) {acc}[cake_e % {C}] += {val};")
-        if T > 1:
-            self.warp_reduce(acc, C, "sum")
-        w.line("#pragma unroll")
-        w.line(f"for (int cake_i = 0; cake_i < {C}; ++cake_i) {db.name}[cake_i] = {self.to_storage(db.dtype, f'{acc}[cake_i]')};")
-        w.close()
+        return f"cake::sq({val})" if st.kind == "sum_sq" else val
 
-    def warp_sum_plan(self, st, path):
-        """(partials loop bound, acc index, value, rows, dst buffer) of a sum over a warp-scope register
-        tile, when `st` is one (the row path or the column path of s_Reduce); else None."""
+    def sum_plan(self, st, path) -> Optional[SumPlan]:
+        """A sum / sum_sq over a blocked register tile of a warp (or one thread) as a SumPlan: along the
+        last axis when every row spans the scope, or along the rows (a column reduction) when chunks
+        are whole rows; None for any other reduce (s_Reduce's general path lowers it)."""
         if not isinstance(st, Reduce) or st.kind not in ("sum", "sum_sq") or st.src.buf == st.dst.buf:
             return None
         sb, db = self.k.buffer(st.src.buf), self.k.buffer(st.dst.buf)
         if sb is None or db is None or sb.space != "reg" or db.space != "reg" or sb.layout != "blocked" \
-                or sb.scope != "warp":
+                or sb.scope not in ("warp", "thread"):
             return None
-        val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]") if sb.dtype != "f32" else f"{sb.name}[cake_e]"
-        if st.kind == "sum_sq":
-            val = f"cake::sq({val})"
-        C, V, n = sb.shape[-1], sb.vec, self.reg_count(sb)
+        T = self.scope_threads(sb.scope)
+        C, V = sb.shape[-1], sb.vec
         if st.axis == len(sb.shape) - 2 and V == C and prod(sb.shape[:-2]) == 1:
-            R, idx = C, f"(cake_e % {C})"
-        elif st.axis == len(sb.shape) - 1 and C % (32 * V) == 0:
-            R, idx = prod(sb.shape[:-1]), f"(((cake_e / {V}) * {32 * V}) / {C})"
+            R, idx = C, f"cake_e % {C}"
+        elif st.axis == len(sb.shape) - 1 and C % (T * V) == 0:
+            R, idx = prod(sb.shape[:-1]), f"(((cake_e / {V}) * {T * V}) / {C})"
         else:
             return None
         if self.reg_count(db) != R and prod(db.shape) != R:
             return None
-        return n, idx, val, R, db
+        return SumPlan(self.reg_count(sb), idx, self.reduce_value(st, sb), R, db, T)
 
     def fusable_sums(self, a, b, path):
         """Both statements warp sums whose rows together fit one cake::warp_sum_rows, the second not
@@ -1180,34 +1172,37 @@ class Emitter:
             return None
         if a.dst.buf in (b.src.buf, b.dst.buf) or b.dst.buf == a.src.buf:
             return None
-        pa, pb = self.warp_sum_plan(a, path), self.warp_sum_plan(b, path)
-        if not pa or not pb:
+        pa, pb = self.sum_plan(a, path), self.sum_plan(b, path)
+        if not pa or not pb or pa.threads != 32 or pb.threads != 32:
             return None
-        R = pa[3] + pb[3]
+        R = pa.rows + pb.rows
         if R > 32 or R & (R - 1):
             return None
         return pa, pb
 
-    def reduce_sums_fused(self, pair, path):
+    def emit_sums(self, plans, path):
+        """One or two SumPlans in one accumulator array: per-lane partial sums, one shuffle tree over
+        all their rows (cake::warp_sum_rows where the row count allows), then each destination."""
         w = self.w
         acc = self.fresh("red")
-        R = pair[0][3] + pair[1][3]
+        R = sum(p.rows for p in plans)
         w.open("", path)
         w.line(f"float {acc}[{R}];")
         w.line("#pragma unroll")
         w.line(f"for (int cake_i = 0; cake_i < {R}; ++cake_i) {acc}[cake_i] = 0.0f;")
         base = 0
-        for n, idx, val, r, _db in pair:
+        for p in plans:
             w.line("#pragma unroll")
-            w.line(f"for (int cake_e = 0; cake_e < {n}; ++cake_e) {acc}[{base} + {idx}] += {val};")
-            base += r
-        w.line(f"cake::warp_sum_rows<{R}>({acc});")
+            w.line(f"for (int cake_e = 0; cake_e < {p.n}; ++cake_e) {acc}[{f'{base} + ' if base else ''}{p.idx}] += {p.val};")
+            base += p.rows
+        if plans[0].threads > 1:
+            self.warp_reduce(acc, R, "sum")
         base = 0
-        for _n, _idx, _val, r, db in pair:
+        for p in plans:
             w.line("#pragma unroll")
-            w.line(f"for (int cake_i = 0; cake_i < {r}; ++cake_i) {db.name}[cake_i] = "
-                   f"{self.to_storage(db.dtype, f'{acc}[{base} + cake_i]')};")
-            base += r
+            w.line(f"for (int cake_i = 0; cake_i < {p.rows}; ++cake_i) {p.dst.name}[cake_i] = "
+                   f"{self.to_storage(p.dst.dtype, f'{acc}[{base} + cake_i]' if base else f'{acc}[cake_i]')};")
+            base += p.rows
         w.close()
 
     def warp_reduce(self, acc: str, R: int, kind: str):

@@ -215,12 +215,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
         #pragma unroll
         for (int cake_i = 0; cake_i < 2; ++cake_i) cake_red1[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[0 + (((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
+        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[(((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
         #pragma unroll
         for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[1 + (((cake_e / 4) * 128) / 128)] += cake::sq(kf[cake_e]);
         cake::warp_sum_rows<2>(cake_red1);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[0 + cake_i]);
+        for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[cake_i]);
         #pragma unroll
         for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red1[1 + cake_i]);
       }
@@ -349,12 +349,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
         #pragma unroll
         for (int cake_i = 0; cake_i < 2; ++cake_i) cake_red4[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[0 + (((cake_e / 1) * 32) / 128)] += cake::sq(qc[cake_e]);
+        for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[(((cake_e / 1) * 32) / 128)] += cake::sq(qc[cake_e]);
         #pragma unroll
         for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[1 + (((cake_e / 1) * 32) / 128)] += cake::sq(kc[cake_e]);
         cake::warp_sum_rows<2>(cake_red4);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red4[0 + cake_i]);
+        for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red4[cake_i]);
         #pragma unroll
         for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red4[1 + cake_i]);
       }

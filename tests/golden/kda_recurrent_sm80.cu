@@ -218,12 +218,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             #pragma unroll
             for (int cake_i = 0; cake_i < 2; ++cake_i) cake_red1[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[0 + (((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[(((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
             #pragma unroll
             for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red1[1 + (((cake_e / 4) * 128) / 128)] += cake::sq(kf[cake_e]);
             cake::warp_sum_rows<2>(cake_red1);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[0 + cake_i]);
+            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red1[cake_i]);
             #pragma unroll
             for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red1[1 + cake_i]);
           }
@@ -437,12 +437,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             #pragma unroll
             for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red3[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[0 + (((cake_e / 4) * 128) / 128)] += Tr[cake_e];
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[(((cake_e / 4) * 128) / 128)] += Tr[cake_e];
             #pragma unroll
             for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[8 + (((cake_e / 4) * 128) / 128)] += Tq[cake_e];
             cake::warp_sum_rows<16>(cake_red3);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red3[0 + cake_i]);
+            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red3[cake_i]);
             #pragma unroll
             for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red3[8 + cake_i]);
           }
@@ -637,12 +637,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             #pragma unroll
             for (int cake_i = 0; cake_i < 2; ++cake_i) cake_red4[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[0 + (((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
+            for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[(((cake_e / 4) * 128) / 128)] += cake::sq(qf[cake_e]);
             #pragma unroll
             for (int cake_e = 0; cake_e < 4; ++cake_e) cake_red4[1 + (((cake_e / 4) * 128) / 128)] += cake::sq(kf[cake_e]);
             cake::warp_sum_rows<2>(cake_red4);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red4[0 + cake_i]);
+            for (int cake_i = 0; cake_i < 1; ++cake_i) qs[cake_i] = (cake_red4[cake_i]);
             #pragma unroll
             for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red4[1 + cake_i]);
           }
@@ -847,12 +847,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             #pragma unroll
             for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red6[cake_i] = 0.0f;
             #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[0 + (cake_e % 8)] += Tc[cake_e];
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[cake_e % 8] += Tc[cake_e];
             #pragma unroll
-            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[8 + (cake_e % 8)] += Tcq[cake_e];
+            for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[8 + cake_e % 8] += Tcq[cake_e];
             cake::warp_sum_rows<16>(cake_red6);
             #pragma unroll
-            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red6[0 + cake_i]);
+            for (int cake_i = 0; cake_i < 8; ++cake_i) u[cake_i] = (cake_red6[cake_i]);
             #pragma unroll
             for (int cake_i = 0; cake_i < 8; ++cake_i) ov[cake_i] = (cake_red6[8 + cake_i]);
           }
