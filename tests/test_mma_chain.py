@@ -9,6 +9,43 @@ from cake_ir.compiler import compile_kernel
 from cake_ir.verifier import verify
 
 
+def _stage(r, copies):
+    """cp.async each (global tensor, smem buffer, shape) tile, wait for all, make them CTA-visible."""
+    for src, dst, shape in copies:
+        r.copy("cp_async", tile(src, [0] * len(shape), shape), tile(dst), vec_bytes=16)
+    r.sync("cp_async_commit")
+    r.sync("cp_async_wait", n=0)
+    r.sync("syncthreads")
+
+
+def _bf16(rng, *shapes):
+    """Normal values that bf16 holds exactly, one float32 array per shape."""
+    from gpu_backend.memory import round_to_bf16
+    return [round_to_bf16(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+
+
+def _run_on_gpu(make, inputs, outputs, scalars=None):
+    """Build make(arch) for this GPU and launch it once. inputs {name: (host array, dtype)}, outputs
+    {name: (initial host array: NaN where the kernel must write, dtype)} -> {output name: host array after
+    the launch}."""
+    from gpu_backend.driver import arch_of, context, gpu_available, properties
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from contextlib import ExitStack
+
+    from gpu_backend.memory import DeviceArray, synchronize
+    from gpu_backend.runner import CompiledKernel
+    context(0)
+    arch = arch_of(properties(0))
+    k = make(arch)
+    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
+    with ExitStack() as stack:
+        dev = {n: stack.enter_context(DeviceArray.from_host(a, dt)) for n, (a, dt) in {**inputs, **outputs}.items()}
+        ck(dev, scalars or {})
+        synchronize()
+        return {n: dev[n].download() for n in outputs}
+
+
 def chain(arch="sm_80", src_layout="mma_acc"):
     kb = KernelBuilder("mma_chain", arch=arch, grid=[1], threads=32)
     kb.tensor("X", "bf16", [16, 32])
@@ -27,11 +64,7 @@ def chain(arch="sm_80", src_layout="mma_acc"):
     kb.buffer("Pa", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        for src, dst, shape in (("X", "sX", [16, 32]), ("W1", "sW1", [32, 32]), ("W2", "sW2", [16, 32])):
-            r.copy("cp_async", tile(src, [0, 0], shape), tile(dst), vec_bytes=16)
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.sync("syncthreads")
+        _stage(r, (("X", "sX", [16, 32]), ("W1", "sW1", [32, 32]), ("W2", "sW2", [16, 32])))
         r.ldmatrix(tile("sX"), tile("fx"))
         r.ldmatrix(tile("sW1"), tile("fw1"))
         r.ldmatrix(tile("sW2"), tile("fw2"))
@@ -63,22 +96,10 @@ def test_map_into_an_operand_names_the_wrong_source():
 
 @pytest.mark.gpu
 def test_chain_on_gpu():
-    from gpu_backend.driver import arch_of, context, gpu_available, properties
-    if not gpu_available():
-        pytest.skip("needs a CUDA GPU")
-    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
-    from gpu_backend.runner import CompiledKernel
-    context(0)
-    arch = arch_of(properties(0))
-    k = chain(arch=arch)
-    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
-    rng = np.random.default_rng(0)
-    X, W1, W2 = (round_to_bf16(rng.standard_normal(s).astype(np.float32)) for s in ((16, 32), (32, 32), (16, 32)))
-    with DeviceArray.from_host(X, "bf16") as x, DeviceArray.from_host(W1, "bf16") as w1, \
-            DeviceArray.from_host(W2, "bf16") as w2, DeviceArray.alloc((16, 16), "f32") as o:
-        ck({"X": x, "W1": w1, "W2": w2, "O": o}, {})
-        synchronize()
-        got = o.download()
+    X, W1, W2 = _bf16(np.random.default_rng(0), (16, 32), (32, 32), (16, 32))
+    got = _run_on_gpu(lambda arch: chain(arch=arch), {"X": (X, "bf16"), "W1": (W1, "bf16"), "W2": (W2, "bf16")},
+                      {"O": (np.full((16, 16), np.nan, np.float32), "f32")})["O"]
+    from gpu_backend.memory import round_to_bf16
     P = round_to_bf16((X.astype(np.float64) @ W1.T.astype(np.float64) * 0.5).astype(np.float32))
     ref = P.astype(np.float64) @ W2.T.astype(np.float64)
     err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
@@ -97,11 +118,7 @@ def trans_b(n=16, arch="sm_80"):
     kb.buffer("fb", "reg", "bf16", [n, 32], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, n], layout="mma_acc", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        r.copy("cp_async", tile("A", [0, 0], [16, 32]), tile("sA"), vec_bytes=16)
-        r.copy("cp_async", tile("Bk", [0, 0], [32, n]), tile("sB"), vec_bytes=16)
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.sync("syncthreads")
+        _stage(r, (("A", "sA", [16, 32]), ("Bk", "sB", [32, n])))
         r.ldmatrix(tile("sA"), tile("fa"))
         r.ldmatrix(tile("sB"), tile("fb"), trans=True, id="load_b_trans")
         r.fill("acc", 0.0)
@@ -132,11 +149,7 @@ def trans_a(arch="sm_80"):
     kb.buffer("fb", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        r.copy("cp_async", tile("Ak", [0, 0], [32, 16]), tile("sA"), vec_bytes=16)
-        r.copy("cp_async", tile("B", [0, 0], [16, 32]), tile("sB"), vec_bytes=16)
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.sync("syncthreads")
+        _stage(r, (("Ak", "sA", [32, 16]), ("B", "sB", [16, 32])))
         r.ldmatrix(tile("sA"), tile("fa"), trans=True, id="load_a_trans")
         r.ldmatrix(tile("sB"), tile("fb"))
         r.fill("acc", 0.0)
@@ -164,22 +177,9 @@ def test_trans_a_compiles_and_checks_the_transposed_shape():
 
 @pytest.mark.gpu
 def test_trans_a_on_gpu():
-    from gpu_backend.driver import arch_of, context, gpu_available, properties
-    if not gpu_available():
-        pytest.skip("needs a CUDA GPU")
-    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
-    from gpu_backend.runner import CompiledKernel
-    context(0)
-    arch = arch_of(properties(0))
-    k = trans_a(arch=arch)
-    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
-    rng = np.random.default_rng(4)
-    Ak, B = (round_to_bf16(rng.standard_normal(s).astype(np.float32)) for s in ((32, 16), (16, 32)))
-    with DeviceArray.from_host(Ak, "bf16") as a, DeviceArray.from_host(B, "bf16") as b, \
-            DeviceArray.alloc((16, 16), "f32") as c:
-        ck({"Ak": a, "B": b, "C": c}, {})
-        synchronize()
-        got = c.download()
+    Ak, B = _bf16(np.random.default_rng(4), (32, 16), (16, 32))
+    got = _run_on_gpu(lambda arch: trans_a(arch=arch), {"Ak": (Ak, "bf16"), "B": (B, "bf16")},
+                      {"C": (np.full((16, 16), np.nan, np.float32), "f32")})["C"]
     ref = Ak.T.astype(np.float64) @ B.T.astype(np.float64)
     assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
 
@@ -187,22 +187,9 @@ def test_trans_a_on_gpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [16, 8])
 def test_trans_b_on_gpu(n):
-    from gpu_backend.driver import arch_of, context, gpu_available, properties
-    if not gpu_available():
-        pytest.skip("needs a CUDA GPU")
-    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
-    from gpu_backend.runner import CompiledKernel
-    context(0)
-    arch = arch_of(properties(0))
-    k = trans_b(n, arch=arch)
-    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
-    rng = np.random.default_rng(1)
-    A, Bk = (round_to_bf16(rng.standard_normal(s).astype(np.float32)) for s in ((16, 32), (32, n)))
-    with DeviceArray.from_host(A, "bf16") as a, DeviceArray.from_host(Bk, "bf16") as b, \
-            DeviceArray.alloc((16, n), "f32") as c:
-        ck({"A": a, "Bk": b, "C": c}, {})
-        synchronize()
-        got = c.download()
+    A, Bk = _bf16(np.random.default_rng(1), (16, 32), (32, n))
+    got = _run_on_gpu(lambda arch: trans_b(n, arch=arch), {"A": (A, "bf16"), "Bk": (Bk, "bf16")},
+                      {"C": (np.full((16, n), np.nan, np.float32), "f32")})["C"]
     ref = A.astype(np.float64) @ Bk.astype(np.float64)
     assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max(), np.abs(got - ref).max()
 
@@ -220,11 +207,7 @@ def masked_gram(arch="sm_80", strict=True):
     kb.buffer("fy", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        r.copy("cp_async", tile("X", [0, 0], [16, 32]), tile("sX"), vec_bytes=16)
-        r.copy("cp_async", tile("Y", [0, 0], [16, 32]), tile("sY"), vec_bytes=16)
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.sync("syncthreads")
+        _stage(r, (("X", "sX", [16, 32]), ("Y", "sY", [16, 32])))
         r.ldmatrix(tile("sX"), tile("fx"))
         r.ldmatrix(tile("sY"), tile("fy"))
         r.fill("acc", 0.0)
@@ -261,22 +244,9 @@ def test_coordinates_on_a_blocked_tile():
 @pytest.mark.gpu
 @pytest.mark.parametrize("strict", [True, False])
 def test_masked_gram_on_gpu(strict):
-    from gpu_backend.driver import arch_of, context, gpu_available, properties
-    if not gpu_available():
-        pytest.skip("needs a CUDA GPU")
-    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
-    from gpu_backend.runner import CompiledKernel
-    context(0)
-    arch = arch_of(properties(0))
-    k = masked_gram(arch=arch, strict=strict)
-    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
-    rng = np.random.default_rng(2)
-    X, Y = (round_to_bf16(rng.standard_normal((16, 32)).astype(np.float32)) for _ in range(2))
-    with DeviceArray.from_host(X, "bf16") as x, DeviceArray.from_host(Y, "bf16") as y, \
-            DeviceArray.alloc((16, 16), "f32") as a:
-        ck({"X": x, "Y": y, "A": a}, {})
-        synchronize()
-        got = a.download()
+    X, Y = _bf16(np.random.default_rng(2), (16, 32), (16, 32))
+    got = _run_on_gpu(lambda arch: masked_gram(arch=arch, strict=strict), {"X": (X, "bf16"), "Y": (Y, "bf16")},
+                      {"A": (np.full((16, 16), np.nan, np.float32), "f32")})["A"]
     ref = np.tril(X.astype(np.float64) @ Y.T.astype(np.float64), -1 if strict else 0)
     assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
     assert (got[np.triu_indices(16, 0 if strict else 1)] == 0).all()   # masked entries exactly 0
@@ -298,12 +268,7 @@ def row_scaled(arch="sm_80", from_smem=False):
     kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
     kb.buffer("br", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        r.copy("cp_async", tile("X", [0, 0], [16, 32]), tile("sX"), vec_bytes=16)
-        r.copy("cp_async", tile("Y", [0, 0], [16, 32]), tile("sY"), vec_bytes=16)
-        r.copy("cp_async", tile("beta", [0], [16]), tile("sb"), vec_bytes=16)
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.sync("syncthreads")
+        _stage(r, (("X", "sX", [16, 32]), ("Y", "sY", [16, 32]), ("beta", "sb", [16])))
         if from_smem:
             r.lds(tile("sb", [0], [16]), tile("br"), vec_bytes=4)
         else:
@@ -329,28 +294,17 @@ def test_row_scale_compiles(from_smem):
 @pytest.mark.gpu
 @pytest.mark.parametrize("from_smem", [False, True])
 def test_row_scale_on_gpu(from_smem):
-    from gpu_backend.driver import arch_of, context, gpu_available, properties
-    if not gpu_available():
-        pytest.skip("needs a CUDA GPU")
-    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
-    from gpu_backend.runner import CompiledKernel
-    context(0)
-    arch = arch_of(properties(0))
-    k = row_scaled(arch=arch, from_smem=from_smem)
-    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
     rng = np.random.default_rng(3)
-    X, Y = (round_to_bf16(rng.standard_normal((16, 32)).astype(np.float32)) for _ in range(2))
+    X, Y = _bf16(rng, (16, 32), (16, 32))
     beta = rng.uniform(0.1, 2.0, 16).astype(np.float32)
-    with DeviceArray.from_host(X, "bf16") as x, DeviceArray.from_host(Y, "bf16") as y, \
-            DeviceArray.from_host(beta, "f32") as b, DeviceArray.alloc((16, 16), "f32") as a:
-        ck({"X": x, "Y": y, "beta": b, "A": a}, {})
-        synchronize()
-        got = a.download()
+    got = _run_on_gpu(lambda arch: row_scaled(arch=arch, from_smem=from_smem),
+                      {"X": (X, "bf16"), "Y": (Y, "bf16"), "beta": (beta, "f32")},
+                      {"A": (np.full((16, 16), np.nan, np.float32), "f32")})["A"]
     ref = beta[:, None].astype(np.float64) * (X.astype(np.float64) @ Y.T.astype(np.float64))
     assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
 
 
-def rows_of_tokens(arch="sm_80", limit="L", oob="mask"):
+def rows_of_tokens(arch="sm_80"):
     """An accumulator [16 tokens, 16] stored into o [T, HV, 16] at (t0, hv): the rows fold into the
     token dim of a [16, 1, 16] tile, and `row_limit` stops at the sequence end (packed batches)."""
     kb = KernelBuilder("rows_of_tokens", arch=arch, grid=[1], threads=32)
@@ -365,17 +319,13 @@ def rows_of_tokens(arch="sm_80", limit="L", oob="mask"):
     kb.buffer("fy", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        r.copy("cp_async", tile("X", [0, 0], [16, 32]), tile("sX"), vec_bytes=16)
-        r.copy("cp_async", tile("Y", [0, 0], [16, 32]), tile("sY"), vec_bytes=16)
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.sync("syncthreads")
+        _stage(r, (("X", "sX", [16, 32]), ("Y", "sY", [16, 32])))
         r.ldmatrix(tile("sX"), tile("fx"))
         r.ldmatrix(tile("sY"), tile("fy"))
         r.fill("acc", 0.0)
         r.mma_sync(tile("fx"), tile("fy"), tile("acc"))
-        r.add("stg", src=tile("acc"), dst=tile("O", [3, 1, 0], [16, 1, 16]), vec_bytes=4, oob=oob,
-              row_limit=limit, id="store_rows")
+        r.add("stg", src=tile("acc"), dst=tile("O", [3, 1, 0], [16, 1, 16]), vec_bytes=4, oob="mask",
+              row_limit="L", id="store_rows")
     return kb.build()
 
 
@@ -390,23 +340,10 @@ def test_row_limited_store_folds_rows_into_the_token_dim():
 
 @pytest.mark.gpu
 def test_row_limited_store_on_gpu():
-    from gpu_backend.driver import arch_of, context, gpu_available, properties
-    if not gpu_available():
-        pytest.skip("needs a CUDA GPU")
-    from gpu_backend.memory import DeviceArray, round_to_bf16, synchronize
-    from gpu_backend.runner import CompiledKernel
-    context(0)
-    arch = arch_of(properties(0))
-    k = rows_of_tokens(arch=arch)
-    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
-    rng = np.random.default_rng(5)
-    X, Y = (round_to_bf16(rng.standard_normal((16, 32)).astype(np.float32)) for _ in range(2))
+    X, Y = _bf16(np.random.default_rng(5), (16, 32), (16, 32))
     T, L = 40, 11                                     # rows 3.. 10 written (L = 11), the rest untouched
-    with DeviceArray.from_host(X, "bf16") as x, DeviceArray.from_host(Y, "bf16") as y, \
-            DeviceArray.from_host(np.full((T, 2, 16), -7.0, np.float32), "f32") as o:
-        ck({"X": x, "Y": y, "O": o}, {"T": T, "L": L})
-        synchronize()
-        got = o.download()
+    got = _run_on_gpu(lambda arch: rows_of_tokens(arch=arch), {"X": (X, "bf16"), "Y": (Y, "bf16")},
+                      {"O": (np.full((T, 2, 16), -7.0, np.float32), "f32")}, {"T": T, "L": L})["O"]
     ref = X.astype(np.float64) @ Y.T.astype(np.float64)
     assert np.abs(got[3:L, 1] - ref[:L - 3]).max() < 1e-3 * np.abs(ref).max()
     untouched = np.ones((T, 2), bool)
@@ -438,18 +375,7 @@ def test_acc_load_and_transposed_store_compile():
 
 @pytest.mark.gpu
 def test_acc_roundtrip_on_gpu():
-    from gpu_backend.driver import arch_of, context, gpu_available, properties
-    if not gpu_available():
-        pytest.skip("needs a CUDA GPU")
-    from gpu_backend.memory import DeviceArray, synchronize
-    from gpu_backend.runner import CompiledKernel
-    context(0)
-    arch = arch_of(properties(0))
-    k = acc_roundtrip(arch=arch)
-    ck = CompiledKernel(k, compile_kernel(k, arch=arch))
     x = np.random.default_rng(6).standard_normal((16, 32)).astype(np.float32)
-    with DeviceArray.from_host(x, "f32") as a, DeviceArray.alloc((32, 16), "f32") as b:
-        ck({"In": a, "Out": b}, {})
-        synchronize()
-        got = b.download()
+    got = _run_on_gpu(lambda arch: acc_roundtrip(arch=arch), {"In": (x, "f32")},
+                      {"Out": (np.full((32, 16), np.nan, np.float32), "f32")})["Out"]
     assert np.array_equal(got, 2 * x.T)
