@@ -32,6 +32,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from gpu_backend.memory import round_to_bf16  # noqa: E402
+
 
 def rnd(x, fmt: str):
     """Round to a storage format (round to nearest even), returned as float64."""
@@ -43,7 +45,9 @@ def rnd(x, fmt: str):
     f = x.astype(np.float32)
     if fmt == "f32":
         return f.astype(np.float64)
-    drop = {"bf16": 16, "tf32": 13}[fmt]
+    if fmt == "bf16":
+        return round_to_bf16(f).astype(np.float64)
+    drop = {"tf32": 13}[fmt]          # tf32: 10 mantissa bits, round to nearest even
     b = f.view(np.uint32).astype(np.uint64)
     b = (b + ((1 << (drop - 1)) - 1) + ((b >> drop) & 1)) >> drop << drop
     return (b.astype(np.uint32).view(np.float32)).astype(np.float64)
@@ -133,7 +137,6 @@ def main() -> int:
     ap.add_argument("--policies", default="bf16,fp16,inv_f32,state_tf32")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
-    from gpu_backend.memory import round_to_bf16
     from tasks.kda import reference as R
     from tasks.kda.task import TASK
 
