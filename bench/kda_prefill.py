@@ -61,7 +61,8 @@ def main() -> int:
                     help="prefill-family points to time, vw x vsplit x chunk")
     ap.add_argument("--shapes", default="", help="indices into PREFILL_BENCH (default: all)")
     ap.add_argument("--deadline-s", type=float, default=1e9)
-    ap.add_argument("--no-chunked", action="store_true", help="skip the draft chunked kernel (tasks/kda/chunked.py)")
+    ap.add_argument("--no-chunked", action="store_true", help="skip the chunked kernels (tasks/kda/chunked.py)")
+    ap.add_argument("--no-baselines", action="store_true", help="CAKE kernels only (a quick check; no speedups)")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
     import torch
@@ -86,7 +87,7 @@ def main() -> int:
     if not check < 1e-10:
         raise SystemExit("the torch float64 reference disagrees with tasks/kda/reference.py")
     kernels = {}
-    for var in args.variants.split(","):
+    for var in filter(None, args.variants.split(",")):
         vw, vs, ch = (int(v) for v in var.split("x"))
         ir = kda_recurrent(vw=vw, vsplit=vs, chunk=ch, arch="sm_90a")
         res = compile_kernel(ir, arch="sm_90a")
@@ -94,12 +95,15 @@ def main() -> int:
             print(f"{var}: does not compile:", [d.short() for d in res.diagnostics][:3])
             continue
         kernels[f"cake_vw{vw}_vs{vs}_c{ch}"] = (CompiledKernel(ir, res), res.resources)
-    if not args.no_chunked:          # the draft chunked kernel (safe gate only): checked like the rest
-        from tasks.kda.chunked import kda_chunk16
-        ir = kda_chunk16(arch="sm_90a")
-        res = compile_kernel(ir, arch="sm_90a")
-        if res.ok:
-            kernels["cake_chunk16_draft"] = (CompiledKernel(ir, res), res.resources)
+    if not args.no_chunked:          # the chunked kernels (safe gate only): checked like the rest
+        from tasks.kda.chunked import kda_chunk16, kda_chunk16_ws
+        for name, fn in (("cake_chunk16_draft", kda_chunk16), ("cake_chunk16_ws", kda_chunk16_ws)):
+            ir = fn(arch="sm_90a")
+            res = compile_kernel(ir, arch="sm_90a")
+            if res.ok:
+                kernels[name] = (CompiledKernel(ir, res), res.resources)
+            else:
+                print(f"{name}: does not compile:", [d.short() for d in res.diagnostics][:3])
     info = env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_prefill.py")
 
     def save() -> str:      # after every shape: a timeout keeps what was measured
@@ -127,13 +131,13 @@ def main() -> int:
         scal = task.scalars(shape)
         impls = {}
         for name, (ck, _r) in kernels.items():
-            if name == "cake_chunk16_draft" and not shape["SAFE"]:
+            if name.startswith("cake_chunk16") and not shape["SAFE"]:
                 continue                       # safe gate only (its scalar facts refuse SAFE = 0)
             o = torch.full(tuple(ti["v"].shape), float("nan"), dtype=torch.bfloat16, device=dev)
             ht = torch.full(tuple(ti["h0"].shape), float("nan"), dtype=torch.float32, device=dev)
             prep = ck.prepare({**ti, "o": o, "ht": ht}, scal)
             impls[name] = (lambda ck=ck, prep=prep: ck.launch_prepared(prep, stream), {"o": o, "ht": ht})
-        for bname, fn in (("fla_chunk_kda", kda_chunk_fla), ("flashkda", kda_flashkda)):
+        for bname, fn in () if args.no_baselines else (("fla_chunk_kda", kda_chunk_fla), ("flashkda", kda_flashkda)):
             box = {}
             impls[bname] = (lambda fn=fn, box=box: box.update(fn(ti, shape)), box)
         for name, (fn, outs) in impls.items():

@@ -82,6 +82,12 @@ def squeeze(shape) -> tuple:
     return s
 
 
+def squeeze_units(shape) -> tuple:
+    """The shape without any size-1 dims (at least one dim kept)."""
+    s = tuple(d for d in shape if d != 1)
+    return s or (1,)
+
+
 def fit_rank(shape, r: int) -> Optional[tuple]:
     """Left-pad a shape with 1s (or drop leading 1s) to rank r."""
     s = tuple(shape)

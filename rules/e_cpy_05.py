@@ -2,7 +2,8 @@
 
 - copy: tma_load / cp_async / sync move global -> smem, tma_store smem -> global; ldg global -> reg,
   stg reg -> global, lds smem -> reg, sts reg -> smem, ldmatrix smem -> reg.
-- Both tiles of a copy or access have the same shape (leading size-1 dims ignored; an accumulator's
+- Both tiles of a copy or access have the same shape (leading size-1 dims ignored, and any size-1 dim
+  between smem and register tiles; an accumulator's
   rows may fold into the leading dims of an n-d global tile, e.g. [16, 1, N] for tokens x heads, and
   with `trans` (ldg into / stg from an mma_acc tile) the global tile is its transpose; an `mma_rows`
   [R, 1] list may be stored as a [.., 1, R] row); copies do not
@@ -17,7 +18,7 @@
 from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import Access, Copy, Wgmma
 
-from ._cpy_util import fact, squeeze, tile_refs, tile_shape
+from ._cpy_util import fact, squeeze, squeeze_units, tile_refs, tile_shape
 
 CODE = "E-CPY-05"
 TITLE = "operand space, shape, dtype and layout agreement"
@@ -75,9 +76,11 @@ def check(ctx):
                         ds = folded
                     else:
                         ss = folded
-            if what == "ldmatrix" and getattr(n, "trans", False) and ss is not None and len(ss) == 2:
-                ss = tuple(reversed(ss))   # .trans reads a transposed tile: B stored [K, N], A stored [K, M]
-            if ss is not None and ds is not None and squeeze(ss) != squeeze(ds):
+            if what == "ldmatrix" and getattr(n, "trans", False) and ss is not None and len(squeeze_units(ss)) == 2:
+                ss = tuple(reversed(squeeze_units(ss)))   # .trans reads a transposed tile: B stored [K, N], A [K, M]
+            # smem / register tiles are row-major views: size-1 dims anywhere do not move an element
+            sq = squeeze_units if what in ("lds", "sts", "ldmatrix") else squeeze
+            if ss is not None and ds is not None and sq(ss) != sq(ds):
                 yield ctx.report(f"{p}/dst", f"{what} shapes differ: src {list(ss)}, dst {list(ds)}", legal=[list(ss)])
             if what == "ldmatrix":
                 b = dst.buffer

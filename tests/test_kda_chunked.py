@@ -1,15 +1,21 @@
-"""The DRAFT chunked KDA prefill (tasks/kda/chunked.py): verifies and compiles for sm_80 and sm_90a; on a
-GPU (marked, not run yet) it is checked through the evaluator against the float64 recurrence on the
-shapes its scalar facts admit (the safe gate; both state layouts, with and without initial state)."""
+"""The chunked KDA prefills (tasks/kda/chunked.py: the one-warpgroup draft and the warp-specialised
+kernel): they verify and compile for sm_80 and sm_90a; on a GPU (marked) they are checked through the
+evaluator against the float64 recurrence on the shapes their scalar facts admit (the safe gate; both
+state layouts, with and without initial state, packed sequences, grouped value heads)."""
 import pytest
 
 from cake_ir.compiler import compile_kernel
 from cake_ir.verifier import verify
 
 
-def test_chunked_draft_verifies_and_compiles():
-    from tasks.kda.chunked import kda_chunk16
-    k = kda_chunk16()
+def _kernels():
+    from tasks.kda import chunked
+    return {"kda_chunk16": chunked.kda_chunk16, "kda_chunk16_ws": chunked.kda_chunk16_ws}
+
+
+@pytest.mark.parametrize("name", ["kda_chunk16", "kda_chunk16_ws"])
+def test_chunked_verifies_and_compiles(name):
+    k = _kernels()[name]()
     assert not [d for d in verify(k).diagnostics if d.severity == "error"]
     for arch in ("sm_80", "sm_90a"):
         r = compile_kernel(k, arch=arch)
@@ -19,30 +25,30 @@ def test_chunked_draft_verifies_and_compiles():
         assert "cake::mma_16816_bf16" in src and "ldmatrix_x4_trans" in src and "< (int)(eos)" in src
 
 
-def test_chunked_draft_refuses_the_shapes_it_does_not_do():
+@pytest.mark.parametrize("name", ["kda_chunk16", "kda_chunk16_ws"])
+def test_chunked_refuses_the_shapes_it_does_not_do(name):
     from gpu_backend.runner import spec_from_kernel
-    from tasks.kda.chunked import kda_chunk16
-    k = kda_chunk16(arch="sm_90a")
+    k = _kernels()[name](arch="sm_90a")
     spec = spec_from_kernel(k, compile_kernel(k, arch="sm_90a"))
     assert spec.scalars["SAFE"].violation(0) is not None
     assert spec.scalars["VK"].violation(1) is None and spec.scalars["H0"].violation(1) is None
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", ["kda_chunk16", "kda_chunk16_ws"])
 @pytest.mark.parametrize("shape", [
     {"T": 128, "N": 1, "H": 2, "HV": 2, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 0},
     {"T": 200, "N": 2, "H": 2, "HV": 4, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 0},
     {"T": 177, "N": 6, "H": 2, "HV": 4, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 2},
     {"T": 277, "N": 5, "H": 2, "HV": 2, "SAFE": 1, "VK": 1, "H0": 1, "PACK": 3},
     {"T": 8192, "N": 1, "H": 4, "HV": 4, "SAFE": 1, "VK": 1, "H0": 1, "PACK": 0}])
-def test_chunked_draft_matches_float64_on_gpu(shape):
+def test_chunked_matches_float64_on_gpu(name, shape):
     from gpu_backend.driver import gpu_available
     if not gpu_available():
         pytest.skip("needs a CUDA GPU")
     from cake_ir.io import dumps
     from gpu_backend.evaluate import evaluate
-    from tasks.kda.chunked import kda_chunk16
     from tasks.registry import get
-    rec = evaluate(dumps(kda_chunk16(arch="sm_90a")), get("kda").task, seed=9, name="kda_chunk16",
+    rec = evaluate(dumps(_kernels()[name](arch="sm_90a")), get("kda").task, seed=9, name=name,
                    shapes=[shape], profile=False, reruns=1)
     assert rec.status == "ok", rec.message

@@ -7,7 +7,7 @@ header (cake_ir/runtime/cake.cuh) for every instruction and generates wgmma wrap
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 from pathlib import Path
 from typing import NamedTuple, Optional
@@ -738,8 +738,12 @@ class Emitter:
         sb, db = src.buffer, dst.buffer
         if sb is None or db is None or sb.space != "smem" or db.layout not in ("mma_a", "mma_b"):
             self.fail(path, "ldmatrix loads an smem tile into an mma_a / mma_b fragment")
+        if len(src.shape) > 2 and all(d == 1 or d == sb.shape[i + 1] for i, d in enumerate(src.shape[1:-1])):
+            # an n-d smem tile is its 2-d view (leading dims folded into rows, as tile_rc addresses them)
+            src = replace(src, shape=(prod(src.shape[:-1]), src.shape[-1]))
         if len(src.shape) != 2 or len(db.shape) != 2:
-            self.fail(path, "ldmatrix tiles and fragment buffers are 2-d")
+            self.fail(path, "ldmatrix tiles and fragment buffers are 2-d (or n-d smem tiles whose middle dims "
+                            "are 1 or whole)")
         if st.trans:
             return (self.ldmatrix_trans_b if db.layout == "mma_b" else self.ldmatrix_trans_a)(st, sb, db, src, dst, path)
         R, K = src.shape[-2], src.shape[-1]
@@ -1551,10 +1555,31 @@ class Emitter:
 
     def s_Scan(self, st: Scan, path):
         sb, db = self.reg_tile(st.src, path), self.reg_tile(st.dst, path)
+        if sb.layout == "blocked" and st.axis < len(sb.shape) - 1:
+            return self.scan_rows(st, sb, db, path)
         if not (sb.layout == "row_major" and sb.scope == "thread"):
-            self.fail(path, "scan is lowered for per-thread (row_major, scope thread) tiles")
+            self.fail(path, "scan is lowered for per-thread (row_major, scope thread) tiles and along the rows "
+                            "of blocked tiles")
         C = sb.shape[-1]
         R = prod(sb.shape[:-1])
+        self.emit_scan(st, sb, db, R, C, "cake_r * {C} + cake_c".format(C=C), path)
+
+    def scan_rows(self, st: Scan, sb: Buffer, db: Buffer, path):
+        """A scan down the rows (all leading dims flattened) of a blocked tile whose rows each span the
+        scope evenly: every lane then holds the same columns of every row, K / T registers per row, so
+        the scan is a per-lane running sum over its rows (a cumulative gate over the tokens of a chunk)."""
+        T = self.scope_threads(sb.scope)
+        C = sb.shape[-1]
+        if C % (T * sb.vec) or db.layout != "blocked" or list(db.shape) != list(sb.shape) or db.vec != sb.vec \
+                or db.scope != sb.scope:
+            self.fail(path, f"a scan along the rows of a blocked tile needs rows that split evenly over the "
+                            f"{T} threads of its scope (last dim a multiple of {T * sb.vec}) and a destination "
+                            f"of the same shape and layout")
+        R, n = prod(sb.shape[:-1]), C // T
+        self.emit_scan(st, sb, db, n, R, f"cake_c * {n} + cake_r", path)
+
+    def emit_scan(self, st: Scan, sb: Buffer, db: Buffer, R: int, C: int, idx: str, path):
+        """R independent running scans of C steps each; element (cake_r, cake_c) at register `idx`."""
         op = "+" if st.kind == "sum" else "max"
         w = self.w
         w.open("", path)
@@ -1563,15 +1588,15 @@ class Emitter:
         w.line(f"float cake_run = {'0.0f' if st.kind == 'sum' else '(-cake::inf())'};")
         w.line("#pragma unroll")
         w.open(f"for (int cake_c = 0; cake_c < {C}; ++cake_c)")
-        src = self.from_storage(sb.dtype, f"{sb.name}[cake_r * {C} + cake_c]")
+        src = self.from_storage(sb.dtype, f"{sb.name}[{idx}]")
         nxt = f"cake_run + cake_x" if op == "+" else "fmaxf(cake_run, cake_x)"
         w.line(f"const float cake_x = {src};")
         if st.exclusive:
-            w.line(f"{db.name}[cake_r * {C} + cake_c] = {self.to_storage(db.dtype, 'cake_run')};")
+            w.line(f"{db.name}[{idx}] = {self.to_storage(db.dtype, 'cake_run')};")
             w.line(f"cake_run = {nxt};")
         else:
             w.line(f"cake_run = {nxt};")
-            w.line(f"{db.name}[cake_r * {C} + cake_c] = {self.to_storage(db.dtype, 'cake_run')};")
+            w.line(f"{db.name}[{idx}] = {self.to_storage(db.dtype, 'cake_run')};")
         w.close()
         w.close()
         w.close()

@@ -21,7 +21,7 @@ mma operands are bf16 (FlashKDA's choice; bench/kda_chunk_precision.py: o 3.9e-3
 bar, fp16 would give 1.7e-3 but cannot hold e^{-G}). No pipelining yet: every chunk is loaded, then
 computed.
 """
-from cake_ir.builder import KernelBuilder, tile
+from cake_ir.builder import KernelBuilder, bar, tile
 
 from tasks.kda.programs import L2_EPS, K, V, gate_expr
 
@@ -249,6 +249,257 @@ def kda_chunk16(arch: str = "sm_80"):
             r.ldmatrix(tile("sVn"), tile("fbv"), trans=True)
             r.mma_sync(tile("faT"), tile("fbv"), tile("S"), id="state_update")
             r.sync("syncthreads")
+        with r.if_("VK == 1"):
+            r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
+        with r.else_():
+            r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
+    return kb.build()
+
+
+
+P = 4          # producer warps: each prepares whole chunks (c = p, p + P, ...) into its own slot
+HALF = C // 2  # a producer handles the q / k rows of a chunk in two halves (registers)
+
+
+def kda_chunk16_ws(arch: str = "sm_80"):
+    """The chunked algorithm above, warp-specialised so that the per-chunk chain is not serial:
+
+    producers (warps 0..3): warp p prepares chunks p, p + 4, ... alone. Lane l owns channels 4l..4l+3
+        of every token: the gate of the 16 tokens and its cumulative sum down the tokens, then, 8 tokens
+        at a time, the q / k norms (one shuffle tree for 16 rows), KG and KI into its private buffers
+        (over the raw chunk) and QG, KD into slot p; then Aqk = tril(QG KI^T),
+        A' = (I + Akk)^-1 Diag(beta) and W = A' KG into slot p, with e^{G_C}; v goes into the slot
+        directly (cp.async). It waits `empty[p]` before touching the slot and arrives on `full[p]`.
+    consumers (warps 4..7): warp w keeps the state columns c0 + 8w .. + 8 for all K rows (an fp32 mma
+        accumulator S [128, 8]); per chunk, in order, it waits `full[c % 4]`, then
+        U = A' V, Vn = U - W S, O = QG S + Aqk Vn (stored), S = Diag(e^{G_C}) S + KD^T Vn,
+        and arrives on `empty[c % 4]`. No consumer reads another's columns: no CTA barrier in the loop.
+    Four chunks are in flight per CTA, so one producer's chain (loads, norms, the inverse) overlaps the
+    other producers' and the consumers' state updates.
+    """
+    kb = KernelBuilder("kda_chunk16_ws", arch=arch, grid=["HV", "N", V // VS], threads=32 * (P + 4),
+                       note="chunked KDA prefill, warp-specialised (safe gate)")
+    kb.const(K=K, V=V, C=C, VS=VS, P=P)
+    for n in ("T", "N", "H", "HV"):
+        kb.scalar(n, min=1)
+    kb.scalar("SAFE", min=1, max=1)
+    kb.scalar("VK", min=0, max=1)
+    kb.scalar("H0", min=0, max=1)
+    for n in ("q", "k"):
+        kb.tensor(n, "bf16", ["T", "H", "K"])
+    kb.tensor("v", "bf16", ["T", "HV", "V"])
+    kb.tensor("g", "bf16", ["T", "HV", "K"])
+    kb.tensor("beta", "bf16", ["T", "HV"])
+    kb.tensor("A_log", "f32", ["HV"])
+    kb.tensor("dt_bias", "f32", ["HV", "K"])
+    kb.tensor("h0", "f32", ["N", "HV", "V", "K"])
+    kb.tensor("cu_seqlens", "i32", ["N + 1"])
+    kb.tensor("o", "bf16", ["T", "HV", "V"], access="write")
+    kb.tensor("ht", "f32", ["N", "HV", "V", "K"], access="write")
+    pad = 8        # 272-byte rows: the 8 rows of an ldmatrix land in distinct banks
+    # producer-private (stage = producer warp): the raw chunk, then KG (over g) and KI (over k)
+    for n in ("wQ", "wK", "wG"):
+        kb.buffer(n, "smem", "bf16", [C, 1, K], stages=P, pad=pad)
+    kb.buffer("wBeta", "smem", "f32", [C, 1], stages=P)
+    kb.buffer("wGc", "smem", "f32", [C, K], stages=P)
+    kb.buffer("wP", "smem", "bf16", [C, C], stages=P, pad=pad)
+    # slots (stage = c % P): what the consumers read
+    for n in ("sQG", "sKD", "sW"):
+        kb.buffer(n, "smem", "bf16", [C, K], stages=P, pad=pad)
+    kb.buffer("sV", "smem", "bf16", [C, 1, VS], stages=P, pad=pad)
+    kb.buffer("sDec", "smem", "f32", [K], stages=P)
+    for n in ("sAinv", "sAqk"):
+        kb.buffer(n, "smem", "bf16", [C, C], stages=P, pad=pad)
+    # consumer-private columns (warp w: columns 8w..)
+    kb.buffer("sS", "smem", "bf16", [K, VS], pad=pad)
+    kb.buffer("sVn", "smem", "bf16", [C, VS], pad=pad)
+    kb.mbarrier("full", arrivals=32, count=P)
+    kb.mbarrier("empty", arrivals=128, count=P)
+    # producer registers: lane l holds channels 4l..4l+3 of every token row
+    v4 = dict(layout="blocked", vec=4, scope="warp", role="prod")
+    kb.buffer("gt", "reg", "f32", [C, K], **v4)
+    for n in ("qh", "kh", "gh"):
+        kb.buffer(n, "reg", "f32", [HALF, K], **v4)
+    for n in ("dbt", "GCr"):
+        kb.buffer(n, "reg", "f32", [1, K], **v4)
+    kb.buffer("al", "reg", "f32", [1], scope="thread", role="prod")
+    kb.buffer("b1", "reg", "f32", [1, 1], scope="thread", role="prod")
+    kb.buffer("qs", "reg", "f32", [HALF, 1], scope="thread", role="prod")
+    kb.buffer("ks", "reg", "f32", [HALF, 1], scope="thread", role="prod")
+    for n in ("L", "Pm", "Inv"):
+        kb.buffer(n, "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
+    kb.buffer("pa", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="prod")
+    kb.buffer("pb", "reg", "bf16", [C, C], layout="mma_b", scope="warp", role="prod")
+    kb.buffer("Wt", "reg", "f32", [C, 16], layout="mma_acc", scope="warp", role="prod")
+    kb.buffer("brow", "reg", "f32", [C, 1], layout="mma_rows", scope="warp", role="prod")
+    # consumer registers
+    kb.buffer("S", "reg", "f32", [K, 8], layout="mma_acc", scope="warp", role="cons")
+    kb.buffer("dec", "reg", "f32", [K, 1], layout="mma_rows", scope="warp", role="cons")
+    kb.buffer("ca", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="cons")
+    kb.buffer("cb", "reg", "bf16", [8, C], layout="mma_b", scope="warp", role="cons")
+    kb.buffer("cT", "reg", "bf16", [K, C], layout="mma_a", scope="warp", role="cons")
+    for n in ("U", "Vn", "Oa"):
+        kb.buffer(n, "reg", "f32", [C, 8], layout="mma_acc", scope="warp", role="cons")
+    with kb.prologue.if_("tid == 0"):
+        for i in range(P):
+            kb.prologue.mbar_init(bar("full", i), 32)
+            kb.prologue.mbar_init(bar("empty", i), 128)
+    kb.prologue.fence("mbarrier_init")
+    kb.prologue.sync("syncthreads")
+
+    def bounds(r):
+        r.let("hv", "bid.x")
+        r.let("n", "bid.y")
+        r.let("h", "hv / (HV / H)")
+        r.let("bos", "ld(cu_seqlens, n, 0, T, n * (T / N))")
+        r.let("eos", "ld(cu_seqlens, n + 1, 0, T, (n + 1) * (T / N))")
+        r.let("nc", "cdiv(max(eos - bos, 0), C)")
+        r.let("c0", "bid.z * VS")
+
+    with kb.role("prod", warps=(0, P)) as r:
+        bounds(r)
+        r.let("p", "role_warp")
+        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
+        r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dbt"), vec_bytes=16)
+        with r.for_("c", "p", "nc", step=P, id="produce"):
+            r.let("t0", "bos + c * C")
+            for n, src in (("wQ", ("q", "h")), ("wK", ("k", "h")), ("wG", ("g", "hv"))):
+                r.copy("cp_async", tile(src[0], ["t0", src[1], 0], [C, 1, K]), tile(n, slot="p"), oob="zfill",
+                       vec_bytes=16, scope="warp")
+            r.sync("cp_async_commit")
+            with r.if_("c >= P"):                 # the consumers are done with this slot's last chunk
+                r.mbar_wait(bar("empty", "p"), "(c / P - 1) % 2")
+            r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, VS]), tile("sV", slot="p"), oob="zfill",
+                   vec_bytes=16, scope="warp")
+            r.sync("cp_async_commit")
+            # beta of token `lane` (0 past the sequence end: such tokens add nothing and see nothing)
+            r.let("tb", "t0 + lane % C")
+            r.ldg(tile("beta", ["tb", "hv"], [1, 1]), tile("b1"), oob="zfill", vec_bytes=2)
+            r.map("b1", "select(tb < eos, sigmoid(b1), 0)")
+            with r.if_("lane < C"):
+                r.sts(tile("b1"), tile("wBeta", ["lane", 0], [1, 1], slot="p"), vec_bytes=4)
+            r.sync("cp_async_wait", n=0)
+            r.sync("syncwarp")
+            # the gate of the 16 tokens (0 past the sequence end), summed down the tokens
+            r.lds(tile("wG", slot="p"), tile("gt"), vec_bytes=8)
+            r.map("gt", f"select(t0 + row() < eos, {gate_expr('gt', 'dbt')}, 0)")
+            r.scan("sum", "gt", "gt", axis=0)
+            r.sts(tile("gt"), tile("wGc", slot="p"), vec_bytes=16)
+            r.sync("syncwarp")
+            r.lds(tile("wGc", [C - 1, 0], [1, K], slot="p"), tile("GCr"), vec_bytes=16)
+            for hh in range(2):
+                rows = [hh * HALF, 0, 0]
+                r.lds(tile("wQ", rows, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
+                r.lds(tile("wK", rows, [HALF, 1, K], slot="p"), tile("kh"), vec_bytes=8)
+                r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
+                r.reduce("sum_sq", "qh", "qs", axis=1)
+                r.reduce("sum_sq", "kh", "ks", axis=1)
+                live = f"select(t0 + {hh * HALF} + row() < eos, 1, 0)"
+                r.map("qh", f"qh * ({live} * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}) * exp(gh)")
+                r.map("kh", f"kh * ({live} * rsqrt(ks + {L2_EPS!r}))")
+                r.sync("syncwarp")                  # every lane has read this half's raw rows
+                r.sts(tile("qh"), tile("sQG", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
+                r.map("qh", "kh * exp(gh)")
+                r.sts(tile("qh"), tile("wG", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KG
+                r.map("qh", "kh * exp(-gh)")
+                r.sts(tile("qh"), tile("wK", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KI
+                r.map("qh", "kh * exp(GCr - gh)")
+                r.sts(tile("qh"), tile("sKD", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
+            r.map("GCr", "exp(GCr)")
+            r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
+            r.sync("syncwarp")
+            # Aqk = tril(QG KI^T);  Akk = Diag(beta) tril_<(KG KI^T)
+            r.fill("L", 0.0)
+            r.fill("Pm", 0.0)
+            for kk in range(K // 16):
+                r.ldmatrix(tile("wK", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pb"))
+                r.ldmatrix(tile("wG", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pa"))
+                r.mma_sync(tile("pa"), tile("pb"), tile("L"))
+                r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="p"), tile("pa"))
+                r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))
+            r.map("Pm", "select(col() <= row(), Pm, 0)", id="aqk")
+            r.sts(tile("Pm"), tile("sAqk", slot="p"), vec_bytes=4)
+            r.lds(tile("wBeta", slot="p"), tile("brow"), vec_bytes=4)
+            r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
+            # (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8) (L strictly lower: L^16 = 0), then Diag(beta)
+            r.map("Inv", "select(col() == row(), 1, 0) - L")
+            r.map("Pm", "L")
+            for step in range(4):
+                if step < 3:
+                    r.map("pa", "Pm")
+                    r.sts(tile("Pm"), tile("wP", slot="p"), vec_bytes=4)
+                    r.sync("syncwarp")
+                    r.ldmatrix(tile("wP", slot="p"), tile("pb"), trans=True)
+                    r.fill("Pm", 0.0)
+                    r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))          # P <- P P
+                    r.sync("syncwarp")
+                    r.map("L", "Pm + select(col() == row(), 1, 0)")        # I + P
+                else:
+                    r.map("L", "select(col() == row(), brow, 0)")          # Diag(beta)
+                r.sts(tile("L"), tile("wP", slot="p"), vec_bytes=4)
+                r.sync("syncwarp")
+                r.ldmatrix(tile("wP", slot="p"), tile("pb"), trans=True)
+                r.map("pa", "Inv")
+                r.fill("Inv", 0.0)
+                r.mma_sync(tile("pa"), tile("pb"), tile("Inv"))            # Inv <- Inv (I + P)
+                r.sync("syncwarp")
+            r.sts(tile("Inv"), tile("sAinv", slot="p"), vec_bytes=4)
+            # W = A' KG
+            r.map("pa", "Inv")
+            for qq in range(K // 16):
+                r.ldmatrix(tile("wG", [0, 0, qq * 16], [C, 1, 16], slot="p"), tile("pb"), trans=True)
+                r.fill("Wt", 0.0)
+                r.mma_sync(tile("pa"), tile("pb"), tile("Wt"))
+                r.sts(tile("Wt"), tile("sW", [0, qq * 16], [C, 16], slot="p"), vec_bytes=4)
+            r.sync("cp_async_wait", n=0)            # this lane's part of v is in the slot
+            r.mbar_arrive(bar("full", "p"))
+            r.sync("syncwarp")          # every lane is done with this chunk's private buffers
+    with kb.role("cons", warps=(P, 4)) as r:
+        bounds(r)
+        r.let("cw", "role_warp * 8")
+        kv_tile = (["n", "hv", 0, "c0 + cw"], [1, 1, K, 8])
+        vk_tile = (["n", "hv", "c0 + cw", 0], [1, 1, 8, K])
+        with r.if_("H0 == 1"):
+            with r.if_("VK == 1"):
+                r.ldg(tile("h0", *vk_tile), tile("S"), trans=True, vec_bytes=4, id="load_h0_vk")
+            with r.else_():
+                r.ldg(tile("h0", *kv_tile), tile("S"), vec_bytes=4, id="load_h0")
+        with r.else_():
+            r.fill("S", 0.0)
+        with r.for_("c", 0, "nc", id="consume"):
+            r.let("s", "c % P")
+            r.let("t0", "bos + c * C")
+            r.sts(tile("S"), tile("sS", [0, "cw"], [K, 8]), vec_bytes=4)
+            r.sync("syncwarp")
+            r.mbar_wait(bar("full", "s"), "(c / P) % 2")
+            # U = A' V (this warp's 8 columns)
+            r.ldmatrix(tile("sAinv", slot="s"), tile("ca"))
+            r.ldmatrix(tile("sV", [0, 0, "cw"], [C, 1, 8], slot="s"), tile("cb"), trans=True)
+            r.fill("U", 0.0)
+            r.mma_sync(tile("ca"), tile("cb"), tile("U"))
+            # Vn = U - W S;  O = QG S + Aqk Vn
+            r.fill("Vn", 0.0)
+            r.fill("Oa", 0.0)
+            for kk in range(K // 16):
+                r.ldmatrix(tile("sS", [kk * 16, "cw"], [16, 8]), tile("cb"), trans=True)
+                r.ldmatrix(tile("sW", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
+                r.mma_sync(tile("ca"), tile("cb"), tile("Vn"))
+                r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
+                r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
+            r.map("Vn", "U - Vn")
+            r.sts(tile("Vn"), tile("sVn", [0, "cw"], [C, 8]), vec_bytes=4)
+            r.sync("syncwarp")
+            r.ldmatrix(tile("sAqk", slot="s"), tile("ca"))
+            r.ldmatrix(tile("sVn", [0, "cw"], [C, 8]), tile("cb"), trans=True)
+            r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
+            r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [C, 1, 8]), oob="mask", vec_bytes=4,
+                  row_limit="eos", id="store_o")
+            # S = Diag(e^{G_C}) S + KD^T Vn
+            r.lds(tile("sDec", slot="s"), tile("dec"), vec_bytes=4)
+            r.map("S", "S * dec")
+            r.ldmatrix(tile("sKD", slot="s"), tile("cT"), trans=True)
+            r.mma_sync(tile("cT"), tile("cb"), tile("S"), id="state_update")
+            r.mbar_arrive(bar("empty", "s"))
         with r.if_("VK == 1"):
             r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
         with r.else_():
