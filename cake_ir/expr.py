@@ -512,9 +512,9 @@ def to_c(node: Node, var: Callable[[Var], str], float_mode: bool = False) -> str
     return _render(node, var, 0, c_mode=True, float_mode=float_mode)
 
 
-_C_FUNCS = {"exp": "__expf", "exp2": "exp2f", "log": "__logf", "log2": "__log2f", "sqrt": "sqrtf",
-            "rsqrt": "rsqrtf", "abs": "fabsf", "tanh": "tanhf", "sigmoid": "cake::sigmoidf",
-            "softplus": "cake::softplusf", "recip": "__frcp_rn", "elect_one": "cake::elect_one_sync",
+_C_FUNCS = {"exp": "cake::fexp", "exp2": "exp2f", "log": "__logf", "log2": "__log2f", "sqrt": "sqrtf",
+            "rsqrt": "cake::frsqrt", "abs": "fabsf", "tanh": "tanhf", "sigmoid": "cake::sigmoidf",
+            "softplus": "cake::softplusf", "recip": "cake::frcp", "elect_one": "cake::elect_one_sync",
             "ld": "cake::ld_index"}
 
 

@@ -30,9 +30,17 @@ __device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
 __device__ __forceinline__ float sq(float x) { return x * x; }
 // Fast forms: an IEEE 1/x or log1pf costs a slow-path call and ~30 instructions per element (seen in
 // SASS of the KDA kernels); these are within a few ulp, and 0 / x past the fp32 range as they should be.
-__device__ __forceinline__ float sigmoidf(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+// exp / 1/x / 1/sqrt(x) as one MUFU op each, flushing subnormal results to 0 (.ftz): the non-ftz
+// forms (__expf, rsqrtf) add a range test and two rescaling multiplies per call, and __frcp_rn is an
+// IEEE slow path; in the KDA producer that was a third of the instructions.
+__device__ __forceinline__ float fexp(float x) {
+  float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f)); return r;
+}
+__device__ __forceinline__ float frcp(float x) { float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+__device__ __forceinline__ float frsqrt(float x) { float r; asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+__device__ __forceinline__ float sigmoidf(float x) { return frcp(1.0f + fexp(-x)); }
 __device__ __forceinline__ float softplusf(float x) {
-  return x > 20.0f ? x : (x < -15.0f ? __expf(x) : __logf(1.0f + __expf(x)));
+  return x > 20.0f ? x : (x < -15.0f ? fexp(x) : __logf(1.0f + fexp(x)));
 }
 
 // ----------------------------------------------------------------------------- addresses

@@ -324,13 +324,13 @@ def kda_chunk16_ws(arch: str = "sm_80"):
         kb.buffer(n, "reg", "f32", [1, K], **v4)
     kb.buffer("al", "reg", "f32", [1], scope="thread", role="prod")
     kb.buffer("b1", "reg", "f32", [1, 1], scope="thread", role="prod")
+    kb.buffer("live", "reg", "f32", [C, 1], scope="thread", role="prod")
     kb.buffer("qs", "reg", "f32", [HALF, 1], scope="thread", role="prod")
     kb.buffer("ks", "reg", "f32", [HALF, 1], scope="thread", role="prod")
     for n in ("L", "Pm", "Inv"):
         kb.buffer(n, "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
     kb.buffer("pa", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="prod")
     kb.buffer("pb", "reg", "bf16", [C, C], layout="mma_b", scope="warp", role="prod")
-    kb.buffer("Wt", "reg", "f32", [C, 16], layout="mma_acc", scope="warp", role="prod")
     kb.buffer("brow", "reg", "f32", [C, 1], layout="mma_rows", scope="warp", role="prod")
     # consumer registers
     kb.buffer("S", "reg", "f32", [K, 8], layout="mma_acc", scope="warp", role="cons")
@@ -382,11 +382,13 @@ def kda_chunk16_ws(arch: str = "sm_80"):
             r.sync("syncwarp")
             # the gate of the 16 tokens (0 past the sequence end), summed down the tokens
             r.lds(tile("wG", slot="p"), tile("gt"), vec_bytes=8)
-            r.map("gt", f"select(t0 + row() < eos, {gate_expr('gt', 'dbt')}, 0)")
+            r.map("live", "select(t0 + row() < eos, 1, 0)")
+            r.map("gt", f"{gate_expr('gt', 'dbt', safe=True)} * live")
             r.scan("sum", "gt", "gt", axis=0)
             r.sts(tile("gt"), tile("wGc", slot="p"), vec_bytes=16)
             r.sync("syncwarp")
             r.lds(tile("wGc", [C - 1, 0], [1, K], slot="p"), tile("GCr"), vec_bytes=16)
+            r.map("GCr", "exp(GCr)")                # e^{G_C}: the chunk's decay, and KD = k e^{G_C} / e^G
             for hh in range(2):
                 rows = [hh * HALF, 0, 0]
                 r.lds(tile("wQ", rows, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
@@ -394,18 +396,23 @@ def kda_chunk16_ws(arch: str = "sm_80"):
                 r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
                 r.reduce("sum_sq", "qh", "qs", axis=1)
                 r.reduce("sum_sq", "kh", "ks", axis=1)
+                # per-row factors (0 past the sequence end); one exp per element: e^-G = 1 / e^G
+                # (G >= 16 * LOWER_BOUND = -80 for the safe gate: e^G stays a normal float)
                 live = f"select(t0 + {hh * HALF} + row() < eos, 1, 0)"
-                r.map("qh", f"qh * ({live} * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}) * exp(gh)")
-                r.map("kh", f"kh * ({live} * rsqrt(ks + {L2_EPS!r}))")
+                r.map("qs", f"{live} * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+                r.map("ks", f"{live} * rsqrt(ks + {L2_EPS!r})")
+                r.map("gh", "exp(gh)")
+                r.map("qh", "qh * qs * gh")
+                r.map("kh", "kh * ks")
                 r.sync("syncwarp")                  # every lane has read this half's raw rows
                 r.sts(tile("qh"), tile("sQG", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
-                r.map("qh", "kh * exp(gh)")
+                r.map("qh", "kh * gh")
                 r.sts(tile("qh"), tile("wG", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KG
-                r.map("qh", "kh * exp(-gh)")
+                r.map("gh", "recip(gh)")
+                r.map("qh", "kh * gh")
                 r.sts(tile("qh"), tile("wK", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KI
-                r.map("qh", "kh * exp(GCr - gh)")
+                r.map("qh", "kh * (gh * GCr)")
                 r.sts(tile("qh"), tile("sKD", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
-            r.map("GCr", "exp(GCr)")
             r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
             r.sync("syncwarp")
             # Aqk = tril(QG KI^T);  Akk = Diag(beta) tril_<(KG KI^T)
@@ -444,13 +451,13 @@ def kda_chunk16_ws(arch: str = "sm_80"):
                 r.mma_sync(tile("pa"), tile("pb"), tile("Inv"))            # Inv <- Inv (I + P)
                 r.sync("syncwarp")
             r.sts(tile("Inv"), tile("sAinv", slot="p"), vec_bytes=4)
-            # W = A' KG
+            # W = A' KG, 16 columns at a time (in L, free now)
             r.map("pa", "Inv")
             for qq in range(K // 16):
                 r.ldmatrix(tile("wG", [0, 0, qq * 16], [C, 1, 16], slot="p"), tile("pb"), trans=True)
-                r.fill("Wt", 0.0)
-                r.mma_sync(tile("pa"), tile("pb"), tile("Wt"))
-                r.sts(tile("Wt"), tile("sW", [0, qq * 16], [C, 16], slot="p"), vec_bytes=4)
+                r.fill("L", 0.0)
+                r.mma_sync(tile("pa"), tile("pb"), tile("L"))
+                r.sts(tile("L"), tile("sW", [0, qq * 16], [C, 16], slot="p"), vec_bytes=4)
             r.sync("cp_async_wait", n=0)            # this lane's part of v is in the slot
             r.mbar_arrive(bar("full", "p"))
             r.sync("syncwarp")          # every lane is done with this chunk's private buffers

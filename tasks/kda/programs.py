@@ -34,11 +34,15 @@ from tasks.kda.reference import L2_EPS, LOWER_BOUND
 from tasks.kda.shapes import K, V
 
 
-def gate_expr(g: str, d: str) -> str:
-    """The log-space gate of raw input tile `g` plus bias tile `d` as an IR value expression, the form
-    picked by the SAFE scalar (A_log read into the per-thread tile `al`); every KDA program uses it."""
-    return (f"select(SAFE, {LOWER_BOUND!r} * sigmoid(exp(al) * ({g} + {d})), "
-            f"-exp(al) * softplus({g} + {d}))")
+def gate_expr(g: str, d: str, safe: bool | None = None) -> str:
+    """The log-space gate of raw input tile `g` plus bias tile `d` as an IR value expression (A_log read
+    into the per-thread tile `al`); every KDA program uses it. The form is picked by the SAFE scalar at
+    run time, or fixed by `safe` for a program whose scalar facts admit one gate form only."""
+    lower = f"{LOWER_BOUND!r} * sigmoid(exp(al) * ({g} + {d}))"
+    softplus = f"-exp(al) * softplus({g} + {d})"
+    if safe is not None:
+        return lower if safe else softplus
+    return f"select(SAFE, {lower}, {softplus})"
 
 
 def _sequence(r, vw: int, vc: int, chunk: int, warps: int, vk: bool):

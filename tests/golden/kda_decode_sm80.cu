@@ -207,9 +207,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = ((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gf[cake_e] + db[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e]))));  // /roles/0/body/9/then/5
+      for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = ((((float)SAFE) ? (-5.0f * cake::sigmoidf(cake::fexp(al[0]) * (gf[cake_e] + db[cake_e]))) : (-cake::fexp(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e]))));  // /roles/0/body/9/then/5
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) af[cake_e] = (__expf(gf[cake_e]));  // /roles/0/body/9/then/6
+      for (int cake_e = 0; cake_e < 4; ++cake_e) af[cake_e] = (cake::fexp(gf[cake_e]));  // /roles/0/body/9/then/6
        {  // /roles/0/body/9/then/7
         float cake_red1[2];
         #pragma unroll
@@ -225,9 +225,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
         for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red1[1 + cake_i]);
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/9/then/9
+      for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * cake::frsqrt(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/9/then/9
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * rsqrtf(ks[0] + 1e-06f));  // /roles/0/body/9/then/10
+      for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * cake::frsqrt(ks[0] + 1e-06f));  // /roles/0/body/9/then/10
       #pragma unroll
       for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] * af[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/9/then/11
       #pragma unroll
@@ -341,9 +341,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) gc[cake_e] = ((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gc[cake_e] + dc[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gc[cake_e] + dc[cake_e]))));  // /roles/0/body/9/else/5
+      for (int cake_e = 0; cake_e < 4; ++cake_e) gc[cake_e] = ((((float)SAFE) ? (-5.0f * cake::sigmoidf(cake::fexp(al[0]) * (gc[cake_e] + dc[cake_e]))) : (-cake::fexp(al[0]) * cake::softplusf(gc[cake_e] + dc[cake_e]))));  // /roles/0/body/9/else/5
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) ac[cake_e] = (__expf(gc[cake_e]));  // /roles/0/body/9/else/6
+      for (int cake_e = 0; cake_e < 4; ++cake_e) ac[cake_e] = (cake::fexp(gc[cake_e]));  // /roles/0/body/9/else/6
        {  // /roles/0/body/9/else/7
         float cake_red4[2];
         #pragma unroll
@@ -359,9 +359,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
         for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red4[1 + cake_i]);
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) qc[cake_e] = (qc[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/9/else/9
+      for (int cake_e = 0; cake_e < 4; ++cake_e) qc[cake_e] = (qc[cake_e] * cake::frsqrt(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/9/else/9
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) kc[cake_e] = (kc[cake_e] * rsqrtf(ks[0] + 1e-06f));  // /roles/0/body/9/else/10
+      for (int cake_e = 0; cake_e < 4; ++cake_e) kc[cake_e] = (kc[cake_e] * cake::frsqrt(ks[0] + 1e-06f));  // /roles/0/body/9/else/10
       #pragma unroll
       for (int cake_e = 0; cake_e < 32; ++cake_e) Sc[cake_e] = (Sc[cake_e] * ac[(cake_e / 8)]);  // /roles/0/body/9/else/11
       #pragma unroll

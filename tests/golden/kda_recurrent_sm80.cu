@@ -228,11 +228,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red1[1 + cake_i]);
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/then/7/body/3/body/6
+          for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * cake::frsqrt(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/then/7/body/3/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * rsqrtf(ks[0] + 1e-06f));  // /roles/0/body/10/then/7/body/3/body/7
+          for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * cake::frsqrt(ks[0] + 1e-06f));  // /roles/0/body/10/then/7/body/3/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (__expf((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gf[cake_e] + db[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/10/then/7/body/3/body/8
+          for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (cake::fexp((((float)SAFE) ? (-5.0f * cake::sigmoidf(cake::fexp(al[0]) * (gf[cake_e] + db[cake_e]))) : (-cake::fexp(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/10/then/7/body/3/body/8
           #pragma unroll
           for (int cake_e = 0; cake_e < 4; ++cake_e) Tp[cake_e] = (qf[cake_e] * kf[cake_e]);  // /roles/0/body/10/then/7/body/3/body/9
            {  // /roles/0/body/10/then/7/body/3/body/10
@@ -647,11 +647,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
             for (int cake_i = 0; cake_i < 1; ++cake_i) ks[cake_i] = (cake_red4[1 + cake_i]);
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * rsqrtf(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/else/7/body/3/body/6
+          for (int cake_e = 0; cake_e < 4; ++cake_e) qf[cake_e] = (qf[cake_e] * cake::frsqrt(qs[0] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/else/7/body/3/body/6
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * rsqrtf(ks[0] + 1e-06f));  // /roles/0/body/10/else/7/body/3/body/7
+          for (int cake_e = 0; cake_e < 4; ++cake_e) kf[cake_e] = (kf[cake_e] * cake::frsqrt(ks[0] + 1e-06f));  // /roles/0/body/10/else/7/body/3/body/7
           #pragma unroll
-          for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (__expf((((float)SAFE) ? (-5.0f * cake::sigmoidf(__expf(al[0]) * (gf[cake_e] + db[cake_e]))) : (-__expf(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/10/else/7/body/3/body/8
+          for (int cake_e = 0; cake_e < 4; ++cake_e) gf[cake_e] = (cake::fexp((((float)SAFE) ? (-5.0f * cake::sigmoidf(cake::fexp(al[0]) * (gf[cake_e] + db[cake_e]))) : (-cake::fexp(al[0]) * cake::softplusf(gf[cake_e] + db[cake_e])))));  // /roles/0/body/10/else/7/body/3/body/8
           #pragma unroll
           for (int cake_e = 0; cake_e < 4; ++cake_e) Tp[cake_e] = (qf[cake_e] * kf[cake_e]);  // /roles/0/body/10/else/7/body/3/body/9
            {  // /roles/0/body/10/else/7/body/3/body/10

@@ -400,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k128_d128_64x6
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (((fcm[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsm[cake_e] * __frcp_rn(fmax(fcm[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fom[cake_e])));  // /roles/0/body/9/body/0/body/4
+          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (((fcm[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsm[cake_e] * cake::frcp(fmax(fcm[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fom[cake_e])));  // /roles/0/body/9/body/0/body/4
           #pragma unroll
           for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/9/body/0/body/5
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
@@ -476,7 +476,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k128_d128_64x6
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (((fct[0] > 0.5f) ? (fst[cake_e] * __frcp_rn(fmax(fct[0], 1.0f))) : (fot[cake_e])));  // /roles/0/body/9/body/1/body/4
+          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (((fct[0] > 0.5f) ? (fst[cake_e] * cake::frcp(fmax(fct[0], 1.0f))) : (fot[cake_e])));  // /roles/0/body/9/body/1/body/4
           #pragma unroll
           for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/9/body/1/body/5
             const int cake_f = (cake_s * 128 + cake_tid) * 1;

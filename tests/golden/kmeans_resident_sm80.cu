@@ -413,7 +413,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 16; ++cake_e) fsb[cake_e] = (((fcb[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsb[cake_e] * __frcp_rn(fmax(fcb[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fob[cake_e])));  // /roles/0/body/16/body/0/body/4
+          for (int cake_e = 0; cake_e < 16; ++cake_e) fsb[cake_e] = (((fcb[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsb[cake_e] * cake::frcp(fmax(fcb[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fob[cake_e])));  // /roles/0/body/16/body/0/body/4
           #pragma unroll
           for (int cake_s = 0; cake_s < 16; ++cake_s) {  // /roles/0/body/16/body/0/body/5
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
@@ -489,7 +489,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (((fcm[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsm[cake_e] * __frcp_rn(fmax(fcm[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fom[cake_e])));  // /roles/0/body/16/body/1/body/4
+          for (int cake_e = 0; cake_e < 8; ++cake_e) fsm[cake_e] = (((fcm[(((cake_e / 1) * 128) / 128)] > 0.5f) ? (fsm[cake_e] * cake::frcp(fmax(fcm[(((cake_e / 1) * 128) / 128)], 1.0f))) : (fom[cake_e])));  // /roles/0/body/16/body/1/body/4
           #pragma unroll
           for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/16/body/1/body/5
             const int cake_f = (cake_s * 128 + cake_tid) * 1;
@@ -565,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
             }
           }
           #pragma unroll
-          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (((fct[0] > 0.5f) ? (fst[cake_e] * __frcp_rn(fmax(fct[0], 1.0f))) : (fot[cake_e])));  // /roles/0/body/16/body/2/body/4
+          for (int cake_e = 0; cake_e < 1; ++cake_e) fst[cake_e] = (((fct[0] > 0.5f) ? (fst[cake_e] * cake::frcp(fmax(fct[0], 1.0f))) : (fot[cake_e])));  // /roles/0/body/16/body/2/body/4
           #pragma unroll
           for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/16/body/2/body/5
             const int cake_f = (cake_s * 128 + cake_tid) * 1;

@@ -89,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) softmax_row_n4096(  // /
       for (int cake_i = 0; cake_i < 1; ++cake_i) sm[cake_i] = (cake_red2[cake_i]);
     }
     #pragma unroll
-    for (int cake_e = 0; cake_e < 16; ++cake_e) xb[cake_e] = cake::f2bf(xf[cake_e] * __frcp_rn(sm[0]));  // /roles/0/body/5
+    for (int cake_e = 0; cake_e < 16; ++cake_e) xb[cake_e] = cake::f2bf(xf[cake_e] * cake::frcp(sm[0]));  // /roles/0/body/5
     #pragma unroll
     for (int cake_s = 0; cake_s < 2; ++cake_s) {  // /roles/0/body/6
       const int cake_f = (cake_s * 256 + cake_tid) * 8;
