@@ -8,12 +8,18 @@ from cake_ir.compiler import compile_kernel
 from cake_ir.verifier import verify
 
 
+NAMES = ["kda_chunk16", "kda_chunk16_ws_vs32", "kda_chunk16_ws_vs64", "kda_chunk16_ws_vs128"]
+
+
 def _kernels():
+    from functools import partial
+
     from tasks.kda import chunked
-    return {"kda_chunk16": chunked.kda_chunk16, "kda_chunk16_ws": chunked.kda_chunk16_ws}
+    return {"kda_chunk16": chunked.kda_chunk16,
+            **{f"kda_chunk16_ws_vs{vs}": partial(chunked.kda_chunk16_ws, vs=vs) for vs in (32, 64, 128)}}
 
 
-@pytest.mark.parametrize("name", ["kda_chunk16", "kda_chunk16_ws"])
+@pytest.mark.parametrize("name", NAMES)
 def test_chunked_verifies_and_compiles(name):
     k = _kernels()[name]()
     assert not [d for d in verify(k).diagnostics if d.severity == "error"]
@@ -25,7 +31,7 @@ def test_chunked_verifies_and_compiles(name):
         assert "cake::mma_16816_bf16" in src and "ldmatrix_x4_trans" in src and "< (int)(eos)" in src
 
 
-@pytest.mark.parametrize("name", ["kda_chunk16", "kda_chunk16_ws"])
+@pytest.mark.parametrize("name", NAMES)
 def test_chunked_refuses_the_shapes_it_does_not_do(name):
     from gpu_backend.runner import spec_from_kernel
     k = _kernels()[name](arch="sm_90a")
@@ -35,7 +41,7 @@ def test_chunked_refuses_the_shapes_it_does_not_do(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["kda_chunk16", "kda_chunk16_ws"])
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("shape", [
     {"T": 128, "N": 1, "H": 2, "HV": 2, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 0},
     {"T": 200, "N": 2, "H": 2, "HV": 4, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 0},

@@ -261,7 +261,7 @@ P = 4          # producer warps: each prepares whole chunks (c = p, p + P, ...) 
 HALF = C // 2  # a producer handles the q / k rows of a chunk in two halves (registers)
 
 
-def kda_chunk16_ws(arch: str = "sm_80"):
+def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS):
     """The chunked algorithm above, warp-specialised so that the per-chunk chain is not serial:
 
     producers (warps 0..3): warp p prepares chunks p, p + 4, ... alone. Lane l owns channels 4l..4l+3
@@ -270,16 +270,22 @@ def kda_chunk16_ws(arch: str = "sm_80"):
         (over the raw chunk) and QG, KD into slot p; then Aqk = tril(QG KI^T),
         A' = (I + Akk)^-1 Diag(beta) and W = A' KG into slot p, with e^{G_C}; v goes into the slot
         directly (cp.async). It waits `empty[p]` before touching the slot and arrives on `full[p]`.
-    consumers (warps 4..7): warp w keeps the state columns c0 + 8w .. + 8 for all K rows (an fp32 mma
-        accumulator S [128, 8]); per chunk, in order, it waits `full[c % 4]`, then
+    consumers (warps 4..7): warp w keeps the state columns c0 + w vs/4 .. + vs/4 for all K rows (an fp32
+        mma accumulator S [128, vs / 4]); per chunk, in order, it waits `full[c % 4]`, then
         U = A' V, Vn = U - W S, O = QG S + Aqk Vn (stored), S = Diag(e^{G_C}) S + KD^T Vn,
         and arrives on `empty[c % 4]`. No consumer reads another's columns: no CTA barrier in the loop.
     Four chunks are in flight per CTA, so one producer's chain (loads, norms, the inverse) overlaps the
     other producers' and the consumers' state updates.
+
+    `vs` (32, 64 or 128) is the V-slice of a CTA: V / vs CTAs per (value head, sequence) each redo the
+    producers' work, so a small vs fills the GPU at small HV * N and a large one does less work twice.
     """
-    kb = KernelBuilder("kda_chunk16_ws", arch=arch, grid=["HV", "N", V // VS], threads=32 * (P + 4),
-                       note="chunked KDA prefill, warp-specialised (safe gate)")
-    kb.const(K=K, V=V, C=C, VS=VS, P=P)
+    if vs not in (32, 64, 128):
+        raise ValueError(f"vs must be 32, 64 or 128, not {vs}")
+    cwn = vs // 4                      # state columns per consumer warp
+    kb = KernelBuilder(f"kda_chunk16_ws_vs{vs}", arch=arch, grid=["HV", "N", V // vs], threads=32 * (P + 4),
+                       note=f"chunked KDA prefill, warp-specialised (safe gate), V-slice {vs}")
+    kb.const(K=K, V=V, C=C, VS=vs, P=P)
     for n in ("T", "N", "H", "HV"):
         kb.scalar(n, min=1)
     kb.scalar("SAFE", min=1, max=1)
@@ -306,13 +312,13 @@ def kda_chunk16_ws(arch: str = "sm_80"):
     # slots (stage = c % P): what the consumers read
     for n in ("sQG", "sKD", "sW"):
         kb.buffer(n, "smem", "bf16", [C, K], stages=P, pad=pad)
-    kb.buffer("sV", "smem", "bf16", [C, 1, VS], stages=P, pad=pad)
+    kb.buffer("sV", "smem", "bf16", [C, 1, vs], stages=P, pad=pad)
     kb.buffer("sDec", "smem", "f32", [K], stages=P)
     for n in ("sAinv", "sAqk"):
         kb.buffer(n, "smem", "bf16", [C, C], stages=P, pad=pad)
     # consumer-private columns (warp w: columns 8w..)
-    kb.buffer("sS", "smem", "bf16", [K, VS], pad=pad)
-    kb.buffer("sVn", "smem", "bf16", [C, VS], pad=pad)
+    kb.buffer("sS", "smem", "bf16", [K, vs], pad=pad)
+    kb.buffer("sVn", "smem", "bf16", [C, vs], pad=pad)
     kb.mbarrier("full", arrivals=32, count=P)
     kb.mbarrier("empty", arrivals=128, count=P)
     # producer registers: lane l holds channels 4l..4l+3 of every token row
@@ -333,13 +339,13 @@ def kda_chunk16_ws(arch: str = "sm_80"):
     kb.buffer("pb", "reg", "bf16", [C, C], layout="mma_b", scope="warp", role="prod")
     kb.buffer("brow", "reg", "f32", [C, 1], layout="mma_rows", scope="warp", role="prod")
     # consumer registers
-    kb.buffer("S", "reg", "f32", [K, 8], layout="mma_acc", scope="warp", role="cons")
+    kb.buffer("S", "reg", "f32", [K, cwn], layout="mma_acc", scope="warp", role="cons")
     kb.buffer("dec", "reg", "f32", [K, 1], layout="mma_rows", scope="warp", role="cons")
     kb.buffer("ca", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="cons")
-    kb.buffer("cb", "reg", "bf16", [8, C], layout="mma_b", scope="warp", role="cons")
+    kb.buffer("cb", "reg", "bf16", [cwn, C], layout="mma_b", scope="warp", role="cons")
     kb.buffer("cT", "reg", "bf16", [K, C], layout="mma_a", scope="warp", role="cons")
     for n in ("U", "Vn", "Oa"):
-        kb.buffer(n, "reg", "f32", [C, 8], layout="mma_acc", scope="warp", role="cons")
+        kb.buffer(n, "reg", "f32", [C, cwn], layout="mma_acc", scope="warp", role="cons")
     with kb.prologue.if_("tid == 0"):
         for i in range(P):
             kb.prologue.mbar_init(bar("full", i), 32)
@@ -369,7 +375,7 @@ def kda_chunk16_ws(arch: str = "sm_80"):
             r.sync("cp_async_commit")
             with r.if_("c >= P"):                 # the consumers are done with this slot's last chunk
                 r.mbar_wait(bar("empty", "p"), "(c / P - 1) % 2")
-            r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, VS]), tile("sV", slot="p"), oob="zfill",
+            r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="p"), oob="zfill",
                    vec_bytes=16, scope="warp")
             r.sync("cp_async_commit")
             # beta of token `lane` (0 past the sequence end: such tokens add nothing and see nothing)
@@ -463,9 +469,9 @@ def kda_chunk16_ws(arch: str = "sm_80"):
             r.sync("syncwarp")          # every lane is done with this chunk's private buffers
     with kb.role("cons", warps=(P, 4)) as r:
         bounds(r)
-        r.let("cw", "role_warp * 8")
-        kv_tile = (["n", "hv", 0, "c0 + cw"], [1, 1, K, 8])
-        vk_tile = (["n", "hv", "c0 + cw", 0], [1, 1, 8, K])
+        r.let("cw", f"role_warp * {cwn}")
+        kv_tile = (["n", "hv", 0, "c0 + cw"], [1, 1, K, cwn])
+        vk_tile = (["n", "hv", "c0 + cw", 0], [1, 1, cwn, K])
         with r.if_("H0 == 1"):
             with r.if_("VK == 1"):
                 r.ldg(tile("h0", *vk_tile), tile("S"), trans=True, vec_bytes=4, id="load_h0_vk")
@@ -476,30 +482,30 @@ def kda_chunk16_ws(arch: str = "sm_80"):
         with r.for_("c", 0, "nc", id="consume"):
             r.let("s", "c % P")
             r.let("t0", "bos + c * C")
-            r.sts(tile("S"), tile("sS", [0, "cw"], [K, 8]), vec_bytes=4)
+            r.sts(tile("S"), tile("sS", [0, "cw"], [K, cwn]), vec_bytes=4)
             r.sync("syncwarp")
             r.mbar_wait(bar("full", "s"), "(c / P) % 2")
             # U = A' V (this warp's 8 columns)
             r.ldmatrix(tile("sAinv", slot="s"), tile("ca"))
-            r.ldmatrix(tile("sV", [0, 0, "cw"], [C, 1, 8], slot="s"), tile("cb"), trans=True)
+            r.ldmatrix(tile("sV", [0, 0, "cw"], [C, 1, cwn], slot="s"), tile("cb"), trans=True)
             r.fill("U", 0.0)
             r.mma_sync(tile("ca"), tile("cb"), tile("U"))
             # Vn = U - W S;  O = QG S + Aqk Vn
             r.fill("Vn", 0.0)
             r.fill("Oa", 0.0)
             for kk in range(K // 16):
-                r.ldmatrix(tile("sS", [kk * 16, "cw"], [16, 8]), tile("cb"), trans=True)
+                r.ldmatrix(tile("sS", [kk * 16, "cw"], [16, cwn]), tile("cb"), trans=True)
                 r.ldmatrix(tile("sW", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
                 r.mma_sync(tile("ca"), tile("cb"), tile("Vn"))
                 r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
                 r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
             r.map("Vn", "U - Vn")
-            r.sts(tile("Vn"), tile("sVn", [0, "cw"], [C, 8]), vec_bytes=4)
+            r.sts(tile("Vn"), tile("sVn", [0, "cw"], [C, cwn]), vec_bytes=4)
             r.sync("syncwarp")
             r.ldmatrix(tile("sAqk", slot="s"), tile("ca"))
-            r.ldmatrix(tile("sVn", [0, "cw"], [C, 8]), tile("cb"), trans=True)
+            r.ldmatrix(tile("sVn", [0, "cw"], [C, cwn]), tile("cb"), trans=True)
             r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
-            r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [C, 1, 8]), oob="mask", vec_bytes=4,
+            r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [C, 1, cwn]), oob="mask", vec_bytes=4,
                   row_limit="eos", id="store_o")
             # S = Diag(e^{G_C}) S + KD^T Vn
             r.lds(tile("sDec", slot="s"), tile("dec"), vec_bytes=4)
