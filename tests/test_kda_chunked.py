@@ -21,9 +21,13 @@ def _kernels():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_chunked_verifies_and_compiles(name):
-    k = _kernels()[name]()
+    # V-slices 64 and 128 need Hopper's shared memory (179 / 205 KB): on sm_80 the verifier says so
+    archs = ("sm_90a",) if name.endswith(("vs64", "vs128")) else ("sm_80", "sm_90a")
+    if len(archs) == 1:
+        assert "E-RES-01" in {d.code for d in verify(_kernels()[name](arch="sm_80")).diagnostics}
+    k = _kernels()[name](arch=archs[0])
     assert not [d for d in verify(k).diagnostics if d.severity == "error"]
-    for arch in ("sm_80", "sm_90a"):
+    for arch in archs:
         r = compile_kernel(k, arch=arch)
         assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
         assert r.resources["spill_store_bytes"] == 0
