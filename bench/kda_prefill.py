@@ -54,6 +54,31 @@ def self_check(device: str = "cuda") -> float:
     return worst
 
 
+def summarize(rows: list, shapes: list) -> float:
+    """Print the per-shape table (fla, the fastest correct CAKE kernel, speedup) and return the
+    geometric-mean speedup over fla chunk_kda (nan if no shape has both)."""
+    import math
+    print(f"{'T':>6} {'N':>2} {'H':>3} {'gate':>8} | {'fla ms':>7} {'best CAKE ms':>26} {'speedup':>7} | all CAKE correct")
+    logs = []
+    for shape in shapes:
+        rs = [r for r in rows if r["shape"] == shape]
+        if not rs:
+            continue
+        fla = next((r for r in rs if r["impl"] == "fla_chunk_kda" and r.get("timing")), None)
+        cake = [r for r in rs if r["impl"].startswith("cake") and r["correct"]]
+        b = min(cake, key=lambda r: r["timing"]["ms_median"]) if cake else None
+        fms = fla["timing"]["ms_median"] if fla else float("nan")
+        bms = b["timing"]["ms_median"] if b else float("nan")
+        if fla and b:
+            logs.append(math.log(fms / bms))
+        allok = all(r["correct"] for r in rs if r["impl"].startswith("cake"))
+        print(f"{shape['T']:>6} {shape['N']:>2} {shape['H']:>3} {'safe' if shape['SAFE'] else 'softplus':>8} | "
+              f"{fms:7.3f} {bms:9.3f} ({b['impl'][5:] if b else '-':>15}) {fms / bms:7.2f} | {allok}")
+    if logs:
+        print(f"geomean speedup over fla chunk_kda: {math.exp(sum(logs) / len(logs)):.2f}x over {len(logs)} shapes")
+    return math.exp(sum(logs) / len(logs)) if logs else float("nan")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
@@ -170,25 +195,7 @@ def main() -> int:
         torch.cuda.empty_cache()
     path = save()
     print(f"\nwrote {path}\n")
-    print(f"{'T':>6} {'N':>2} {'H':>3} {'gate':>8} | {'fla ms':>7} {'best CAKE ms':>26} {'speedup':>7} | all CAKE correct")
-    import math
-    logs = []
-    for shape in shapes:
-        rs = [r for r in rows if r["shape"] == shape]
-        if not rs:
-            continue
-        fla = next((r for r in rs if r["impl"] == "fla_chunk_kda" and r.get("timing")), None)
-        cake = [r for r in rs if r["impl"].startswith("cake") and r["correct"]]
-        b = min(cake, key=lambda r: r["timing"]["ms_median"]) if cake else None
-        fms = fla["timing"]["ms_median"] if fla else float("nan")
-        bms = b["timing"]["ms_median"] if b else float("nan")
-        if fla and b:
-            logs.append(math.log(fms / bms))
-        allok = all(r["correct"] for r in rs if r["impl"].startswith("cake"))
-        print(f"{shape['T']:>6} {shape['N']:>2} {shape['H']:>3} {'safe' if shape['SAFE'] else 'softplus':>8} | "
-              f"{fms:7.3f} {bms:9.3f} ({b['impl'][5:] if b else '-':>15}) {fms / bms:7.2f} | {allok}")
-    if logs:
-        print(f"geomean speedup over fla chunk_kda: {math.exp(sum(logs) / len(logs)):.2f}x over {len(logs)} shapes")
+    summarize(rows, shapes)
     return 0
 
 
