@@ -164,7 +164,8 @@ def main() -> int:
             ht = torch.full(tuple(ti["h0"].shape), float("nan"), dtype=torch.float32, device=dev)
             prep = ck.prepare({**ti, "o": o, "ht": ht}, scal)
             impls[name] = (lambda ck=ck, prep=prep: ck.launch_prepared(prep, stream), {"o": o, "ht": ht})
-        for bname, fn in () if args.no_baselines else (("fla_chunk_kda", kda_chunk_fla), ("flashkda", kda_flashkda)):
+        baselines = () if args.no_baselines else (("fla_chunk_kda", kda_chunk_fla), ("flashkda", kda_flashkda))
+        for bname, fn in baselines:
             box = {}
             impls[bname] = (lambda fn=fn, box=box: box.update(fn(ti, shape)), box)
         for name, (fn, outs) in impls.items():
