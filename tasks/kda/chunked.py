@@ -1,8 +1,14 @@
-"""DRAFT, not run on a GPU yet: a chunked (WY-form) KDA prefill on tensor cores, FlashKDA's algorithm in
-CAKE IR. It verifies and compiles (tests/test_kda_chunked.py); it is not a seed of the `kda` task until
-the marked GPU test passes. Scope of this first version: the safe gate only (SAFE = 1: the anchored
-intra-chunk Gram needs e^{-G} <= e^{80}, bf16 range; the scalar facts refuse SAFE = 0); both state
-layouts and initial states (an accumulator loads h0 element-wise, transposed for [N, HV, V, K]).
+"""Chunked (WY-form) KDA prefill on tensor cores, FlashKDA's algorithm in CAKE IR, safe gate only
+(SAFE = 1: the factorised intra-chunk Gram needs e^{-G} <= e^{80}, inside the bf16/fp32 range; the
+scalar facts refuse SAFE = 0). Two kernels:
+
+- `kda_chunk16`: the first version, every step CTA-synchronous (3.6 ms at T = 8192, H = 32 on the H200:
+  latency-bound). Kept as the plain statement of the algorithm and as a test of the IR features.
+- `kda_chunk16_ws`: the same math warp-specialised (producers / consumers, mbarriers), 0.81 ms there;
+  fla chunk_kda 1.2-1.7 ms (docs/perf-log.md, session 5).
+
+The first version, in detail (both state layouts and initial states; an accumulator loads h0
+element-wise, transposed for [N, HV, V, K]):
 
 One CTA per (value head, sequence, V-slice of 32 columns), 4 warps; warp w keeps rows [32 w, 32 w + 32)
 of the state slice S [K = 128, 32] as an fp32 mma accumulator for the whole sequence. Per chunk of
@@ -18,7 +24,7 @@ C = 16 tokens (G = cumulative gate inside the chunk, every exponent anchored at 
               S = Diag(e^{G_C}) S + KD^T Vn
 
 mma operands are bf16 (FlashKDA's choice; bench/kda_chunk_precision.py: o 3.9e-3 against the 5e-3
-bar, fp16 would give 1.7e-3 but cannot hold e^{-G}). No pipelining yet: every chunk is loaded, then
+bar, fp16 would give 1.7e-3 but cannot hold e^{-G}). No pipelining: every chunk is loaded, then
 computed.
 """
 from cake_ir.builder import KernelBuilder, bar, tile
@@ -31,7 +37,7 @@ VS = 32
 
 def kda_chunk16(arch: str = "sm_80"):
     kb = KernelBuilder("kda_chunk16", arch=arch, grid=["HV", "N", V // VS], threads=128,
-                       note="DRAFT: chunked KDA prefill on mma.sync (safe gate)")
+                       note="chunked KDA prefill on mma.sync (safe gate), CTA-synchronous")
     kb.const(K=K, V=V, C=C, VS=VS)
     for n in ("T", "N", "H", "HV"):
         kb.scalar(n, min=1)
