@@ -83,8 +83,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--variants", default="8x2x32,8x4x32",
-                    help="recurrent prefill-family points to time, vw x vsplit x chunk (the chunked kernels, "
-                         "safe gate only, are timed at vs 32 / 64 / 128 unless --no-chunked)")
+                    help="recurrent prefill-family points to time, vw x vsplit x chunk (the chunked kernels are "
+                         "timed at vs 32 / 64 / 128 (safe gate) and 32 / 64 (softplus) unless --no-chunked)")
     ap.add_argument("--shapes", default="", help="indices into PREFILL_BENCH (default: all)")
     ap.add_argument("--deadline-s", type=float, default=1e9)
     ap.add_argument("--no-chunked", action="store_true", help="skip the chunked kernels (tasks/kda/chunked.py)")
@@ -123,9 +123,9 @@ def main() -> int:
         kernels[f"cake_vw{vw}_vs{vs}_c{ch}"] = (CompiledKernel(ir, res), res.resources)
     if not args.no_chunked:          # the chunked kernels (safe gate only): checked like the rest
         from tasks.kda.chunked import kda_chunk16_ws
-        for vs in (32, 64, 128):
-            name = f"cake_chunk16_ws_vs{vs}"
-            ir = kda_chunk16_ws(arch="sm_90a", vs=vs)
+        for vs, safe in ((32, True), (64, True), (128, True), (32, False), (64, False)):
+            name = f"cake_chunk16_ws_vs{vs}" + ("" if safe else "_softplus")
+            ir = kda_chunk16_ws(arch="sm_90a", vs=vs, safe=safe)
             res = compile_kernel(ir, arch="sm_90a")
             if res.ok:
                 kernels[name] = (CompiledKernel(ir, res), res.resources)
@@ -158,8 +158,8 @@ def main() -> int:
         scal = task.scalars(shape)
         impls = {}
         for name, (ck, _r) in kernels.items():
-            if name.startswith("cake_chunk16") and not shape["SAFE"]:
-                continue                       # safe gate only (its scalar facts refuse SAFE = 0)
+            if name.startswith("cake_chunk16") and name.endswith("_softplus") == bool(shape["SAFE"]):
+                continue                       # one gate form per chunked kernel (its SAFE fact)
             o = torch.full(tuple(ti["v"].shape), float("nan"), dtype=torch.bfloat16, device=dev)
             ht = torch.full(tuple(ti["h0"].shape), float("nan"), dtype=torch.float32, device=dev)
             prep = ck.prepare({**ti, "o": o, "ht": ht}, scal)

@@ -8,7 +8,9 @@ from cake_ir.compiler import compile_kernel
 from cake_ir.verifier import verify
 
 
-NAMES = ["kda_chunk16", "kda_chunk16_ws_vs32", "kda_chunk16_ws_vs64", "kda_chunk16_ws_vs128"]
+SAFE_NAMES = ["kda_chunk16", "kda_chunk16_ws_vs32", "kda_chunk16_ws_vs64", "kda_chunk16_ws_vs128"]
+SOFTPLUS_NAMES = ["kda_chunk16_ws_vs32_softplus", "kda_chunk16_ws_vs64_softplus"]
+NAMES = SAFE_NAMES + SOFTPLUS_NAMES
 
 
 def _kernels():
@@ -16,13 +18,16 @@ def _kernels():
 
     from tasks.kda import chunked
     return {"kda_chunk16": chunked.kda_chunk16,
-            **{f"kda_chunk16_ws_vs{vs}": partial(chunked.kda_chunk16_ws, vs=vs) for vs in (32, 64, 128)}}
+            **{f"kda_chunk16_ws_vs{vs}": partial(chunked.kda_chunk16_ws, vs=vs) for vs in (32, 64, 128)},
+            **{f"kda_chunk16_ws_vs{vs}_softplus": partial(chunked.kda_chunk16_ws, vs=vs, safe=False)
+               for vs in (32, 64)}}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_chunked_verifies_and_compiles(name):
-    # V-slices 64 and 128 need Hopper's shared memory (179 / 205 KB): on sm_80 the verifier says so
-    archs = ("sm_90a",) if name.endswith(("vs64", "vs128")) else ("sm_80", "sm_90a")
+    # V-slices 64 and 128 and the softplus form need Hopper's shared memory (179 - 222 KB): on sm_80 the
+    # verifier says so
+    archs = ("sm_80", "sm_90a") if name in ("kda_chunk16", "kda_chunk16_ws_vs32") else ("sm_90a",)
     if len(archs) == 1:
         assert "E-RES-01" in {d.code for d in verify(_kernels()[name](arch="sm_80")).diagnostics}
     k = _kernels()[name](arch=archs[0])
@@ -40,12 +45,28 @@ def test_chunked_refuses_the_shapes_it_does_not_do(name):
     from gpu_backend.runner import spec_from_kernel
     k = _kernels()[name](arch="sm_90a")
     spec = spec_from_kernel(k, compile_kernel(k, arch="sm_90a"))
-    assert spec.scalars["SAFE"].violation(0) is not None
+    safe = name in SAFE_NAMES
+    assert spec.scalars["SAFE"].violation(int(not safe)) is not None and spec.scalars["SAFE"].violation(int(safe)) is None
     assert spec.scalars["VK"].violation(1) is None and spec.scalars["H0"].violation(1) is None
 
 
+SOFTPLUS_SHAPES = [
+    {"T": 100, "N": 1, "H": 2, "HV": 2, "SAFE": 0, "VK": 0, "H0": 1, "PACK": 0},
+    {"T": 177, "N": 6, "H": 2, "HV": 4, "SAFE": 0, "VK": 1, "H0": 1, "PACK": 2},
+    {"T": 409, "N": 5, "H": 1, "HV": 2, "SAFE": 0, "VK": 0, "H0": 0, "PACK": 4},
+    {"T": 8192, "N": 1, "H": 4, "HV": 4, "SAFE": 0, "VK": 1, "H0": 1, "PACK": 0}]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", SOFTPLUS_NAMES)
+@pytest.mark.parametrize("shape", SOFTPLUS_SHAPES)
+def test_chunked_softplus_matches_float64_on_gpu(name, shape):
+    """The softplus gate, with the task's very negative and near-zero gates in every shape."""
+    test_chunked_matches_float64_on_gpu(name, shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", SAFE_NAMES)
 @pytest.mark.parametrize("shape", [
     {"T": 128, "N": 1, "H": 2, "HV": 2, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 0},
     {"T": 200, "N": 2, "H": 2, "HV": 4, "SAFE": 1, "VK": 0, "H0": 0, "PACK": 0},

@@ -517,6 +517,8 @@ class Emitter:
             self.fail(path, f"{st.op} moves a register tile")
         if rb.layout == "mma_acc" and (st.op == "ldg" or (st.op == "stg" and st.trans)):
             return self.acc_elementwise(st, rb, mem, path)
+        if rb.layout == "mma_acc" and st.op == "lds":
+            return self.acc_from_smem(st, rb, mem, path)
         if rb.layout in ("wgmma_acc", "mma_acc") and st.op in ("stg", "sts"):
             if st.trans:
                 self.fail(path, "a transposed accumulator store goes to global memory (stg) from an mma_acc tile")
@@ -661,6 +663,27 @@ class Emitter:
         else:
             store = f"{elem} = {self.to_storage(p.dtype, f'{rb.name}[cake_e]')};"
             w.line(f"if ({' && '.join(conds)}) {store}" if conds else store, path)
+        w.close()
+        w.close()
+
+    def acc_from_smem(self, st: Access, rb: Buffer, mem, path):
+        """lds into an mma_acc tile: each lane reads its own elements of the 2-d view of the smem tile
+        (a matrix assembled in shared memory, e.g. the explicitly computed diagonal blocks of a Gram
+        matrix, joining an accumulator)."""
+        TM, TN = rb.shape
+        r0, c0, rows, cols = self.tile_rc(mem, path)
+        if (rows, cols) != (TM, TN):
+            self.fail(path, f"an mma_acc [{TM}, {TN}] loads from an smem tile of {rows} x {cols}")
+        b = mem.buffer
+        w = self.w
+        w.open("", path)
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; ++cake_e)")
+        self.acc_coords(TN)
+        ptr = (f"reinterpret_cast<const {STORAGE[b.dtype]}*>(cake_smem + "
+               f"({self.smem_byte(b, mem.ref.slot, f'{r0} + cake_row', f'{c0} + cake_col')}))")
+        val = self.from_storage(b.dtype, f"(*{ptr})") if b.dtype != "f32" else f"(*{ptr})"
+        w.line(f"{rb.name}[cake_e] = {val};", path)
         w.close()
         w.close()
 

@@ -267,7 +267,7 @@ P = 4          # producer warps: each prepares whole chunks (c = p, p + P, ...) 
 HALF = C // 2  # a producer handles the q / k rows of a chunk in two halves (registers)
 
 
-def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS):
+def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
     """The chunked algorithm above, warp-specialised so that the per-chunk chain is not serial:
 
     producers (warps 0..3): warp p prepares chunks p, p + 4, ... alone. Lane l owns channels 4l..4l+3
@@ -285,16 +285,27 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS):
 
     `vs` (32, 64 or 128) is the V-slice of a CTA: V / vs CTAs per (value head, sequence) each redo the
     producers' work, so a small vs fills the GPU at small HV * N and a large one does less work twice.
+    `safe` picks the gate form (the SAFE scalar is fixed to it). The softplus gate has no lower bound, so
+    e^{-G} may overflow and the factorised Gram KG KI^T is not usable: the producer splits the chunk in
+    two halves of 8 tokens, computes the two diagonal 8 x 8 blocks of Akk and Aqk explicitly (one exp
+    per (token pair, channel): every factor e^{G_i - G_j} with j <= i is <= 1) and the off-diagonal
+    block on the tensor cores anchored at a = G_7, the cumulative gate at the end of the first half:
+    e^{G_i - G_j} = e^{G_i - a} e^{a - G_j}, both factors <= 1 for i >= 8 > j. Everything else
+    (QG, KD, W, the consumers) only ever uses factors <= 1 and is shared with the safe form.
     """
     if vs not in (32, 64, 128):
         raise ValueError(f"vs must be 32, 64 or 128, not {vs}")
+    if not safe and vs == 128:
+        raise ValueError("the softplus form keeps more per-producer buffers: V-slice 32 or 64")
     cwn = vs // 4                      # state columns per consumer warp
-    kb = KernelBuilder(f"kda_chunk16_ws_vs{vs}", arch=arch, grid=["HV", "N", V // vs], threads=32 * (P + 4),
-                       note=f"chunked KDA prefill, warp-specialised (safe gate), V-slice {vs}")
+    gate = "safe" if safe else "softplus"
+    kb = KernelBuilder(f"kda_chunk16_ws_vs{vs}" + ("" if safe else "_softplus"), arch=arch,
+                       grid=["HV", "N", V // vs], threads=32 * (P + 4),
+                       note=f"chunked KDA prefill, warp-specialised ({gate} gate), V-slice {vs}")
     kb.const(K=K, V=V, C=C, VS=vs, P=P)
     for n in ("T", "N", "H", "HV"):
         kb.scalar(n, min=1)
-    kb.scalar("SAFE", min=1, max=1)
+    kb.scalar("SAFE", min=int(safe), max=int(safe))
     kb.scalar("VK", min=0, max=1)
     kb.scalar("H0", min=0, max=1)
     for n in ("q", "k"):
@@ -329,16 +340,30 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS):
     kb.mbarrier("empty", arrivals=128, count=P)
     # producer registers: lane l holds channels 4l..4l+3 of every token row
     v4 = dict(layout="blocked", vec=4, scope="warp", role="prod")
-    kb.buffer("gt", "reg", "f32", [C, K], **v4)
     for n in ("qh", "kh", "gh"):
         kb.buffer(n, "reg", "f32", [HALF, K], **v4)
     for n in ("dbt", "GCr"):
         kb.buffer(n, "reg", "f32", [1, K], **v4)
     kb.buffer("al", "reg", "f32", [1], scope="thread", role="prod")
     kb.buffer("b1", "reg", "f32", [1, 1], scope="thread", role="prod")
-    kb.buffer("live", "reg", "f32", [C, 1], scope="thread", role="prod")
-    kb.buffer("qs", "reg", "f32", [HALF, 1], scope="thread", role="prod")
-    kb.buffer("ks", "reg", "f32", [HALF, 1], scope="thread", role="prod")
+    if safe:
+        kb.buffer("gt", "reg", "f32", [C, K], **v4)
+        kb.buffer("live", "reg", "f32", [C, 1], scope="thread", role="prod")
+        kb.buffer("qs", "reg", "f32", [HALF, 1], scope="thread", role="prod")
+        kb.buffer("ks", "reg", "f32", [HALF, 1], scope="thread", role="prod")
+    else:
+        # X_k = k e^{G - a} (second half), k normalised (bf16 rows for the explicit blocks), and the
+        # explicit diagonal blocks of Akk / Aqk (f32, per producer)
+        for n in ("wX", "wKn"):
+            kb.buffer(n, "smem", "bf16", [C, 1, K], stages=P, pad=pad)
+        for n in ("sAd", "sQd"):
+            kb.buffer(n, "smem", "f32", [C, C], stages=P)
+        for n in ("tt", "t2"):
+            kb.buffer(n, "reg", "f32", [HALF, K], **v4)
+        for n in ("kj", "gj", "Ar"):
+            kb.buffer(n, "reg", "f32", [1, K], **v4)
+        for n in ("ck", "cq"):
+            kb.buffer(n, "reg", "f32", [HALF, 1], scope="thread", role="prod")
     for n in ("L", "Pm", "Inv"):
         kb.buffer(n, "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
     kb.buffer("pa", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="prod")
@@ -392,54 +417,7 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS):
                 r.sts(tile("b1"), tile("wBeta", ["lane", 0], [1, 1], slot="p"), vec_bytes=4)
             r.sync("cp_async_wait", n=0)
             r.sync("syncwarp")
-            # the gate of the 16 tokens (0 past the sequence end), summed down the tokens
-            r.lds(tile("wG", slot="p"), tile("gt"), vec_bytes=8)
-            r.map("live", "select(t0 + row() < eos, 1, 0)")
-            r.map("gt", f"{gate_expr('gt', 'dbt', safe=True)} * live")
-            r.scan("sum", "gt", "gt", axis=0)
-            r.sts(tile("gt"), tile("wGc", slot="p"), vec_bytes=16)
-            r.sync("syncwarp")
-            r.lds(tile("wGc", [C - 1, 0], [1, K], slot="p"), tile("GCr"), vec_bytes=16)
-            r.map("GCr", "exp(GCr)")                # e^{G_C}: the chunk's decay, and KD = k e^{G_C} / e^G
-            for hh in range(2):
-                rows = [hh * HALF, 0, 0]
-                r.lds(tile("wQ", rows, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
-                r.lds(tile("wK", rows, [HALF, 1, K], slot="p"), tile("kh"), vec_bytes=8)
-                r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
-                r.reduce("sum_sq", "qh", "qs", axis=1)
-                r.reduce("sum_sq", "kh", "ks", axis=1)
-                # per-row factors (0 past the sequence end); one exp per element: e^-G = 1 / e^G
-                # (G >= 16 * LOWER_BOUND = -80 for the safe gate: e^G stays a normal float)
-                live = f"select(t0 + {hh * HALF} + row() < eos, 1, 0)"
-                r.map("qs", f"{live} * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
-                r.map("ks", f"{live} * rsqrt(ks + {L2_EPS!r})")
-                r.map("gh", "exp(gh)")
-                r.map("qh", "qh * qs * gh")
-                r.map("kh", "kh * ks")
-                r.sync("syncwarp")                  # every lane has read this half's raw rows
-                r.sts(tile("qh"), tile("sQG", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
-                r.map("qh", "kh * gh")
-                r.sts(tile("qh"), tile("wG", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KG
-                r.map("gh", "recip(gh)")
-                r.map("qh", "kh * gh")
-                r.sts(tile("qh"), tile("wK", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KI
-                r.map("qh", "kh * (gh * GCr)")
-                r.sts(tile("qh"), tile("sKD", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
-            r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
-            r.sync("syncwarp")
-            # Aqk = tril(QG KI^T);  Akk = Diag(beta) tril_<(KG KI^T)
-            r.fill("L", 0.0)
-            r.fill("Pm", 0.0)
-            for kk in range(K // 16):
-                r.ldmatrix(tile("wK", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pb"))
-                r.ldmatrix(tile("wG", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pa"))
-                r.mma_sync(tile("pa"), tile("pb"), tile("L"))
-                r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="p"), tile("pa"))
-                r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))
-            r.map("Pm", "select(col() <= row(), Pm, 0)", id="aqk")
-            r.sts(tile("Pm"), tile("sAqk", slot="p"), vec_bytes=4)
-            r.lds(tile("wBeta", slot="p"), tile("brow"), vec_bytes=4)
-            r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
+            (_prepare_safe if safe else _prepare_softplus)(r)
             # (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8) (L strictly lower: L^16 = 0), then Diag(beta)
             r.map("Inv", "select(col() == row(), 1, 0) - L")
             r.map("Pm", "L")
@@ -524,3 +502,135 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS):
         with r.else_():
             r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
     return kb.build()
+
+def _prepare_safe(r):
+    """Safe gate (G >= 16 * LOWER_BOUND = -80 in a chunk): every factor as a product of per-token rows,
+    Akk and Aqk on the tensor cores from KG / QG and KI = k e^-G. Leaves Aqk in its slot, Akk in L, beta
+    in brow."""
+    # the gate of the 16 tokens (0 past the sequence end), summed down the tokens
+    r.lds(tile("wG", slot="p"), tile("gt"), vec_bytes=8)
+    r.map("live", "select(t0 + row() < eos, 1, 0)")
+    r.map("gt", f"{gate_expr('gt', 'dbt', safe=True)} * live")
+    r.scan("sum", "gt", "gt", axis=0)
+    r.sts(tile("gt"), tile("wGc", slot="p"), vec_bytes=16)
+    r.sync("syncwarp")
+    r.lds(tile("wGc", [C - 1, 0], [1, K], slot="p"), tile("GCr"), vec_bytes=16)
+    r.map("GCr", "exp(GCr)")                # e^{G_C}: the chunk's decay, and KD = k e^{G_C} / e^G
+    for hh in range(2):
+        rows = [hh * HALF, 0, 0]
+        r.lds(tile("wQ", rows, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
+        r.lds(tile("wK", rows, [HALF, 1, K], slot="p"), tile("kh"), vec_bytes=8)
+        r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
+        r.reduce("sum_sq", "qh", "qs", axis=1)
+        r.reduce("sum_sq", "kh", "ks", axis=1)
+        # per-row factors (0 past the sequence end); one exp per element: e^-G = 1 / e^G
+        # (G >= 16 * LOWER_BOUND = -80 for the safe gate: e^G stays a normal float)
+        live = f"select(t0 + {hh * HALF} + row() < eos, 1, 0)"
+        r.map("qs", f"{live} * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+        r.map("ks", f"{live} * rsqrt(ks + {L2_EPS!r})")
+        r.map("gh", "exp(gh)")
+        r.map("qh", "qh * qs * gh")
+        r.map("kh", "kh * ks")
+        r.sync("syncwarp")                  # every lane has read this half's raw rows
+        r.sts(tile("qh"), tile("sQG", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
+        r.map("qh", "kh * gh")
+        r.sts(tile("qh"), tile("wG", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KG
+        r.map("gh", "recip(gh)")
+        r.map("qh", "kh * gh")
+        r.sts(tile("qh"), tile("wK", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KI
+        r.map("qh", "kh * (gh * GCr)")
+        r.sts(tile("qh"), tile("sKD", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
+    r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
+    r.sync("syncwarp")
+    # Aqk = tril(QG KI^T);  Akk = Diag(beta) tril_<(KG KI^T)
+    r.fill("L", 0.0)
+    r.fill("Pm", 0.0)
+    for kk in range(K // 16):
+        r.ldmatrix(tile("wK", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pb"))
+        r.ldmatrix(tile("wG", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pa"))
+        r.mma_sync(tile("pa"), tile("pb"), tile("L"))
+        r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="p"), tile("pa"))
+        r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))
+    r.map("Pm", "select(col() <= row(), Pm, 0)", id="aqk")
+    r.sts(tile("Pm"), tile("sAqk", slot="p"), vec_bytes=4)
+    r.lds(tile("wBeta", slot="p"), tile("brow"), vec_bytes=4)
+    r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
+
+
+def _prepare_softplus(r):
+    """Softplus gate: as _prepare_safe, with the diagonal 8 x 8 blocks of Akk and Aqk computed
+    explicitly and the off-diagonal block anchored at a = G_7 (see kda_chunk16_ws)."""
+    # the gate, summed down the tokens a half at a time (the second half continues from G_7)
+    for hh in range(2):
+        r.lds(tile("wG", [hh * HALF, 0, 0], [HALF, 1, K], slot="p"), tile("tt"), vec_bytes=8)
+        r.map("ck", f"select(t0 + {hh * HALF} + row() < eos, 1, 0)")
+        r.map("tt", f"{gate_expr('tt', 'dbt', safe=False)} * ck")
+        r.scan("sum", "tt", "tt", axis=0)
+        if hh:
+            r.map("tt", "tt + Ar")
+        r.sts(tile("tt"), tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=16)
+        r.sync("syncwarp")
+        if not hh:
+            r.lds(tile("wGc", [HALF - 1, 0], [1, K], slot="p"), tile("Ar"), vec_bytes=16)   # a = G_7
+    r.lds(tile("wGc", [C - 1, 0], [1, K], slot="p"), tile("GCr"), vec_bytes=16)            # G_C
+    for hh in range(2):
+        rows = [hh * HALF, 0, 0]
+        r.lds(tile("wQ", rows, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
+        r.lds(tile("wK", rows, [HALF, 1, K], slot="p"), tile("kh"), vec_bytes=8)
+        r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
+        r.reduce("sum_sq", "qh", "cq", axis=1)
+        r.reduce("sum_sq", "kh", "ck", axis=1)
+        live = f"select(t0 + {hh * HALF} + row() < eos, 1, 0)"
+        r.map("cq", f"{live} * rsqrt(cq + {L2_EPS!r}) * {K ** -0.5!r}")
+        r.map("ck", f"{live} * rsqrt(ck + {L2_EPS!r})")
+        r.map("qh", "qh * cq")
+        r.map("kh", "kh * ck")
+        r.sync("syncwarp")                  # every lane has read this half's raw rows
+        for expr, dst in (("qh * exp(gh)", tile("sQG", [hh * HALF, 0], [HALF, K], slot="p")),      # QG
+                          ("kh * exp(gh)", tile("wG", rows, [HALF, 1, K], slot="p")),               # KG
+                          ("kh * exp(GCr - gh)", tile("sKD", [hh * HALF, 0], [HALF, K], slot="p")),  # KD
+                          ("kh", tile("wKn", rows, [HALF, 1, K], slot="p"))):
+            r.map("tt", expr)
+            r.sts(tile("tt"), dst, vec_bytes=8)
+        # the off-diagonal block's operands: Y = k e^{a - G} (first half), X = k / q e^{G - a} (second)
+        ops = (("kh * exp(Ar - gh)", "0", "0") if hh == 0 else ("0", "kh * exp(gh - Ar)", "qh * exp(gh - Ar)"))
+        for expr, buf in zip(ops, ("wK", "wX", "wQ")):
+            r.map("tt", expr)
+            r.sts(tile("tt"), tile(buf, rows, [HALF, 1, K], slot="p"), vec_bytes=8)
+        r.sync("syncwarp")
+        # the diagonal block of this half, a column j at a time: sum_d x_i k_j e^{G_i - G_j} for all
+        # rows i of the half (rows i < j may overflow; they are above the diagonal and never selected)
+        for j in range(HALF):
+            jj = hh * HALF + j
+            r.lds(tile("wKn", [jj, 0, 0], [1, 1, K], slot="p"), tile("kj"), vec_bytes=8)
+            r.lds(tile("wGc", [jj, 0], [1, K], slot="p"), tile("gj"), vec_bytes=16)
+            r.map("tt", "exp(gh - gj) * kj")
+            r.map("t2", "qh * tt")
+            r.map("tt", "kh * tt")
+            r.reduce("sum", "tt", "ck", axis=1)
+            r.reduce("sum", "t2", "cq", axis=1)
+            with r.if_("lane == 0"):
+                r.sts(tile("ck"), tile("sAd", [hh * HALF, jj], [HALF, 1], slot="p"), vec_bytes=4)
+                r.sts(tile("cq"), tile("sQd", [hh * HALF, jj], [HALF, 1], slot="p"), vec_bytes=4)
+    r.map("GCr", "exp(GCr)")
+    r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
+    r.sync("syncwarp")
+    # the off-diagonal block on the tensor cores: X Y^T (zero outside rows 8.. x columns ..7)
+    r.fill("L", 0.0)
+    r.fill("Pm", 0.0)
+    for kk in range(K // 16):
+        r.ldmatrix(tile("wK", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pb"))
+        r.ldmatrix(tile("wX", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pa"))
+        r.mma_sync(tile("pa"), tile("pb"), tile("L"))
+        r.ldmatrix(tile("wQ", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pa"))
+        r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))
+    # the diagonal blocks join (Inv is free until the inverse)
+    same_block = "select(row() < {h}, select(col() < {h}, {d}, {o}), select(col() < {h}, {o}, {d}))"
+    r.lds(tile("sQd", slot="p"), tile("Inv"), vec_bytes=4)
+    r.map("Pm", same_block.format(h=HALF, d="Inv", o="Pm"))
+    r.map("Pm", "select(col() <= row(), Pm, 0)", id="aqk")
+    r.sts(tile("Pm"), tile("sAqk", slot="p"), vec_bytes=4)
+    r.lds(tile("sAd", slot="p"), tile("Inv"), vec_bytes=4)
+    r.map("L", same_block.format(h=HALF, d="Inv", o="L"))
+    r.lds(tile("wBeta", slot="p"), tile("brow"), vec_bytes=4)
+    r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
