@@ -85,7 +85,10 @@ def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Opt
             if tup is not None:
                 raise CampaignError(f"run {run_id!r} already exists; continue it with --resume {run_id}")
             elapsed0 = 0.0
-        entry = get(cfg.task)
+        try:
+            entry = get(cfg.task).for_shape(cfg.shape)
+        except ValueError as e:
+            raise CampaignError(str(e)) from None
         spec = _spec(cfg.target)
         if not resume:
             store.create_run(run_id, cfg.task, task_description=entry.description, proposer=cfg.proposer,

@@ -96,6 +96,7 @@ class RunConfig:
     deadline_s: float = 90.0
     knowledge_chars: int = 4000          # LLM prompt: retrieved tactics + experience notes of earlier runs
     vectors: bool = True                 # at the end of a run, embed its notes and failures into Chroma
+    shape: Optional[str] = None          # the timed bench shape: an index or KEY=VALUE,... (None: the first)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -37,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
     p.add_argument("--list-runs", action="store_true", help="list the runs in the knowledge DB and exit")
     g = p.add_argument_group("more options")
+    g.add_argument("--shape", help="the bench shape to time: an index or KEY=VALUE,... (e.g. SAFE=0 for kda's softplus "
+                                   "gate; default the task's first); candidates are tested on that shape's class")
     g.add_argument("--batch", type=int, help="candidates per step (default: 2, or the number of GPUs if more)")
     g.add_argument("--seed", type=int, default=0, help="random seed of the search (default 0)")
     g.add_argument("--target", default="h200",
@@ -118,6 +120,11 @@ def main(argv=None) -> int:
             known = ", ".join(n for n, e in tasks.items() if e.runnable)
             sys.stderr.write(f"error: unknown task {args.task!r}; runnable tasks: {known}\n")
             return 2
+        try:
+            tasks[args.task].for_shape(args.shape)
+        except ValueError as e:
+            sys.stderr.write(f"error: --shape: {e}\n")
+            return 2
         from .backends import gpu_list
         gpus = [] if args.dry_run else gpu_list(args.gpus)
         if not args.dry_run and not gpus and not args.ray_address:
@@ -133,7 +140,7 @@ def main(argv=None) -> int:
                           token_budget=args.token_budget, cost_budget=args.cost_budget,
                           context_tokens=args.context_tokens, plateau=args.plateau, ray_address=args.ray_address,
                           compile_workers=cw, deadline_s=args.deadline, knowledge_chars=args.knowledge_chars,
-                          vectors=not args.no_vectors)
+                          vectors=not args.no_vectors, shape=args.shape)
     try:
         run(cfg, resume=bool(args.resume), progress=progress, overrides=overrides)
     except CampaignError as e:

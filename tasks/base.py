@@ -20,6 +20,8 @@ Optional (gpu_backend.evaluate uses them when present):
   element-wise tolerance cannot judge (kNN recall@k with ties, k-means inertia).
 - `workspace(shape) -> [TensorSpec]`: scratch tensors passed to the kernel, zero-filled once by the
   evaluator; the kernel must leave them zeroed (checked after each test launch: `workspace_dirty`).
+- `shape_class_keys`: scalars that split the shapes into classes (the agent tests a run's candidates
+  on the class of its timed shape; tasks.registry.TaskEntry.test_shapes).
 """
 from __future__ import annotations
 
@@ -72,6 +74,10 @@ class BaseTask:
     shapes: list[dict] = []
     bench_shapes: list[dict] = []
     tolerance = Tolerance(1e-2)
+    # Scalars that split the shapes into classes a kernel may specialise on (kda: the gate form). A run
+    # times one bench shape and tests a candidate on the test shapes of that shape's class only, so a
+    # kernel whose facts fix such a scalar (SAFE = 1) competes for the shapes it serves.
+    shape_class_keys: tuple = ()
 
     def scalars(self, shape: dict) -> dict[str, Any]:
         return {k: int(v) for k, v in shape.items()}

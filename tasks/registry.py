@@ -10,6 +10,10 @@ optionally FAMILIES for family tactics). The registry adds what the agent needs 
   names) and returning a dict of output tensors.
 - `seeds()`: name -> Kernel of the seed programs; `families()`: the parametrised seed families.
 - `description`: the first paragraph of tasks/<name>/task.py's docstring.
+- the run's shape: `bench_shape` is the task's first bench shape, or the one `for_shape("SAFE=0")`
+  (or `for_shape("3")`, an index) picks; `test_shapes()` / `timed_shapes()` are the task's shapes in
+  that shape's class (`shape_class_keys`), and `seed_genomes()` skips seeds whose scalar facts refuse
+  one of them.
 
 Packages without task.py (a task still being written) are listed with `runnable=False`.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
@@ -58,6 +62,7 @@ class TaskEntry:
     runnable: bool
     problem: Optional[str] = None
     _task: Any = field(default=None, repr=False)
+    shape_selector: Optional[str] = None          # which bench shape a run times (None: the first)
 
     @property
     def task(self):
@@ -102,6 +107,8 @@ class TaskEntry:
         out = []
         for n, make in self.programs().SEEDS.items():
             k = make()
+            if self.refusal(k):
+                continue                   # a seed for another shape class (e.g. the other gate form)
             recipe = None
             if n in fams:
                 recipe = {"family": n, "task": self.name, "params": dict(fams[n]["defaults"]), "steps": []}
@@ -111,7 +118,47 @@ class TaskEntry:
     @property
     def bench_shape(self) -> dict:
         t = self.task
-        return dict((t.bench_shapes or t.shapes)[0])
+        shapes = list(t.bench_shapes or t.shapes)
+        if not self.shape_selector:
+            return dict(shapes[0])
+        return dict(select_shape(shapes, self.shape_selector, self.name))
+
+    def for_shape(self, selector: Optional[str]) -> "TaskEntry":
+        """This entry with the run's timed shape picked by `selector` (checked now: a bad selector is a
+        ValueError naming the legal keys and values)."""
+        e = replace(self, shape_selector=selector or None)
+        e._task = self._task
+        if selector:
+            e.bench_shape  # noqa: B018 - validates the selector
+        return e
+
+    def shape_class(self, shape: dict) -> tuple:
+        return tuple(shape.get(k) for k in getattr(self.task, "shape_class_keys", ()) or ())
+
+    def test_shapes(self) -> list[dict]:
+        """The correctness shapes of the run's shape class (all of them for a task without classes)."""
+        cls = self.shape_class(self.bench_shape)
+        return [dict(s) for s in self.task.shapes if self.shape_class(s) == cls]
+
+    def timed_shapes(self) -> list[dict]:
+        """The bench shapes of the run's class, the run's own shape first."""
+        b = self.bench_shape
+        cls = self.shape_class(b)
+        return [b] + [dict(s) for s in (self.task.bench_shapes or []) if self.shape_class(s) == cls and dict(s) != b]
+
+    def refusal(self, kernel) -> Optional[str]:
+        """Why a kernel's scalar facts refuse one of the run's test or timed shapes (None if none does)."""
+        from cake_ir.nodes import ScalarParam
+        from gpu_backend.runner import ScalarDecl
+        decls = {p.name: ScalarDecl(p.dtype, p.min, p.max, p.divisible_by) for p in kernel.params
+                 if isinstance(p, ScalarParam)}
+        for shape in self.test_shapes() + self.timed_shapes():
+            scal = self.task.scalars(shape)
+            for n, d in decls.items():
+                why = d.violation(scal.get(n))
+                if why:
+                    return f"scalar {n} = {why} at {shape}"
+        return None
 
     def shape_key(self, shape: Optional[dict] = None) -> str:
         shape = shape if shape is not None else self.bench_shape
@@ -147,6 +194,31 @@ def discover() -> dict[str, TaskEntry]:
         else:
             out[info.name] = TaskEntry(info.name, path, True)
     return out
+
+
+def select_shape(shapes: list[dict], selector: str, task: str = "?") -> dict:
+    """The shape a selector picks: an index ("3") or the first shape matching KEY=VALUE[,KEY=VALUE...]."""
+    sel = selector.strip()
+    if sel.lstrip("-").isdigit():
+        i = int(sel)
+        if not -len(shapes) <= i < len(shapes):
+            raise ValueError(f"task {task}: shape index {i} out of range (it has {len(shapes)} bench shapes)")
+        return shapes[i]
+    want = {}
+    for part in filter(None, (x.strip() for x in sel.split(","))):
+        k, eq, v = part.partition("=")
+        if not eq or not v.strip().lstrip("-").isdigit():
+            raise ValueError(f"task {task}: shape selector part {part!r} is not KEY=INTEGER")
+        want[k.strip()] = int(v)
+    keys = sorted({k for s in shapes for k in s})
+    bad = sorted(set(want) - set(keys))
+    if bad:
+        raise ValueError(f"task {task}: unknown shape keys {bad} (legal: {keys})")
+    for s in shapes:
+        if all(s.get(k) == v for k, v in want.items()):
+            return s
+    legal = {k: sorted({s.get(k) for s in shapes}) for k in want}
+    raise ValueError(f"task {task}: no bench shape has {want} (values there: {legal})")
 
 
 def get(name: str) -> TaskEntry:

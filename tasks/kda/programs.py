@@ -208,7 +208,18 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
     return kb.build()
 
 
-SEEDS = {"kda_recurrent_sm80": lambda: kda_recurrent()}
+def kda_chunked(vs: int = 32, safe: int = 1, arch: str = "sm_90a"):
+    """The warp-specialised chunked prefill (tasks/kda/chunked.py `kda_chunk16_ws`) for one gate form:
+    its SAFE fact is fixed, so it competes in runs whose timed shape has that gate (shape classes)."""
+    from tasks.kda.chunked import kda_chunk16_ws
+    return kda_chunk16_ws(arch=arch, vs=vs, safe=bool(safe))
+
+
+SEEDS = {
+    "kda_recurrent_sm80": lambda: kda_recurrent(),                     # both gates, every shape
+    "kda_chunked_safe_sm90a": lambda: kda_chunked(vs=32, safe=1),      # SAFE = 1 runs
+    "kda_chunked_softplus_sm90a": lambda: kda_chunked(vs=64, safe=0),  # SAFE = 0 runs
+}
 
 FAMILIES = {
     "kda_recurrent_sm80": {
@@ -217,6 +228,22 @@ FAMILIES = {
         # vsplit 1 (16 warps) holds both layouts' tiles over the register budget; vw 16 spills to the stack
         "space": {"vw": [8], "vsplit": [2, 4, 8, 16], "chunk": [32, 64]},
         "check": lambda p: V % (p["vw"] * p["vsplit"]) == 0 and p["vsplit"] > 1,
+        "tactics": {},
+    },
+    # V-slice per CTA: 32 fills the GPU at small HV * N, 64 / 128 redo the producers' work fewer times
+    # (bench/results/kda-prefill-h200.json: vs 32 best at H = 32, vs 64 at H = 64 / 96)
+    "kda_chunked_safe_sm90a": {
+        "make": kda_chunked,
+        "defaults": {"vs": 32, "safe": 1, "arch": "sm_90a"},
+        "space": {"vs": [32, 64, 128]},
+        "check": lambda p: p["vs"] in (32, 64, 128),
+        "tactics": {},
+    },
+    "kda_chunked_softplus_sm90a": {
+        "make": kda_chunked,
+        "defaults": {"vs": 64, "safe": 0, "arch": "sm_90a"},
+        "space": {"vs": [32, 64]},
+        "check": lambda p: p["vs"] in (32, 64),
         "tactics": {},
     },
 }
