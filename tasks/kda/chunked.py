@@ -1,11 +1,12 @@
-"""Chunked (WY-form) KDA prefill on tensor cores, FlashKDA's algorithm in CAKE IR, safe gate only
-(SAFE = 1: the factorised intra-chunk Gram needs e^{-G} <= e^{80}, inside the bf16/fp32 range; the
-scalar facts refuse SAFE = 0). Two kernels:
+"""Chunked (WY-form) KDA prefill on tensor cores, FlashKDA's algorithm in CAKE IR. Two kernels:
 
-- `kda_chunk16`: the first version, every step CTA-synchronous (3.6 ms at T = 8192, H = 32 on the H200:
-  latency-bound). Kept as the plain statement of the algorithm and as a test of the IR features.
-- `kda_chunk16_ws`: the same math warp-specialised (producers / consumers, mbarriers), 0.81 ms there;
-  fla chunk_kda 1.2-1.7 ms (docs/perf-log.md, session 5).
+- `kda_chunk16`: the first version, safe gate only, every step CTA-synchronous (3.6 ms at T = 8192,
+  H = 32 on the H200: latency-bound). Kept as the plain statement of the algorithm and as a test of the
+  IR features.
+- `kda_chunk16_ws(vs, safe)`: the same math warp-specialised (producers / consumers, mbarriers), one
+  gate form per build (its SAFE fact is fixed). Safe gate: the factorised intra-chunk Gram (e^{-G} <=
+  e^{80}, inside the bf16/fp32 range), 0.81 ms there against fla chunk_kda's 1.2-1.7 ms. Softplus gate:
+  explicit diagonal blocks, correct but 3.7 ms (docs/perf-log.md, session 5).
 
 The first version, in detail (both state layouts and initial states; an accumulator loads h0
 element-wise, transposed for [N, HV, V, K]):
