@@ -11,7 +11,7 @@ mkdir -p $OUT/g0 $OUT/g1
 (export CUDA_VISIBLE_DEVICES=0
  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kda_ir.py tests/test_kda_decode_ir.py \
    tests/test_ld_index.py tests/test_mma_chain.py tests/test_kda_chunked.py > $OUT/g0/gpu-tests.log 2>&1
- timeout 100 python3 bench/kda_layer.py --out $OUT/g0 > $OUT/g0/layer.log 2>&1
+ timeout 240 python3 bench/kda_layer.py --out $OUT/g0 > $OUT/g0/layer.log 2>&1   # 100 s was not enough in session 5 (fla autotunes)
  timeout $((D - 250)) python3 bench/kda_prefill.py --out $OUT/g0 --shapes 0,1,2,3,8,9 --deadline-s $((D - 300)) \
    > $OUT/g0/prefill.log 2>&1) &
 (export CUDA_VISIBLE_DEVICES=1

@@ -4,8 +4,9 @@ with random weights, checked at every step against a float64 token recurrence.
     python bench/kda_layer.py [--out DIR] [--lens 37,300,1,64,129] [--steps 16] [--no-fla]
 
 Per gate form (SAFE = 1 lower-bound gate, SAFE = 0 softplus gate):
-- prefill: N packed sequences (cu_seqlens) through the layer. CAKE prefill kernel (tasks/kda/programs.py,
-  H0 = 0 with a NaN h0 that must not be read, VK = 1: states [N, H, V, K]) against the float64
+- prefill: N packed sequences (cu_seqlens) through the layer. CAKE prefill kernel (by default the
+  chunked one of the gate form, tasks/kda/chunked.py; --prefill-variant 8x4x32 for the recurrent
+  tasks/kda/programs.py; H0 = 0 with a NaN h0 that must not be read, VK = 1: states [N, H, V, K]) against the float64
   recurrence started from zeros: layer output y [T, D], core output o, final states;
 - decode: --steps token-by-token steps for all N sequences at once, each path continuing from its own
   prefill states. States live in a pool arranged by slot (sequence b in slot idx[b], idx a fixed random
@@ -147,8 +148,13 @@ class CakeCore:
             if not res.ok:
                 raise RuntimeError(f"{ir.name}: " + "; ".join(d.short() for d in res.diagnostics[:3]))
             return CompiledKernel(ir, res)
-        vw, vs, ch = (int(a) for a in prefill.split("x"))
-        self.pre = build(kda_recurrent(vw=vw, vsplit=vs, chunk=ch, arch=arch))
+        if prefill == "chunked":        # the chunked kernels, one per gate form (tasks/kda/chunked.py)
+            from tasks.kda.chunked import kda_chunk16_ws
+            self.pre = {safe: build(kda_chunk16_ws(arch=arch, vs=32, safe=bool(safe))) for safe in (0, 1)}
+        else:
+            vw, vs, ch = (int(a) for a in prefill.split("x"))
+            rec = build(kda_recurrent(vw=vw, vsplit=vs, chunk=ch, arch=arch))
+            self.pre = {0: rec, 1: rec}
         vw, vs = (int(a) for a in decode.split("x"))
         self.dec = build(kda_decode(vw=vw, vsplit=vs, arch=arch))
 
@@ -156,7 +162,7 @@ class CakeCore:
         import torch
         (T, H, _), N = x["q"].shape, cu.numel() - 1
         o, ht = _nan((T, H, V), torch.bfloat16), _nan((N, H, V, K), torch.float32)
-        self.pre({**x, "A_log": A_log, "dt_bias": dt_bias, "h0": _nan((N, H, V, K), torch.float32),
+        self.pre[int(safe)]({**x, "A_log": A_log, "dt_bias": dt_bias, "h0": _nan((N, H, V, K), torch.float32),
                   "cu_seqlens": cu, "o": o, "ht": ht},
                  {"T": T, "N": N, "H": H, "HV": H, "SAFE": int(safe), "VK": 1, "H0": 0},
                  stream=torch.cuda.current_stream().cuda_stream)
@@ -265,7 +271,8 @@ def main() -> int:
     ap.add_argument("--lens", default="37,300,1,64,129", help="packed sequence lengths")
     ap.add_argument("--steps", type=int, default=16, help="decode steps after the prefill")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prefill-variant", default="8x4x32", help="kda_recurrent vw x vsplit x chunk")
+    ap.add_argument("--prefill-variant", default="chunked",
+                    help="'chunked' (tasks/kda/chunked.py, per gate form) or kda_recurrent vw x vsplit x chunk")
     ap.add_argument("--decode-variant", default="8x4", help="kda_decode vw x vsplit")
     ap.add_argument("--fla", action=argparse.BooleanOptionalAction, default=True,
                     help="also run fla's kernels (information only; skipped when fla is not importable)")
