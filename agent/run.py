@@ -70,7 +70,10 @@ def list_tasks(out=sys.stdout) -> int:
             continue
         i = e.info()
         out.write(f"{name:<10} {i['description']}\n")
-        out.write(f"{'':<10} timed shape {i['bench_shapes']}; test shapes {len(i['shapes'])}; "
+        keys = getattr(e.task, "shape_class_keys", ()) or ()
+        more = (f" (--shape picks one of {len(i['bench_shapes'])}" + (f"; classes by {', '.join(keys)}" if keys else "")
+                + ")") if len(i["bench_shapes"]) > 1 else ""
+        out.write(f"{'':<10} timed shape {e.bench_shape}{more}; test shapes {len(i['shapes'])}; "
                   f"tolerance rel RMSE {i['tolerance']['rel_rmse']}"
                   + (f", max-abs {i['tolerance']['max_abs']}" if i['tolerance']['max_abs'] is not None else "") + "\n")
         out.write(f"{'':<10} seeds {', '.join(i['seeds'])}; baselines {', '.join(i['baselines']) or '-'}\n")
