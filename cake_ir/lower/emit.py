@@ -515,10 +515,8 @@ class Emitter:
         rb = reg.buffer
         if rb is None or rb.space != "reg":
             self.fail(path, f"{st.op} moves a register tile")
-        if rb.layout == "mma_acc" and (st.op == "ldg" or (st.op == "stg" and st.trans)):
+        if rb.layout == "mma_acc" and (st.op in ("ldg", "lds") or (st.op == "stg" and st.trans)):
             return self.acc_elementwise(st, rb, mem, path)
-        if rb.layout == "mma_acc" and st.op == "lds":
-            return self.acc_from_smem(st, rb, mem, path)
         if rb.layout in ("wgmma_acc", "mma_acc") and st.op in ("stg", "sts"):
             if st.trans:
                 self.fail(path, "a transposed accumulator store goes to global memory (stg) from an mma_acc tile")
@@ -617,7 +615,8 @@ class Emitter:
 
     @staticmethod
     def from_storage(dtype: str, x: str) -> str:
-        return {"bf16": f"cake::bf2f({x})", "f16": f"cake::h2f({x})"}.get(dtype, f"(float)({x})")
+        """A stored element as a float expression (an f32 element is one already)."""
+        return {"bf16": f"cake::bf2f({x})", "f16": f"cake::h2f({x})", "f32": x}.get(dtype, f"(float)({x})")
 
     @staticmethod
     def to_storage(dtype: str, x: str) -> str:
@@ -630,33 +629,36 @@ class Emitter:
         self.w.line(f"const int cake_col = ((cake_e >> 2) % {N // 8}) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);")
 
     def acc_elementwise(self, st: Access, rb: Buffer, mem, path):
-        """ldg into an mma_acc tile, or stg from it with `trans`: one element at a time, each to / from
-        its place in a global tile whose leading dims fold into rows -- transposed with `trans` (an
-        initial state in [V, K] order loaded as S [K, V], the final state stored back that way)."""
-        if mem.space != "global":
-            self.fail(path, "accumulator loads and transposed stores move to / from global tiles")
+        """ldg / lds into an mma_acc tile, or stg from it with `trans`: one element at a time, each to /
+        from its place in a tile whose leading dims fold into rows -- transposed with `trans` (an initial
+        state in [V, K] order loaded as S [K, V], the final state stored back that way); from shared
+        memory, a matrix assembled there (explicit Gram blocks joining a tensor-core product)."""
         TM, TN = rb.shape
         shape = list(mem.shape)
         rows, cols = (TN, TM) if st.trans else (TM, TN)
         if len(shape) < 2 or prod(shape[:-1]) != rows or shape[-1] != cols:
             self.fail(path, f"an mma_acc [{TM}, {TN}]{' (trans)' if st.trans else ''} moves to / from a tile of "
                       f"{rows} rows x {cols} ({shape})")
-        p = mem.param
         r_c, c_c = ("cake_col", "cake_row") if st.trans else ("cake_row", "cake_col")
-        idx = self._unravel_rows(mem, r_c, c_c, shape)
         conds = []
-        if st.oob in ("mask", "zfill"):
-            conds += [f"({g}) < ({ix(d)})" for g, d in zip(idx, p.shape)]
-        if st.row_limit is not None:
-            conds.append(f"({idx[0]}) < (int)({ix(st.row_limit)})")
-        elem = f"{p.name}[{self.gaddr(p, idx)}]"
+        if mem.space == "smem":
+            r0, c0, _, _ = self.tile_rc(mem, path)
+            val = self.smem_value(mem.buffer, mem.ref.slot, f"{r0} + {r_c}", f"{c0} + {c_c}")
+        else:
+            p = mem.param
+            idx = self._unravel_rows(mem, r_c, c_c, shape)
+            if st.oob in ("mask", "zfill"):
+                conds += [f"({g}) < ({ix(d)})" for g, d in zip(idx, p.shape)]
+            if st.row_limit is not None:
+                conds.append(f"({idx[0]}) < (int)({ix(st.row_limit)})")
+            elem = f"{p.name}[{self.gaddr(p, idx)}]"
+            val = self.from_storage(p.dtype, elem)
         w = self.w
         w.open("", path)
         w.line("#pragma unroll")
         w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; ++cake_e)")
         self.acc_coords(TN)
-        if st.op == "ldg":
-            val = self.from_storage(p.dtype, elem) if p.dtype != "f32" else elem
+        if st.op in ("ldg", "lds"):
             if conds:
                 val = f"(({' && '.join(conds)}) ? {val} : 0.0f)"
             w.line(f"{rb.name}[cake_e] = {val};", path)
@@ -666,26 +668,10 @@ class Emitter:
         w.close()
         w.close()
 
-    def acc_from_smem(self, st: Access, rb: Buffer, mem, path):
-        """lds into an mma_acc tile: each lane reads its own elements of the 2-d view of the smem tile
-        (a matrix assembled in shared memory, e.g. the explicitly computed diagonal blocks of a Gram
-        matrix, joining an accumulator)."""
-        TM, TN = rb.shape
-        r0, c0, rows, cols = self.tile_rc(mem, path)
-        if (rows, cols) != (TM, TN):
-            self.fail(path, f"an mma_acc [{TM}, {TN}] loads from an smem tile of {rows} x {cols}")
-        b = mem.buffer
-        w = self.w
-        w.open("", path)
-        w.line("#pragma unroll")
-        w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; ++cake_e)")
-        self.acc_coords(TN)
-        ptr = (f"reinterpret_cast<const {STORAGE[b.dtype]}*>(cake_smem + "
-               f"({self.smem_byte(b, mem.ref.slot, f'{r0} + cake_row', f'{c0} + cake_col')}))")
-        val = self.from_storage(b.dtype, f"(*{ptr})") if b.dtype != "f32" else f"(*{ptr})"
-        w.line(f"{rb.name}[cake_e] = {val};", path)
-        w.close()
-        w.close()
+    def smem_value(self, b: Buffer, slot, row_c: str, col_c: str) -> str:
+        """Element (row, col) of an smem buffer's 2-d view (stage `slot`) as a float expression."""
+        ptr = f"reinterpret_cast<const {STORAGE[b.dtype]}*>(cake_smem + ({self.smem_byte(b, slot, row_c, col_c)}))"
+        return self.from_storage(b.dtype, f"(*{ptr})")
 
     def store_acc(self, st: Access, rb: Buffer, reg, mem, path):
         """Store an mma/wgmma accumulator fragment: each thread owns pairs (row, 2c..2c+1)."""
@@ -1027,7 +1013,7 @@ class Emitter:
             b = self.k.buffer(v.name)
             if b is not None:
                 e = tile_elem(b)
-                return self.from_storage(b.dtype, e) if b.dtype != "f32" else e
+                return self.from_storage(b.dtype, e)
             if v.name in scalars:
                 return f"(float){v.name}"
             if v.name in self.k.consts:
@@ -1167,7 +1153,7 @@ class Emitter:
 
     def reduce_value(self, st: Reduce, sb: Buffer) -> str:
         """Element cake_e of a reduce's source as it enters the sum (float; squared for sum_sq)."""
-        val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]") if sb.dtype != "f32" else f"{sb.name}[cake_e]"
+        val = self.from_storage(sb.dtype, f"{sb.name}[cake_e]")
         return f"cake::sq({val})" if st.kind == "sum_sq" else val
 
     def sum_plan(self, st, path) -> Optional[SumPlan]:
@@ -1398,11 +1384,9 @@ class Emitter:
                     conds = " && ".join(f"({i}) < ({ix(d)})" for i, d in zip(idx, p.shape))
                     val = f"(({conds}) ? {val} : 0.0f)"
             else:
-                b = mem.buffer
                 r0, c0, _, _ = self.tile_rc(mem, path)
                 r_c, c_c = (r0, f"{c0} + {row}") if along_last else (f"{r0} + {row}", f"{c0} + cake_c")
-                ptr = f"reinterpret_cast<const {STORAGE[b.dtype]}*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, r_c, c_c)}))"
-                val = self.from_storage(b.dtype, f"(*{ptr})") if b.dtype != "f32" else f"(*{ptr})"
+                val = self.smem_value(mem.buffer, mem.ref.slot, r_c, c_c)
             w.line(f"{rb.name}[{slot * K} + cake_c] = {self.to_storage(rb.dtype, val)};", path)
             w.close()
         w.close()
@@ -1433,7 +1417,7 @@ class Emitter:
         w.line(f"const {vt} cake_v = *reinterpret_cast<const {vt}*>(cake_smem + ({addr}));")
         w.line(f"const {STORAGE[sb.dtype]}* cake_h = reinterpret_cast<const {STORAGE[sb.dtype]}*>(&cake_v);")
         w.line("#pragma unroll")
-        x = self.from_storage(sb.dtype, "cake_h[cake_j]") if sb.dtype != "f32" else "cake_h[cake_j]"
+        x = self.from_storage(sb.dtype, "cake_h[cake_j]")
         term = f"cake::sq({x})" if st.kind == "sum_sq" else x
         w.line(f"for (int cake_j = 0; cake_j < {V}; ++cake_j) cake_acc += {term};")
         w.close()
@@ -1498,7 +1482,7 @@ class Emitter:
                 ssp, sptr = self.elem_ptr(src, "cake_r", "cake_c", path)
                 x = f"(*{sptr})" if ssp == "global" else \
                     f"(*reinterpret_cast<const {STORAGE[src.dtype]}*>(cake_smem + ({sptr} - cake_smem_base)))"
-                x = self.from_storage(src.dtype, x) if src.dtype != "f32" else x
+                x = self.from_storage(src.dtype, x)
                 _, dptr = self.elem_ptr(dst, "cake_t", "cake_c", path)
                 w.line(f"cake_a[cake_j] = {dptr}; cake_x[cake_j] = {x};")
                 w.close()
@@ -1517,7 +1501,7 @@ class Emitter:
                     x = f"(*{sptr})"
                 else:
                     x = f"(*reinterpret_cast<const {STORAGE[src.dtype]}*>(cake_smem + ({sptr} - cake_smem_base)))"
-                x = self.from_storage(src.dtype, x) if src.dtype != "f32" else x
+                x = self.from_storage(src.dtype, x)
                 dsp, dptr = self.elem_ptr(dst, "cake_t", "cake_c", path)
                 fn = "red_add_global" if dsp == "global" else "red_add_shared"
                 w.line(f"cake::{fn}({dptr}, {x});", path)

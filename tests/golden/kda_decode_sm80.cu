@@ -424,49 +424,49 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_decode_8_1(  // /
          {
           unsigned short cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 0]));
+          cake_h[0] = cake::f2bf(ov[cake_s * 8 + 0]);
           *reinterpret_cast<unsigned short*>((o + ((b + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/then/0
         }
          {
           unsigned short cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 1]));
+          cake_h[0] = cake::f2bf(ov[cake_s * 8 + 1]);
           *reinterpret_cast<unsigned short*>((o + ((b + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 1) = cake_v;  // /roles/0/body/10/then/0
         }
          {
           unsigned short cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 2]));
+          cake_h[0] = cake::f2bf(ov[cake_s * 8 + 2]);
           *reinterpret_cast<unsigned short*>((o + ((b + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 2) = cake_v;  // /roles/0/body/10/then/0
         }
          {
           unsigned short cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 3]));
+          cake_h[0] = cake::f2bf(ov[cake_s * 8 + 3]);
           *reinterpret_cast<unsigned short*>((o + ((b + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 3) = cake_v;  // /roles/0/body/10/then/0
         }
          {
           unsigned short cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 4]));
+          cake_h[0] = cake::f2bf(ov[cake_s * 8 + 4]);
           *reinterpret_cast<unsigned short*>((o + ((b + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 4) = cake_v;  // /roles/0/body/10/then/0
         }
          {
           unsigned short cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 5]));
+          cake_h[0] = cake::f2bf(ov[cake_s * 8 + 5]);
           *reinterpret_cast<unsigned short*>((o + ((b + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 5) = cake_v;  // /roles/0/body/10/then/0
         }
          {
           unsigned short cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 6]));
+          cake_h[0] = cake::f2bf(ov[cake_s * 8 + 6]);
           *reinterpret_cast<unsigned short*>((o + ((b + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 6) = cake_v;  // /roles/0/body/10/then/0
         }
          {
           unsigned short cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 7]));
+          cake_h[0] = cake::f2bf(ov[cake_s * 8 + 7]);
           *reinterpret_cast<unsigned short*>((o + ((b + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 7) = cake_v;  // /roles/0/body/10/then/0
         }
       }

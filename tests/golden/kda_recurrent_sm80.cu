@@ -460,14 +460,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
                {
                 uint4 cake_v;
                 cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-                cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 0]));
-                cake_h[1] = cake::f2bf((float)(ov[cake_s * 8 + 1]));
-                cake_h[2] = cake::f2bf((float)(ov[cake_s * 8 + 2]));
-                cake_h[3] = cake::f2bf((float)(ov[cake_s * 8 + 3]));
-                cake_h[4] = cake::f2bf((float)(ov[cake_s * 8 + 4]));
-                cake_h[5] = cake::f2bf((float)(ov[cake_s * 8 + 5]));
-                cake_h[6] = cake::f2bf((float)(ov[cake_s * 8 + 6]));
-                cake_h[7] = cake::f2bf((float)(ov[cake_s * 8 + 7]));
+                cake_h[0] = cake::f2bf(ov[cake_s * 8 + 0]);
+                cake_h[1] = cake::f2bf(ov[cake_s * 8 + 1]);
+                cake_h[2] = cake::f2bf(ov[cake_s * 8 + 2]);
+                cake_h[3] = cake::f2bf(ov[cake_s * 8 + 3]);
+                cake_h[4] = cake::f2bf(ov[cake_s * 8 + 4]);
+                cake_h[5] = cake::f2bf(ov[cake_s * 8 + 5]);
+                cake_h[6] = cake::f2bf(ov[cake_s * 8 + 6]);
+                cake_h[7] = cake::f2bf(ov[cake_s * 8 + 7]);
                 if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/then/7/body/8/body/14/then/0
               }
             }
@@ -870,14 +870,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) kda_recurrent_8_4_32(  // /
                {
                 uint4 cake_v;
                 cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-                cake_h[0] = cake::f2bf((float)(ov[cake_s * 8 + 0]));
-                cake_h[1] = cake::f2bf((float)(ov[cake_s * 8 + 1]));
-                cake_h[2] = cake::f2bf((float)(ov[cake_s * 8 + 2]));
-                cake_h[3] = cake::f2bf((float)(ov[cake_s * 8 + 3]));
-                cake_h[4] = cake::f2bf((float)(ov[cake_s * 8 + 4]));
-                cake_h[5] = cake::f2bf((float)(ov[cake_s * 8 + 5]));
-                cake_h[6] = cake::f2bf((float)(ov[cake_s * 8 + 6]));
-                cake_h[7] = cake::f2bf((float)(ov[cake_s * 8 + 7]));
+                cake_h[0] = cake::f2bf(ov[cake_s * 8 + 0]);
+                cake_h[1] = cake::f2bf(ov[cake_s * 8 + 1]);
+                cake_h[2] = cake::f2bf(ov[cake_s * 8 + 2]);
+                cake_h[3] = cake::f2bf(ov[cake_s * 8 + 3]);
+                cake_h[4] = cake::f2bf(ov[cake_s * 8 + 4]);
+                cake_h[5] = cake::f2bf(ov[cake_s * 8 + 5]);
+                cake_h[6] = cake::f2bf(ov[cake_s * 8 + 6]);
+                cake_h[7] = cake::f2bf(ov[cake_s * 8 + 7]);
                 if ((t0 + j + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (v0 + cake_c) < (V)) *reinterpret_cast<uint4*>((o + ((t0 + j + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (v0 + cake_c))) + 0) = cake_v;  // /roles/0/body/10/else/7/body/8/body/14/then/0
               }
             }

@@ -388,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) knn_l2_k10_d128_16x32_s64(  
                 #pragma unroll
                 for (int cake_c = 0; cake_c < 10; ++cake_c) {
                   const int cake_gi = pi[cake_r * 10 + cake_c];
-                  const float cake_v = 1.0f * (float)(pv[cake_r * 10 + cake_c]);
+                  const float cake_v = 1.0f * pv[cake_r * 10 + cake_c];
                   cake::topk_insert<10, true>(&mv[cake_r * 10], &mi[cake_r * 10], cake_v, cake_gi);
                 }
               }
