@@ -1,267 +1,26 @@
-"""Chunked (WY-form) KDA prefill on tensor cores, FlashKDA's algorithm in CAKE IR. Two kernels:
+"""Chunked (WY-form) KDA prefill on tensor cores, FlashKDA's algorithm in CAKE IR:
+`kda_chunk16_ws(vs, safe)`, one gate form per build (its SAFE fact is fixed).
 
-- `kda_chunk16`: the first version, safe gate only, every step CTA-synchronous (3.6 ms at T = 8192,
-  H = 32 on the H200: latency-bound). Kept as the plain statement of the algorithm and as a test of the
-  IR features.
-- `kda_chunk16_ws(vs, safe)`: the same math warp-specialised (producers / consumers, mbarriers), one
-  gate form per build (its SAFE fact is fixed). Safe gate: the factorised intra-chunk Gram (e^{-G} <=
-  e^{80}, inside the bf16/fp32 range), 0.81 ms there against fla chunk_kda's 1.2-1.7 ms. Softplus gate:
-  explicit diagonal blocks, correct but 3.7 ms (docs/perf-log.md, session 5).
+Per chunk of C = 16 tokens (G = cumulative gate inside the chunk, every exponent anchored at the chunk
+start; q, k L2-normalised in the kernel, q scaled by K^-1/2):
 
-The first version, in detail (both state layouts and initial states; an accumulator loads h0
-element-wise, transposed for [N, HV, V, K]):
-
-One CTA per (value head, sequence, V-slice of 32 columns), 4 warps; warp w keeps rows [32 w, 32 w + 32)
-of the state slice S [K = 128, 32] as an fp32 mma accumulator for the whole sequence. Per chunk of
-C = 16 tokens (G = cumulative gate inside the chunk, every exponent anchored at the chunk start):
-
-    prepare   thread d: G[:, d] = cumsum of the gate of channel d (masked past the sequence end);
-              warp w, tokens 4w..4w+3: q, k normalised; KG = k e^G, KI = k e^-G, QG = scale q e^G,
-              KD = k e^{G_C - G}, BKG = beta KG (bf16 rows in shared memory); BV = beta v
-    warp 0    Akk = Diag(beta) tril_<(KG KI^T);  A = (I + Akk)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8)
-    warp 1    Aqk = tril_<=(QG KI^T)
-    all       W = A BKG (warp w: columns 32w..), U = A BV (warp w: columns 8w..)
-              Vn = U - W S;  O = QG S + Aqk Vn  (stored up to the sequence end)
-              S = Diag(e^{G_C}) S + KD^T Vn
+    QG = q e^G,  KG = k e^G,  KD = k e^{G_C - G}
+    Akk = Diag(beta) tril_<(k_i . k_j e^{G_i - G_j}),  Aqk = tril_<=(q_i . k_j e^{G_i - G_j})
+    A' = (I + Akk)^-1 Diag(beta) = (I - L)(I + L^2)(I + L^4)(I + L^8) Diag(beta)   (L strictly lower)
+    W = A' KG,  U = A' v;  Vn = U - W S;  O = QG S + Aqk Vn;  S = Diag(e^{G_C}) S + KD^T Vn
 
 mma operands are bf16 (FlashKDA's choice; bench/kda_chunk_precision.py: o 3.9e-3 against the 5e-3
-bar, fp16 would give 1.7e-3 but cannot hold e^{-G}). No pipelining: every chunk is loaded, then
-computed.
+bar). Safe gate: the Gram factors as KG KI^T with KI = k e^{-G} (G >= 16 * -5 = -80: inside the
+bf16/fp32 range), 0.81 ms at T = 8192, H = 32 on the H200 against fla chunk_kda's 1.2-1.7 ms. Softplus
+gate: explicit diagonal blocks, correct but 3.7 ms there (docs/perf-log.md, session 5, which also has
+the CTA-synchronous first version this replaced: 3.6 ms).
 """
 from cake_ir.builder import KernelBuilder, bar, tile
 
-from tasks.kda.programs import L2_EPS, K, V, gate_expr
+from tasks.kda.programs import L2_EPS, K, V, gate_expr, prefill_interface, sequence_lets
 
 C = 16
 VS = 32
-
-
-def kda_chunk16(arch: str = "sm_80"):
-    kb = KernelBuilder("kda_chunk16", arch=arch, grid=["HV", "N", V // VS], threads=128,
-                       note="chunked KDA prefill on mma.sync (safe gate), CTA-synchronous")
-    kb.const(K=K, V=V, C=C, VS=VS)
-    for n in ("T", "N", "H", "HV"):
-        kb.scalar(n, min=1)
-    kb.scalar("SAFE", min=1, max=1)
-    kb.scalar("VK", min=0, max=1)
-    kb.scalar("H0", min=0, max=1)
-    for n in ("q", "k"):
-        kb.tensor(n, "bf16", ["T", "H", "K"])
-    kb.tensor("v", "bf16", ["T", "HV", "V"])
-    kb.tensor("g", "bf16", ["T", "HV", "K"])
-    kb.tensor("beta", "bf16", ["T", "HV"])
-    kb.tensor("A_log", "f32", ["HV"])
-    kb.tensor("dt_bias", "f32", ["HV", "K"])
-    kb.tensor("h0", "f32", ["N", "HV", "V", "K"])
-    kb.tensor("cu_seqlens", "i32", ["N + 1"])
-    kb.tensor("o", "bf16", ["T", "HV", "V"], access="write")
-    kb.tensor("ht", "f32", ["N", "HV", "V", "K"], access="write")
-    # raw chunk
-    for n in ("sQ", "sK", "sG"):
-        kb.buffer(n, "smem", "bf16", [C, 1, K])
-    kb.buffer("sV", "smem", "bf16", [C, 1, VS])
-    kb.buffer("sBeta", "smem", "f32", [C, 1])
-    # prepared
-    kb.buffer("sGc", "smem", "f32", [C, 1, K])
-    for n in ("sKG", "sKI", "sQG", "sKD", "sBKG", "sW"):
-        kb.buffer(n, "smem", "bf16", [C, K])
-    kb.buffer("sBV", "smem", "bf16", [C, VS])
-    kb.buffer("sDec", "smem", "f32", [K])
-    for n in ("sAinv", "sAqk", "sP"):
-        kb.buffer(n, "smem", "bf16", [C, C])
-    kb.buffer("sS", "smem", "bf16", [K, VS])
-    kb.buffer("sVn", "smem", "bf16", [C, VS])
-    # per-thread (channel d = tid): the gate column and its cumulative sum
-    kb.buffer("al", "reg", "f32", [1], scope="thread")
-    kb.buffer("dbt", "reg", "f32", [1, 1], scope="thread")
-    kb.buffer("gcol", "reg", "f32", [C, 1, 1], scope="thread")
-    kb.buffer("grow", "reg", "f32", [1, C], scope="thread")
-    kb.buffer("bcol", "reg", "f32", [C, 1], scope="thread")
-    kb.buffer("gsum", "reg", "f32", [1, 1], scope="thread")
-    # per warp, tokens 4w..4w+3 one at a time: [1, 1, K] rows, lanes across K (vec 4)
-    v4 = dict(layout="blocked", vec=4, scope="warp")
-    for n in ("qr", "kr", "Gr", "tr", "GCr"):
-        kb.buffer(n, "reg", "f32", [1, 1, K], **v4)
-    for n in ("qs", "ks", "mk", "br"):
-        kb.buffer(n, "reg", "f32", [1, 1, 1], scope="thread")
-    # beta v: thread t takes token t / 8, columns 4 (t % 8) .. + 4
-    kb.buffer("vt", "reg", "f32", [1, 1, 4], scope="thread")
-    kb.buffer("bt", "reg", "f32", [1, 1], scope="thread")
-    # mma fragments and accumulators
-    kb.buffer("L", "reg", "f32", [C, C], layout="mma_acc", scope="warp")
-    kb.buffer("P", "reg", "f32", [C, C], layout="mma_acc", scope="warp")
-    kb.buffer("Inv", "reg", "f32", [C, C], layout="mma_acc", scope="warp")
-    kb.buffer("fa", "reg", "bf16", [C, C], layout="mma_a", scope="warp")
-    kb.buffer("fb", "reg", "bf16", [C, C], layout="mma_b", scope="warp")
-    kb.buffer("brow", "reg", "f32", [C, 1], layout="mma_rows", scope="warp")
-    kb.buffer("Wt", "reg", "f32", [C, 8], layout="mma_acc", scope="warp")
-    kb.buffer("fb8", "reg", "bf16", [8, C], layout="mma_b", scope="warp")       # B [n 8, k 16]
-    kb.buffer("U", "reg", "f32", [C, 8], layout="mma_acc", scope="warp")
-    kb.buffer("Vn", "reg", "f32", [C, 8], layout="mma_acc", scope="warp")
-    kb.buffer("Oa", "reg", "f32", [C, 8], layout="mma_acc", scope="warp")
-    kb.buffer("faT", "reg", "bf16", [32, C], layout="mma_a", scope="warp")      # KD^T rows 32w.. [32 m, 16 k]
-    kb.buffer("fbv", "reg", "bf16", [32, C], layout="mma_b", scope="warp")      # Vn [n 32, k 16]
-    kb.buffer("dec", "reg", "f32", [32, 1], layout="mma_rows", scope="warp")
-    kb.buffer("S", "reg", "f32", [32, VS], layout="mma_acc", scope="warp")
-    with kb.role("main", warps=(0, 4)) as r:
-        r.let("hv", "bid.x")
-        r.let("n", "bid.y")
-        r.let("h", "hv / (HV / H)")
-        r.let("bos", "ld(cu_seqlens, n, 0, T, n * (T / N))")
-        r.let("eos", "ld(cu_seqlens, n + 1, 0, T, (n + 1) * (T / N))")
-        r.let("nc", "cdiv(max(eos - bos, 0), C)")
-        r.let("c0", "bid.z * VS")
-        r.let("w4", "role_warp * 4")
-        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
-        r.ldg(tile("dt_bias", ["hv", "tid"], [1, 1]), tile("dbt"), vec_bytes=4)
-        # warp w: S rows (K) 32w.., this CTA's 32 V columns; h0 / ht are [V, K] per head when VK = 1
-        kv_tile = (["n", "hv", "role_warp * 32", "c0"], [1, 1, 32, VS])
-        vk_tile = (["n", "hv", "c0", "role_warp * 32"], [1, 1, VS, 32])
-        with r.if_("H0 == 1"):
-            with r.if_("VK == 1"):
-                r.ldg(tile("h0", *vk_tile), tile("S"), trans=True, vec_bytes=4, id="load_h0_vk")
-            with r.else_():
-                r.ldg(tile("h0", *kv_tile), tile("S"), vec_bytes=4, id="load_h0")
-        with r.else_():
-            r.fill("S", 0.0)
-        with r.for_("c", 0, "nc", id="chunk_loop"):
-            r.let("t0", "bos + c * C")
-            r.copy("cp_async", tile("q", ["t0", "h", 0], [C, 1, K]), tile("sQ"), oob="zfill", vec_bytes=16)
-            r.copy("cp_async", tile("k", ["t0", "h", 0], [C, 1, K]), tile("sK"), oob="zfill", vec_bytes=16)
-            r.copy("cp_async", tile("g", ["t0", "hv", 0], [C, 1, K]), tile("sG"), oob="zfill", vec_bytes=16)
-            r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, VS]), tile("sV"), oob="zfill", vec_bytes=16)
-            r.sync("cp_async_commit")
-            with r.if_("role_warp == 0"):
-                r.ldg(tile("beta", ["t0", "hv"], [C, 1]), tile("bcol"), oob="zfill", vec_bytes=2)
-                # beta past the sequence end is 0: those tokens add nothing and see nothing
-                r.map("bcol", "select(t0 + row() < eos, sigmoid(bcol), 0)")
-                with r.if_("lane == 0"):
-                    r.sts(tile("bcol"), tile("sBeta"), vec_bytes=4)
-            r.sync("cp_async_wait", n=0)
-            r.sync("syncthreads")
-            # thread d: the cumulative gate of channel d (0 past the sequence end)
-            r.lds(tile("sG", [0, 0, "tid"], [C, 1, 1]), tile("gcol"), vec_bytes=2)   # channel tid, 16 tokens
-            r.map("gcol", f"select(t0 + row() < eos, {gate_expr('gcol', 'dbt')}, 0)")
-            r.map("grow", "gcol")
-            r.reduce("sum", "grow", "gsum", axis=1)              # G_C: the whole chunk's gate
-            r.map("gsum", "exp(gsum)")
-            r.sts(tile("gsum"), tile("sDec", ["tid"], [1]), vec_bytes=4)
-            r.scan("sum", "grow", "grow", axis=1)
-            r.map("gcol", "grow")
-            r.sts(tile("gcol"), tile("sGc", [0, 0, "tid"], [C, 1, 1]), vec_bytes=4)
-            # beta v: thread t -> token t / 8, columns 4 (t % 8)
-            r.let("tj", "tid / 8")
-            r.let("tc", "(tid % 8) * 4")
-            r.lds(tile("sV", ["tj", 0, "tc"], [1, 1, 4]), tile("vt"), vec_bytes=8)
-            r.lds(tile("sBeta", ["tj", 0], [1, 1]), tile("bt"), vec_bytes=4)
-            r.map("vt", "vt * bt")
-            r.sts(tile("vt"), tile("sBV", ["tj", "tc"], [1, 4]), vec_bytes=8)
-            r.sync("syncthreads")
-            # warp w: tokens 4w..4w+3, the bf16 operand rows
-            r.lds(tile("sGc", [C - 1, 0, 0], [1, 1, K]), tile("GCr"), vec_bytes=16)
-            with r.for_("i", 0, 4, unroll=True, id="prepare"):
-                r.let("j", "w4 + i")
-                r.lds(tile("sQ", ["j", 0, 0], [1, 1, K]), tile("qr"), vec_bytes=8)
-                r.lds(tile("sK", ["j", 0, 0], [1, 1, K]), tile("kr"), vec_bytes=8)
-                r.lds(tile("sGc", ["j", 0, 0], [1, 1, K]), tile("Gr"), vec_bytes=16)
-                r.lds(tile("sBeta", ["j", 0], [1, 1]), tile("br"), vec_bytes=4)
-                r.map("mk", "select(t0 + j < eos, 1, 0)")
-                r.reduce("sum_sq", "qr", "qs", axis=2)
-                r.reduce("sum_sq", "kr", "ks", axis=2)
-                r.map("qr", f"qr * (mk * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r})")
-                r.map("kr", f"kr * (mk * rsqrt(ks + {L2_EPS!r}))")
-                r.map("tr", "kr * exp(Gr)")
-                r.sts(tile("tr"), tile("sKG", ["j", 0], [1, K]), vec_bytes=8)
-                r.map("tr", "tr * br")
-                r.sts(tile("tr"), tile("sBKG", ["j", 0], [1, K]), vec_bytes=8)
-                r.map("tr", "kr * exp(-Gr)")
-                r.sts(tile("tr"), tile("sKI", ["j", 0], [1, K]), vec_bytes=8)
-                r.map("tr", "qr * exp(Gr)")
-                r.sts(tile("tr"), tile("sQG", ["j", 0], [1, K]), vec_bytes=8)
-                r.map("tr", "kr * exp(GCr - Gr)")
-                r.sts(tile("tr"), tile("sKD", ["j", 0], [1, K]), vec_bytes=8)
-            r.sync("syncthreads")
-            with r.if_("role_warp == 0", id="inverse"):
-                r.fill("L", 0.0)
-                for kk in range(K // 16):
-                    r.ldmatrix(tile("sKG", [0, kk * 16], [C, 16]), tile("fa"))
-                    r.ldmatrix(tile("sKI", [0, kk * 16], [C, 16]), tile("fb"))
-                    r.mma_sync(tile("fa"), tile("fb"), tile("L"))
-                r.lds(tile("sBeta"), tile("brow"), vec_bytes=4)
-                r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
-                # (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): L is strictly lower, L^16 = 0
-                r.map("Inv", "select(col() == row(), 1, 0) - L")
-                r.map("P", "L")
-                for _ in range(3):
-                    r.map("fa", "P")
-                    r.sts(tile("P"), tile("sP"), vec_bytes=4)
-                    r.sync("syncwarp")
-                    r.ldmatrix(tile("sP"), tile("fb"), trans=True)
-                    r.fill("P", 0.0)
-                    r.mma_sync(tile("fa"), tile("fb"), tile("P"))          # P <- P P
-                    r.sync("syncwarp")
-                    r.map("L", "P + select(col() == row(), 1, 0)")         # I + P (L is free now)
-                    r.sts(tile("L"), tile("sP"), vec_bytes=4)
-                    r.sync("syncwarp")
-                    r.ldmatrix(tile("sP"), tile("fb"), trans=True)
-                    r.map("fa", "Inv")
-                    r.fill("Inv", 0.0)
-                    r.mma_sync(tile("fa"), tile("fb"), tile("Inv"))        # Inv <- Inv (I + P)
-                    r.sync("syncwarp")
-                r.sts(tile("Inv"), tile("sAinv"), vec_bytes=4)
-            with r.if_("role_warp == 1", id="attention"):
-                r.fill("P", 0.0)
-                for kk in range(K // 16):
-                    r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16]), tile("fa"))
-                    r.ldmatrix(tile("sKI", [0, kk * 16], [C, 16]), tile("fb"))
-                    r.mma_sync(tile("fa"), tile("fb"), tile("P"))
-                r.map("P", "select(col() <= row(), P, 0)", id="aqk")
-                r.sts(tile("P"), tile("sAqk"), vec_bytes=4)
-            r.sync("syncthreads")
-            # W = A BKG (columns 32w..), U = A BV (columns 8w..); the state to shared memory
-            r.ldmatrix(tile("sAinv"), tile("fa"))
-            for q in range(4):
-                col = f"role_warp * 32 + {q * 8}"
-                r.ldmatrix(tile("sBKG", [0, col], [C, 8]), tile("fb8"), trans=True)
-                r.fill("Wt", 0.0)
-                r.mma_sync(tile("fa"), tile("fb8"), tile("Wt"))
-                r.sts(tile("Wt"), tile("sW", [0, col], [C, 8]), vec_bytes=4)
-            r.ldmatrix(tile("sBV", [0, "role_warp * 8"], [C, 8]), tile("fb8"), trans=True)
-            r.fill("U", 0.0)
-            r.mma_sync(tile("fa"), tile("fb8"), tile("U"))
-            r.sts(tile("S"), tile("sS", ["role_warp * 32", 0], [32, VS]), vec_bytes=4)
-            r.sync("syncthreads")
-            # Vn = U - W S;  O = QG S + Aqk Vn   (this warp's 8 columns)
-            r.fill("Vn", 0.0)
-            r.fill("Oa", 0.0)
-            for kk in range(K // 16):
-                r.ldmatrix(tile("sS", [kk * 16, "role_warp * 8"], [16, 8]), tile("fb8"), trans=True)
-                r.ldmatrix(tile("sW", [0, kk * 16], [C, 16]), tile("fa"))
-                r.mma_sync(tile("fa"), tile("fb8"), tile("Vn"))
-                r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16]), tile("fa"))
-                r.mma_sync(tile("fa"), tile("fb8"), tile("Oa"))
-            r.map("Vn", "U - Vn")
-            r.sts(tile("Vn"), tile("sVn", [0, "role_warp * 8"], [C, 8]), vec_bytes=4)
-            r.sync("syncwarp")
-            r.ldmatrix(tile("sAqk"), tile("fa"))
-            r.ldmatrix(tile("sVn", [0, "role_warp * 8"], [C, 8]), tile("fb8"), trans=True)
-            r.mma_sync(tile("fa"), tile("fb8"), tile("Oa"))
-            r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + role_warp * 8"], [C, 1, 8]), oob="mask", vec_bytes=4,
-                  row_limit="eos", id="store_o")      # rows past the sequence end belong to the next one
-            r.sync("syncthreads")
-            # S = Diag(e^{G_C}) S + KD^T Vn   (rows 32w..)
-            r.lds(tile("sDec", ["role_warp * 32"], [32]), tile("dec"), vec_bytes=4)
-            r.map("S", "S * dec")
-            r.ldmatrix(tile("sKD", [0, "role_warp * 32"], [C, 32]), tile("faT"), trans=True)
-            r.ldmatrix(tile("sVn"), tile("fbv"), trans=True)
-            r.mma_sync(tile("faT"), tile("fbv"), tile("S"), id="state_update")
-            r.sync("syncthreads")
-        with r.if_("VK == 1"):
-            r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
-        with r.else_():
-            r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
-    return kb.build()
-
 
 
 P = 4          # producer warps: each prepares whole chunks (c = p, p + P, ...) into its own slot
@@ -269,7 +28,8 @@ HALF = C // 2  # a producer handles the q / k rows of a chunk in two halves (reg
 
 
 def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
-    """The chunked algorithm above, warp-specialised so that the per-chunk chain is not serial:
+    """The chunked algorithm of the module docstring, warp-specialised so that the per-chunk chain is
+    not serial:
 
     producers (warps 0..3): warp p prepares chunks p, p + 4, ... alone. Lane l owns channels 4l..4l+3
         of every token: the gate of the 16 tokens and its cumulative sum down the tokens, then, 8 tokens
@@ -304,22 +64,7 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
                        grid=["HV", "N", V // vs], threads=32 * (P + 4),
                        note=f"chunked KDA prefill, warp-specialised ({gate} gate), V-slice {vs}")
     kb.const(K=K, V=V, C=C, VS=vs, P=P)
-    for n in ("T", "N", "H", "HV"):
-        kb.scalar(n, min=1)
-    kb.scalar("SAFE", min=int(safe), max=int(safe))
-    kb.scalar("VK", min=0, max=1)
-    kb.scalar("H0", min=0, max=1)
-    for n in ("q", "k"):
-        kb.tensor(n, "bf16", ["T", "H", "K"])
-    kb.tensor("v", "bf16", ["T", "HV", "V"])
-    kb.tensor("g", "bf16", ["T", "HV", "K"])
-    kb.tensor("beta", "bf16", ["T", "HV"])
-    kb.tensor("A_log", "f32", ["HV"])
-    kb.tensor("dt_bias", "f32", ["HV", "K"])
-    kb.tensor("h0", "f32", ["N", "HV", "V", "K"])
-    kb.tensor("cu_seqlens", "i32", ["N + 1"])
-    kb.tensor("o", "bf16", ["T", "HV", "V"], access="write")
-    kb.tensor("ht", "f32", ["N", "HV", "V", "K"], access="write")
+    prefill_interface(kb, safe=safe)
     pad = 8        # 272-byte rows: the 8 rows of an ldmatrix land in distinct banks
     # producer-private (stage = producer warp): the raw chunk, then KG (over g) and KI (over k)
     for n in ("wQ", "wK", "wG"):
@@ -385,17 +130,8 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
     kb.prologue.fence("mbarrier_init")
     kb.prologue.sync("syncthreads")
 
-    def bounds(r):
-        r.let("hv", "bid.x")
-        r.let("n", "bid.y")
-        r.let("h", "hv / (HV / H)")
-        r.let("bos", "ld(cu_seqlens, n, 0, T, n * (T / N))")
-        r.let("eos", "ld(cu_seqlens, n + 1, 0, T, (n + 1) * (T / N))")
-        r.let("nc", "cdiv(max(eos - bos, 0), C)")
-        r.let("c0", "bid.z * VS")
-
     with kb.role("prod", warps=(0, P)) as r:
-        bounds(r)
+        sequence_lets(r, "VS")
         r.let("p", "role_warp")
         r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
         r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dbt"), vec_bytes=16)
@@ -453,7 +189,7 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
             r.mbar_arrive(bar("full", "p"))
             r.sync("syncwarp")          # every lane is done with this chunk's private buffers
     with kb.role("cons", warps=(P, 4)) as r:
-        bounds(r)
+        sequence_lets(r, "VS")
         r.let("cw", f"role_warp * {cwn}")
         kv_tile = (["n", "hv", 0, "c0 + cw"], [1, 1, K, cwn])
         vk_tile = (["n", "hv", "c0 + cw", 0], [1, 1, cwn, K])
@@ -504,6 +240,50 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
             r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
     return kb.build()
 
+_ROWS_3D = ("wQ", "wK", "wG", "wX", "wKn")   # [C, 1, K] buffers (cp.async targets); the rest are [C, K]
+
+
+def _cols(buf: str, c0: int, width: int) -> dict:
+    """Columns c0 .. c0 + width of all C rows of a producer / slot buffer."""
+    if buf in _ROWS_3D:
+        return tile(buf, [0, 0, c0], [C, 1, width], slot="p")
+    return tile(buf, [0, c0], [C, width], slot="p")
+
+
+def _normalised_half(r, hh: int, qn: str, kn: str):
+    """Rows hh * 8 .. + 8: raw q, k and the cumulative gate into qh, kh, gh; the per-row norm factors
+    (0 past the sequence end; q's with the K^-1/2 scale) into qn, kn (one shuffle tree for both)."""
+    rows = [hh * HALF, 0, 0]
+    r.lds(tile("wQ", rows, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
+    r.lds(tile("wK", rows, [HALF, 1, K], slot="p"), tile("kh"), vec_bytes=8)
+    r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
+    r.reduce("sum_sq", "qh", qn, axis=1)
+    r.reduce("sum_sq", "kh", kn, axis=1)
+    live = f"select(t0 + {hh * HALF} + row() < eos, 1, 0)"
+    r.map(qn, f"{live} * rsqrt({qn} + {L2_EPS!r}) * {K ** -0.5!r}")
+    r.map(kn, f"{live} * rsqrt({kn} + {L2_EPS!r})")
+
+
+def _grams(r, a: str, b: str, q: str):
+    """L = A B^T and Pm = Q B^T over all K channels (A, Q [C, K] row operands, B [C, K] stored N x K)."""
+    r.fill("L", 0.0)
+    r.fill("Pm", 0.0)
+    for kk in range(K // 16):
+        r.ldmatrix(_cols(b, kk * 16, 16), tile("pb"))
+        r.ldmatrix(_cols(a, kk * 16, 16), tile("pa"))
+        r.mma_sync(tile("pa"), tile("pb"), tile("L"))
+        r.ldmatrix(_cols(q, kk * 16, 16), tile("pa"))
+        r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))
+
+
+def _masks(r):
+    """Aqk = tril_<=(Pm) into its slot; L = Diag(beta) tril_<(L) (beta rows in brow)."""
+    r.map("Pm", "select(col() <= row(), Pm, 0)", id="aqk")
+    r.sts(tile("Pm"), tile("sAqk", slot="p"), vec_bytes=4)
+    r.lds(tile("wBeta", slot="p"), tile("brow"), vec_bytes=4)
+    r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
+
+
 def _prepare_safe(r):
     """Safe gate (G >= 16 * LOWER_BOUND = -80 in a chunk): every factor as a product of per-token rows,
     Akk and Aqk on the tensor cores from KG / QG and KI = k e^-G. Leaves Aqk in its slot, Akk in L, beta
@@ -519,16 +299,8 @@ def _prepare_safe(r):
     r.map("GCr", "exp(GCr)")                # e^{G_C}: the chunk's decay, and KD = k e^{G_C} / e^G
     for hh in range(2):
         rows = [hh * HALF, 0, 0]
-        r.lds(tile("wQ", rows, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
-        r.lds(tile("wK", rows, [HALF, 1, K], slot="p"), tile("kh"), vec_bytes=8)
-        r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
-        r.reduce("sum_sq", "qh", "qs", axis=1)
-        r.reduce("sum_sq", "kh", "ks", axis=1)
-        # per-row factors (0 past the sequence end); one exp per element: e^-G = 1 / e^G
-        # (G >= 16 * LOWER_BOUND = -80 for the safe gate: e^G stays a normal float)
-        live = f"select(t0 + {hh * HALF} + row() < eos, 1, 0)"
-        r.map("qs", f"{live} * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
-        r.map("ks", f"{live} * rsqrt(ks + {L2_EPS!r})")
+        _normalised_half(r, hh, "qs", "ks")
+        # one exp per element: e^-G = 1 / e^G (G >= -80 for the safe gate: e^G stays a normal float)
         r.map("gh", "exp(gh)")
         r.map("qh", "qh * qs * gh")
         r.map("kh", "kh * ks")
@@ -543,19 +315,8 @@ def _prepare_safe(r):
         r.sts(tile("qh"), tile("sKD", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
     r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
     r.sync("syncwarp")
-    # Aqk = tril(QG KI^T);  Akk = Diag(beta) tril_<(KG KI^T)
-    r.fill("L", 0.0)
-    r.fill("Pm", 0.0)
-    for kk in range(K // 16):
-        r.ldmatrix(tile("wK", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pb"))
-        r.ldmatrix(tile("wG", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pa"))
-        r.mma_sync(tile("pa"), tile("pb"), tile("L"))
-        r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="p"), tile("pa"))
-        r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))
-    r.map("Pm", "select(col() <= row(), Pm, 0)", id="aqk")
-    r.sts(tile("Pm"), tile("sAqk", slot="p"), vec_bytes=4)
-    r.lds(tile("wBeta", slot="p"), tile("brow"), vec_bytes=4)
-    r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
+    _grams(r, "wG", "wK", "sQG")           # KG KI^T, QG KI^T
+    _masks(r)
 
 
 def _prepare_softplus(r):
@@ -576,14 +337,7 @@ def _prepare_softplus(r):
     r.lds(tile("wGc", [C - 1, 0], [1, K], slot="p"), tile("GCr"), vec_bytes=16)            # G_C
     for hh in range(2):
         rows = [hh * HALF, 0, 0]
-        r.lds(tile("wQ", rows, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
-        r.lds(tile("wK", rows, [HALF, 1, K], slot="p"), tile("kh"), vec_bytes=8)
-        r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
-        r.reduce("sum_sq", "qh", "cq", axis=1)
-        r.reduce("sum_sq", "kh", "ck", axis=1)
-        live = f"select(t0 + {hh * HALF} + row() < eos, 1, 0)"
-        r.map("cq", f"{live} * rsqrt(cq + {L2_EPS!r}) * {K ** -0.5!r}")
-        r.map("ck", f"{live} * rsqrt(ck + {L2_EPS!r})")
+        _normalised_half(r, hh, "cq", "ck")
         r.map("qh", "qh * cq")
         r.map("kh", "kh * ck")
         r.sync("syncwarp")                  # every lane has read this half's raw rows
@@ -617,21 +371,11 @@ def _prepare_softplus(r):
     r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
     r.sync("syncwarp")
     # the off-diagonal block on the tensor cores: X Y^T (zero outside rows 8.. x columns ..7)
-    r.fill("L", 0.0)
-    r.fill("Pm", 0.0)
-    for kk in range(K // 16):
-        r.ldmatrix(tile("wK", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pb"))
-        r.ldmatrix(tile("wX", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pa"))
-        r.mma_sync(tile("pa"), tile("pb"), tile("L"))
-        r.ldmatrix(tile("wQ", [0, 0, kk * 16], [C, 1, 16], slot="p"), tile("pa"))
-        r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))
+    _grams(r, "wX", "wK", "wQ")
     # the diagonal blocks join (Inv is free until the inverse)
     same_block = "select(row() < {h}, select(col() < {h}, {d}, {o}), select(col() < {h}, {o}, {d}))"
     r.lds(tile("sQd", slot="p"), tile("Inv"), vec_bytes=4)
     r.map("Pm", same_block.format(h=HALF, d="Inv", o="Pm"))
-    r.map("Pm", "select(col() <= row(), Pm, 0)", id="aqk")
-    r.sts(tile("Pm"), tile("sAqk", slot="p"), vec_bytes=4)
     r.lds(tile("sAd", slot="p"), tile("Inv"), vec_bytes=4)
     r.map("L", same_block.format(h=HALF, d="Inv", o="L"))
-    r.lds(tile("wBeta", slot="p"), tile("brow"), vec_bytes=4)
-    r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
+    _masks(r)

@@ -45,6 +45,41 @@ def gate_expr(g: str, d: str, safe: bool | None = None) -> str:
     return f"select(SAFE, {lower}, {softplus})"
 
 
+def prefill_interface(kb, safe: bool | None = None) -> None:
+    """The prefill task's scalars and tensors (tasks/kda/task.py), shared by every prefill program;
+    `safe` fixes the SAFE fact for a program that serves one gate form."""
+    for n in ("T", "N", "H", "HV"):
+        kb.scalar(n, min=1)
+    kb.scalar("SAFE", min=0 if safe is None else int(safe), max=1 if safe is None else int(safe))
+    for n in ("VK", "H0"):
+        kb.scalar(n, min=0, max=1)
+    for n in ("q", "k"):
+        kb.tensor(n, "bf16", ["T", "H", "K"])
+    kb.tensor("v", "bf16", ["T", "HV", "V"])
+    kb.tensor("g", "bf16", ["T", "HV", "K"])
+    kb.tensor("beta", "bf16", ["T", "HV"])
+    kb.tensor("A_log", "f32", ["HV"])
+    kb.tensor("dt_bias", "f32", ["HV", "K"])
+    # [N, HV, V, K] (VK = 1) or [N, HV, K, V] (VK = 0): K = V, so one declared shape covers both
+    kb.tensor("h0", "f32", ["N", "HV", "V", "K"])
+    kb.tensor("cu_seqlens", "i32", ["N + 1"])
+    kb.tensor("o", "bf16", ["T", "HV", "V"], access="write")
+    kb.tensor("ht", "f32", ["N", "HV", "V", "K"], access="write")
+
+
+def sequence_lets(r, slice_const: str) -> None:
+    """A CTA's (value head, sequence, V-slice) from its grid position (HV, N, V / slice): hv, n, the
+    qk head h, the sequence's tokens [bos, eos), its chunk count nc (const C) and first column c0."""
+    r.let("hv", "bid.x")
+    r.let("n", "bid.y")
+    r.let("h", "hv / (HV / H)")              # grouped value heads read q/k head hv // (HV / H)
+    # the estimates (sequences of T / N tokens) are what the cost model assumes; nothing is proved from them
+    r.let("bos", "ld(cu_seqlens, n, 0, T, n * (T / N))")
+    r.let("eos", "ld(cu_seqlens, n + 1, 0, T, (n + 1) * (T / N))")
+    r.let("nc", "cdiv(max(eos - bos, 0), C)")
+    r.let("c0", f"bid.z * {slice_const}")
+
+
 def _sequence(r, vw: int, vc: int, chunk: int, warps: int, vk: bool):
     """The whole sequence for one state layout: initial state, the chunk loop, the final state."""
     sfx = "" if vk else "_kv"
@@ -139,22 +174,7 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
                        threads=32 * warps,
                        note="KDA prefill, token recurrence, state in registers, token stream through smem")
     kb.const(K=K, V=V, VW=vw, VC=vc, C=chunk, W=warps)
-    for n in ("T", "N", "H", "HV"):
-        kb.scalar(n, min=1)
-    for n in ("SAFE", "VK", "H0"):
-        kb.scalar(n, min=0, max=1)
-    for n in ("q", "k"):
-        kb.tensor(n, "bf16", ["T", "H", "K"])
-    kb.tensor("v", "bf16", ["T", "HV", "V"])
-    kb.tensor("g", "bf16", ["T", "HV", "K"])
-    kb.tensor("beta", "bf16", ["T", "HV"])
-    kb.tensor("A_log", "f32", ["HV"])
-    kb.tensor("dt_bias", "f32", ["HV", "K"])
-    # [N, HV, V, K] (VK = 1) or [N, HV, K, V] (VK = 0): K = V, so one declared shape covers both
-    kb.tensor("h0", "f32", ["N", "HV", "V", "K"])
-    kb.tensor("cu_seqlens", "i32", ["N + 1"])
-    kb.tensor("o", "bf16", ["T", "HV", "V"], access="write")
-    kb.tensor("ht", "f32", ["N", "HV", "V", "K"], access="write")
+    prefill_interface(kb)
     # the token stream, 2 stages of C tokens
     for n in ("sQ", "sK", "sG"):       # raw rows: read once, by the prepare step
         kb.buffer(n, "smem", "bf16", [chunk, 1, K])
@@ -190,14 +210,7 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
     kb.buffer("u", "reg", "f32", [1, 1, vw, 1], scope="thread")
     kb.buffer("ov", "reg", "f32", [1, 1, vw], scope="thread")
     with kb.role("main", warps=(0, warps)) as r:
-        r.let("hv", "bid.x")
-        r.let("n", "bid.y")
-        r.let("h", "hv / (HV / H)")              # grouped value heads read q/k head hv // (HV / H)
-        # the estimates (sequences of T / N tokens) are what the cost model assumes; nothing is proved from them
-        r.let("bos", "ld(cu_seqlens, n, 0, T, n * (T / N))")
-        r.let("eos", "ld(cu_seqlens, n + 1, 0, T, (n + 1) * (T / N))")
-        r.let("nc", "cdiv(max(eos - bos, 0), C)")
-        r.let("c0", "bid.z * VC")
+        sequence_lets(r, "VC")
         r.let("v0", "c0 + role_warp * VW")
         r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
         r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)

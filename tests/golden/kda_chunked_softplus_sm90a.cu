@@ -1993,20 +1993,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          Pm[cake_e] = ((((float)cake_col <= (float)cake_row) ? (Pm[cake_e]) : (0.0f)));  // /roles/0/body/10/body/254
+          Inv[cake_e] = (*reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_row) * 64 + ((0) + cake_col) * 4))));  // /roles/0/body/10/body/254
         }
       }
        {  // /roles/0/body/10/body/255
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
         #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/255
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/255
-          }
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          L[cake_e] = ((((float)cake_row < 8.0f) ? ((((float)cake_col < 8.0f) ? (Inv[cake_e]) : (L[cake_e]))) : ((((float)cake_col < 8.0f) ? (L[cake_e]) : (Inv[cake_e])))));  // /roles/0/body/10/body/255
         }
       }
        {  // /roles/0/body/10/body/256
@@ -2014,15 +2009,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          Inv[cake_e] = (*reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_row) * 64 + ((0) + cake_col) * 4))));  // /roles/0/body/10/body/256
+          Pm[cake_e] = ((((float)cake_col <= (float)cake_row) ? (Pm[cake_e]) : (0.0f)));  // /roles/0/body/10/body/256
         }
       }
        {  // /roles/0/body/10/body/257
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
         #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          L[cake_e] = ((((float)cake_row < 8.0f) ? ((((float)cake_col < 8.0f) ? (Inv[cake_e]) : (L[cake_e]))) : ((((float)cake_col < 8.0f) ? (L[cake_e]) : (Inv[cake_e])))));  // /roles/0/body/10/body/257
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/257
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/257
+          }
         }
       }
        {  // /roles/0/body/10/body/258
