@@ -10,7 +10,7 @@ from cake_ir.builder import KernelBuilder, tile
 from cake_ir.compiler import compile_kernel
 from cake_ir.verifier import verify
 
-from test_mma_chain import _run_on_gpu
+from test_mma_chain import _bf16, _run_on_gpu, _stage
 
 
 def cumsum_rows(arch="sm_80", cols=128):
@@ -32,10 +32,7 @@ def acc_from_smem(arch="sm_80"):
     kb.buffer("sX", "smem", "f32", [16, 16])
     kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        r.copy("cp_async", tile("X", [0, 0], [16, 16]), tile("sX"), vec_bytes=16)
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.sync("syncwarp")
+        _stage(r, (("X", "sX", [16, 16]),))
         r.lds(tile("sX"), tile("acc"), vec_bytes=4)
         r.map("acc", "acc + select(col() < row(), 1, 0)")
         r.stg(tile("acc"), tile("O", [0, 0], [16, 16]), vec_bytes=8)
@@ -53,11 +50,7 @@ def ldmatrix_3d(arch="sm_80", a_tile=(16, 1, 16)):
     kb.buffer("fb", "reg", "bf16", [8, 16], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, 8], layout="mma_acc", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        r.copy("cp_async", tile("A", [0, 0, 0], [16, 1, 16]), tile("sA"), vec_bytes=16)
-        r.copy("cp_async", tile("B", [0, 0], [8, 16]), tile("sB"), vec_bytes=16)
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.sync("syncwarp")
+        _stage(r, (("A", "sA", [16, 1, 16]), ("B", "sB", [8, 16])))
         r.ldmatrix(tile("sA", [0, 0, 0], list(a_tile)), tile("fa"))
         r.ldmatrix(tile("sB"), tile("fb"))
         r.fill("acc", 0.0)
@@ -109,7 +102,6 @@ def test_lds_into_an_accumulator_on_gpu():
 
 @pytest.mark.gpu
 def test_ldmatrix_3d_on_gpu():
-    from test_mma_chain import _bf16
     a, b = _bf16(np.random.default_rng(3), (16, 1, 16), (8, 16))
     out = _run_on_gpu(ldmatrix_3d, {"A": (a, "bf16"), "B": (b, "bf16")},
                       {"O": (np.full((16, 8), np.nan, np.float32), "f32")})

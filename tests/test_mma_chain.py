@@ -194,24 +194,34 @@ def test_trans_b_on_gpu(n):
     assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max(), np.abs(got - ref).max()
 
 
-def masked_gram(arch="sm_80", strict=True):
-    """A = tril(X Y^T) (strict: c < r, else c <= r) on the accumulator with row() / col(): the causal
-    masks of chunked linear attention (A_kk strictly lower, A_qk lower with its diagonal)."""
-    kb = KernelBuilder("masked_gram", arch=arch, grid=[1], threads=32)
+def _xy_buffers(kb):
+    """X, Y [16, 32] bf16 inputs, their smem copies, fragments and a [16, 16] accumulator."""
     kb.tensor("X", "bf16", [16, 32])
     kb.tensor("Y", "bf16", [16, 32])
-    kb.tensor("A", "f32", [16, 16], access="write")
     kb.buffer("sX", "smem", "bf16", [16, 32])
     kb.buffer("sY", "smem", "bf16", [16, 32])
     kb.buffer("fx", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
     kb.buffer("fy", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
+
+
+def _xy_product(r, extra=()):
+    """acc = X Y^T (staging X, Y and the `extra` copies first)."""
+    _stage(r, (("X", "sX", [16, 32]), ("Y", "sY", [16, 32])) + tuple(extra))
+    r.ldmatrix(tile("sX"), tile("fx"))
+    r.ldmatrix(tile("sY"), tile("fy"))
+    r.fill("acc", 0.0)
+    r.mma_sync(tile("fx"), tile("fy"), tile("acc"))
+
+
+def masked_gram(arch="sm_80", strict=True):
+    """A = tril(X Y^T) (strict: c < r, else c <= r) on the accumulator with row() / col(): the causal
+    masks of chunked linear attention (A_kk strictly lower, A_qk lower with its diagonal)."""
+    kb = KernelBuilder("masked_gram", arch=arch, grid=[1], threads=32)
+    _xy_buffers(kb)
+    kb.tensor("A", "f32", [16, 16], access="write")
     with kb.role("main", warps=(0, 1)) as r:
-        _stage(r, (("X", "sX", [16, 32]), ("Y", "sY", [16, 32])))
-        r.ldmatrix(tile("sX"), tile("fx"))
-        r.ldmatrix(tile("sY"), tile("fy"))
-        r.fill("acc", 0.0)
-        r.mma_sync(tile("fx"), tile("fy"), tile("acc"))
+        _xy_product(r)
         r.map("acc", f"select(col() {'<' if strict else '<='} row(), acc, 0)", id="causal_mask")
         r.stg(tile("acc"), tile("A", [0, 0], [16, 16]), vec_bytes=4)
     return kb.build()
@@ -256,27 +266,17 @@ def row_scaled(arch="sm_80", from_smem=False):
     """A = Diag(beta) X Y^T: beta [16] loaded into an mma_rows [16, 1] tile (the rows each lane holds),
     broadcast over the accumulator's columns in a map (beta rows of A_kk, the decay rows of the state)."""
     kb = KernelBuilder("row_scaled", arch=arch, grid=[1], threads=32)
-    kb.tensor("X", "bf16", [16, 32])
-    kb.tensor("Y", "bf16", [16, 32])
+    _xy_buffers(kb)
     kb.tensor("beta", "f32", [16])
     kb.tensor("A", "f32", [16, 16], access="write")
-    kb.buffer("sX", "smem", "bf16", [16, 32])
-    kb.buffer("sY", "smem", "bf16", [16, 32])
     kb.buffer("sb", "smem", "f32", [16])
-    kb.buffer("fx", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
-    kb.buffer("fy", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
-    kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
     kb.buffer("br", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        _stage(r, (("X", "sX", [16, 32]), ("Y", "sY", [16, 32]), ("beta", "sb", [16])))
+        _xy_product(r, (("beta", "sb", [16]),))
         if from_smem:
             r.lds(tile("sb", [0], [16]), tile("br"), vec_bytes=4)
         else:
             r.ldg(tile("beta", [0], [16]), tile("br"), vec_bytes=4)
-        r.ldmatrix(tile("sX"), tile("fx"))
-        r.ldmatrix(tile("sY"), tile("fy"))
-        r.fill("acc", 0.0)
-        r.mma_sync(tile("fx"), tile("fy"), tile("acc"))
         r.map("acc", "acc * br", id="row_scale")
         r.stg(tile("acc"), tile("A", [0, 0], [16, 16]), vec_bytes=4)
     return kb.build()
@@ -310,20 +310,10 @@ def rows_of_tokens(arch="sm_80"):
     kb = KernelBuilder("rows_of_tokens", arch=arch, grid=[1], threads=32)
     kb.scalar("T", min=1)
     kb.scalar("L", min=0)
-    kb.tensor("X", "bf16", [16, 32])
-    kb.tensor("Y", "bf16", [16, 32])
+    _xy_buffers(kb)
     kb.tensor("O", "f32", ["T", 2, 16], access="write")
-    kb.buffer("sX", "smem", "bf16", [16, 32])
-    kb.buffer("sY", "smem", "bf16", [16, 32])
-    kb.buffer("fx", "reg", "bf16", [16, 32], layout="mma_a", scope="warp")
-    kb.buffer("fy", "reg", "bf16", [16, 32], layout="mma_b", scope="warp")
-    kb.buffer("acc", "reg", "f32", [16, 16], layout="mma_acc", scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
-        _stage(r, (("X", "sX", [16, 32]), ("Y", "sY", [16, 32])))
-        r.ldmatrix(tile("sX"), tile("fx"))
-        r.ldmatrix(tile("sY"), tile("fy"))
-        r.fill("acc", 0.0)
-        r.mma_sync(tile("fx"), tile("fy"), tile("acc"))
+        _xy_product(r)
         r.add("stg", src=tile("acc"), dst=tile("O", [3, 1, 0], [16, 1, 16]), vec_bytes=4, oob="mask",
               row_limit="L", id="store_rows")
     return kb.build()
