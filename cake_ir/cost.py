@@ -302,7 +302,7 @@ def _py(n) -> str:
         if n.fn == "elect_one":
             return "(_v['lane'] == 0)"
         if n.fn == "ld":   # a run-time read: its estimate (default: its lower bound) stands in for it
-            return _py(n.args[4] if len(n.args) == 5 else n.args[2])
+            return _py(E.ld_estimate(n))
         return f"_{n.fn}({', '.join(_py(x) for x in n.args)})"
     raise _Unknown(f"cannot evaluate {n!r}")
 

@@ -65,6 +65,11 @@ Node = Union[Num, Var, Un, Bin, Call]
 # `est`, an index expression, is the typical value the cost model and the sync simulator stand in for
 # the read (default lo); it proves nothing and is not compiled.
 INDEX_FUNCS = {"min": 2, "max": 2, "cdiv": 2, "ld": (4, 5)}
+
+
+def ld_estimate(call: "Call") -> "Node":
+    """What the cost model and the sync simulator stand in for a run-time read ld(T, i, lo, hi[, est])."""
+    return call.args[4] if len(call.args) == 5 else call.args[2]
 COND_FUNCS = {"elect_one": 0, **INDEX_FUNCS}
 VALUE_FUNCS = {
     "exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 1, "rsqrt": 1, "abs": 1, "sigmoid": 1,

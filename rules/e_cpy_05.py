@@ -15,6 +15,8 @@
 - `slot` selects a stage of a staged smem buffer; on a global tensor, a reg tile or a single-stage
   buffer it must be absent (or provably 0).
 """
+from math import prod
+
 from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import Access, Copy, Wgmma
 
@@ -57,19 +59,15 @@ def check(ctx):
                                  f"{dst.ref.buf!r} is {dst.dtype}", legal=[src.dtype])
             ss, ds = tile_shape(k, src, dst), tile_shape(k, dst, src)
             rb = src.buffer if what == "stg" else dst.buffer if what in ("ldg", "lds") else None
-            if rb is not None and rb.layout == "mma_rows" and ss is not None and ss[-1] == 1 and ds is not None \
-                    and squeeze(ds) == (ss[0],):
-                ss = ds   # an mma_rows [R, 1] list stored along the last dim (one index per row)
-            if what in ("ldg", "lds") and rb is not None and rb.layout == "mma_rows" and ds is not None \
-                    and ds[-1] == 1 and ss is not None and squeeze(ss) == (ds[0],):
-                ss = ds   # ... and loaded from one
+            reg_s, mem_s = (ss, ds) if what == "stg" else (ds, ss)
+            if rb is not None and rb.layout == "mma_rows" and reg_s is not None and mem_s is not None \
+                    and reg_s[-1] == 1 and squeeze(mem_s) == (reg_s[0],):
+                ss = ds   # an mma_rows [R, 1] list stored to / loaded from a row along the last dim
             acc = src.buffer if what == "stg" else dst.buffer if what == "ldg" else None
             if acc is not None and acc.layout in ("mma_acc", "wgmma_acc"):
                 mem_shape = ds if what == "stg" else ss
                 if mem_shape is not None and len(mem_shape) >= 2:
-                    fold = 1
-                    for d in mem_shape[:-1]:
-                        fold *= d
+                    fold = prod(mem_shape[:-1])
                     # an accumulator's rows fold into the tile's leading dims ([16, 1, N]); `trans` swaps them
                     folded = (mem_shape[-1], fold) if getattr(n, "trans", False) else (fold, mem_shape[-1])
                     if what == "stg":

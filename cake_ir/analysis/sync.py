@@ -88,7 +88,7 @@ def ld_representative(node: E.Node) -> E.Node:
     thread-dependent ld stays and the simulation of the role gives up on it."""
     if isinstance(node, E.Call):
         if node.fn == "ld" and not any(is_thread_dep(a) for a in node.args):
-            return node.args[4] if len(node.args) == 5 else node.args[2]
+            return E.ld_estimate(node)
         return E.Call(node.fn, tuple(ld_representative(a) for a in node.args))
     if isinstance(node, E.Un):
         return E.Un(node.op, ld_representative(node.a))

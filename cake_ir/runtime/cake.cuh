@@ -28,11 +28,10 @@ __device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
   unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 __device__ __forceinline__ float sq(float x) { return x * x; }
-// Fast forms: an IEEE 1/x or log1pf costs a slow-path call and ~30 instructions per element (seen in
-// SASS of the KDA kernels); these are within a few ulp, and 0 / x past the fp32 range as they should be.
-// exp / 1/x / 1/sqrt(x) as one MUFU op each, flushing subnormal results to 0 (.ftz): the non-ftz
-// forms (__expf, rsqrtf) add a range test and two rescaling multiplies per call, and __frcp_rn is an
-// IEEE slow path; in the KDA producer that was a third of the instructions.
+// Fast forms, within a few ulp: exp / 1/x / 1/sqrt(x) as one MUFU op each, flushing subnormal results
+// to 0 (.ftz). The non-ftz forms (__expf, rsqrtf) add a range test and two rescaling multiplies per
+// call, and IEEE 1/x or log1pf are slow-path calls of ~30 instructions: in the SASS of the KDA kernels
+// that was a third of the instructions. sigmoid and softplus are 0 / x past the fp32 range as they should be.
 __device__ __forceinline__ float fexp(float x) {
   float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f)); return r;
 }
