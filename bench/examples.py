@@ -40,6 +40,35 @@ def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: f
     return {"ms_median": statistics.median(times), "ms_min": min(times), "ms_max": max(times), "reps": len(times)}
 
 
+def l2_flusher(mib: int = 512):
+    """A function that writes `mib` MiB on the current GPU (more than the H200's 50 MB L2): called
+    before every timed repetition so no input is read from cache."""
+    import torch
+    buf = torch.empty(mib << 20, dtype=torch.uint8, device="cuda")
+    return lambda: buf.fill_(1)
+
+
+def to_torch(arr, dtype: str, dev):
+    """A task's numpy input (bf16 values held as float32, f32, i32) as a torch tensor of its CAKE dtype."""
+    import torch
+    dt = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}[dtype]
+    return torch.from_numpy(arr).to(dev).to(dt)
+
+
+def compile_variants(irs: dict, arch: str = "sm_90a") -> dict:
+    """name -> (CompiledKernel, ptxas resources) for each IR that compiles; the others are reported."""
+    from cake_ir.compiler import compile_kernel
+    from gpu_backend.runner import CompiledKernel
+    out = {}
+    for name, ir in irs.items():
+        res = compile_kernel(ir, arch=arch)
+        if res.ok:
+            out[name] = (CompiledKernel(ir, res), res.resources)
+        else:
+            print(f"{name}: does not compile:", [d.short() for d in res.diagnostics][:3], flush=True)
+    return out
+
+
 def rel_rmse(out, ref):
     """||out - ref|| / ||ref|| in float64 (torch tensors, or a numpy reference moved to out's device);
     inf when either holds a non-finite value."""
@@ -87,10 +116,7 @@ def main():
     torch.manual_seed(1234)
     dev = torch.device("cuda")
     props = properties(0)
-    flush_buf = torch.empty(512 * 2**20, dtype=torch.uint8, device=dev)
-
-    def flush():  # write 512 MiB (> the 50 MB L2) between timed repetitions
-        flush_buf.fill_(1)
+    flush = l2_flusher()
 
     reps = 10 if args.quick else 50
     rows = []

@@ -27,12 +27,6 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 TOL = 5e-3
 
 
-def to_torch(arr, dtype_name, dev):
-    import torch
-    dt = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}[dtype_name]
-    return torch.from_numpy(arr).to(dev).to(dt)
-
-
 def graph_of(fn):
     import torch
     s = torch.cuda.Stream()
@@ -58,27 +52,14 @@ def main() -> int:
     import torch
 
     from agent.baselines import kda_decode_fla
-    from cake_ir.compiler import compile_kernel
-    from examples import env_info, rel_rmse, timed
-    from gpu_backend.runner import CompiledKernel
+    from examples import compile_variants, env_info, l2_flusher, rel_rmse, timed, to_torch
     from tasks.kda.task import DECODE_TASK as task
     from tasks.kda_decode.programs import kda_decode
 
     dev = torch.device("cuda")
-    flush_buf = torch.empty(512 * 2**20, dtype=torch.uint8, device=dev)
-
-    def flush():
-        flush_buf.fill_(1)
-
-    kernels = {}
-    for var in args.variants.split(","):
-        vw, vsplit = (int(v) for v in var.split("x"))
-        ir = kda_decode(vw=vw, vsplit=vsplit, arch="sm_90a")
-        res = compile_kernel(ir, arch="sm_90a")
-        if not res.ok:
-            print(f"{var}: does not compile:", [d.short() for d in res.diagnostics][:3])
-            continue
-        kernels[f"cake_vw{vw}_vs{vsplit}"] = (CompiledKernel(ir, res), res.resources)
+    flush = l2_flusher()
+    points = [tuple(int(v) for v in var.split("x")) for var in args.variants.split(",")]
+    kernels = compile_variants({f"cake_vw{vw}_vs{vs}": kda_decode(vw=vw, vsplit=vs, arch="sm_90a") for vw, vs in points})
     shapes = [dict(s, VK=vk) for s in task.bench_shapes for vk in (1, 0)]
     rows = []
     for shape in shapes:

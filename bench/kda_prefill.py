@@ -94,43 +94,29 @@ def main() -> int:
     import torch
 
     from agent.baselines import kda_chunk_fla, kda_flashkda
-    from cake_ir.compiler import compile_kernel
-    from examples import env_info, rel_rmse, timed
-    from gpu_backend.runner import CompiledKernel
+    from examples import compile_variants, env_info, l2_flusher, rel_rmse, timed, to_torch
     from tasks.kda.programs import kda_recurrent
     from tasks.kda.shapes import PREFILL_BENCH
     from tasks.kda.task import TASK as task
 
     t_start = time.time()
     dev = torch.device("cuda")
-    flush_buf = torch.empty(512 * 2**20, dtype=torch.uint8, device=dev)
-
-    def flush():
-        flush_buf.fill_(1)
+    flush = l2_flusher()
 
     check = self_check()
     print(f"GPU float64 reference vs numpy reference: rel error {check:.2e}", flush=True)
     if not check < 1e-10:
         raise SystemExit("the torch float64 reference disagrees with tasks/kda/reference.py")
-    kernels = {}
+    irs = {}
     for var in filter(None, args.variants.split(",")):
         vw, vs, ch = (int(v) for v in var.split("x"))
-        ir = kda_recurrent(vw=vw, vsplit=vs, chunk=ch, arch="sm_90a")
-        res = compile_kernel(ir, arch="sm_90a")
-        if not res.ok:
-            print(f"{var}: does not compile:", [d.short() for d in res.diagnostics][:3])
-            continue
-        kernels[f"cake_vw{vw}_vs{vs}_c{ch}"] = (CompiledKernel(ir, res), res.resources)
-    if not args.no_chunked:          # the chunked kernels (safe gate only): checked like the rest
+        irs[f"cake_vw{vw}_vs{vs}_c{ch}"] = kda_recurrent(vw=vw, vsplit=vs, chunk=ch, arch="sm_90a")
+    if not args.no_chunked:          # the chunked kernels, one gate form each: checked like the rest
         from tasks.kda.chunked import kda_chunk16_ws
         for vs, safe in ((32, True), (64, True), (128, True), (32, False), (64, False)):
-            name = f"cake_chunk16_ws_vs{vs}" + ("" if safe else "_softplus")
-            ir = kda_chunk16_ws(arch="sm_90a", vs=vs, safe=safe)
-            res = compile_kernel(ir, arch="sm_90a")
-            if res.ok:
-                kernels[name] = (CompiledKernel(ir, res), res.resources)
-            else:
-                print(f"{name}: does not compile:", [d.short() for d in res.diagnostics][:3])
+            irs[f"cake_chunk16_ws_vs{vs}" + ("" if safe else "_softplus")] = kda_chunk16_ws(arch="sm_90a", vs=vs,
+                                                                                          safe=safe)
+    kernels = compile_variants(irs)
     info = env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_prefill.py")
 
     def save() -> str:      # after every shape: a timeout keeps what was measured
@@ -152,8 +138,7 @@ def main() -> int:
             break
         x = task.make_inputs(shape, seed=17)
         specs = {t.name: t for t in task.inputs(shape)}
-        dt = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
-        ti = {n: torch.from_numpy(a).to(dev).to(dt[specs[n].dtype]) for n, a in x.items()}
+        ti = {n: to_torch(a, specs[n].dtype, dev) for n, a in x.items()}
         ref_o, ref_ht = reference_gpu(x, shape)
         scal = task.scalars(shape)
         impls = {}
