@@ -21,10 +21,8 @@ Policies (what is rounded to what):
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 
 import numpy as np
@@ -32,6 +30,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from examples import env_info  # noqa: E402
 from gpu_backend.memory import round_to_bf16  # noqa: E402
 
 
@@ -161,9 +162,7 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "kda-chunk-precision-cpu.json")
     with open(path, "w") as f:
-        json.dump({"command": " ".join(["python", "bench/kda_chunk_precision.py"] + sys.argv[1:]),
-                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                   "python": platform.python_version(), "numpy": np.__version__, "T": args.T, "H": args.H,
+        json.dump({**env_info(("numpy",), "bench/kda_chunk_precision.py"), "T": args.T, "H": args.H,
                    "tolerance": 5e-3, "rows": rows}, f, indent=1)
     print(f"wrote {path}")
     return 0
