@@ -88,15 +88,19 @@ class LaunchSpec:
         return None
 
 
+def scalar_decls(kernel) -> dict[str, ScalarDecl]:
+    """The facts a CAKE IR Kernel declares for its scalar params (what a launch must satisfy)."""
+    from cake_ir.nodes import ScalarParam
+    return {p.name: ScalarDecl(p.dtype, p.min, p.max, p.divisible_by) for p in kernel.params
+            if isinstance(p, ScalarParam)}
+
+
 def spec_from_kernel(kernel, result) -> LaunchSpec:
     """A LaunchSpec from a CAKE IR Kernel and its (ok) CompileResult."""
-    from cake_ir.nodes import ScalarParam, TensorParam
-    tensors, scalars = {}, {}
-    for p in kernel.params:
-        if isinstance(p, TensorParam):
-            tensors[p.name] = TensorDecl(p.dtype, list(p.shape), list(p.strides) if p.strides else None, p.access)
-        elif isinstance(p, ScalarParam):
-            scalars[p.name] = ScalarDecl(p.dtype, p.min, p.max, p.divisible_by)
+    from cake_ir.nodes import TensorParam
+    tensors = {p.name: TensorDecl(p.dtype, list(p.shape), list(p.strides) if p.strides else None, p.access)
+               for p in kernel.params if isinstance(p, TensorParam)}
+    scalars = scalar_decls(kernel)
     return LaunchSpec(result.kernel_name, result.cubin, list(result.signature), kernel.launch.threads,
                       result.smem_bytes, list(kernel.launch.grid), dict(kernel.consts), tensors, scalars,
                       list(kernel.launch.cluster) if kernel.launch.cluster else None)

@@ -149,10 +149,8 @@ class TaskEntry:
 
     def refusal(self, kernel) -> Optional[str]:
         """Why a kernel's scalar facts refuse one of the run's test or timed shapes (None if none does)."""
-        from cake_ir.nodes import ScalarParam
-        from gpu_backend.runner import ScalarDecl
-        decls = {p.name: ScalarDecl(p.dtype, p.min, p.max, p.divisible_by) for p in kernel.params
-                 if isinstance(p, ScalarParam)}
+        from gpu_backend.runner import scalar_decls
+        decls = scalar_decls(kernel)
         for shape in self.test_shapes() + self.timed_shapes():
             scal = self.task.scalars(shape)
             for n, d in decls.items():
