@@ -304,16 +304,17 @@ def make_nodes(rt: Runtime) -> dict:
             else:
                 _apply_gpu(c, stage, result)
         jobs = []
+        tests = rt.entry.test_shapes()                # the run's shape class (all shapes without classes)
+        timed = rt.entry.timed_shapes()
         for c in todo:
             job = {"candidate": json.dumps(c["ir"]), "task": cfg.task, "name": c["id"],
                    "seed": zlib.crc32(f"{cfg.seed}:{c['hash']}:{stage}".encode()) & 0x7FFFFFFF,
                    "deadline_s": cfg.deadline_s}
-            tests = rt.entry.test_shapes()            # the run's shape class (all shapes without classes)
             if stage == "test":
                 job.update(profile=False, reruns=1, shapes=tests)
             else:  # a quick re-test on the smallest shape, then timing on the bench shapes of the class
                 job.update(profile=True, reruns=0, shapes=[min(tests, key=lambda s: sum(s.values()))],
-                           bench_shapes=rt.entry.timed_shapes())
+                           bench_shapes=timed)
             jobs.append(job)
 
         def done(idx: int, rec: dict) -> None:
