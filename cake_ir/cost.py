@@ -73,7 +73,7 @@ GPU_ARCH = {
 # Value-expression functions: (SFU ops, extra SIMT ops) per element.
 _SFU_FUNCS = {"exp": (1, 1), "exp2": (1, 0), "log": (1, 1), "log2": (1, 0), "sqrt": (1, 0), "rsqrt": (1, 0),
               "tanh": (1, 0), "recip": (1, 0), "sigmoid": (2, 2), "softplus": (2, 2)}
-_SIMT_FUNCS = {"abs", "max", "min", "select"}
+_SIMT_FUNCS = {"abs", "max", "min", "select", "floor"}
 _THREAD_BUILTINS = {"tid", "lane", "warp", "role_warp", "role_tid", "wg", "wg_tid"}
 
 

@@ -74,6 +74,8 @@ COND_FUNCS = {"elect_one": 0, **INDEX_FUNCS}
 VALUE_FUNCS = {
     "exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 1, "rsqrt": 1, "abs": 1, "sigmoid": 1,
     "softplus": 1, "tanh": 1, "max": 2, "min": 2, "select": 3, "recip": 1,
+    # floor: value expressions are float, so integer division of coordinates reads floor(row() / 4)
+    "floor": 1,
     # the coordinates of the element being computed in the destination tile: col() its index in the last
     # dim, row() over all the others flattened; causal masks such as select(col() <= row(), x, 0)
     "row": 0, "col": 0,
@@ -390,6 +392,7 @@ def evaluate(node: Node, env: Mapping[str, Union[int, float]]) -> Union[int, flo
             "log": math.log, "log2": math.log2, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
             "abs": abs, "sigmoid": lambda x: 1 / (1 + math.exp(-x)), "softplus": lambda x: math.log1p(math.exp(x)),
             "tanh": math.tanh, "select": lambda c, a, b: a if c else b, "recip": lambda x: 1 / x,
+            "floor": math.floor,
         }
         if node.fn not in fns:
             raise ExprError(f"cannot evaluate {node.fn}() statically")
@@ -519,7 +522,7 @@ def to_c(node: Node, var: Callable[[Var], str], float_mode: bool = False) -> str
 
 _C_FUNCS = {"exp": "cake::fexp", "exp2": "exp2f", "log": "__logf", "log2": "__log2f", "sqrt": "sqrtf",
             "rsqrt": "cake::frsqrt", "abs": "fabsf", "tanh": "tanhf", "sigmoid": "cake::sigmoidf",
-            "softplus": "cake::softplusf", "recip": "cake::frcp", "elect_one": "cake::elect_one_sync",
+            "softplus": "cake::softplusf", "recip": "cake::frcp", "floor": "floorf", "elect_one": "cake::elect_one_sync",
             "ld": "cake::ld_index"}
 
 

@@ -1034,12 +1034,21 @@ class Emitter:
             self.acc_coords(C)
         elif db.layout == "blocked":
             T, V = self.scope_threads(db.scope), db.vec
-            w.line(f"const int cake_f = ((cake_e / {V}) * {T} + {self.scope_index(db.scope)}) * {V} + cake_e % {V};")
-            w.line(f"const int cake_row = cake_f / {C}, cake_col = cake_f % {C};")
+            t = self.scope_index(db.scope)
+            if C % (T * V) == 0:
+                # a row spans whole chunks of the scope: row() is a function of cake_e alone, constant in
+                # the unrolled loop, so row masks and per-row selects fold at compile time
+                per = C // (T * V)
+                w.line(f"const int cake_row = (cake_e / {V}) / {per}, "
+                       f"cake_col = (((cake_e / {V}) % {per}) * {T} + {t}) * {V} + cake_e % {V};")
+            else:
+                w.line(f"const int cake_f = ((cake_e / {V}) * {T} + {t}) * {V} + cake_e % {V};")
+                w.line(f"const int cake_row = cake_f / {C}, cake_col = cake_f % {C};")
         elif db.layout == "row_major" and db.scope == "thread":
             w.line(f"const int cake_row = cake_e / {C}, cake_col = cake_e % {C};")
         else:
             self.fail(path, f"row() / col() are defined on mma_acc, blocked and per-thread tiles, not {db.layout}")
+        w.line("(void)cake_row; (void)cake_col;")        # an expression may use only one of them
         w.line(f"{db.name}[cake_e] = {self.to_storage(db.dtype, rhs)};", path)
         w.close()
         w.close()

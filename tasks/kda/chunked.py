@@ -98,18 +98,18 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
         kb.buffer("qs", "reg", "f32", [HALF, 1], scope="thread", role="prod")
         kb.buffer("ks", "reg", "f32", [HALF, 1], scope="thread", role="prod")
     else:
-        # X_k = k e^{G - a} (second half), k normalised (bf16 rows for the explicit blocks), and the
-        # explicit diagonal blocks of Akk / Aqk (f32, per producer)
-        for n in ("wX", "wKn"):
+        # the level operands (see _prepare_softplus), the norm factors and Aqk's diagonal per token,
+        # the anchors of a level's rows
+        for n in ("wX", "wXq"):
             kb.buffer(n, "smem", "bf16", [C, 1, K], stages=P, pad=pad)
-        for n in ("sAd", "sQd"):
-            kb.buffer(n, "smem", "f32", [C, C], stages=P)
-        for n in ("tt", "t2"):
-            kb.buffer(n, "reg", "f32", [HALF, K], **v4)
-        for n in ("kj", "gj", "Ar"):
+        for n in ("wNq", "wNk", "wDg"):
+            kb.buffer(n, "smem", "f32", [C, 1], stages=P)
+        kb.buffer("tt", "reg", "f32", [HALF, K], **v4)
+        for n in ("A0", "A1", "A2", "A3"):
             kb.buffer(n, "reg", "f32", [1, K], **v4)
-        for n in ("ck", "cq"):
+        for n in ("ck", "cq", "cd"):
             kb.buffer(n, "reg", "f32", [HALF, 1], scope="thread", role="prod")
+        kb.buffer("T2", "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
     for n in ("L", "Pm", "Inv"):
         kb.buffer(n, "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
     kb.buffer("pa", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="prod")
@@ -240,7 +240,7 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
             r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
     return kb.build()
 
-_ROWS_3D = ("wQ", "wK", "wG", "wX", "wKn")   # [C, 1, K] buffers (cp.async targets); the rest are [C, K]
+_ROWS_3D = ("wQ", "wK", "wG", "wX", "wXq")   # [C, 1, K] buffers (cp.async targets); the rest are [C, K]
 
 
 def _cols(buf: str, c0: int, width: int) -> dict:
@@ -264,16 +264,16 @@ def _normalised_half(r, hh: int, qn: str, kn: str):
     r.map(kn, f"{live} * rsqrt({kn} + {L2_EPS!r})")
 
 
-def _grams(r, a: str, b: str, q: str):
-    """L = A B^T and Pm = Q B^T over all K channels (A, Q [C, K] row operands, B [C, K] stored N x K)."""
-    r.fill("L", 0.0)
-    r.fill("Pm", 0.0)
+def _grams(r, a: str, b: str, q: str, dk: str = "L", dq: str = "Pm"):
+    """dk = A B^T and dq = Q B^T over all K channels (A, Q [C, K] row operands, B [C, K] stored N x K)."""
+    r.fill(dk, 0.0)
+    r.fill(dq, 0.0)
     for kk in range(K // 16):
         r.ldmatrix(_cols(b, kk * 16, 16), tile("pb"))
         r.ldmatrix(_cols(a, kk * 16, 16), tile("pa"))
-        r.mma_sync(tile("pa"), tile("pb"), tile("L"))
+        r.mma_sync(tile("pa"), tile("pb"), tile(dk))
         r.ldmatrix(_cols(q, kk * 16, 16), tile("pa"))
-        r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))
+        r.mma_sync(tile("pa"), tile("pb"), tile(dq))
 
 
 def _masks(r):
@@ -320,8 +320,15 @@ def _prepare_safe(r):
 
 
 def _prepare_softplus(r):
-    """Softplus gate: as _prepare_safe, with the diagonal 8 x 8 blocks of Akk and Aqk computed
-    explicitly and the off-diagonal block anchored at a = G_7 (see kda_chunk16_ws)."""
+    """Softplus gate: every Gram entry k_i . k_j e^{G_i - G_j} (j < i) on the tensor cores, anchored so
+    that every factor is <= 1. The pairs of a chunk split by the highest bit where i and j differ:
+    at level lv (b = 2^lv) i is in the upper and j in the lower half of one 2b-token block, and the
+    anchor a = the block's last lower token gives e^{G_i - G_j} = e^{G_i - G_a} e^{G_a - G_j}, both
+    factors <= 1 (G falls down the tokens). Per level one operand tile holds the upper rows' X = k e^{G - a}
+    and the lower rows' Y = k e^{a - G} (one exp per element), a second the upper rows' q e^{G - a};
+    their products, masked to the level's pairs, sum into Akk / Aqk over levels 3..0 (8, 4, 2, 1-token
+    halves). The diagonal of Aqk is q_i . k_i. Raw q / k stay in wQ / wK and their norm factors in
+    wNq / wNk, so each level rebuilds its operands without a second rounding to bf16."""
     # the gate, summed down the tokens a half at a time (the second half continues from G_7)
     for hh in range(2):
         r.lds(tile("wG", [hh * HALF, 0, 0], [HALF, 1, K], slot="p"), tile("tt"), vec_bytes=8)
@@ -329,53 +336,88 @@ def _prepare_softplus(r):
         r.map("tt", f"{gate_expr('tt', 'dbt', safe=False)} * ck")
         r.scan("sum", "tt", "tt", axis=0)
         if hh:
-            r.map("tt", "tt + Ar")
+            r.map("tt", "tt + A0")
         r.sts(tile("tt"), tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=16)
         r.sync("syncwarp")
         if not hh:
-            r.lds(tile("wGc", [HALF - 1, 0], [1, K], slot="p"), tile("Ar"), vec_bytes=16)   # a = G_7
+            r.lds(tile("wGc", [HALF - 1, 0], [1, K], slot="p"), tile("A0"), vec_bytes=16)   # G_7
     r.lds(tile("wGc", [C - 1, 0], [1, K], slot="p"), tile("GCr"), vec_bytes=16)            # G_C
     for hh in range(2):
-        rows = [hh * HALF, 0, 0]
+        rows = [hh * HALF, 0]
         _normalised_half(r, hh, "cq", "ck")
         r.map("qh", "qh * cq")
         r.map("kh", "kh * ck")
-        r.sync("syncwarp")                  # every lane has read this half's raw rows
-        for expr, dst in (("qh * exp(gh)", tile("sQG", [hh * HALF, 0], [HALF, K], slot="p")),      # QG
-                          ("kh * exp(gh)", tile("wG", rows, [HALF, 1, K], slot="p")),               # KG
-                          ("kh * exp(GCr - gh)", tile("sKD", [hh * HALF, 0], [HALF, K], slot="p")),  # KD
-                          ("kh", tile("wKn", rows, [HALF, 1, K], slot="p"))):
-            r.map("tt", expr)
-            r.sts(tile("tt"), dst, vec_bytes=8)
-        # the off-diagonal block's operands: Y = k e^{a - G} (first half), X = k / q e^{G - a} (second)
-        ops = (("kh * exp(Ar - gh)", "0", "0") if hh == 0 else ("0", "kh * exp(gh - Ar)", "qh * exp(gh - Ar)"))
-        for expr, buf in zip(ops, ("wK", "wX", "wQ")):
-            r.map("tt", expr)
-            r.sts(tile("tt"), tile(buf, rows, [HALF, 1, K], slot="p"), vec_bytes=8)
-        r.sync("syncwarp")
-        # the diagonal block of this half, a column j at a time: sum_d x_i k_j e^{G_i - G_j} for all
-        # rows i of the half (rows i < j may overflow; they are above the diagonal and never selected)
-        for j in range(HALF):
-            jj = hh * HALF + j
-            r.lds(tile("wKn", [jj, 0, 0], [1, 1, K], slot="p"), tile("kj"), vec_bytes=8)
-            r.lds(tile("wGc", [jj, 0], [1, K], slot="p"), tile("gj"), vec_bytes=16)
-            r.map("tt", "exp(gh - gj) * kj")
-            r.map("t2", "qh * tt")
-            r.map("tt", "kh * tt")
-            r.reduce("sum", "tt", "ck", axis=1)
-            r.reduce("sum", "t2", "cq", axis=1)
-            with r.if_("lane == 0"):
-                r.sts(tile("ck"), tile("sAd", [hh * HALF, jj], [HALF, 1], slot="p"), vec_bytes=4)
-                r.sts(tile("cq"), tile("sQd", [hh * HALF, jj], [HALF, 1], slot="p"), vec_bytes=4)
+        r.map("tt", "qh * kh")
+        r.reduce("sum", "tt", "cd", axis=1)            # the diagonal of Aqk: q_i . k_i
+        with r.if_("lane == 0"):
+            for reg, buf in (("cq", "wNq"), ("ck", "wNk"), ("cd", "wDg")):
+                r.sts(tile(reg), tile(buf, rows, [HALF, 1], slot="p"), vec_bytes=4)
+        _level_operands(r, 3, hh, loaded=True)     # level 3 from the normalised rows in registers
+        r.map("tt", "exp(gh)")
+        r.map("qh", "qh * tt")
+        r.sts(tile("qh"), tile("sQG", rows, [HALF, K], slot="p"), vec_bytes=8)                 # QG
+        r.map("tt", "kh * tt")
+        r.sts(tile("tt"), tile("wG", [hh * HALF, 0, 0], [HALF, 1, K], slot="p"), vec_bytes=8)  # KG
+        r.map("kh", "kh * exp(GCr - gh)")
+        r.sts(tile("kh"), tile("sKD", rows, [HALF, K], slot="p"), vec_bytes=8)                 # KD
     r.map("GCr", "exp(GCr)")
     r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
     r.sync("syncwarp")
-    # the off-diagonal block on the tensor cores: X Y^T (zero outside rows 8.. x columns ..7)
-    _grams(r, "wX", "wK", "wQ")
-    # the diagonal blocks join (Inv is free until the inverse)
-    same_block = "select(row() < {h}, select(col() < {h}, {d}, {o}), select(col() < {h}, {o}, {d}))"
-    r.lds(tile("sQd", slot="p"), tile("Inv"), vec_bytes=4)
-    r.map("Pm", same_block.format(h=HALF, d="Inv", o="Pm"))
-    r.lds(tile("sAd", slot="p"), tile("Inv"), vec_bytes=4)
-    r.map("L", same_block.format(h=HALF, d="Inv", o="L"))
+    for lv in (3, 2, 1, 0):
+        b = 1 << lv
+        if lv < 3:
+            for hh in range(2):
+                _level_operands(r, lv, hh)
+            r.sync("syncwarp")
+        if lv == 3:       # the first level writes the accumulators, the others add to them
+            _grams(r, "wX", "wX", "wXq")
+            r.map("L", "select(row() >= 8 && col() < 8, L, 0)")
+            r.map("Pm", "select(row() >= 8 && col() < 8, Pm, 0)")
+        else:
+            _grams(r, "wX", "wX", "wXq", dk="Inv", dq="T2")
+            pairs = f"floor(row() / {b}) - floor(col() / {b}) == 1 && floor(row() / {b}) - 2 * floor(row() / {2 * b}) == 1"
+            r.map("L", f"L + select({pairs}, Inv, 0)")
+            r.map("Pm", f"Pm + select({pairs}, T2, 0)")
+        r.sync("syncwarp")          # the next level overwrites the operand tiles
+    r.lds(tile("wDg", slot="p"), tile("brow"), vec_bytes=4)
+    r.map("Pm", "Pm + select(col() == row(), brow, 0)")
     _masks(r)
+
+
+def _level_operands(r, lv: int, hh: int, loaded: bool = False):
+    """Rows hh * 8 .. + 8 of level lv's operand tiles (see _prepare_softplus): wX = k e^{G - a} (upper
+    rows) or k e^{a - G} (lower rows), wXq = q e^{G - a} (upper rows; the lower ones are never read).
+    `loaded`: qh / kh already hold the normalised rows and gh the gate (the first pass), else the raw
+    rows, their norm factors and the gate are read again."""
+    b = 1 << lv
+    rows3 = [hh * HALF, 0, 0]
+    cq, ck = ("1", "1") if loaded else ("cq", "ck")
+    if not loaded:
+        r.lds(tile("wQ", rows3, [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
+        r.lds(tile("wK", rows3, [HALF, 1, K], slot="p"), tile("kh"), vec_bytes=8)
+        r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
+        r.lds(tile("wNq", [hh * HALF, 0], [HALF, 1], slot="p"), tile("cq"), vec_bytes=4)
+        r.lds(tile("wNk", [hh * HALF, 0], [HALF, 1], slot="p"), tile("ck"), vec_bytes=4)
+    # the anchors of this half's rows: the last lower token of each 2b block (G_7 for both halves at lv 3)
+    anchors = sorted({(i & ~(2 * b - 1)) + b - 1 for i in range(hh * HALF, hh * HALF + HALF)})
+    for n, a in enumerate(anchors):
+        r.lds(tile("wGc", [a, 0], [1, K], slot="p"), tile(f"A{n}"), vec_bytes=16)
+    anc = f"A{len(anchors) - 1}"
+    for n in reversed(range(len(anchors) - 1)):
+        anc = f"select(row() < {(n + 1) * 2 * b}, A{n}, {anc})"
+    if lv == 3:           # the whole half is upper (hh = 1) or lower (hh = 0)
+        upper = "1 == 1" if hh else "1 == 0"
+        d = "gh - A0" if hh else "A0 - gh"
+    else:
+        upper = f"floor(row() / {b}) - 2 * floor(row() / {2 * b}) == 1"
+        d = f"select({upper}, gh - {anc}, {anc} - gh)"
+    r.map("tt", f"exp({d})")
+    # the first pass keeps qh / kh (QG, KG, KD come next): the operands go through tt, exp taken twice
+    xk, xq = ("tt", "tt") if loaded else ("kh", "qh")
+    r.map(xk, f"kh * {ck} * tt")
+    r.sts(tile(xk), tile("wX", rows3, [HALF, 1, K], slot="p"), vec_bytes=8)
+    if lv < 3 or hh:      # wXq's lower rows are never read
+        if loaded:
+            r.map("tt", f"exp({d})")
+        r.map(xq, f"select({upper}, qh * {cq} * tt, 0)")
+        r.sts(tile(xq), tile("wXq", rows3, [HALF, 1, K], slot="p"), vec_bytes=8)

@@ -180,6 +180,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         #pragma unroll
         for (int cake_e = 0; cake_e < 16; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           live[cake_e] = ((((float)(t0) + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/15
         }
       }
@@ -288,6 +289,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           qs[cake_e] = ((((float)(t0) + 0.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(qs[cake_e] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/body/27
         }
       }
@@ -295,6 +297,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           ks[cake_e] = ((((float)(t0) + 0.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(ks[cake_e] + 1e-06f));  // /roles/0/body/10/body/28
         }
       }
@@ -429,6 +432,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           qs[cake_e] = ((((float)(t0) + 8.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(qs[cake_e] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/body/46
         }
       }
@@ -436,6 +440,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           ks[cake_e] = ((((float)(t0) + 8.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(ks[cake_e] + 1e-06f));  // /roles/0/body/10/body/47
         }
       }
@@ -662,6 +667,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
           Pm[cake_e] = ((((float)cake_col <= (float)cake_row) ? (Pm[cake_e]) : (0.0f)));  // /roles/0/body/10/body/104
         }
       }
@@ -693,6 +699,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
           L[cake_e] = ((((float)cake_col < (float)cake_row) ? (L[cake_e] * brow[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]) : (0.0f)));  // /roles/0/body/10/body/107
         }
       }
@@ -701,6 +708,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
           Inv[cake_e] = ((((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)) - L[cake_e]);  // /roles/0/body/10/body/108
         }
       }
@@ -745,6 +753,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
           L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/117
         }
       }
@@ -821,6 +830,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
           L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/132
         }
       }
@@ -897,6 +907,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
           L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/147
         }
       }
@@ -939,6 +950,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
           L[cake_e] = ((((float)cake_col == (float)cake_row) ? (brow[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]) : (0.0f)));  // /roles/0/body/10/body/155
         }
       }

@@ -34,14 +34,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
     const int cake_wg = cake_warp >> 2, cake_wg_tid = cake_tid & 127;
     (void)cake_role_warp; (void)cake_role_tid; (void)cake_wg; (void)cake_wg_tid;
     if (cake_tid == 0) {  // /prologue/0
-      cake::mbar_init((cake_smem_base + 221696u + 8u * (unsigned)(0)), 32u);  // /prologue/0/then/0
-      cake::mbar_init((cake_smem_base + 221728u + 8u * (unsigned)(0)), 128u);  // /prologue/0/then/1
-      cake::mbar_init((cake_smem_base + 221696u + 8u * (unsigned)(1)), 32u);  // /prologue/0/then/2
-      cake::mbar_init((cake_smem_base + 221728u + 8u * (unsigned)(1)), 128u);  // /prologue/0/then/3
-      cake::mbar_init((cake_smem_base + 221696u + 8u * (unsigned)(2)), 32u);  // /prologue/0/then/4
-      cake::mbar_init((cake_smem_base + 221728u + 8u * (unsigned)(2)), 128u);  // /prologue/0/then/5
-      cake::mbar_init((cake_smem_base + 221696u + 8u * (unsigned)(3)), 32u);  // /prologue/0/then/6
-      cake::mbar_init((cake_smem_base + 221728u + 8u * (unsigned)(3)), 128u);  // /prologue/0/then/7
+      cake::mbar_init((cake_smem_base + 214272u + 8u * (unsigned)(0)), 32u);  // /prologue/0/then/0
+      cake::mbar_init((cake_smem_base + 214304u + 8u * (unsigned)(0)), 128u);  // /prologue/0/then/1
+      cake::mbar_init((cake_smem_base + 214272u + 8u * (unsigned)(1)), 32u);  // /prologue/0/then/2
+      cake::mbar_init((cake_smem_base + 214304u + 8u * (unsigned)(1)), 128u);  // /prologue/0/then/3
+      cake::mbar_init((cake_smem_base + 214272u + 8u * (unsigned)(2)), 32u);  // /prologue/0/then/4
+      cake::mbar_init((cake_smem_base + 214304u + 8u * (unsigned)(2)), 128u);  // /prologue/0/then/5
+      cake::mbar_init((cake_smem_base + 214272u + 8u * (unsigned)(3)), 32u);  // /prologue/0/then/6
+      cake::mbar_init((cake_smem_base + 214304u + 8u * (unsigned)(3)), 128u);  // /prologue/0/then/7
     }
     cake::fence_mbarrier_init();  // /prologue/1
     __syncthreads();  // /prologue/2
@@ -59,19 +59,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
     float GCr[4];  // /buffers/19
     float al[1];  // /buffers/20
     float b1[1];  // /buffers/21
-    float tt[32];  // /buffers/26
-    float t2[32];  // /buffers/27
-    float kj[4];  // /buffers/28
-    float gj[4];  // /buffers/29
-    float Ar[4];  // /buffers/30
-    float ck[8];  // /buffers/31
-    float cq[8];  // /buffers/32
-    float L[8];  // /buffers/33
-    float Pm[8];  // /buffers/34
-    float Inv[8];  // /buffers/35
-    unsigned pa[4];  // /buffers/36
-    unsigned pb[4];  // /buffers/37
-    float brow[2];  // /buffers/38
+    float tt[32];  // /buffers/27
+    float A0[4];  // /buffers/28
+    float A1[4];  // /buffers/29
+    float A2[4];  // /buffers/30
+    float A3[4];  // /buffers/31
+    float ck[8];  // /buffers/32
+    float cq[8];  // /buffers/33
+    float cd[8];  // /buffers/34
+    float T2[8];  // /buffers/35
+    float L[8];  // /buffers/36
+    float Pm[8];  // /buffers/37
+    float Inv[8];  // /buffers/38
+    unsigned pa[4];  // /buffers/39
+    unsigned pb[4];  // /buffers/40
+    float brow[2];  // /buffers/41
     const int hv = blockIdx.x;  // /roles/0/body/0
     const int n = blockIdx.y;  // /roles/0/body/1
     const int h = hv / (HV / H);  // /roles/0/body/2
@@ -127,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       }
       cake::cp_async_commit();  // /roles/0/body/10/body/4
       if (c >= P) {  // /roles/0/body/10/body/5
-        cake::mbar_wait((cake_smem_base + 221728u + 8u * (unsigned)(p)), (unsigned)((c / P - 1) % 2));  // /roles/0/body/10/body/5/then/0
+        cake::mbar_wait((cake_smem_base + 214304u + 8u * (unsigned)(p)), (unsigned)((c / P - 1) % 2));  // /roles/0/body/10/body/5/then/0
       }
       #pragma unroll
       for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/body/6
@@ -183,6 +185,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           ck[cake_e] = ((((float)(t0) + 0.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/15
         }
       }
@@ -223,10 +226,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           uint4 cake_v;
           cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((7) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/20
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          Ar[cake_s * 4 + 0] = cake_h[0];
-          Ar[cake_s * 4 + 1] = cake_h[1];
-          Ar[cake_s * 4 + 2] = cake_h[2];
-          Ar[cake_s * 4 + 3] = cake_h[3];
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
         }
       }
       #pragma unroll
@@ -247,6 +250,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           ck[cake_e] = ((((float)(t0) + 8.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/22
         }
       }
@@ -265,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (tt[cake_e] + Ar[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/25
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (tt[cake_e] + A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/25
       #pragma unroll
       for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/26
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
@@ -355,6 +359,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           cq[cake_e] = ((((float)(t0) + 0.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(cq[cake_e] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/body/34
         }
       }
@@ -362,6 +367,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
+          (void)cake_row; (void)cake_col;
           ck[cake_e] = ((((float)(t0) + 0.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(ck[cake_e] + 1e-06f));  // /roles/0/body/10/body/35
         }
       }
@@ -369,41 +375,71 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       for (int cake_e = 0; cake_e < 32; ++cake_e) qh[cake_e] = (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)]);  // /roles/0/body/10/body/36
       #pragma unroll
       for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)]);  // /roles/0/body/10/body/37
-      __syncwarp();  // /roles/0/body/10/body/38
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (qh[cake_e] * cake::fexp(gh[cake_e]));  // /roles/0/body/10/body/39
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/40
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/40
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (qh[cake_e] * kh[cake_e]);  // /roles/0/body/10/body/38
+       {  // /roles/0/body/10/body/39
+        float cake_red2[8];
+        #pragma unroll
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red2[cake_i] = 0.0f;
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red2[(((cake_e / 4) * 128) / 128)] = (cake_red2[(((cake_e / 4) * 128) / 128)] + tt[cake_e]);
+        cake::warp_sum_rows<8>(cake_red2);
+        #pragma unroll
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cd[cake_i] = (cake_red2[cake_i]);
+      }
+      if (cake_lane == 0) {  // /roles/0/body/10/body/40
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/40/then/0
+          const int cake_f = (cake_s * 1 + 0) * 1;
+          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+           {
+            unsigned cake_v;
+            float* cake_h = reinterpret_cast<float*>(&cake_v);
+            cake_h[0] = cq[cake_s * 1 + 0];
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/0
+          }
+        }
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/40/then/1
+          const int cake_f = (cake_s * 1 + 0) * 1;
+          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+           {
+            unsigned cake_v;
+            float* cake_h = reinterpret_cast<float*>(&cake_v);
+            cake_h[0] = ck[cake_s * 1 + 0];
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/1
+          }
+        }
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/40/then/2
+          const int cake_f = (cake_s * 1 + 0) * 1;
+          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+           {
+            unsigned cake_v;
+            float* cake_h = reinterpret_cast<float*>(&cake_v);
+            cake_h[0] = cd[cake_s * 1 + 0];
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (214016u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/2
+          }
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * cake::fexp(gh[cake_e]));  // /roles/0/body/10/body/41
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/42
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/41
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
-          uint2 cake_v;
-          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/42
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((7) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/41
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * cake::fexp(GCr[((((cake_e / 4) % 1) * 4) + (cake_e % 4))] - gh[cake_e]));  // /roles/0/body/10/body/43
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))] - gh[cake_e]));  // /roles/0/body/10/body/42
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * 1.0f * tt[cake_e]);  // /roles/0/body/10/body/43
       #pragma unroll
       for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/44
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
@@ -415,13 +451,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/44
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/44
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e]);  // /roles/0/body/10/body/45
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e]));  // /roles/0/body/10/body/45
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/46
+      for (int cake_e = 0; cake_e < 32; ++cake_e) qh[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/46
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/47
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(qh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/47
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/48
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/49
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
@@ -431,641 +485,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/46
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/49
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * cake::fexp(Ar[((((cake_e / 4) % 1) * 4) + (cake_e % 4))] - gh[cake_e]));  // /roles/0/body/10/body/47
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * cake::fexp(GCr[((((cake_e / 4) % 1) * 4) + (cake_e % 4))] - gh[cake_e]));  // /roles/0/body/10/body/50
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/48
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/51
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
           uint2 cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/48
+          cake_h[0] = cake::f2bf(kh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/51
         }
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (0.0f);  // /roles/0/body/10/body/49
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/50
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/50
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (0.0f);  // /roles/0/body/10/body/51
       #pragma unroll
       for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/52
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
           uint2 cake_v;
-          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/52
-        }
-      }
-      __syncwarp();  // /roles/0/body/10/body/53
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/54
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/54
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/55
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/55
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/56
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/57
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/58
-       {  // /roles/0/body/10/body/59
-        float cake_red2[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red2[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red2[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red2[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red2);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red2[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red2[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/61
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/61/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/61/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/61/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/61/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/62
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((1)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/62
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/63
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((1) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/63
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/64
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/65
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/66
-       {  // /roles/0/body/10/body/67
-        float cake_red3[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red3[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red3);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red3[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red3[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/69
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/69/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((1) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/69/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/69/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((1) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/69/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/70
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((2)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/70
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/71
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((2) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/71
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/72
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/73
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/74
-       {  // /roles/0/body/10/body/75
-        float cake_red4[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red4[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red4[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red4[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red4);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red4[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red4[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/77
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/77/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((2) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/77/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/77/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((2) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/77/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/78
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((3)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/78
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/79
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((3) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/79
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/80
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/81
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/82
-       {  // /roles/0/body/10/body/83
-        float cake_red5[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red5[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red5[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red5[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red5);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red5[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red5[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/85
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/85/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((3) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/85/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/85/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((3) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/85/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/86
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((4)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/86
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/87
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((4) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/87
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/88
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/89
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/90
-       {  // /roles/0/body/10/body/91
-        float cake_red6[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red6[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red6[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red6);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red6[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red6[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/93
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/93/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((4) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/93/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/93/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((4) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/93/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/94
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((5)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/94
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/95
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((5) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/95
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/96
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/97
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/98
-       {  // /roles/0/body/10/body/99
-        float cake_red7[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red7[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red7[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red7[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red7);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red7[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red7[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/101
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/101/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((5) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/101/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/101/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((5) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/101/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/102
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((6)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/102
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/103
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((6) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/103
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/104
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/105
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/106
-       {  // /roles/0/body/10/body/107
-        float cake_red8[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red8[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red8[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red8[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red8);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red8[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red8[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/109
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/109/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((6) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/109/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/109/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((6) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/109/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/110
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((7)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/110
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/111
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((7) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/111
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/112
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/113
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/114
-       {  // /roles/0/body/10/body/115
-        float cake_red9[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red9[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red9[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red9[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red9);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red9[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red9[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/117
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/117/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((7) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/117/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/117/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_r) * 64 + ((7) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/117/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/118
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/118
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/52
           const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
           qh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
           qh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
@@ -1074,12 +519,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         }
       }
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/119
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/53
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
           uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/119
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/53
           const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
           kh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
           kh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
@@ -1088,12 +533,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         }
       }
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/120
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/54
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
           uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((8) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/120
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((8) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/54
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           gh[cake_s * 4 + 0] = cake_h[0];
           gh[cake_s * 4 + 1] = cake_h[1];
@@ -1101,43 +546,107 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           gh[cake_s * 4 + 3] = cake_h[3];
         }
       }
-       {  // /roles/0/body/10/body/121
-        float cake_red10[16];
+       {  // /roles/0/body/10/body/55
+        float cake_red3[16];
         #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red10[cake_i] = 0.0f;
+        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red3[cake_i] = 0.0f;
         #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red10[(((cake_e / 4) * 128) / 128)] += cake::sq(qh[cake_e]);
+        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[(((cake_e / 4) * 128) / 128)] += cake::sq(qh[cake_e]);
         #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red10[8 + (((cake_e / 4) * 128) / 128)] += cake::sq(kh[cake_e]);
-        cake::warp_sum_rows<16>(cake_red10);
+        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red3[8 + (((cake_e / 4) * 128) / 128)] += cake::sq(kh[cake_e]);
+        cake::warp_sum_rows<16>(cake_red3);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red10[cake_i]);
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red3[cake_i]);
         #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red10[8 + cake_i]);
+        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red3[8 + cake_i]);
       }
-       {  // /roles/0/body/10/body/123
+       {  // /roles/0/body/10/body/57
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
-          cq[cake_e] = ((((float)(t0) + 8.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(cq[cake_e] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/body/123
+          (void)cake_row; (void)cake_col;
+          cq[cake_e] = ((((float)(t0) + 8.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(cq[cake_e] + 1e-06f) * 0.08838834764831845f);  // /roles/0/body/10/body/57
         }
       }
-       {  // /roles/0/body/10/body/124
+       {  // /roles/0/body/10/body/58
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = cake_e / 1, cake_col = cake_e % 1;
-          ck[cake_e] = ((((float)(t0) + 8.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(ck[cake_e] + 1e-06f));  // /roles/0/body/10/body/124
+          (void)cake_row; (void)cake_col;
+          ck[cake_e] = ((((float)(t0) + 8.0f + (float)cake_row < (float)(eos)) ? (1.0f) : (0.0f)) * cake::frsqrt(ck[cake_e] + 1e-06f));  // /roles/0/body/10/body/58
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) qh[cake_e] = (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)]);  // /roles/0/body/10/body/125
+      for (int cake_e = 0; cake_e < 32; ++cake_e) qh[cake_e] = (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)]);  // /roles/0/body/10/body/59
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)]);  // /roles/0/body/10/body/126
-      __syncwarp();  // /roles/0/body/10/body/127
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)]);  // /roles/0/body/10/body/60
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (qh[cake_e] * cake::fexp(gh[cake_e]));  // /roles/0/body/10/body/128
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (qh[cake_e] * kh[cake_e]);  // /roles/0/body/10/body/61
+       {  // /roles/0/body/10/body/62
+        float cake_red4[8];
+        #pragma unroll
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cake_red4[cake_i] = 0.0f;
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red4[(((cake_e / 4) * 128) / 128)] = (cake_red4[(((cake_e / 4) * 128) / 128)] + tt[cake_e]);
+        cake::warp_sum_rows<8>(cake_red4);
+        #pragma unroll
+        for (int cake_i = 0; cake_i < 8; ++cake_i) cd[cake_i] = (cake_red4[cake_i]);
+      }
+      if (cake_lane == 0) {  // /roles/0/body/10/body/63
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/63/then/0
+          const int cake_f = (cake_s * 1 + 0) * 1;
+          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+           {
+            unsigned cake_v;
+            float* cake_h = reinterpret_cast<float*>(&cake_v);
+            cake_h[0] = cq[cake_s * 1 + 0];
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/0
+          }
+        }
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/63/then/1
+          const int cake_f = (cake_s * 1 + 0) * 1;
+          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+           {
+            unsigned cake_v;
+            float* cake_h = reinterpret_cast<float*>(&cake_v);
+            cake_h[0] = ck[cake_s * 1 + 0];
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/1
+          }
+        }
+        #pragma unroll
+        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/63/then/2
+          const int cake_f = (cake_s * 1 + 0) * 1;
+          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+           {
+            unsigned cake_v;
+            float* cake_h = reinterpret_cast<float*>(&cake_v);
+            cake_h[0] = cd[cake_s * 1 + 0];
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (214016u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/2
+          }
+        }
+      }
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/129
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/64
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((7) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/64
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]));  // /roles/0/body/10/body/65
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * 1.0f * tt[cake_e]);  // /roles/0/body/10/body/66
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/67
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
@@ -1147,13 +656,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((8) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/129
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/67
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * cake::fexp(gh[cake_e]));  // /roles/0/body/10/body/130
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]));  // /roles/0/body/10/body/68
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/131
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (((1.0f == 1.0f) ? (qh[cake_e] * 1.0f * tt[cake_e]) : (0.0f)));  // /roles/0/body/10/body/69
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/70
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
@@ -1163,13 +674,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (34816u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/131
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/70
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * cake::fexp(GCr[((((cake_e / 4) % 1) * 4) + (cake_e % 4))] - gh[cake_e]));  // /roles/0/body/10/body/132
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e]));  // /roles/0/body/10/body/71
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/133
+      for (int cake_e = 0; cake_e < 32; ++cake_e) qh[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/72
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/73
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(qh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((8) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/73
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/74
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/75
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
@@ -1179,654 +708,29 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((8) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/133
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (34816u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/75
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e]);  // /roles/0/body/10/body/134
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * cake::fexp(GCr[((((cake_e / 4) % 1) * 4) + (cake_e % 4))] - gh[cake_e]));  // /roles/0/body/10/body/76
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/135
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/77
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
           uint2 cake_v;
           cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/135
+          cake_h[0] = cake::f2bf(kh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((8) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/77
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (0.0f);  // /roles/0/body/10/body/136
+      for (int cake_e = 0; cake_e < 4; ++cake_e) GCr[cake_e] = (cake::fexp(GCr[cake_e]));  // /roles/0/body/10/body/78
       #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/137
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/137
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * cake::fexp(gh[cake_e] - Ar[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]));  // /roles/0/body/10/body/138
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/139
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/139
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (qh[cake_e] * cake::fexp(gh[cake_e] - Ar[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]));  // /roles/0/body/10/body/140
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/141
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
-          cake_h[0] = cake::f2bf(tt[cake_s * 4 + 0]);
-          cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
-          cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
-          cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/141
-        }
-      }
-      __syncwarp();  // /roles/0/body/10/body/142
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/143
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/143
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/144
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((8) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/144
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/145
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/146
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/147
-       {  // /roles/0/body/10/body/148
-        float cake_red11[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red11[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red11[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red11[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red11);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red11[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red11[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/150
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/150/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((8) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/150/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/150/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((8) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/150/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/151
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((9)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/151
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/152
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((9) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/152
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/153
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/154
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/155
-       {  // /roles/0/body/10/body/156
-        float cake_red12[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red12[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red12[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red12[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red12);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red12[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red12[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/158
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/158/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((9) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/158/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/158/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((9) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/158/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/159
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((10)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/159
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/160
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((10) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/160
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/161
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/162
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/163
-       {  // /roles/0/body/10/body/164
-        float cake_red13[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red13[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red13[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red13[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red13);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red13[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red13[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/166
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/166/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((10) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/166/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/166/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((10) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/166/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/167
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((11)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/167
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/168
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((11) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/168
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/169
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/170
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/171
-       {  // /roles/0/body/10/body/172
-        float cake_red14[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red14[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red14[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red14[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red14);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red14[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red14[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/174
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/174/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((11) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/174/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/174/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((11) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/174/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/175
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((12)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/175
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/176
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((12) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/176
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/177
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/178
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/179
-       {  // /roles/0/body/10/body/180
-        float cake_red15[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red15[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red15[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red15[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red15);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red15[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red15[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/182
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/182/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((12) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/182/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/182/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((12) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/182/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/183
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((13)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/183
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/184
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((13) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/184
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/185
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/186
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/187
-       {  // /roles/0/body/10/body/188
-        float cake_red16[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red16[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red16[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red16[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red16);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red16[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red16[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/190
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/190/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((13) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/190/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/190/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((13) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/190/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/191
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((14)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/191
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/192
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((14) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/192
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/193
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/194
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/195
-       {  // /roles/0/body/10/body/196
-        float cake_red17[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red17[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red17[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red17[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red17);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red17[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red17[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/198
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/198/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((14) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/198/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/198/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((14) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/198/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/199
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint2 cake_v;
-          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((15)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/199
-          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
-          kj[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
-          kj[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
-          kj[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
-          kj[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
-        }
-      }
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/200
-        const int cake_f = (cake_s * 32 + cake_lane) * 4;
-        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
-         {
-          uint4 cake_v;
-          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((15) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/200
-          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
-          gj[cake_s * 4 + 0] = cake_h[0];
-          gj[cake_s * 4 + 1] = cake_h[1];
-          gj[cake_s * 4 + 2] = cake_h[2];
-          gj[cake_s * 4 + 3] = cake_h[3];
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (cake::fexp(gh[cake_e] - gj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) * kj[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]);  // /roles/0/body/10/body/201
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) t2[cake_e] = (qh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/202
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) tt[cake_e] = (kh[cake_e] * tt[cake_e]);  // /roles/0/body/10/body/203
-       {  // /roles/0/body/10/body/204
-        float cake_red18[16];
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 16; ++cake_i) cake_red18[cake_i] = 0.0f;
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red18[(((cake_e / 4) * 128) / 128)] += tt[cake_e];
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 32; ++cake_e) cake_red18[8 + (((cake_e / 4) * 128) / 128)] += t2[cake_e];
-        cake::warp_sum_rows<16>(cake_red18);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) ck[cake_i] = (cake_red18[cake_i]);
-        #pragma unroll
-        for (int cake_i = 0; cake_i < 8; ++cake_i) cq[cake_i] = (cake_red18[8 + cake_i]);
-      }
-      if (cake_lane == 0) {  // /roles/0/body/10/body/206
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/206/then/0
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((15) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/206/then/0
-          }
-        }
-        #pragma unroll
-        for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/206/then/1
-          const int cake_f = (cake_s * 1 + 0) * 1;
-          const int cake_r = cake_f / 1, cake_c = cake_f % 1;
-           {
-            unsigned cake_v;
-            float* cake_h = reinterpret_cast<float*>(&cake_v);
-            cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((8) + cake_r) * 64 + ((15) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/206/then/1
-          }
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) GCr[cake_e] = (cake::fexp(GCr[cake_e]));  // /roles/0/body/10/body/207
-      #pragma unroll
-      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/208
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/79
         const int cake_f = (cake_s * 32 + cake_lane) * 4;
         const int cake_r = cake_f / 128, cake_c = cake_f % 128;
          {
@@ -1836,673 +740,1556 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = GCr[cake_s * 4 + 1];
           cake_h[2] = GCr[cake_s * 4 + 2];
           cake_h[3] = GCr[cake_s * 4 + 3];
-          *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (149760u + (unsigned)(p) * 512u + (unsigned)((0 + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/208
+          *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (149760u + (unsigned)(p) * 512u + (unsigned)((0 + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/79
         }
       }
-      __syncwarp();  // /roles/0/body/10/body/209
+      __syncwarp();  // /roles/0/body/10/body/80
       #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/210
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/81
       #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/211
-       {  // /roles/0/body/10/body/212
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/82
+       {  // /roles/0/body/10/body/83
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/212
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/83
+      }
+       {  // /roles/0/body/10/body/84
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/84
+      }
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/85
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/85
+       {  // /roles/0/body/10/body/86
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/86
+      }
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/87
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/87
+       {  // /roles/0/body/10/body/88
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/88
+      }
+       {  // /roles/0/body/10/body/89
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/89
+      }
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/90
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/90
+       {  // /roles/0/body/10/body/91
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/91
+      }
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/92
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/92
+       {  // /roles/0/body/10/body/93
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/93
+      }
+       {  // /roles/0/body/10/body/94
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/94
+      }
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/95
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/95
+       {  // /roles/0/body/10/body/96
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/96
+      }
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/97
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/97
+       {  // /roles/0/body/10/body/98
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/98
+      }
+       {  // /roles/0/body/10/body/99
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/99
+      }
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/100
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/100
+       {  // /roles/0/body/10/body/101
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/101
+      }
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/102
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/102
+       {  // /roles/0/body/10/body/103
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/103
+      }
+       {  // /roles/0/body/10/body/104
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/104
+      }
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/105
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/105
+       {  // /roles/0/body/10/body/106
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/106
+      }
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/107
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/107
+       {  // /roles/0/body/10/body/108
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/108
+      }
+       {  // /roles/0/body/10/body/109
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/109
+      }
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/110
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/110
+       {  // /roles/0/body/10/body/111
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/111
+      }
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/112
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/112
+       {  // /roles/0/body/10/body/113
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/113
+      }
+       {  // /roles/0/body/10/body/114
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/114
+      }
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/115
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/115
+       {  // /roles/0/body/10/body/116
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/116
+      }
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/117
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/117
+       {  // /roles/0/body/10/body/118
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/118
+      }
+       {  // /roles/0/body/10/body/119
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/119
+      }
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/120
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/120
+       {  // /roles/0/body/10/body/121
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/121
+      }
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/122
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/122
+       {  // /roles/0/body/10/body/123
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = ((((float)cake_row >= 8.0f && (float)cake_col < 8.0f) ? (L[cake_e]) : (0.0f)));  // /roles/0/body/10/body/123
+        }
+      }
+       {  // /roles/0/body/10/body/124
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          Pm[cake_e] = ((((float)cake_row >= 8.0f && (float)cake_col < 8.0f) ? (Pm[cake_e]) : (0.0f)));  // /roles/0/body/10/body/124
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/125
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/126
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/126
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          qh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          qh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          qh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          qh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/127
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/127
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          kh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          kh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          kh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          kh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/128
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/128
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          gh[cake_s * 4 + 0] = cake_h[0];
+          gh[cake_s * 4 + 1] = cake_h[1];
+          gh[cake_s * 4 + 2] = cake_h[2];
+          gh[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/129
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/129
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          cq[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/130
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/130
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          ck[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/131
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((3) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/131
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+       {  // /roles/0/body/10/body/132
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          tt[cake_e] = (cake::fexp(((floorf((float)cake_row / 4.0f) - 2.0f * floorf((float)cake_row / 8.0f) == 1.0f) ? (gh[cake_e] - A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))] - gh[cake_e]))));  // /roles/0/body/10/body/132
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)] * tt[cake_e]);  // /roles/0/body/10/body/133
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/134
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(kh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/134
+        }
+      }
+       {  // /roles/0/body/10/body/135
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          qh[cake_e] = (((floorf((float)cake_row / 4.0f) - 2.0f * floorf((float)cake_row / 8.0f) == 1.0f) ? (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)] * tt[cake_e]) : (0.0f)));  // /roles/0/body/10/body/135
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/136
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(qh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/136
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/137
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/137
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          qh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          qh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          qh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          qh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/138
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/138
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          kh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          kh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          kh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          kh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/139
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((8) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/139
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          gh[cake_s * 4 + 0] = cake_h[0];
+          gh[cake_s * 4 + 1] = cake_h[1];
+          gh[cake_s * 4 + 2] = cake_h[2];
+          gh[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/140
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/140
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          cq[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/141
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/141
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          ck[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/142
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((11) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/142
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+       {  // /roles/0/body/10/body/143
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          tt[cake_e] = (cake::fexp(((floorf((float)cake_row / 4.0f) - 2.0f * floorf((float)cake_row / 8.0f) == 1.0f) ? (gh[cake_e] - A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))] - gh[cake_e]))));  // /roles/0/body/10/body/143
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)] * tt[cake_e]);  // /roles/0/body/10/body/144
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/145
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(kh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/145
+        }
+      }
+       {  // /roles/0/body/10/body/146
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          qh[cake_e] = (((floorf((float)cake_row / 4.0f) - 2.0f * floorf((float)cake_row / 8.0f) == 1.0f) ? (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)] * tt[cake_e]) : (0.0f)));  // /roles/0/body/10/body/146
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/147
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(qh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/147
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/148
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/149
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) T2[cake_e] = (0.0f);  // /roles/0/body/10/body/150
+       {  // /roles/0/body/10/body/151
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/151
+      }
+       {  // /roles/0/body/10/body/152
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/152
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/153
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/153
+       {  // /roles/0/body/10/body/154
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/154
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/155
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/155
+       {  // /roles/0/body/10/body/156
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/156
+      }
+       {  // /roles/0/body/10/body/157
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/157
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/158
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/158
+       {  // /roles/0/body/10/body/159
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/159
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/160
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/160
+       {  // /roles/0/body/10/body/161
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/161
+      }
+       {  // /roles/0/body/10/body/162
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/162
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/163
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/163
+       {  // /roles/0/body/10/body/164
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/164
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/165
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/165
+       {  // /roles/0/body/10/body/166
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/166
+      }
+       {  // /roles/0/body/10/body/167
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/167
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/168
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/168
+       {  // /roles/0/body/10/body/169
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/169
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/170
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/170
+       {  // /roles/0/body/10/body/171
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/171
+      }
+       {  // /roles/0/body/10/body/172
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/172
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/173
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/173
+       {  // /roles/0/body/10/body/174
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/174
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/175
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/175
+       {  // /roles/0/body/10/body/176
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/176
+      }
+       {  // /roles/0/body/10/body/177
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/177
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/178
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/178
+       {  // /roles/0/body/10/body/179
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/179
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/180
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/180
+       {  // /roles/0/body/10/body/181
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/181
+      }
+       {  // /roles/0/body/10/body/182
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/182
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/183
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/183
+       {  // /roles/0/body/10/body/184
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/184
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/185
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/185
+       {  // /roles/0/body/10/body/186
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/186
+      }
+       {  // /roles/0/body/10/body/187
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/187
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/188
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/188
+       {  // /roles/0/body/10/body/189
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/189
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/190
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/190
+       {  // /roles/0/body/10/body/191
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = (L[cake_e] + ((floorf((float)cake_row / 4.0f) - floorf((float)cake_col / 4.0f) == 1.0f && floorf((float)cake_row / 4.0f) - 2.0f * floorf((float)cake_row / 8.0f) == 1.0f) ? (Inv[cake_e]) : (0.0f)));  // /roles/0/body/10/body/191
+        }
+      }
+       {  // /roles/0/body/10/body/192
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          Pm[cake_e] = (Pm[cake_e] + ((floorf((float)cake_row / 4.0f) - floorf((float)cake_col / 4.0f) == 1.0f && floorf((float)cake_row / 4.0f) - 2.0f * floorf((float)cake_row / 8.0f) == 1.0f) ? (T2[cake_e]) : (0.0f)));  // /roles/0/body/10/body/192
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/193
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/194
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/194
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          qh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          qh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          qh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          qh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/195
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/195
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          kh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          kh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          kh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          kh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/196
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/196
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          gh[cake_s * 4 + 0] = cake_h[0];
+          gh[cake_s * 4 + 1] = cake_h[1];
+          gh[cake_s * 4 + 2] = cake_h[2];
+          gh[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/197
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/197
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          cq[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/198
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/198
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          ck[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/199
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((1) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/199
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/200
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((5) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/200
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A1[cake_s * 4 + 0] = cake_h[0];
+          A1[cake_s * 4 + 1] = cake_h[1];
+          A1[cake_s * 4 + 2] = cake_h[2];
+          A1[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+       {  // /roles/0/body/10/body/201
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          tt[cake_e] = (cake::fexp(((floorf((float)cake_row / 2.0f) - 2.0f * floorf((float)cake_row / 4.0f) == 1.0f) ? (gh[cake_e] - (((float)cake_row < 4.0f) ? (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A1[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]))) : ((((float)cake_row < 4.0f) ? (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A1[((((cake_e / 4) % 1) * 4) + (cake_e % 4))])) - gh[cake_e]))));  // /roles/0/body/10/body/201
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)] * tt[cake_e]);  // /roles/0/body/10/body/202
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/203
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(kh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/203
+        }
+      }
+       {  // /roles/0/body/10/body/204
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          qh[cake_e] = (((floorf((float)cake_row / 2.0f) - 2.0f * floorf((float)cake_row / 4.0f) == 1.0f) ? (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)] * tt[cake_e]) : (0.0f)));  // /roles/0/body/10/body/204
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/205
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(qh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/205
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/206
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/206
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          qh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          qh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          qh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          qh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/207
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/207
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          kh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          kh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          kh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          kh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/208
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((8) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/208
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          gh[cake_s * 4 + 0] = cake_h[0];
+          gh[cake_s * 4 + 1] = cake_h[1];
+          gh[cake_s * 4 + 2] = cake_h[2];
+          gh[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/209
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/209
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          cq[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/210
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/210
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          ck[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/211
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((9) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/211
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/212
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((13) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/212
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A1[cake_s * 4 + 0] = cake_h[0];
+          A1[cake_s * 4 + 1] = cake_h[1];
+          A1[cake_s * 4 + 2] = cake_h[2];
+          A1[cake_s * 4 + 3] = cake_h[3];
+        }
       }
        {  // /roles/0/body/10/body/213
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/213
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          tt[cake_e] = (cake::fexp(((floorf((float)cake_row / 2.0f) - 2.0f * floorf((float)cake_row / 4.0f) == 1.0f) ? (gh[cake_e] - (((float)cake_row < 4.0f) ? (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A1[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]))) : ((((float)cake_row < 4.0f) ? (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A1[((((cake_e / 4) % 1) * 4) + (cake_e % 4))])) - gh[cake_e]))));  // /roles/0/body/10/body/213
+        }
       }
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/214
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/214
-       {  // /roles/0/body/10/body/215
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/215
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)] * tt[cake_e]);  // /roles/0/body/10/body/214
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/215
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(kh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/215
+        }
       }
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/216
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/216
-       {  // /roles/0/body/10/body/217
+       {  // /roles/0/body/10/body/216
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          qh[cake_e] = (((floorf((float)cake_row / 2.0f) - 2.0f * floorf((float)cake_row / 4.0f) == 1.0f) ? (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)] * tt[cake_e]) : (0.0f)));  // /roles/0/body/10/body/216
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/217
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(qh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/217
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/218
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/219
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) T2[cake_e] = (0.0f);  // /roles/0/body/10/body/220
+       {  // /roles/0/body/10/body/221
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/217
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/221
       }
-       {  // /roles/0/body/10/body/218
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/218
-      }
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/219
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/219
-       {  // /roles/0/body/10/body/220
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/220
-      }
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/221
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/221
        {  // /roles/0/body/10/body/222
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/222
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/223
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/223
+       {  // /roles/0/body/10/body/224
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/224
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/225
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/225
+       {  // /roles/0/body/10/body/226
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/222
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/226
       }
-       {  // /roles/0/body/10/body/223
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/223
-      }
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/224
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/224
-       {  // /roles/0/body/10/body/225
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/225
-      }
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/226
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/226
        {  // /roles/0/body/10/body/227
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/227
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/228
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/228
+       {  // /roles/0/body/10/body/229
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/229
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/230
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/230
+       {  // /roles/0/body/10/body/231
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/227
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/231
       }
-       {  // /roles/0/body/10/body/228
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/228
-      }
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/229
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/229
-       {  // /roles/0/body/10/body/230
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/230
-      }
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/231
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/231
        {  // /roles/0/body/10/body/232
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/232
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/233
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/233
+       {  // /roles/0/body/10/body/234
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/234
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/235
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/235
+       {  // /roles/0/body/10/body/236
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/232
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/236
       }
-       {  // /roles/0/body/10/body/233
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/233
-      }
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/234
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/234
-       {  // /roles/0/body/10/body/235
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/235
-      }
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/236
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/236
        {  // /roles/0/body/10/body/237
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/237
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/238
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/238
+       {  // /roles/0/body/10/body/239
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/239
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/240
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/240
+       {  // /roles/0/body/10/body/241
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/237
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/241
       }
-       {  // /roles/0/body/10/body/238
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/238
-      }
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/239
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/239
-       {  // /roles/0/body/10/body/240
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/240
-      }
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/241
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/241
        {  // /roles/0/body/10/body/242
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/242
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/243
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/243
+       {  // /roles/0/body/10/body/244
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/244
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/245
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/245
+       {  // /roles/0/body/10/body/246
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/242
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/246
       }
-       {  // /roles/0/body/10/body/243
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/243
-      }
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/244
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/244
-       {  // /roles/0/body/10/body/245
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/245
-      }
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/246
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/246
        {  // /roles/0/body/10/body/247
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/247
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/248
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/248
+       {  // /roles/0/body/10/body/249
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/249
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/250
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/250
+       {  // /roles/0/body/10/body/251
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/247
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/251
       }
-       {  // /roles/0/body/10/body/248
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/248
-      }
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/249
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/249
-       {  // /roles/0/body/10/body/250
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/250
-      }
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/251
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/251
        {  // /roles/0/body/10/body/252
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          Inv[cake_e] = (*reinterpret_cast<const float*>(cake_smem + (217600u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_row) * 64 + ((0) + cake_col) * 4))));  // /roles/0/body/10/body/252
-        }
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/252
       }
-       {  // /roles/0/body/10/body/253
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          Pm[cake_e] = ((((float)cake_row < 8.0f) ? ((((float)cake_col < 8.0f) ? (Inv[cake_e]) : (Pm[cake_e]))) : ((((float)cake_col < 8.0f) ? (Pm[cake_e]) : (Inv[cake_e])))));  // /roles/0/body/10/body/253
-        }
-      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/253
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/253
        {  // /roles/0/body/10/body/254
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          Inv[cake_e] = (*reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 1024u + (unsigned)(((0) + cake_row) * 64 + ((0) + cake_col) * 4))));  // /roles/0/body/10/body/254
-        }
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/254
       }
-       {  // /roles/0/body/10/body/255
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          L[cake_e] = ((((float)cake_row < 8.0f) ? ((((float)cake_col < 8.0f) ? (Inv[cake_e]) : (L[cake_e]))) : ((((float)cake_col < 8.0f) ? (L[cake_e]) : (Inv[cake_e])))));  // /roles/0/body/10/body/255
-        }
-      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/255
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/255
        {  // /roles/0/body/10/body/256
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          Pm[cake_e] = ((((float)cake_col <= (float)cake_row) ? (Pm[cake_e]) : (0.0f)));  // /roles/0/body/10/body/256
-        }
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/256
       }
        {  // /roles/0/body/10/body/257
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/257
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/257
-          }
-        }
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/257
       }
-       {  // /roles/0/body/10/body/258
-        #pragma unroll
-        for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          brow[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (52224u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/258
-        }
-        #pragma unroll
-        for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          brow[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (52224u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/258
-        }
-      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/258
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/258
        {  // /roles/0/body/10/body/259
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/259
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/260
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/260
+       {  // /roles/0/body/10/body/261
         #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          L[cake_e] = ((((float)cake_col < (float)cake_row) ? (L[cake_e] * brow[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]) : (0.0f)));  // /roles/0/body/10/body/259
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = (L[cake_e] + ((floorf((float)cake_row / 2.0f) - floorf((float)cake_col / 2.0f) == 1.0f && floorf((float)cake_row / 2.0f) - 2.0f * floorf((float)cake_row / 4.0f) == 1.0f) ? (Inv[cake_e]) : (0.0f)));  // /roles/0/body/10/body/261
         }
       }
-       {  // /roles/0/body/10/body/260
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          Inv[cake_e] = ((((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)) - L[cake_e]);  // /roles/0/body/10/body/260
-        }
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (L[cake_e]);  // /roles/0/body/10/body/261
        {  // /roles/0/body/10/body/262
         #pragma unroll
-        for (int cake_q = 0; cake_q < 4; ++cake_q) {
-          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
-          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
-          float cake_lo, cake_hi;
-          { const int cake_e = cake_c; cake_lo = Pm[cake_e]; }
-          { const int cake_e = cake_c + 1; cake_hi = Pm[cake_e]; }
-          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/262
-        }
-      }
-       {  // /roles/0/body/10/body/263
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/263
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/263
-          }
-        }
-      }
-      __syncwarp();  // /roles/0/body/10/body/264
-       {  // /roles/0/body/10/body/265
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/265
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/266
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/267
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/267
-      __syncwarp();  // /roles/0/body/10/body/268
-       {  // /roles/0/body/10/body/269
-        #pragma unroll
         for (int cake_e = 0; cake_e < 8; ++cake_e) {
           const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
           const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/269
+          (void)cake_row; (void)cake_col;
+          Pm[cake_e] = (Pm[cake_e] + ((floorf((float)cake_row / 2.0f) - floorf((float)cake_col / 2.0f) == 1.0f && floorf((float)cake_row / 2.0f) - 2.0f * floorf((float)cake_row / 4.0f) == 1.0f) ? (T2[cake_e]) : (0.0f)));  // /roles/0/body/10/body/262
         }
       }
-       {  // /roles/0/body/10/body/270
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/270
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/270
-          }
+      __syncwarp();  // /roles/0/body/10/body/263
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/264
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/264
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          qh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          qh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          qh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          qh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
         }
       }
-      __syncwarp();  // /roles/0/body/10/body/271
-       {  // /roles/0/body/10/body/272
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/272
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/265
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/265
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          kh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          kh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          kh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          kh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/266
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/266
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          gh[cake_s * 4 + 0] = cake_h[0];
+          gh[cake_s * 4 + 1] = cake_h[1];
+          gh[cake_s * 4 + 2] = cake_h[2];
+          gh[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/267
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/267
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          cq[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/268
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/268
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          ck[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/269
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/269
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/270
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((2) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/270
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A1[cake_s * 4 + 0] = cake_h[0];
+          A1[cake_s * 4 + 1] = cake_h[1];
+          A1[cake_s * 4 + 2] = cake_h[2];
+          A1[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/271
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((4) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/271
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A2[cake_s * 4 + 0] = cake_h[0];
+          A2[cake_s * 4 + 1] = cake_h[1];
+          A2[cake_s * 4 + 2] = cake_h[2];
+          A2[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/272
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((6) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/272
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A3[cake_s * 4 + 0] = cake_h[0];
+          A3[cake_s * 4 + 1] = cake_h[1];
+          A3[cake_s * 4 + 2] = cake_h[2];
+          A3[cake_s * 4 + 3] = cake_h[3];
+        }
       }
        {  // /roles/0/body/10/body/273
         #pragma unroll
-        for (int cake_q = 0; cake_q < 4; ++cake_q) {
-          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
-          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
-          float cake_lo, cake_hi;
-          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
-          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
-          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/273
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          tt[cake_e] = (cake::fexp(((floorf((float)cake_row / 1.0f) - 2.0f * floorf((float)cake_row / 2.0f) == 1.0f) ? (gh[cake_e] - (((float)cake_row < 2.0f) ? (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : ((((float)cake_row < 4.0f) ? (A1[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : ((((float)cake_row < 6.0f) ? (A2[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A3[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]))))))) : ((((float)cake_row < 2.0f) ? (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : ((((float)cake_row < 4.0f) ? (A1[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : ((((float)cake_row < 6.0f) ? (A2[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A3[((((cake_e / 4) % 1) * 4) + (cake_e % 4))])))))) - gh[cake_e]))));  // /roles/0/body/10/body/273
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/274
-      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/275
-      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/275
-      __syncwarp();  // /roles/0/body/10/body/276
-       {  // /roles/0/body/10/body/277
-        #pragma unroll
-        for (int cake_q = 0; cake_q < 4; ++cake_q) {
-          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
-          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
-          float cake_lo, cake_hi;
-          { const int cake_e = cake_c; cake_lo = Pm[cake_e]; }
-          { const int cake_e = cake_c + 1; cake_hi = Pm[cake_e]; }
-          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/277
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)] * tt[cake_e]);  // /roles/0/body/10/body/274
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/275
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(kh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/275
         }
       }
-       {  // /roles/0/body/10/body/278
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
+       {  // /roles/0/body/10/body/276
         #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/278
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/278
-          }
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          qh[cake_e] = (((floorf((float)cake_row / 1.0f) - 2.0f * floorf((float)cake_row / 2.0f) == 1.0f) ? (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)] * tt[cake_e]) : (0.0f)));  // /roles/0/body/10/body/276
         }
-      }
-      __syncwarp();  // /roles/0/body/10/body/279
-       {  // /roles/0/body/10/body/280
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/280
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/281
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/282
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/282
-      __syncwarp();  // /roles/0/body/10/body/283
-       {  // /roles/0/body/10/body/284
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/284
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/277
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(qh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/277
         }
       }
-       {  // /roles/0/body/10/body/285
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/285
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/285
-          }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/278
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (0u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/278
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          qh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          qh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          qh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          qh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
         }
       }
-      __syncwarp();  // /roles/0/body/10/body/286
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/279
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake_v = *reinterpret_cast<const uint2*>(reinterpret_cast<const cake::bf16*>(cake_smem + (17408u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0);  // /roles/0/body/10/body/279
+          const cake::bf16* cake_h = reinterpret_cast<const cake::bf16*>(&cake_v);
+          kh[cake_s * 4 + 0] = cake::bf2f(cake_h[0]);
+          kh[cake_s * 4 + 1] = cake::bf2f(cake_h[1]);
+          kh[cake_s * 4 + 2] = cake::bf2f(cake_h[2]);
+          kh[cake_s * 4 + 3] = cake::bf2f(cake_h[3]);
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/280
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((8) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/280
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          gh[cake_s * 4 + 0] = cake_h[0];
+          gh[cake_s * 4 + 1] = cake_h[1];
+          gh[cake_s * 4 + 2] = cake_h[2];
+          gh[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/281
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/281
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          cq[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/282
+        const int cake_f = (cake_s * 1 + 0) * 1;
+        const int cake_r = cake_f / 1, cake_c = cake_f % 1;
+         {
+          unsigned cake_v;
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/282
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          ck[cake_s * 1 + 0] = cake_h[0];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/283
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((8) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/283
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A0[cake_s * 4 + 0] = cake_h[0];
+          A0[cake_s * 4 + 1] = cake_h[1];
+          A0[cake_s * 4 + 2] = cake_h[2];
+          A0[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/284
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((10) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/284
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A1[cake_s * 4 + 0] = cake_h[0];
+          A1[cake_s * 4 + 1] = cake_h[1];
+          A1[cake_s * 4 + 2] = cake_h[2];
+          A1[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/285
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((12) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/285
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A2[cake_s * 4 + 0] = cake_h[0];
+          A2[cake_s * 4 + 1] = cake_h[1];
+          A2[cake_s * 4 + 2] = cake_h[2];
+          A2[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/10/body/286
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint4 cake_v;
+          cake_v = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(cake_smem + (52480u + (unsigned)(p) * 8192u + (unsigned)(((14) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/286
+          const float* cake_h = reinterpret_cast<const float*>(&cake_v);
+          A3[cake_s * 4 + 0] = cake_h[0];
+          A3[cake_s * 4 + 1] = cake_h[1];
+          A3[cake_s * 4 + 2] = cake_h[2];
+          A3[cake_s * 4 + 3] = cake_h[3];
+        }
+      }
        {  // /roles/0/body/10/body/287
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/287
-      }
-       {  // /roles/0/body/10/body/288
         #pragma unroll
-        for (int cake_q = 0; cake_q < 4; ++cake_q) {
-          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
-          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
-          float cake_lo, cake_hi;
-          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
-          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
-          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/288
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          tt[cake_e] = (cake::fexp(((floorf((float)cake_row / 1.0f) - 2.0f * floorf((float)cake_row / 2.0f) == 1.0f) ? (gh[cake_e] - (((float)cake_row < 2.0f) ? (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : ((((float)cake_row < 4.0f) ? (A1[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : ((((float)cake_row < 6.0f) ? (A2[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A3[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]))))))) : ((((float)cake_row < 2.0f) ? (A0[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : ((((float)cake_row < 4.0f) ? (A1[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : ((((float)cake_row < 6.0f) ? (A2[((((cake_e / 4) % 1) * 4) + (cake_e % 4))]) : (A3[((((cake_e / 4) % 1) * 4) + (cake_e % 4))])))))) - gh[cake_e]))));  // /roles/0/body/10/body/287
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/289
-      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/290
-      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/290
-      __syncwarp();  // /roles/0/body/10/body/291
-       {  // /roles/0/body/10/body/292
-        #pragma unroll
-        for (int cake_q = 0; cake_q < 4; ++cake_q) {
-          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
-          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
-          float cake_lo, cake_hi;
-          { const int cake_e = cake_c; cake_lo = Pm[cake_e]; }
-          { const int cake_e = cake_c + 1; cake_hi = Pm[cake_e]; }
-          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/292
+      for (int cake_e = 0; cake_e < 32; ++cake_e) kh[cake_e] = (kh[cake_e] * ck[(((cake_e / 4) * 128) / 128)] * tt[cake_e]);  // /roles/0/body/10/body/288
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/289
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(kh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/289
         }
       }
-       {  // /roles/0/body/10/body/293
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
+       {  // /roles/0/body/10/body/290
         #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/293
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/293
-          }
+        for (int cake_e = 0; cake_e < 32; ++cake_e) {
+          const int cake_row = (cake_e / 4) / 1, cake_col = (((cake_e / 4) % 1) * 32 + cake_lane) * 4 + cake_e % 4;
+          (void)cake_row; (void)cake_col;
+          qh[cake_e] = (((floorf((float)cake_row / 1.0f) - 2.0f * floorf((float)cake_row / 2.0f) == 1.0f) ? (qh[cake_e] * cq[(((cake_e / 4) * 128) / 128)] * tt[cake_e]) : (0.0f)));  // /roles/0/body/10/body/290
         }
       }
-      __syncwarp();  // /roles/0/body/10/body/294
+      #pragma unroll
+      for (int cake_s = 0; cake_s < 8; ++cake_s) {  // /roles/0/body/10/body/291
+        const int cake_f = (cake_s * 32 + cake_lane) * 4;
+        const int cake_r = cake_f / 128, cake_c = cake_f % 128;
+         {
+          uint2 cake_v;
+          cake::bf16* cake_h = reinterpret_cast<cake::bf16*>(&cake_v);
+          cake_h[0] = cake::f2bf(qh[cake_s * 4 + 0]);
+          cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
+          cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
+          cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/291
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/292
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/293
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) T2[cake_e] = (0.0f);  // /roles/0/body/10/body/294
        {  // /roles/0/body/10/body/295
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/295
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/295
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/296
-      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/297
-      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/297
-      __syncwarp();  // /roles/0/body/10/body/298
-       {  // /roles/0/body/10/body/299
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/299
-        }
+       {  // /roles/0/body/10/body/296
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/296
       }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/297
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/297
+       {  // /roles/0/body/10/body/298
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/298
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/299
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/299
        {  // /roles/0/body/10/body/300
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/300
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/300
-          }
-        }
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/300
       }
-      __syncwarp();  // /roles/0/body/10/body/301
-       {  // /roles/0/body/10/body/302
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/302
+       {  // /roles/0/body/10/body/301
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/301
       }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/302
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/302
        {  // /roles/0/body/10/body/303
-        #pragma unroll
-        for (int cake_q = 0; cake_q < 4; ++cake_q) {
-          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
-          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
-          float cake_lo, cake_hi;
-          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
-          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
-          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/303
-        }
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/303
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/304
-      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/305
-      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/305
-      __syncwarp();  // /roles/0/body/10/body/306
-       {  // /roles/0/body/10/body/307
-        #pragma unroll
-        for (int cake_e = 0; cake_e < 8; ++cake_e) {
-          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
-          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-          L[cake_e] = ((((float)cake_col == (float)cake_row) ? (brow[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]) : (0.0f)));  // /roles/0/body/10/body/307
-        }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/304
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/304
+       {  // /roles/0/body/10/body/305
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/305
       }
+       {  // /roles/0/body/10/body/306
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/306
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/307
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/307
        {  // /roles/0/body/10/body/308
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/308
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/308
-          }
-        }
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/308
       }
-      __syncwarp();  // /roles/0/body/10/body/309
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/309
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/309
        {  // /roles/0/body/10/body/310
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/310
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/310
       }
        {  // /roles/0/body/10/body/311
-        #pragma unroll
-        for (int cake_q = 0; cake_q < 4; ++cake_q) {
-          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
-          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
-          float cake_lo, cake_hi;
-          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
-          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
-          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/311
-        }
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/311
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/312
-      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/313
-      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/313
-      __syncwarp();  // /roles/0/body/10/body/314
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/312
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/312
+       {  // /roles/0/body/10/body/313
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/313
+      }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/314
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/314
        {  // /roles/0/body/10/body/315
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (151808u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 0], Inv[cake_e + 1]);  // /roles/0/body/10/body/315
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (151808u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 2], Inv[cake_e + 3]);  // /roles/0/body/10/body/315
-          }
-        }
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/315
       }
        {  // /roles/0/body/10/body/316
-        #pragma unroll
-        for (int cake_q = 0; cake_q < 4; ++cake_q) {
-          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
-          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
-          float cake_lo, cake_hi;
-          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
-          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
-          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/316
-        }
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/316
       }
-       {  // /roles/0/body/10/body/317
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/317
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/317
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/317
+       {  // /roles/0/body/10/body/318
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/318
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/318
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/319
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/319
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/319
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/319
        {  // /roles/0/body/10/body/320
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/320
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/320
-          }
-        }
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/320
       }
        {  // /roles/0/body/10/body/321
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/321
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/321
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/322
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/323
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/323
-       {  // /roles/0/body/10/body/324
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((16) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/324
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((16) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/324
-          }
-        }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/322
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/322
+       {  // /roles/0/body/10/body/323
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/323
       }
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/324
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/324
        {  // /roles/0/body/10/body/325
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/325
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/325
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/326
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/327
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/327
+       {  // /roles/0/body/10/body/326
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/326
+      }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/327
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/327
        {  // /roles/0/body/10/body/328
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((32) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/328
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((32) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/328
-          }
-        }
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/328
       }
-       {  // /roles/0/body/10/body/329
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/329
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/329
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/329
+       {  // /roles/0/body/10/body/330
+        const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/330
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/330
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/331
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/331
-       {  // /roles/0/body/10/body/332
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((48) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/332
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((48) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/332
-          }
-        }
+       {  // /roles/0/body/10/body/331
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/331
       }
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/332
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/332
        {  // /roles/0/body/10/body/333
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/333
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/333
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/334
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/335
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/335
-       {  // /roles/0/body/10/body/336
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
+      cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/334
+      cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/334
+       {  // /roles/0/body/10/body/335
         #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((64) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/336
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((64) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/336
-          }
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = (L[cake_e] + ((floorf((float)cake_row / 1.0f) - floorf((float)cake_col / 1.0f) == 1.0f && floorf((float)cake_row / 1.0f) - 2.0f * floorf((float)cake_row / 2.0f) == 1.0f) ? (Inv[cake_e]) : (0.0f)));  // /roles/0/body/10/body/335
         }
       }
-       {  // /roles/0/body/10/body/337
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/337
-      }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/338
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/339
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/339
-       {  // /roles/0/body/10/body/340
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
+       {  // /roles/0/body/10/body/336
         #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((80) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/340
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((80) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/340
-          }
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          Pm[cake_e] = (Pm[cake_e] + ((floorf((float)cake_row / 1.0f) - floorf((float)cake_col / 1.0f) == 1.0f && floorf((float)cake_row / 1.0f) - 2.0f * floorf((float)cake_row / 2.0f) == 1.0f) ? (T2[cake_e]) : (0.0f)));  // /roles/0/body/10/body/336
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/337
+       {  // /roles/0/body/10/body/338
+        #pragma unroll
+        for (int cake_c = 0; cake_c < 1; ++cake_c) {
+          brow[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (214016u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/338
+        }
+        #pragma unroll
+        for (int cake_c = 0; cake_c < 1; ++cake_c) {
+          brow[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (214016u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/338
+        }
+      }
+       {  // /roles/0/body/10/body/339
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          Pm[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (brow[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]) : (0.0f)));  // /roles/0/body/10/body/339
+        }
+      }
+       {  // /roles/0/body/10/body/340
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          Pm[cake_e] = ((((float)cake_col <= (float)cake_row) ? (Pm[cake_e]) : (0.0f)));  // /roles/0/body/10/body/340
         }
       }
        {  // /roles/0/body/10/body/341
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/341
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/341
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/341
+          }
+        }
       }
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/342
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/343
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/343
+       {  // /roles/0/body/10/body/342
+        #pragma unroll
+        for (int cake_c = 0; cake_c < 1; ++cake_c) {
+          brow[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (52224u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/342
+        }
+        #pragma unroll
+        for (int cake_c = 0; cake_c < 1; ++cake_c) {
+          brow[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (52224u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/342
+        }
+      }
+       {  // /roles/0/body/10/body/343
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = ((((float)cake_col < (float)cake_row) ? (L[cake_e] * brow[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]) : (0.0f)));  // /roles/0/body/10/body/343
+        }
+      }
        {  // /roles/0/body/10/body/344
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
         #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 2; ++cake_n) {
-            const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((96) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/344
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((96) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/344
-          }
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          Inv[cake_e] = ((((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)) - L[cake_e]);  // /roles/0/body/10/body/344
         }
-      }
-       {  // /roles/0/body/10/body/345
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/345
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/346
-      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/347
-      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/347
-       {  // /roles/0/body/10/body/348
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (L[cake_e]);  // /roles/0/body/10/body/345
+       {  // /roles/0/body/10/body/346
+        #pragma unroll
+        for (int cake_q = 0; cake_q < 4; ++cake_q) {
+          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
+          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
+          float cake_lo, cake_hi;
+          { const int cake_e = cake_c; cake_lo = Pm[cake_e]; }
+          { const int cake_e = cake_c + 1; cake_hi = Pm[cake_e]; }
+          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/346
+        }
+      }
+       {  // /roles/0/body/10/body/347
         const int cake_r0 = (cake_lane >> 2);
         const int cake_c0 = 2 * (cake_lane & 3);
         #pragma unroll
@@ -2510,14 +2297,456 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((112) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/348
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((112) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/348
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/347
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/347
           }
         }
       }
-      cake::cp_async_wait<0>();  // /roles/0/body/10/body/349
-      cake::mbar_arrive((cake_smem_base + 221696u + 8u * (unsigned)(p)));  // /roles/0/body/10/body/350
-      __syncwarp();  // /roles/0/body/10/body/351
+      __syncwarp();  // /roles/0/body/10/body/348
+       {  // /roles/0/body/10/body/349
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/349
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/350
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/351
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/351
+      __syncwarp();  // /roles/0/body/10/body/352
+       {  // /roles/0/body/10/body/353
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/353
+        }
+      }
+       {  // /roles/0/body/10/body/354
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/354
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/354
+          }
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/355
+       {  // /roles/0/body/10/body/356
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/356
+      }
+       {  // /roles/0/body/10/body/357
+        #pragma unroll
+        for (int cake_q = 0; cake_q < 4; ++cake_q) {
+          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
+          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
+          float cake_lo, cake_hi;
+          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
+          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
+          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/357
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/358
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/359
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/359
+      __syncwarp();  // /roles/0/body/10/body/360
+       {  // /roles/0/body/10/body/361
+        #pragma unroll
+        for (int cake_q = 0; cake_q < 4; ++cake_q) {
+          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
+          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
+          float cake_lo, cake_hi;
+          { const int cake_e = cake_c; cake_lo = Pm[cake_e]; }
+          { const int cake_e = cake_c + 1; cake_hi = Pm[cake_e]; }
+          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/361
+        }
+      }
+       {  // /roles/0/body/10/body/362
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/362
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/362
+          }
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/363
+       {  // /roles/0/body/10/body/364
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/364
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/365
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/366
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/366
+      __syncwarp();  // /roles/0/body/10/body/367
+       {  // /roles/0/body/10/body/368
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/368
+        }
+      }
+       {  // /roles/0/body/10/body/369
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/369
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/369
+          }
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/370
+       {  // /roles/0/body/10/body/371
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/371
+      }
+       {  // /roles/0/body/10/body/372
+        #pragma unroll
+        for (int cake_q = 0; cake_q < 4; ++cake_q) {
+          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
+          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
+          float cake_lo, cake_hi;
+          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
+          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
+          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/372
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/373
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/374
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/374
+      __syncwarp();  // /roles/0/body/10/body/375
+       {  // /roles/0/body/10/body/376
+        #pragma unroll
+        for (int cake_q = 0; cake_q < 4; ++cake_q) {
+          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
+          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
+          float cake_lo, cake_hi;
+          { const int cake_e = cake_c; cake_lo = Pm[cake_e]; }
+          { const int cake_e = cake_c + 1; cake_hi = Pm[cake_e]; }
+          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/376
+        }
+      }
+       {  // /roles/0/body/10/body/377
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/377
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/377
+          }
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/378
+       {  // /roles/0/body/10/body/379
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/379
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/380
+      cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/381
+      cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/381
+      __syncwarp();  // /roles/0/body/10/body/382
+       {  // /roles/0/body/10/body/383
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = (Pm[cake_e] + (((float)cake_col == (float)cake_row) ? (1.0f) : (0.0f)));  // /roles/0/body/10/body/383
+        }
+      }
+       {  // /roles/0/body/10/body/384
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/384
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/384
+          }
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/385
+       {  // /roles/0/body/10/body/386
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/386
+      }
+       {  // /roles/0/body/10/body/387
+        #pragma unroll
+        for (int cake_q = 0; cake_q < 4; ++cake_q) {
+          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
+          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
+          float cake_lo, cake_hi;
+          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
+          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
+          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/387
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/388
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/389
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/389
+      __syncwarp();  // /roles/0/body/10/body/390
+       {  // /roles/0/body/10/body/391
+        #pragma unroll
+        for (int cake_e = 0; cake_e < 8; ++cake_e) {
+          const int cake_row = ((cake_e >> 2) / 2) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
+          const int cake_col = ((cake_e >> 2) % 2) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
+          (void)cake_row; (void)cake_col;
+          L[cake_e] = ((((float)cake_col == (float)cake_row) ? (brow[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]) : (0.0f)));  // /roles/0/body/10/body/391
+        }
+      }
+       {  // /roles/0/body/10/body/392
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/392
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (85248u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/392
+          }
+        }
+      }
+      __syncwarp();  // /roles/0/body/10/body/393
+       {  // /roles/0/body/10/body/394
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 85248u + (unsigned)(p) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/394
+      }
+       {  // /roles/0/body/10/body/395
+        #pragma unroll
+        for (int cake_q = 0; cake_q < 4; ++cake_q) {
+          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
+          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
+          float cake_lo, cake_hi;
+          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
+          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
+          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/395
+        }
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) Inv[cake_e] = (0.0f);  // /roles/0/body/10/body/396
+      cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/397
+      cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/397
+      __syncwarp();  // /roles/0/body/10/body/398
+       {  // /roles/0/body/10/body/399
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (151808u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 0], Inv[cake_e + 1]);  // /roles/0/body/10/body/399
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (151808u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 2], Inv[cake_e + 3]);  // /roles/0/body/10/body/399
+          }
+        }
+      }
+       {  // /roles/0/body/10/body/400
+        #pragma unroll
+        for (int cake_q = 0; cake_q < 4; ++cake_q) {
+          const int cake_m = cake_q / 4, cake_kt = (cake_q / 4) % 1, cake_r = cake_q % 4;
+          const int cake_c = ((cake_m * 2 + 2 * cake_kt + (cake_r >> 1)) * 4) + (cake_r & 1) * 2;
+          float cake_lo, cake_hi;
+          { const int cake_e = cake_c; cake_lo = Inv[cake_e]; }
+          { const int cake_e = cake_c + 1; cake_hi = Inv[cake_e]; }
+          pa[cake_q] = cake::pack_bf16x2(cake_lo, cake_hi);  // /roles/0/body/10/body/400
+        }
+      }
+       {  // /roles/0/body/10/body/401
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/401
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/402
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/403
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/403
+       {  // /roles/0/body/10/body/404
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/404
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/404
+          }
+        }
+      }
+       {  // /roles/0/body/10/body/405
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/405
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/406
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/407
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/407
+       {  // /roles/0/body/10/body/408
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((16) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/408
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((16) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/408
+          }
+        }
+      }
+       {  // /roles/0/body/10/body/409
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/409
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/410
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/411
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/411
+       {  // /roles/0/body/10/body/412
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((32) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/412
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((32) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/412
+          }
+        }
+      }
+       {  // /roles/0/body/10/body/413
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/413
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/414
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/415
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/415
+       {  // /roles/0/body/10/body/416
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((48) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/416
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((48) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/416
+          }
+        }
+      }
+       {  // /roles/0/body/10/body/417
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/417
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/418
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/419
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/419
+       {  // /roles/0/body/10/body/420
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((64) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/420
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((64) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/420
+          }
+        }
+      }
+       {  // /roles/0/body/10/body/421
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/421
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/422
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/423
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/423
+       {  // /roles/0/body/10/body/424
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((80) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/424
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((80) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/424
+          }
+        }
+      }
+       {  // /roles/0/body/10/body/425
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/425
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/426
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/427
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/427
+       {  // /roles/0/body/10/body/428
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((96) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/428
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((96) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/428
+          }
+        }
+      }
+       {  // /roles/0/body/10/body/429
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4_trans((cake_smem_base + 34816u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/429
+      }
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 8; ++cake_e) L[cake_e] = (0.0f);  // /roles/0/body/10/body/430
+      cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/431
+      cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/431
+       {  // /roles/0/body/10/body/432
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 2; ++cake_n) {
+            const int cake_e = (cake_m * 2 + cake_n) * 4;
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((112) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/432
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((112) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/432
+          }
+        }
+      }
+      cake::cp_async_wait<0>();  // /roles/0/body/10/body/433
+      cake::mbar_arrive((cake_smem_base + 214272u + 8u * (unsigned)(p)));  // /roles/0/body/10/body/434
+      __syncwarp();  // /roles/0/body/10/body/435
     }
   }
   if (cake_warp >= 4 && cake_warp < 8) {  // /roles/1
@@ -2526,14 +2755,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
     const int cake_wg = cake_role_warp >> 2;
     const int cake_wg_tid = cake_role_tid & 127;
     (void)cake_role_warp; (void)cake_role_tid; (void)cake_wg; (void)cake_wg_tid;
-    float S[64];  // /buffers/39
-    float dec[16];  // /buffers/40
-    unsigned ca[4];  // /buffers/41
-    unsigned cb[4];  // /buffers/42
-    unsigned cT[32];  // /buffers/43
-    float U[8];  // /buffers/44
-    float Vn[8];  // /buffers/45
-    float Oa[8];  // /buffers/46
+    float S[64];  // /buffers/42
+    float dec[16];  // /buffers/43
+    unsigned ca[4];  // /buffers/44
+    unsigned cb[4];  // /buffers/45
+    unsigned cT[32];  // /buffers/46
+    float U[8];  // /buffers/47
+    float Vn[8];  // /buffers/48
+    float Oa[8];  // /buffers/49
     const int hv = blockIdx.x;  // /roles/1/body/0
     const int n = blockIdx.y;  // /roles/1/body/1
     const int h = hv / (HV / H);  // /roles/1/body/2
@@ -2583,7 +2812,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         }
       }
       __syncwarp();  // /roles/1/body/9/body/3
-      cake::mbar_wait((cake_smem_base + 221696u + 8u * (unsigned)(s)), (unsigned)(c / P % 2));  // /roles/1/body/9/body/4
+      cake::mbar_wait((cake_smem_base + 214272u + 8u * (unsigned)(s)), (unsigned)(c / P % 2));  // /roles/1/body/9/body/4
        {  // /roles/1/body/9/body/5
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
         cake::ldmatrix_x4((cake_smem_base + 151808u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/5
@@ -2862,7 +3091,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       cake::mma_16816_bf16(&S[52], &cT[24], &cb[2]);  // /roles/1/body/9/body/61
       cake::mma_16816_bf16(&S[56], &cT[28], &cb[0]);  // /roles/1/body/9/body/61
       cake::mma_16816_bf16(&S[60], &cT[28], &cb[2]);  // /roles/1/body/9/body/61
-      cake::mbar_arrive((cake_smem_base + 221728u + 8u * (unsigned)(s)));  // /roles/1/body/9/body/62
+      cake::mbar_arrive((cake_smem_base + 214304u + 8u * (unsigned)(s)));  // /roles/1/body/9/body/62
     }
     if (VK == 1) {  // /roles/1/body/10
        {  // /roles/1/body/10/then/0
