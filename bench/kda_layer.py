@@ -115,14 +115,14 @@ class KdaLayer:
 
 # --------------------------------------------------------------------------- cores: one interface
 class ReferenceCore:
-    """The float64 token recurrence (bench/kda_torch_ref.py); prefill from zeros, decode from its own pool."""
+    """The float64 token recurrence (tasks/kda/torch_ref.py); prefill from zeros, decode from its own pool."""
 
     def prefill(self, x, A_log, dt_bias, cu, safe):
-        from bench.kda_torch_ref import prefill
+        from tasks.kda.torch_ref import prefill
         return prefill(x, A_log, dt_bias, cu.tolist(), safe)
 
     def decode(self, x, A_log, dt_bias, pool, idx, safe):
-        from bench.kda_torch_ref import activate, step
+        from tasks.kda.torch_ref import activate, step
         S, o = step(pool[idx.long()], *activate(x, A_log, dt_bias, safe))
         out = pool.clone()
         out[idx.long()] = S

@@ -26,16 +26,12 @@ TOL = 5e-3
 
 
 def reference_gpu(x: dict, shape: dict, device: str = "cuda"):
-    """The float64 token recurrence (bench/kda_torch_ref.py) on the task's numpy inputs, states in the
-    shape's layout: (o [T, HV, V], ht)."""
+    """The float64 token recurrence (tasks/kda/torch_ref.py) on the task's numpy inputs, states in the
+    shape's layout: (o [T, HV, V], ht) as torch tensors on `device`."""
     import torch
-    from bench.kda_torch_ref import prefill
-    d = {n: torch.as_tensor(a).to(device) for n, a in x.items()}
-    h0 = None
-    if shape["H0"]:
-        h0 = d["h0"] if shape["VK"] else d["h0"].transpose(-1, -2)             # to [N, HV, V, K]
-    o, ht = prefill(d, d["A_log"], d["dt_bias"], x["cu_seqlens"], bool(shape["SAFE"]), h0)
-    return o, (ht if shape["VK"] else ht.transpose(-1, -2))
+    from tasks.kda.torch_ref import reference_on_device
+    r = reference_on_device(x, shape, device)
+    return torch.as_tensor(r["o"]).to(device), torch.as_tensor(r["ht"]).to(device)
 
 
 def self_check(device: str = "cuda") -> float:

@@ -1,4 +1,4 @@
-"""bench/kda_torch_ref.py, the float64 torch recurrence the KDA GPU benchmarks check kernels against,
+"""tasks/kda/torch_ref.py, the float64 torch recurrence the KDA GPU benchmarks check kernels against,
 equals the numpy reference of tasks/kda/reference.py (on the CPU; skipped without torch)."""
 import sys
 from pathlib import Path
@@ -18,7 +18,7 @@ def test_prefill_reference_matches_numpy_in_both_layouts_and_gates():
 @pytest.mark.parametrize("shape", [{"B": 7, "H": 2, "HV": 4, "SAFE": 1, "VK": 1},
                                    {"B": 5, "H": 2, "HV": 2, "SAFE": 0, "VK": 1}])
 def test_decode_step_matches_numpy(shape):
-    from bench.kda_torch_ref import activate, step
+    from tasks.kda.torch_ref import activate, step
     from tasks.kda.task import DECODE_TASK
     x = DECODE_TASK.make_inputs(shape, seed=4)
     ref = DECODE_TASK.reference(x, shape)

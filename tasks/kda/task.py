@@ -114,6 +114,13 @@ class KdaPrefillTask(BaseTask):
         return x
 
     def reference(self, inputs, shape, method: str = "auto"):
+        """float64 outputs. method "auto": the token recurrence on the GPU (tasks/kda/torch_ref.py) for
+        shapes the numpy reference takes minutes on (T * HV > 32768, the bench shapes) when a CUDA torch
+        is there, else numpy (tasks/kda/reference.py: the recurrence, or its exact chunked form)."""
+        if method == "auto" and shape["T"] * shape["HV"] > 32768:
+            from tasks.kda import torch_ref
+            if torch_ref.cuda_torch():
+                return torch_ref.reference_on_device(inputs, shape)
         o, ht = R.kda_forward(inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"], inputs["A_log"],
                               inputs["dt_bias"], inputs["cu_seqlens"], inputs["h0"] if shape["H0"] else None,
                               safe=bool(shape["SAFE"]), layout="vk" if shape["VK"] else "kv", method=method)

@@ -1,7 +1,9 @@
-"""The KDA token recurrence of tasks/kda/reference.py in float64 torch, for the GPU benchmarks (the
-numpy reference takes minutes at T = 8192 x 96 heads): activation of the raw inputs, one token step,
-and a packed batch. States are kept per head as S^T [V, K] (the [N, HV, V, K] serving layout).
-bench/kda_prefill.py checks it against the numpy reference in every run."""
+"""The KDA token recurrence of tasks/kda/reference.py in float64 torch, for the GPU (the numpy
+reference takes minutes at T = 8192 x 96 heads): activation of the raw inputs, one token step, and a
+packed batch. States are kept per head as S^T [V, K] (the [N, HV, V, K] serving layout).
+`KdaPrefillTask.reference` uses it for large shapes when a CUDA torch is there (the harness's timed
+shapes); bench/kda_prefill.py checks it against the numpy reference in every run, and
+tests/test_kda_torch_ref.py on the CPU."""
 from __future__ import annotations
 
 from tasks.kda.reference import L2_EPS, LOWER_BOUND
@@ -46,3 +48,25 @@ def prefill(x, A_log, dt_bias, cu, safe: bool, h0=None):
             S, o[t] = step(S, q[t], k[t], v[t], dec[t], beta[t])
         hts.append(S)
     return o, torch.stack(hts)
+
+
+def reference_on_device(x: dict, shape: dict, device: str = "cuda") -> dict:
+    """The task's reference outputs (numpy float64 o [T, HV, V], ht in the shape's state layout) from
+    its numpy inputs, computed by `prefill` on `device`."""
+    import torch
+    d = {n: torch.as_tensor(a).to(device) for n, a in x.items() if n != "cu_seqlens"}
+    h0 = None
+    if shape["H0"]:
+        h0 = d["h0"] if shape["VK"] else d["h0"].transpose(-1, -2)             # to [N, HV, V, K]
+    o, ht = prefill(d, d["A_log"], d["dt_bias"], x["cu_seqlens"], bool(shape["SAFE"]), h0)
+    ht = ht if shape["VK"] else ht.transpose(-1, -2)
+    return {"o": o.cpu().numpy(), "ht": ht.contiguous().cpu().numpy()}
+
+
+def cuda_torch() -> bool:
+    """Whether torch is importable and sees a GPU (never raises)."""
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch, or a broken install: the numpy path
+        return False
