@@ -312,9 +312,12 @@ def make_nodes(rt: Runtime) -> dict:
                    "deadline_s": cfg.deadline_s}
             if stage == "test":
                 job.update(profile=False, reruns=1, shapes=tests)
-            else:  # a quick re-test on the smallest shape, then timing on the bench shapes of the class
+            else:  # a quick re-test on the smallest shape, then timing on the bench shapes of the class,
+                # on the run's inputs (one bench_seed: every candidate sees the same data, and a worker
+                # builds each shape's inputs and reference once)
                 job.update(profile=True, reruns=0, shapes=[min(tests, key=lambda s: sum(s.values()))],
-                           bench_shapes=timed)
+                           bench_shapes=timed,
+                           bench_seed=zlib.crc32(f"{cfg.seed}:{cfg.run_id}:bench".encode()) & 0x7FFFFFFF)
             jobs.append(job)
 
         def done(idx: int, rec: dict) -> None:

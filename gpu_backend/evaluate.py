@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -60,10 +61,14 @@ class _Stop(Exception):
 def evaluate(candidate, task, gpu: int = 0, *, verify: bool = True, shapes: Optional[list[dict]] = None,
              bench_shapes: Optional[list[dict]] = None, seed: Optional[int] = None, profile: bool = True,
              warmup: int = 3, reps: int = 20, reruns: int = 1, progress: Optional[Progress] = None,
-             job_id: Optional[str] = None, name: Optional[str] = None) -> EvalRecord:
+             job_id: Optional[str] = None, name: Optional[str] = None,
+             bench_seed: Optional[int] = None) -> EvalRecord:
     """Compile, test and (if `profile`) time `candidate` (IR JSON text / dict / Kernel / CudaCandidate)
     on `task` (a Task or its name) on device ordinal `gpu`. `verify=False` skips the verifier (used to
-    run known-bad programs in the fault corpus). `reruns` fresh-input re-runs per shape (cache check)."""
+    run known-bad programs in the fault corpus). `reruns` fresh-input re-runs per shape (cache check).
+    `bench_seed`: the timed shapes' inputs come from it instead of `seed`, the same for every candidate
+    of a run, so a worker generates them and their reference once (`BenchData`); the test shapes keep
+    the per-candidate seed."""
     t0 = time.perf_counter()
     task = _get_task(task)
     seed = new_seed() if seed is None else int(seed)
@@ -73,7 +78,7 @@ def evaluate(candidate, task, gpu: int = 0, *, verify: bool = True, shapes: Opti
     state: dict[str, Any] = {}
     try:
         _evaluate(rec, state, candidate, task, gpu, verify, shapes, bench_shapes, seed, profile, warmup, reps,
-                  reruns, say, name)
+                  reruns, say, name, bench_seed)
     except _Stop:
         pass
     except CudaError as e:
@@ -128,7 +133,7 @@ def _fail(rec: EvalRecord, status: str, error_class: str, message: str, node: Op
 
 
 def _evaluate(rec, state, candidate, task, gpu, verify, shapes, bench_shapes, seed, profile, warmup, reps,
-              reruns, say, name) -> None:
+              reruns, say, name, bench_seed=None) -> None:
     from .driver import arch_of, context, properties
     from .runner import CompiledKernel
 
@@ -164,7 +169,8 @@ def _evaluate(rec, state, candidate, task, gpu, verify, shapes, bench_shapes, se
             for bi, shape in enumerate(bench_shapes):
                 say("profile", shape=shape)
                 _check_facts(rec, comp.spec, task, shape)
-                _profile_shape(rec, ck, task, shape, seed, bi, warmup, reps, gpu)
+                _profile_shape(rec, ck, task, shape, seed if bench_seed is None else int(bench_seed), bi, warmup,
+                               reps, gpu)
         rec.status = "ok"
     finally:
         if not rec.context_lost:
@@ -315,7 +321,7 @@ def _profile_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, bi: int, w
     from .timing import L2Flusher, time_launches
     with Arena() as arena:
         ins, outs = _alloc(arena, task, shape)
-        inputs = task.make_inputs(shape, derive_seed(seed, 1000 + bi))
+        inputs, refs_of = BENCH_DATA.get(task, shape, derive_seed(seed, 1000 + bi))
         for n, a in ins.items():
             if n in inputs:
                 a.upload(inputs[n])
@@ -329,7 +335,7 @@ def _profile_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, bi: int, w
         stats = time_launches(lambda: ck.launch_prepared(prepared), warmup=warmup, reps=reps, flusher=flusher,
                               before_each=poison)
         bits = {n: o.download_bits() for n, o in outs.items()}
-        refs = task.reference(inputs, shape)
+        refs = refs_of()
         checks = run_checks(task, bits, {n: o.dtype for n, o in outs.items()}, refs, inputs, shape)
         bad = next((c for c in checks if not c.ok), None)
         sec = stats.ms_median * 1e-3
@@ -343,12 +349,55 @@ def _profile_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, bi: int, w
             _fail(rec, "fail", cls, f"outputs of the timed runs (shape {shape}) fail the check: {bad.message}")
 
 
+class BenchData:
+    """Inputs and reference outputs of timed shapes, kept per worker process across jobs (LRU, bounded
+    by `max_bytes`, env CAKE_BENCH_CACHE_GB, default 8): with a run-level `bench_seed` every candidate is
+    timed on the same inputs, and a large reference (a KDA bench shape: seconds on the GPU, minutes in
+    numpy) is computed once per run and worker instead of once per candidate."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._items: "OrderedDict[tuple, dict]" = OrderedDict()
+
+    def get(self, task, shape: dict, seed: int):
+        """(inputs, refs()) for (task, shape, seed); the reference is computed on first use."""
+        key = (task.name, tuple(sorted(shape.items())), int(seed))
+        item = self._items.get(key)
+        if item is None:
+            item = {"inputs": task.make_inputs(shape, seed), "refs": None}
+            self._items[key] = item
+        self._items.move_to_end(key)
+
+        def refs():
+            if item["refs"] is None:
+                item["refs"] = task.reference(item["inputs"], shape)
+                self._trim(keep=key)
+            return item["refs"]
+        self._trim(keep=key)
+        return item["inputs"], refs
+
+    def nbytes(self) -> int:
+        return sum(_nbytes(v) for it in self._items.values() for v in (it["inputs"], it["refs"]) if v is not None)
+
+    def _trim(self, keep: tuple) -> None:
+        while len(self._items) > 1 and self.nbytes() > self.max_bytes:
+            old = next(k for k in self._items if k != keep)
+            del self._items[old]
+
+
+def _nbytes(d: dict) -> int:
+    return sum(getattr(a, "nbytes", 0) for a in d.values())
+
+
+BENCH_DATA = BenchData(int(float(os.environ.get("CAKE_BENCH_CACHE_GB", "8")) * 2**30))
+
+
 def run_job(job: dict, progress: Optional[Progress] = None) -> dict:
     """The worker pool's default job function: a job dict -> an EvalRecord dict.
 
     Keys: candidate (IR JSON text/dict, or a CudaCandidate dict), task (name), and optionally verify,
-    shapes, bench_shapes, seed, profile, warmup, reps, reruns, name, job_id. Runs on device 0 of the
-    worker's CUDA_VISIBLE_DEVICES."""
-    kw: dict[str, Any] = {k: job[k] for k in ("verify", "shapes", "bench_shapes", "seed", "profile", "warmup",
-                                               "reps", "reruns", "name", "job_id") if k in job}
+    shapes, bench_shapes, seed, bench_seed, profile, warmup, reps, reruns, name, job_id. Runs on device 0
+    of the worker's CUDA_VISIBLE_DEVICES."""
+    kw: dict[str, Any] = {k: job[k] for k in ("verify", "shapes", "bench_shapes", "seed", "bench_seed", "profile",
+                                               "warmup", "reps", "reruns", "name", "job_id") if k in job}
     return evaluate(job["candidate"], job["task"], 0, progress=progress, **kw).model_dump()
