@@ -41,6 +41,9 @@ class ArchSpec:
     tma_latency_s: float = 1.0e-6
     cp_async_latency_s: float = 0.8e-6
     mbarrier_roundtrip_s: float = 0.2e-6
+    # cycles per instruction of one warp's own stream when nothing else hides its dependences (the
+    # cost model's serial term); modelled instructions, so it also absorbs their undercount of SASS
+    warp_issue_cycles: float = 4.0
     l2_bytes: int = 40 * 2**20
 
 

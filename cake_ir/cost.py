@@ -23,7 +23,10 @@ Per wave (every term is the time the wave needs if only that resource mattered):
     memory   = max(R * bytes * dram_fraction / hbm_bw,  k * bytes / (l2_bw / sms))
     issue    = max(k * warp_instrs / (4 * clock_hz),  k * smem_bytes / smem_bw_per_sm)
     steady   = max over pipelined streams of iters * (latency + mbarrier_roundtrip) / stages
-    T        = max(compute, memory, issue, steady)
+    serial   = the busiest warp's own instructions * warp_issue_cycles / clock_hz (a role's instructions
+               shared by its warps; a loop whose bounds depend on the warp, such as a producer taking
+               every P-th chunk, counts its mean trip count over the role's warps)
+    T        = max(compute, memory, issue, steady, serial)
     X        = per-CTA exposed latency: first fill of each pipelined stream (one latency) plus
                iters * latency for every unpipelined stream (stages == 1), summed over a role's
                streams, max over roles (roles run concurrently)
@@ -473,27 +476,44 @@ class _Model:
                 pass
 
     # ---- statement executions
-    def loops_info(self, site, env: dict) -> tuple[list, dict]:
-        """Trip counts and sample values of the enclosing loops, outer loops at their middle value."""
+    def loops_info(self, site, env: dict, role_threads: int = 0, first_warp: int = 0) -> tuple[list, dict]:
+        """Trip counts and sample values of the enclosing loops, outer loops at their middle value. A
+        loop whose bounds depend on the thread (a producer warp taking every P-th chunk from its warp
+        index) gets the mean trip count over the role's warps, and warp 0's values."""
         env = dict(env)
         info = []
         self.apply_lets(env, site.lets)
         for loop, lpath in zip(site.loops, site.loop_paths):
             try:
-                start = int(self.ev.value(loop.start, env))
-                stop = int(self.ev.value(loop.stop, env))
-                trips = max(0, -(-(stop - start) // loop.step))
+                try:
+                    start, trips = self._trips(loop, env)
+                except _Unknown:
+                    if role_threads <= 0:
+                        raise
+                    per_warp = []
+                    for w in range(math.ceil(role_threads / 32)):
+                        e = dict(env)
+                        self.thread_vars(e, first_warp, 32 * w)
+                        self.apply_lets(e, site.lets)
+                        per_warp.append(self._trips(loop, e))
+                    start = per_warp[0][0]
+                    trips = sum(t for _, t in per_warp) / len(per_warp)
             except (_Unknown, TypeError, ValueError, OverflowError) as e:
                 self.assume(f"{lpath}: trip count of loop {loop.var} not evaluable ({e}); assumed 1")
                 start, trips = 0, 1
-            values = [start + loop.step * j for j in _sample_indices(trips, MAX_GUARD_SAMPLES)]
+            values = [start + loop.step * j for j in _sample_indices(math.ceil(trips), MAX_GUARD_SAMPLES)]
             env[loop.var] = values[len(values) // 2] if values else start
             info.append((loop, trips, values))
             self.apply_lets(env, site.lets)
         return info, env
 
+    def _trips(self, loop, env: dict) -> tuple[int, int]:
+        start = int(self.ev.value(loop.start, env))
+        stop = int(self.ev.value(loop.stop, env))
+        return start, max(0, -(-(stop - start) // loop.step))
+
     def executions(self, site, grid_env: dict, role_threads: int, first_warp: int) -> _Exec:
-        info, env = self.loops_info(site, grid_env)
+        info, env = self.loops_info(site, grid_env, role_threads, first_warp)
         mult = 1.0
         for _, trips, _ in info:
             mult *= trips
@@ -899,9 +919,20 @@ def _estimate(m: _Model, rep: CostReport) -> None:
             by_mech[r.mechanism] = by_mech.get(r.mechanism, 0.0) + r.gbytes
     cta = {"gbytes": tot("gbytes"), "smem": tot("smem_bytes"), "wg": tot("flops_wgmma"), "ms": tot("flops_mma"),
            "simt": tot("simt_ops"), "sfu": tot("sfu_ops"), "instrs": tot("warp_instrs")}
+    # one warp's own stream: the busiest warp's instructions (a role's share per warp, plus what every
+    # warp runs outside roles) at `warp_issue_cycles` each -- a lone warp on its scheduler waits on its
+    # own dependences (a warp-specialised producer is bound by this, not by the SM's issue slots)
+    by_role: dict = {}
+    for r in raws:
+        by_role[r.role] = by_role.get(r.role, 0.0) + r.warp_instrs
+    shared = by_role.pop(None, 0.0) / max(1, math.ceil(cta_threads / 32))
+    per_warp = {k.roles[ri].name: v / max(1, math.ceil(k.roles[ri].threads / 32)) + shared
+                for ri, v in by_role.items()} or {"cta": shared}
+    serial = max(per_warp.values()) * spec.warp_issue_cycles / spec.clock_hz
     rep.per_cta = {"bytes": cta["gbytes"], "bytes_by_mechanism": by_mech, "tensor_flops": cta["wg"] + cta["ms"],
                    "wgmma_flops": cta["wg"], "mma_sync_flops": cta["ms"], "simt_ops": cta["simt"],
-                   "sfu_ops": cta["sfu"], "smem_bytes": cta["smem"], "warp_instrs": cta["instrs"]}
+                   "sfu_ops": cta["sfu"], "smem_bytes": cta["smem"], "warp_instrs": cta["instrs"],
+                   "warp_instrs_per_warp": per_warp}
 
     # ---- HBM traffic: per tensor min(traffic, footprint)
     traffic: dict[str, float] = {}
@@ -955,11 +986,12 @@ def _estimate(m: _Model, rep: CostReport) -> None:
             "instr": kk * cta["instrs"] / (ISSUE_SLOTS_PER_CLOCK * spec.clock_hz),
             "smem": kk * cta["smem"] / spec.smem_bw_per_sm,
             "steady": steady,
+            "serial": serial,
         }
         c = max(sub["tensor"], sub["simt"], sub["sfu"])
         mem = max(sub["hbm"], sub["l2"])
         iss = max(sub["instr"], sub["smem"])
-        thr = max(c, mem, iss, sub["steady"])
+        thr = max(c, mem, iss, sub["steady"], sub["serial"])
         t = thr + exposed if (first or kk <= 1) else max(thr, thr / kk + exposed)
         return {"sub": sub, "compute": c, "memory": mem, "issue": iss, "latency": t - max(c, mem, iss), "time": t}
 

@@ -1,5 +1,6 @@
 """The analytical cost model: properties that must hold whatever the calibrated constants are."""
 import json
+from pathlib import Path
 import math
 
 import pytest
@@ -225,3 +226,43 @@ def test_summary_and_dict():
     d = r.to_dict()
     assert d["bound"] == "compute" and d["terms"].keys() == set(cost.TERMS)
     json.dumps(d)
+
+
+def _kda_measured_ms(impl: str, shape_index: int) -> float:
+    """The H200 median of `impl` at a KDA bench shape, from the committed bench results."""
+    from tasks.kda.shapes import PREFILL_BENCH
+    doc = json.loads((Path(__file__).resolve().parent.parent / "bench" / "results" / "kda-prefill-h200.json").read_text())
+    want = PREFILL_BENCH[shape_index]
+    return next(r["timing"]["ms_median"] for r in doc["rows"] if r["impl"] == impl and r["shape"] == want)
+
+
+def test_warp_dependent_loop_gets_the_mean_trip_count_over_the_role():
+    """A producer warp p of 4 takes chunks p, p + 4, ...: its loop bound depends on role_warp, and the
+    model counts nc / 4 iterations per warp instead of assuming 1."""
+    from tasks.kda.chunked import kda_chunk16_ws
+    from tasks.kda.shapes import PREFILL_BENCH
+    from tasks.kda.task import TASK
+    r = estimate(kda_chunk16_ws("sm_90a", 32, True), TASK.scalars(PREFILL_BENCH[0]), cost.load_constants("h200"))
+    assert not any("not evaluable" in a for a in r.assumptions), r.assumptions
+    per_warp = r.per_cta["warp_instrs_per_warp"]
+    chunks = PREFILL_BENCH[0]["T"] // 16
+    # a producer warp prepares chunks / 4 chunks of ~ a thousand instructions each
+    assert per_warp["prod"] > 1000 * chunks / 4
+    assert per_warp["prod"] > per_warp["cons"]
+
+
+@pytest.mark.parametrize("vs,safe,shape_index", [(32, True, 0), (64, True, 2), (32, False, 1)])
+def test_serial_term_predicts_the_warp_specialised_kda_kernels(vs, safe, shape_index):
+    """One producer warp per scheduler is bound by its own dependences, not by the SM's issue slots:
+    the serial term brings the chunked KDA kernels within 2x of their H200 times (the issue-slot model
+    alone predicted 0.16 ms for a 0.81 ms kernel)."""
+    from tasks.kda.chunked import kda_chunk16_ws
+    from tasks.kda.shapes import PREFILL_BENCH
+    from tasks.kda.task import TASK
+    k = kda_chunk16_ws("sm_90a", vs, safe)
+    spec = cost.load_constants("h200")
+    r = estimate(k, TASK.scalars(PREFILL_BENCH[shape_index]), spec)
+    measured = _kda_measured_ms(f"cake_chunk16_ws_vs{vs}" + ("" if safe else "_softplus"), shape_index) * 1e-3
+    assert 0.5 < r.seconds / measured < 2.0, (r.seconds, measured)
+    serial = max(r.per_cta["warp_instrs_per_warp"].values()) * spec.warp_issue_cycles / spec.clock_hz
+    assert r.seconds >= serial > r.terms["issue"] * 0.9
