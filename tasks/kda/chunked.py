@@ -12,8 +12,9 @@ start; q, k L2-normalised in the kernel, q scaled by K^-1/2):
 mma operands are bf16 (FlashKDA's choice; bench/kda_chunk_precision.py: o 3.9e-3 against the 5e-3
 bar). Safe gate: the Gram factors as KG KI^T with KI = k e^{-G} (G >= 16 * -5 = -80: inside the
 bf16/fp32 range), 0.81 ms at T = 8192, H = 32 on the H200 against fla chunk_kda's 1.2-1.7 ms. Softplus
-gate: explicit diagonal blocks, correct but 3.7 ms there (docs/perf-log.md, session 5, which also has
-the CTA-synchronous first version this replaced: 3.6 ms).
+gate: every Gram entry on the tensor cores too, anchored per level so that every factor is <= 1
+(`_prepare_softplus`), 1.81 ms there against fla's 1.41 (docs/perf-log.md, session 6; the explicit
+diagonal blocks it replaced took 3.7 ms).
 """
 from cake_ir.builder import KernelBuilder, bar, tile
 
@@ -27,41 +28,49 @@ P = 4          # producer warps: each prepares whole chunks (c = p, p + P, ...) 
 HALF = C // 2  # a producer handles the q / k rows of a chunk in two halves (registers)
 
 
-def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
+def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True, producers: int = P, consumers: int = 4):
     """The chunked algorithm of the module docstring, warp-specialised so that the per-chunk chain is
     not serial:
 
-    producers (warps 0..3): warp p prepares chunks p, p + 4, ... alone. Lane l owns channels 4l..4l+3
-        of every token: the gate of the 16 tokens and its cumulative sum down the tokens, then, 8 tokens
-        at a time, the q / k norms (one shuffle tree for 16 rows), KG and KI into its private buffers
-        (over the raw chunk) and QG, KD into slot p; then Aqk = tril(QG KI^T),
+    producers (warps 0 .. P-1, P = `producers`, default 4): warp p prepares chunks p, p + P, ... alone.
+        Lane l owns channels 4l..4l+3 of every token: the gate of the 16 tokens and its cumulative sum
+        down the tokens, then, 8 tokens at a time, the q / k norms (one shuffle tree for 16 rows), KG and
+        KI into its private buffers (over the raw chunk) and QG, KD into slot p; then Aqk = tril(QG KI^T),
         A' = (I + Akk)^-1 Diag(beta) and W = A' KG into slot p, with e^{G_C}; v goes into the slot
         directly (cp.async). It waits `empty[p]` before touching the slot and arrives on `full[p]`.
-    consumers (warps 4..7): warp w keeps the state columns c0 + w vs/4 .. + vs/4 for all K rows (an fp32
-        mma accumulator S [128, vs / 4]); per chunk, in order, it waits `full[c % 4]`, then
-        U = A' V, Vn = U - W S, O = QG S + Aqk Vn (stored), S = Diag(e^{G_C}) S + KD^T Vn,
-        and arrives on `empty[c % 4]`. No consumer reads another's columns: no CTA barrier in the loop.
-    Four chunks are in flight per CTA, so one producer's chain (loads, norms, the inverse) overlaps the
-    other producers' and the consumers' state updates.
+    consumers (`consumers` warps, default 4): warp w keeps the state columns c0 + w vs/NC .. + vs/NC for
+        all K rows (an fp32 mma accumulator S [128, vs / NC]); per chunk, in order, it waits
+        `full[c % P]`, then U = A' V, Vn = U - W S, O = QG S + Aqk Vn (stored),
+        S = Diag(e^{G_C}) S + KD^T Vn, and arrives on `empty[c % P]`. No consumer reads another's
+        columns: no CTA barrier in the loop.
+    P chunks are in flight per CTA, so one producer's chain (loads, norms, the inverse) overlaps the
+    other producers' and the consumers' state updates. A producer's chain is what binds (one producer
+    warp per scheduler, each instruction waiting on the last: the cost model's serial term); 2 producers
+    + 2 consumers halve a CTA's shared memory and registers, so that two CTAs share an SM.
 
     `vs` (32, 64 or 128) is the V-slice of a CTA: V / vs CTAs per (value head, sequence) each redo the
     producers' work, so a small vs fills the GPU at small HV * N and a large one does less work twice.
     `safe` picks the gate form (the SAFE scalar is fixed to it). The softplus gate has no lower bound, so
-    e^{-G} may overflow and the factorised Gram KG KI^T is not usable: the producer splits the chunk in
-    two halves of 8 tokens, computes the two diagonal 8 x 8 blocks of Akk and Aqk explicitly (one exp
-    per (token pair, channel): every factor e^{G_i - G_j} with j <= i is <= 1) and the off-diagonal
-    block on the tensor cores anchored at a = G_7, the cumulative gate at the end of the first half:
-    e^{G_i - G_j} = e^{G_i - a} e^{a - G_j}, both factors <= 1 for i >= 8 > j. Everything else
-    (QG, KD, W, the consumers) only ever uses factors <= 1 and is shared with the safe form.
+    e^{-G} may overflow and the factorised Gram KG KI^T is not usable: `_prepare_softplus` builds Akk
+    and Aqk from four anchored tensor-core products (one per level of 8 / 4 / 2 / 1-token halves) plus
+    Aqk's diagonal. Everything else (QG, KD, W, the consumers) only ever uses factors <= 1 and is shared
+    with the safe form.
     """
     if vs not in (32, 64, 128):
         raise ValueError(f"vs must be 32, 64 or 128, not {vs}")
     if not safe and vs == 128:
         raise ValueError("the softplus form keeps more per-producer buffers: V-slice 32 or 64")
-    cwn = vs // 4                      # state columns per consumer warp
+    if not 1 <= producers <= 4:
+        raise ValueError(f"producers (slots in flight) must be 1 .. 4, not {producers}")
+    if consumers not in (1, 2, 4, 8) or vs % (8 * consumers):
+        raise ValueError(f"consumers must split the {vs} state columns into multiples of 8 (1, 2, 4 or 8 warps), "
+                         f"not {consumers}")
+    P, NC = producers, consumers
+    cwn = vs // NC                     # state columns per consumer warp
     gate = "safe" if safe else "softplus"
-    kb = KernelBuilder(f"kda_chunk16_ws_vs{vs}" + ("" if safe else "_softplus"), arch=arch,
-                       grid=["HV", "N", V // vs], threads=32 * (P + 4),
+    shape_tag = "" if (P, NC) == (4, 4) else f"_p{P}c{NC}"
+    kb = KernelBuilder(f"kda_chunk16_ws_vs{vs}" + ("" if safe else "_softplus") + shape_tag, arch=arch,
+                       grid=["HV", "N", V // vs], threads=32 * (P + NC),
                        note=f"chunked KDA prefill, warp-specialised ({gate} gate), V-slice {vs}")
     kb.const(K=K, V=V, C=C, VS=vs, P=P)
     prefill_interface(kb, safe=safe)
@@ -83,7 +92,7 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
     kb.buffer("sS", "smem", "bf16", [K, vs], pad=pad)
     kb.buffer("sVn", "smem", "bf16", [C, vs], pad=pad)
     kb.mbarrier("full", arrivals=32, count=P)
-    kb.mbarrier("empty", arrivals=128, count=P)
+    kb.mbarrier("empty", arrivals=32 * NC, count=P)
     # producer registers: lane l holds channels 4l..4l+3 of every token row
     v4 = dict(layout="blocked", vec=4, scope="warp", role="prod")
     for n in ("qh", "kh", "gh"):
@@ -126,7 +135,7 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
     with kb.prologue.if_("tid == 0"):
         for i in range(P):
             kb.prologue.mbar_init(bar("full", i), 32)
-            kb.prologue.mbar_init(bar("empty", i), 128)
+            kb.prologue.mbar_init(bar("empty", i), 32 * NC)
     kb.prologue.fence("mbarrier_init")
     kb.prologue.sync("syncthreads")
 
@@ -188,7 +197,7 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True):
             r.sync("cp_async_wait", n=0)            # this lane's part of v is in the slot
             r.mbar_arrive(bar("full", "p"))
             r.sync("syncwarp")          # every lane is done with this chunk's private buffers
-    with kb.role("cons", warps=(P, 4)) as r:
+    with kb.role("cons", warps=(P, NC)) as r:
         sequence_lets(r, "VS")
         r.let("cw", f"role_warp * {cwn}")
         kv_tile = (["n", "hv", 0, "c0 + cw"], [1, 1, K, cwn])

@@ -221,11 +221,21 @@ def kda_recurrent(vw: int = 8, vsplit: int = 4, chunk: int = 32, arch: str = "sm
     return kb.build()
 
 
-def kda_chunked(vs: int = 32, safe: int = 1, arch: str = "sm_90a"):
+def kda_chunked(vs: int = 32, safe: int = 1, arch: str = "sm_90a", producers: int = 4, consumers: int = 4):
     """The warp-specialised chunked prefill (tasks/kda/chunked.py `kda_chunk16_ws`) for one gate form:
-    its SAFE fact is fixed, so it competes in runs whose timed shape has that gate (shape classes)."""
+    its SAFE fact is fixed, so it competes in runs whose timed shape has that gate (shape classes).
+    `producers` is the pipeline depth (chunks in flight, one producer warp and slot each), `consumers`
+    the warps the vs state columns split over."""
     from tasks.kda.chunked import kda_chunk16_ws
-    return kda_chunk16_ws(arch=arch, vs=vs, safe=bool(safe))
+    return kda_chunk16_ws(arch=arch, vs=vs, safe=bool(safe), producers=producers, consumers=consumers)
+
+
+def _chunked_point_ok(p: dict) -> bool:
+    """V-slice, pipeline depth and warp-role split that build: 8-column multiples per consumer warp, at
+    most 8 warps (more would leave a producer fewer registers than its tiles need: E-RES-05)."""
+    nc = p.get("consumers", 4)
+    return (p["vs"] in (32, 64, 128) and 1 <= p.get("producers", 4) <= 4 and nc in (1, 2, 4, 8)
+            and p["vs"] % (8 * nc) == 0 and p.get("producers", 4) + nc <= 8)
 
 
 SEEDS = {
@@ -245,18 +255,20 @@ FAMILIES = {
     },
     # V-slice per CTA: 32 fills the GPU at small HV * N, 64 / 128 redo the producers' work fewer times
     # (bench/results/kda-prefill-h200.json: vs 32 best at H = 32, vs 64 at H = 64 / 96)
+    # pipeline depth x warp-role split: 2 producers + 2 consumers halve the shared memory and registers
+    # of a CTA, so two fit on an SM (H = 64 / 96 in one wave at vs 32 / 64)
     "kda_chunked_safe_sm90a": {
         "make": kda_chunked,
-        "defaults": {"vs": 32, "safe": 1, "arch": "sm_90a"},
-        "space": {"vs": [32, 64, 128]},
-        "check": lambda p: p["vs"] in (32, 64, 128),
+        "defaults": {"vs": 32, "safe": 1, "arch": "sm_90a", "producers": 4, "consumers": 4},
+        "space": {"vs": [32, 64, 128], "producers": [2, 3, 4], "consumers": [2, 4]},
+        "check": _chunked_point_ok,
         "tactics": {},
     },
     "kda_chunked_softplus_sm90a": {
         "make": kda_chunked,
-        "defaults": {"vs": 64, "safe": 0, "arch": "sm_90a"},
-        "space": {"vs": [32, 64]},
-        "check": lambda p: p["vs"] in (32, 64),
+        "defaults": {"vs": 64, "safe": 0, "arch": "sm_90a", "producers": 4, "consumers": 4},
+        "space": {"vs": [32, 64], "producers": [2, 3, 4], "consumers": [2, 4]},
+        "check": lambda p: p["vs"] in (32, 64) and _chunked_point_ok(p),
         "tactics": {},
     },
 }
