@@ -4,6 +4,7 @@
     compile FILE [--arch A] [--emit cuda|cubin] [-o OUT] [--json] [--no-cache]
     print FILE [--expanded] [--verify]            the IR as text, one node per line with its path
     cost FILE [--shape M=8192 ...] [--gpu NAME] [--json] [--no-verify]
+    sass FILE [--arch A] [--top N] [--json]      static SASS instructions per IR node (needs nvdisasm)
     schema                                        the Kernel JSON schema
     rules [--markdown | --json]                   the rule catalog (--markdown: docs/diagnostics.md)
 
@@ -312,6 +313,24 @@ def cmd_cost(args) -> int:
     return EXIT_OK
 
 
+def cmd_sass(args) -> int:
+    kernel = _load_or_fail(args.file, args.json)
+    res = _verify(kernel.model_copy(update={"arch": args.arch}) if args.arch else kernel)
+    if not res.ok:
+        print(_show_diags(kernel, res.diagnostics, f"{args.file}: {_count(res.diagnostics)} (not compiled)"))
+        return EXIT_DIAG
+    from .analysis.sass import sass_profile
+    try:
+        prof = sass_profile(kernel, args.arch)
+    except RuntimeError as e:       # no nvdisasm, or the kernel does not lower
+        _err(f"{args.file}: {e}")
+        return EXIT_INPUT
+    except Exception as e:  # noqa: BLE001
+        _internal("SASS attribution failed", e)
+    print(json.dumps(prof.to_dict(), indent=2) if args.json else prof.table(args.top))
+    return EXIT_OK
+
+
 def cmd_schema(args) -> int:
     from .io import json_schema
 
@@ -436,6 +455,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="the report as JSON")
     s.add_argument("--no-verify", action="store_true", help="cost even if the verifier reports errors")
     s.set_defaults(func=cmd_cost)
+
+    s = sub.add_parser("sass", help="static SASS instructions per IR node (nvdisasm)")
+    s.add_argument("file", metavar="FILE")
+    s.add_argument("--arch", default=None, help="target arch (default: the kernel's), e.g. sm_90a")
+    s.add_argument("--top", type=int, default=25, help="nodes to list (default 25)")
+    s.add_argument("--json", action="store_true", help="every node's counts as JSON")
+    s.set_defaults(func=cmd_sass)
 
     s = sub.add_parser("schema", help="print the Kernel JSON schema")
     s.set_defaults(func=cmd_schema)

@@ -1,0 +1,142 @@
+"""Static SASS instructions per IR node: where a kernel's machine code goes, without a GPU.
+
+The lowered CUDA is compiled by NVRTC with line info, disassembled by `nvdisasm -gi`, and every
+instruction is charged to the IR node whose C++ line produced it (an inlined runtime-header function
+is charged to the line that called it). Counts are static (a loop body's instructions once), which
+is what a chain-bound loop costs per iteration: the KDA producer's 6k instructions per chunk, say.
+
+nvdisasm is not part of NVRTC: it comes with a CUDA toolkit or the `nvidia-cuda-nvdisasm` wheel;
+`find_nvdisasm` looks at $CAKE_NVDISASM, the PATH and that wheel's folder.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+_MARK = re.compile(r'^\s*//## File "[^"]*", line (\d+)(.*)$')
+_INLINED = re.compile(r'inlined at "[^"]*", line (\d+)')
+_INSTR = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+@dataclass
+class NodeSass:
+    path: str
+    op: str
+    count: int = 0
+    opcodes: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class SassProfile:
+    kernel: str
+    arch: str
+    total: int
+    nodes: list[NodeSass]             # most instructions first
+    by_role: dict[str, int]           # role name (or "prologue" / "kernel") -> instructions
+
+    def table(self, top: int = 25) -> str:
+        lines = [f"{self.kernel} ({self.arch}): {self.total} SASS instructions",
+                 "  by role: " + ", ".join(f"{r} {n}" for r, n in sorted(self.by_role.items(), key=lambda x: -x[1]))]
+        lines.append(f"  {'count':>6}  {'op':<10} {'node':<34} top opcodes")
+        for n in self.nodes[:top]:
+            ops = " ".join(f"{o}:{c}" for o, c in n.opcodes.most_common(4))
+            lines.append(f"  {n.count:>6}  {n.op:<10} {n.path:<34} {ops}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"kernel": self.kernel, "arch": self.arch, "total": self.total, "by_role": self.by_role,
+                "nodes": [{"path": n.path, "op": n.op, "count": n.count, "opcodes": dict(n.opcodes)}
+                          for n in self.nodes]}
+
+
+def find_nvdisasm() -> Optional[str]:
+    env = os.environ.get("CAKE_NVDISASM")
+    if env and os.path.exists(env):
+        return env
+    hit = shutil.which("nvdisasm")
+    if hit:
+        return hit
+    try:
+        import nvidia  # the nvidia-cuda-nvdisasm wheel: nvidia/cu1x/bin/nvdisasm
+        for root in getattr(nvidia, "__path__", []):
+            for sub in sorted(os.listdir(root), reverse=True):
+                cand = os.path.join(root, sub, "bin", "nvdisasm")
+                if os.path.exists(cand):
+                    return cand
+    except ImportError:
+        pass
+    return None
+
+
+def charge_lines(disasm: str) -> Counter:
+    """(source line, opcode) -> instructions, from `nvdisasm -gi` text: each instruction is charged to
+    the outermost caller line of its location marker."""
+    out: Counter = Counter()
+    line = 0
+    for raw in disasm.splitlines():
+        m = _MARK.match(raw)
+        if m:
+            calls = _INLINED.findall(m.group(2))
+            line = int(calls[-1]) if calls else int(m.group(1))
+            continue
+        m = _INSTR.match(raw)
+        if m:
+            out[(line, m.group(1).split(".")[0])] += 1
+    return out
+
+
+def attribute(charged: Counter, line_map: dict[int, str], kernel) -> SassProfile:
+    """Fold per-line counts into per-node counts (a line belongs to the last node that starts at or
+    before it) and per-role totals."""
+    from ..walk import statements
+    ops = {s.path: getattr(s.node, "op", "?") for s in statements(kernel)}
+    starts = sorted(line_map)
+    nodes: dict[str, NodeSass] = {}
+    import bisect
+    for (ln, opcode), n in charged.items():
+        i = bisect.bisect_right(starts, ln) - 1
+        path = line_map[starts[i]] if i >= 0 else "/"
+        node = nodes.get(path)
+        if node is None:
+            node = nodes[path] = NodeSass(path, ops.get(path, "-"))
+        node.count += n
+        node.opcodes[opcode] += n
+    by_role: Counter = Counter()
+    for path, node in nodes.items():
+        m = re.match(r"/roles/(\d+)/", path)
+        if m and int(m.group(1)) < len(kernel.roles):
+            by_role[kernel.roles[int(m.group(1))].name] += node.count
+        else:
+            by_role["prologue" if path.startswith("/prologue") else "kernel"] += node.count
+    ordered = sorted(nodes.values(), key=lambda x: -x.count)
+    return SassProfile(kernel.name, kernel.arch, sum(charged.values()), ordered, dict(by_role))
+
+
+def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = None) -> SassProfile:
+    """Lower, compile with line info (never cached: the cubin differs) and attribute. Raises
+    RuntimeError with the reason when the kernel does not lower or nvdisasm is missing."""
+    from cuda.core import Program, ProgramOptions
+
+    from ..compiler import compile_kernel
+    tool = nvdisasm or find_nvdisasm()
+    if tool is None:
+        raise RuntimeError("nvdisasm not found: install nvidia-cuda-nvdisasm or set CAKE_NVDISASM")
+    if arch and arch != kernel.arch:
+        kernel = kernel.model_copy(update={"arch": arch})
+    lowered = compile_kernel(kernel, emit="cuda")
+    if not lowered.ok:
+        errs = [d.short() for d in lowered.diagnostics if d.severity == "error"][:3]
+        raise RuntimeError("the kernel does not lower: " + "; ".join(errs))
+    opts = ProgramOptions(arch=kernel.arch, std="c++17", name="cake.cu", lineinfo=True)
+    cubin = bytes(Program(lowered.cuda_source, code_type="c++", options=opts).compile("cubin").code)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-gi", "-c", f.name], capture_output=True, text=True, check=True).stdout
+    return attribute(charge_lines(text), lowered.line_map, kernel)
