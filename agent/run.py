@@ -51,7 +51,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-address", help="run evaluation workers as Ray actors on this cluster ('auto', host:port, "
                                          "or 'local' to start one); needs the ray extra")
     g.add_argument("--compile-workers", type=int, help="parallel NVRTC compile workers (default: min(4, CPUs))")
-    g.add_argument("--deadline", type=float, default=RunConfig.deadline_s, help="seconds per evaluation job before the watchdog kills it")
+    g.add_argument("--deadline", type=float, default=None,
+                   help=f"seconds per evaluation job before the watchdog kills it (default {RunConfig.deadline_s:g}, "
+                        f"or the task's own need where larger: kda 300)")
     g.add_argument("--knowledge-chars", type=int, default=4000,
                    help="LLM prompt characters for retrieved tactics and experience notes (default 4000)")
     g.add_argument("--no-vectors", action="store_true",
@@ -60,6 +62,18 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     g.add_argument("--quiet", action="store_true", help="no progress output (the summary still prints)")
     return p
+
+
+def _deadline(args) -> float:
+    """--deadline, else the default raised to the task's own need (`job_seconds`)."""
+    if args.deadline is not None:
+        return float(args.deadline)
+    try:
+        from tasks.base import get_task
+        need = float(getattr(get_task(args.task), "job_seconds", 0.0) or 0.0)
+    except Exception:  # noqa: BLE001 - an unknown task is reported by the run itself
+        need = 0.0
+    return max(RunConfig.deadline_s, need)
 
 
 def list_tasks(out=sys.stdout) -> int:
@@ -142,7 +156,7 @@ def main(argv=None) -> int:
                           gpus=gpus, batch=args.batch or max(2, len(gpus)), seed=args.seed, target=args.target,
                           token_budget=args.token_budget, cost_budget=args.cost_budget,
                           context_tokens=args.context_tokens, plateau=args.plateau, ray_address=args.ray_address,
-                          compile_workers=cw, deadline_s=args.deadline, knowledge_chars=args.knowledge_chars,
+                          compile_workers=cw, deadline_s=_deadline(args), knowledge_chars=args.knowledge_chars,
                           vectors=not args.no_vectors, shape=args.shape)
     try:
         run(cfg, resume=bool(args.resume), progress=progress, overrides=overrides)

@@ -353,7 +353,7 @@ class WorkerPool:
                     rec = self._parent_record(
                         w, "timeout", cls,
                         f"killed by the watchdog after {limit:g} s during {w.stage or 'the job'} "
-                        f"({'no launch finished: a deadlock, or a kernel slower than the deadline' if cls == 'hang' else 'over the deadline'}); "
+                        f"({'no launch finished: a deadlock, or a kernel slower than the deadline' if cls == 'hang' else 'over the deadline; a task with large shapes may need a longer one: agent.run --deadline'}); "
                         f"worker restarted")
                     self._kill(w)
                     yield self._finish(w, rec)

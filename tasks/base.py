@@ -78,6 +78,10 @@ class BaseTask:
     # times one bench shape and tests a candidate on the test shapes of that shape's class only, so a
     # kernel whose facts fix such a scalar (SAFE = 1) competes for the shapes it serves.
     shape_class_keys: tuple = ()
+    # Seconds an evaluation job of this task typically needs at most (inputs and references of large
+    # bench shapes on a worker's first job); `agent.run` uses it when --deadline is not given and it is
+    # above the default.
+    job_seconds: float = 0.0
 
     def scalars(self, shape: dict) -> dict[str, Any]:
         return {k: int(v) for k, v in shape.items()}
