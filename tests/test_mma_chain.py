@@ -237,18 +237,37 @@ def test_masked_gram_compiles_with_element_coordinates():
     assert "((float)cake_col < (float)cake_row)" in src
 
 
-def test_coordinates_on_a_blocked_tile():
-    """row() / col() of a blocked [8, 128] vec-4 warp tile: element e of lane l is flat index
-    ((e / 4) * 32 + l) * 4 + e % 4."""
+@pytest.mark.parametrize("cols", [64, 128, 256])
+def test_coordinates_on_a_blocked_tile(cols):
+    """row() / col() of a blocked [8, cols] vec-4 warp tile: element e of lane l is flat index
+    ((e / 4) * 32 + l) * 4 + e % 4. The emitted coordinate lines are evaluated here for every (lane, e)
+    against that index; when a row spans whole 128-element chunks (cols 128, 256) row() must not depend
+    on the lane (so per-row selects fold at compile time)."""
+    import re
     kb = KernelBuilder("coords", arch="sm_80", grid=[1], threads=32)
-    kb.tensor("O", "f32", [8, 128], access="write")
-    kb.buffer("t", "reg", "f32", [8, 128], layout="blocked", vec=4, scope="warp")
+    kb.tensor("O", "f32", [8, cols], access="write")
+    kb.buffer("t", "reg", "f32", [8, cols], layout="blocked", vec=4, scope="warp")
     with kb.role("main", warps=(0, 1)) as r:
         r.map("t", "row() * 1000 + col()")
-        r.stg(tile("t"), tile("O", [0, 0], [8, 128]), vec_bytes=16)
+        r.stg(tile("t"), tile("O", [0, 0], [8, cols]), vec_bytes=16)
     r2 = compile_kernel(kb.build(), arch="sm_80")
     assert r2.ok, [d.short() for d in r2.diagnostics]
-    assert "const int cake_row = cake_f / 128, cake_col = cake_f % 128;" in r2.cuda_source
+    lines = r2.cuda_source.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "cake_row =" in ln)
+    decls = [ln.strip() for ln in lines[at - 1:at + 1] if "cake_f = ((cake_e" in ln or "cake_row =" in ln]
+    code = "\n".join(re.sub(r"^const int ", "", d).rstrip(";").replace(", cake_col", "\ncake_col").replace("/", "//")
+                     for d in decls)
+    for lane in range(32):
+        for e in range(8 * cols // 32):
+            env = {"cake_e": e, "cake_lane": lane}
+            exec(code, {}, env)
+            flat = ((e // 4) * 32 + lane) * 4 + e % 4
+            assert (env["cake_row"], env["cake_col"]) == divmod(flat, cols)
+    row_expr = decls[-1].split(", cake_col")[0]
+    if cols % 128 == 0:
+        assert "cake_lane" not in row_expr and "cake_f" not in row_expr
+    else:
+        assert row_expr.endswith(f"cake_f / {cols}")
 
 
 @pytest.mark.gpu
