@@ -84,6 +84,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="", help="indices into PREFILL_BENCH (default: all)")
     ap.add_argument("--deadline-s", type=float, default=1e9)
     ap.add_argument("--no-chunked", action="store_true", help="skip the chunked kernels (tasks/kda/chunked.py)")
+    ap.add_argument("--splits", default="", help="extra chunked points, producers x consumers (e.g. 2x2,3x4), "
+                                                   "at every V-slice where they build")
     ap.add_argument("--no-baselines", action="store_true", help="CAKE kernels only (a quick check; no speedups)")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -109,9 +111,14 @@ def main() -> int:
         irs[f"cake_vw{vw}_vs{vs}_c{ch}"] = kda_recurrent(vw=vw, vsplit=vs, chunk=ch, arch="sm_90a")
     if not args.no_chunked:          # the chunked kernels, one gate form each: checked like the rest
         from tasks.kda.chunked import kda_chunk16_ws
+        splits = [(4, 4)] + [tuple(int(v) for v in sp.split("x")) for sp in filter(None, args.splits.split(","))]
         for vs, safe in ((32, True), (64, True), (128, True), (32, False), (64, False)):
-            irs[f"cake_chunk16_ws_vs{vs}" + ("" if safe else "_softplus")] = kda_chunk16_ws(arch="sm_90a", vs=vs,
-                                                                                          safe=safe)
+            for p, c in splits:
+                if vs % (8 * c) or p + c > 8:
+                    continue
+                tag = "" if (p, c) == (4, 4) else f"_p{p}c{c}"
+                irs[f"cake_chunk16_ws_vs{vs}" + ("" if safe else "_softplus") + tag] = kda_chunk16_ws(
+                    arch="sm_90a", vs=vs, safe=safe, producers=p, consumers=c)
     kernels = compile_variants(irs)
     info = env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_prefill.py")
 
@@ -139,7 +146,7 @@ def main() -> int:
         scal = task.scalars(shape)
         impls = {}
         for name, (ck, _r) in kernels.items():
-            if name.startswith("cake_chunk16") and name.endswith("_softplus") == bool(shape["SAFE"]):
+            if name.startswith("cake_chunk16") and ("_softplus" in name) == bool(shape["SAFE"]):
                 continue                       # one gate form per chunked kernel (its SAFE fact)
             o = torch.full(tuple(ti["v"].shape), float("nan"), dtype=torch.bfloat16, device=dev)
             ht = torch.full(tuple(ti["h0"].shape), float("nan"), dtype=torch.float32, device=dev)
