@@ -5,6 +5,8 @@ bench/lib_grid.py), with a general fallback. Heavy modules load on first call.
     from cakelib import knn, kmeans
     idx, dist = knn(queries, database, k=10)          # torch CUDA tensors, cupy arrays or numpy
     centroids, assign = kmeans(x, k=256, iters=10)
+    o, states = kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens=cu)   # torch CUDA tensors
+    o, pool = kda_decode(q1, k1, v1, g1, beta1, A_log, dt_bias, pool, idx)
 
 Calls on one device share cached workspaces: issue them from one stream at a time.
 """
@@ -20,4 +22,14 @@ def kmeans(*args, **kwargs):
     return _kmeans(*args, **kwargs)
 
 
-__all__ = ["knn", "kmeans"]
+def kda_prefill(*args, **kwargs):
+    from .kda_attention import kda_prefill as _f
+    return _f(*args, **kwargs)
+
+
+def kda_decode(*args, **kwargs):
+    from .kda_attention import kda_decode as _f
+    return _f(*args, **kwargs)
+
+
+__all__ = ["knn", "kmeans", "kda_prefill", "kda_decode"]
