@@ -1,7 +1,9 @@
 """How well the cost model ranks the library's variants: Spearman correlation, per training shape,
 between `cake_ir.cost.estimate` and the H200 sweep times committed in bench/results (no GPU needed).
 
-    python bench/cost_rank_lib.py [--out bench/results/cost-rank-lib-cpu.json]
+    python bench/cost_rank_lib.py [--out bench/results/cost-rank-lib-cpu.json] [--sass]
+
+--sass: instruction counts from each variant's compiled SASS (NVRTC + nvdisasm) instead of the model's.
 """
 import argparse
 import collections
@@ -24,6 +26,7 @@ def spearman(a, b) -> float:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--sass", action="store_true", help="count instructions in the compiled SASS")
     args = ap.parse_args()
     from cake_ir.cost import estimate
     from cakelib.variants import kmeans_kernel, knn_kernel
@@ -34,7 +37,7 @@ def main():
         for r in d["rows"]:
             if r["ok"]:
                 by[json.dumps(r["shape"], sort_keys=True)].append(r)
-        kernels, per_shape = {}, []
+        kernels, sass, per_shape = {}, {}, []
         for s, rows in sorted(by.items()):
             shape = json.loads(s)
             if len(rows) < 4:
@@ -45,8 +48,11 @@ def main():
                 if r["variant"] not in kernels:
                     kernels[r["variant"]] = (kmeans_kernel(p, "sm_90a") if op == "kmeans"
                                              else knn_kernel(p, shape.get("k", 10), "l2", 128, "sm_90a"))
+                if args.sass and r["variant"] not in sass:
+                    from cake_ir.analysis.sass import sass_profile
+                    sass[r["variant"]] = {n.path: n.count for n in sass_profile(kernels[r["variant"]]).nodes}
                 env = shape if op == "kmeans" else {"Q": shape["Q"], "M": shape["M"]}
-                pred.append(estimate(kernels[r["variant"]], env).seconds)
+                pred.append(estimate(kernels[r["variant"]], env, sass=sass.get(r["variant"])).seconds)
             per_shape.append({"shape": shape, "variants": len(rows), "spearman": spearman(pred, [r["ms"] for r in rows])})
         rho = [x["spearman"] for x in per_shape]
         out[op] = {"shapes": len(rho), "median_spearman": statistics.median(rho), "min": min(rho), "max": max(rho),
@@ -55,7 +61,8 @@ def main():
               f"max {max(rho):.3f})")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"command": "python bench/cost_rank_lib.py --out " + args.out, **out}, f, indent=1)
+            json.dump({"command": "python bench/cost_rank_lib.py --out " + args.out + (" --sass" if args.sass else ""),
+                       **out}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     verify FILE... [--json]                       run every verifier rule
     compile FILE [--arch A] [--emit cuda|cubin] [-o OUT] [--json] [--no-cache]
     print FILE [--expanded] [--verify]            the IR as text, one node per line with its path
-    cost FILE [--shape M=8192 ...] [--gpu NAME] [--json] [--no-verify]
+    cost FILE [--shape M=8192 ...] [--gpu NAME] [--json] [--no-verify] [--sass]
     sass FILE [--arch A] [--top N] [--json]      static SASS instructions per IR node (needs nvdisasm)
     schema                                        the Kernel JSON schema
     rules [--markdown | --json]                   the rule catalog (--markdown: docs/diagnostics.md)
@@ -298,8 +298,16 @@ def cmd_cost(args) -> int:
             return EXIT_INPUT
         if not Path(args.gpu).is_file() and not (_cost.CALIBRATION_DIR / f"{args.gpu.lower()}.json").is_file():
             _err(f"note: no calibration data for {args.gpu!r}; using the {constants.name} table defaults")
+    sass = None
+    if args.sass:
+        from .analysis.sass import sass_profile
+        try:
+            sass = {n.path: n.count for n in sass_profile(kernel).nodes}
+        except RuntimeError as e:       # no nvdisasm, or the kernel does not lower
+            _err(f"--sass: {e}")
+            return EXIT_INPUT
     try:
-        rep = _cost.estimate(kernel, shapes, constants)
+        rep = _cost.estimate(kernel, shapes, constants, sass=sass)
     except Exception as e:  # noqa: BLE001
         _internal("cost model raised", e)
     if args.json:
@@ -454,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpu", default=None, help="calibration: a GPU name (calibration/data/NAME.json) or a file")
     s.add_argument("--json", action="store_true", help="the report as JSON")
     s.add_argument("--no-verify", action="store_true", help="cost even if the verifier reports errors")
+    s.add_argument("--sass", action="store_true",
+                   help="count instructions in the compiled SASS (NVRTC + nvdisasm) instead of modelling them")
     s.set_defaults(func=cmd_cost)
 
     s = sub.add_parser("sass", help="static SASS instructions per IR node (nvdisasm)")
