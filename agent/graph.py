@@ -266,7 +266,10 @@ def make_nodes(rt: Runtime) -> dict:
                 todo.append(c)
             else:
                 _apply_compile(c, result, cfg.dry_run)
-        jobs = [{"ir": c["ir"], "name": c["id"], "task": cfg.task, "hash": c["hash"]} for c in todo]
+        # a dry run ranks by the compiled code's instruction counts where nvdisasm is there
+        sass_cost = {"shape": dict(rt.shape), "target": cfg.target} if cfg.dry_run else None
+        jobs = [{"ir": c["ir"], "name": c["id"], "task": cfg.task, "hash": c["hash"], "sass_cost": sass_cost}
+                for c in todo]
 
         def done(idx: int, rec: dict) -> None:
             c = todo[idx]
@@ -452,7 +455,8 @@ def _apply_compile(c: dict, result: dict, dry_run: bool) -> None:
     if result["ok"]:
         c.setdefault("passed", []).append("compile")
         if dry_run:
-            c["status"], c["score_s"], c["measured"] = "ok", c.get("predicted_s"), False
+            pred = c["compile"].get("predicted_sass_s") or c.get("predicted_s")
+            c["status"], c["score_s"], c["measured"] = "ok", pred, False
     else:
         errs = [d for d in result.get("diagnostics") or [] if d.get("severity", "error") == "error"]
         d = errs[0] if errs else {}

@@ -3,6 +3,9 @@ actors). A job function takes (job dict, progress callback) and returns an EvalR
 
 compile_job: CPU only. Compiles a verified IR program for its own arch with NVRTC (disk cache in
 CAKE_CACHE_DIR) and returns diagnostics and the resource report (registers, spills, shared memory).
+With `sass_cost` ({"shape", "target"}: what a dry run sends) and nvdisasm installed it also predicts
+the time from the compiled code's instruction counts (cake_ir.cost with `sass`), which ranks variants
+better than the modelled counts (bench/results/cost-rank-lib-sass-cpu.json).
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ def compile_job(job: dict, progress=None) -> dict:
                       "cached": res.cached, "seconds": res.seconds, "kernel_name": res.kernel_name}
     if res.ok:
         rec["status"] = "ok"
+        if job.get("sass_cost"):
+            rec["compile"].update(_sass_cost(kernel, job["sass_cost"]))
     else:
         errs = [d for d in res.diagnostics if d.severity == "error"]
         rec.update(status="fail", error_class="compile_error",
@@ -41,3 +46,19 @@ def compile_job(job: dict, progress=None) -> dict:
                    node=errs[0].node if errs else None)
     rec["wall_s"] = time.perf_counter() - t0
     return rec
+
+
+def _sass_cost(kernel, want: dict) -> dict:
+    """{"sass_instructions", "predicted_sass_s"}, {} without nvdisasm, {"sass_error"} on a failure (the
+    compile result stands either way)."""
+    try:
+        from cake_ir.analysis.sass import find_nvdisasm, sass_profile
+        if find_nvdisasm() is None:
+            return {}
+        from cake_ir.cost import estimate, load_constants
+        prof = sass_profile(kernel)
+        rep = estimate(kernel, want.get("shape") or {}, load_constants(want.get("target") or kernel.arch),
+                       sass={n.path: n.count for n in prof.nodes})
+        return {"sass_instructions": prof.total, "predicted_sass_s": rep.seconds}
+    except Exception as e:  # noqa: BLE001
+        return {"sass_error": f"{type(e).__name__}: {e}"[:200]}

@@ -296,3 +296,21 @@ def test_job_deadline_defaults_to_the_tasks_need():
     assert _deadline(parser().parse_args(["--task", "kda"])) == 300.0
     assert _deadline(parser().parse_args(["--task", "softmax"])) == 90.0
     assert _deadline(parser().parse_args(["--task", "kda", "--deadline", "45"])) == 45.0
+
+
+def test_dry_run_compile_job_predicts_from_the_compiled_code():
+    """compile_job with sass_cost (what a dry run sends) adds the SASS-count prediction where nvdisasm is
+    installed; without sass_cost it does not compile twice."""
+    import pytest
+    from cake_ir.analysis.sass import find_nvdisasm
+    from cake_ir.io import load_file, to_dict
+    from agent.jobs import compile_job
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed")
+    k, _ = load_file("tasks/softmax/seeds/softmax_row_n4096.json")
+    shape = {"M": 4096, "N": 4096}
+    rec = compile_job({"ir": to_dict(k), "name": "x", "sass_cost": {"shape": shape, "target": "h200"}})
+    assert rec["status"] == "ok"
+    assert rec["compile"]["sass_instructions"] > 10 and rec["compile"]["predicted_sass_s"] > 0
+    plain = compile_job({"ir": to_dict(k), "name": "x"})
+    assert "predicted_sass_s" not in plain["compile"]

@@ -119,10 +119,8 @@ def attribute(charged: Counter, line_map: dict[int, str], kernel) -> SassProfile
 
 
 def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = None) -> SassProfile:
-    """Lower, compile with line info (never cached: the cubin differs) and attribute. Raises
+    """Lower, compile with line info (its per-line counts cached on disk) and attribute. Raises
     RuntimeError with the reason when the kernel does not lower or nvdisasm is missing."""
-    from cuda.core import Program, ProgramOptions
-
     from ..compiler import compile_kernel
     tool = nvdisasm or find_nvdisasm()
     if tool is None:
@@ -133,10 +131,36 @@ def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = N
     if not lowered.ok:
         errs = [d.short() for d in lowered.diagnostics if d.severity == "error"][:3]
         raise RuntimeError("the kernel does not lower: " + "; ".join(errs))
-    opts = ProgramOptions(arch=kernel.arch, std="c++17", name="cake.cu", lineinfo=True)
-    cubin = bytes(Program(lowered.cuda_source, code_type="c++", options=opts).compile("cubin").code)
+    return attribute(_charged(lowered.cuda_source, kernel.arch, tool), lowered.line_map, kernel)
+
+
+def _charged(source: str, arch: str, tool: str) -> Counter:
+    """charge_lines of the source's line-info compile, kept on disk next to the NVRTC cache (keyed by
+    the source and arch: a dry run asks again for every resumed or repeated candidate)."""
+    import hashlib
+    import json
+
+    from ..nvrtc import CACHE_DIR
+    key = hashlib.sha256(f"sass-v1\0{arch}\0{source}".encode()).hexdigest()[:32]
+    path = CACHE_DIR / f"{key}.sass.json"
+    if path.exists():
+        try:
+            return Counter({(int(ln), op): n for ln, op, n in json.loads(path.read_text())})
+        except (ValueError, TypeError):
+            pass
+    from cuda.core import Program, ProgramOptions
+    opts = ProgramOptions(arch=arch, std="c++17", name="cake.cu", lineinfo=True)
+    cubin = bytes(Program(source, code_type="c++", options=opts).compile("cubin").code)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
         text = subprocess.run([tool, "-gi", "-c", f.name], capture_output=True, text=True, check=True).stdout
-    return attribute(charge_lines(text), lowered.line_map, kernel)
+    charged = charge_lines(text)
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([[ln, op, n] for (ln, op), n in charged.items()]))
+        os.replace(tmp, path)                # atomic: concurrent workers may profile the same kernel
+    except OSError:
+        pass
+    return charged
