@@ -10,6 +10,7 @@ nvdisasm is not part of NVRTC: it comes with a CUDA toolkit or the `nvidia-cuda-
 """
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import shutil
@@ -98,7 +99,6 @@ def attribute(charged: Counter, line_map: dict[int, str], kernel) -> SassProfile
     ops = {s.path: getattr(s.node, "op", "?") for s in statements(kernel)}
     starts = sorted(line_map)
     nodes: dict[str, NodeSass] = {}
-    import bisect
     for (ln, opcode), n in charged.items():
         i = bisect.bisect_right(starts, ln) - 1
         path = line_map[starts[i]] if i >= 0 else "/"
