@@ -41,19 +41,38 @@ def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int) -> tu
     return "chunked", {"vs": vs, "safe": bool(safe)}
 
 
-def _check(name: str, t, shape: tuple, dtype) -> None:
-    if not getattr(t, "is_cuda", False):
-        raise TypeError(f"{name}: a CUDA torch tensor is expected")
-    if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {tuple(shape)}")
-    if t.dtype != dtype:
-        raise TypeError(f"{name}: dtype {t.dtype}, expected {dtype}")
+_TORCH_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32"}
 
 
-def _state_shape(N: int, HV: int, layout: str) -> tuple:
-    if layout not in ("vk", "kv"):
-        raise ValueError(f"state_layout must be 'vk' or 'kv', not {layout!r}")
-    return (N, HV, V, K) if layout == "vk" else (N, HV, K, V)
+def _check_against(specs, given: dict) -> None:
+    """Every given tensor against the task's TensorSpec of that name (tasks/kda/task.py: the interface
+    the kernels are tested on): a CUDA torch tensor of that shape and dtype."""
+    import torch
+    for spec in specs:
+        t = given.get(spec.name)
+        if t is None:
+            continue
+        if not getattr(t, "is_cuda", False):
+            raise TypeError(f"{spec.name}: a CUDA torch tensor is expected")
+        if tuple(t.shape) != tuple(spec.shape):
+            raise ValueError(f"{spec.name}: shape {tuple(t.shape)}, expected {tuple(spec.shape)}")
+        want = getattr(torch, _TORCH_DTYPES[spec.dtype])
+        if t.dtype != want:
+            raise TypeError(f"{spec.name}: dtype {t.dtype}, expected {want}")
+
+
+def _dims(q, v) -> tuple:
+    if q.shape[-1] != K or v.shape[-1] != V:
+        raise ValueError(f"K = V = {K} only (q has K = {q.shape[-1]}, v has V = {v.shape[-1]})")
+    if v.shape[1] % q.shape[1]:
+        raise ValueError(f"HV = {v.shape[1]} must be a multiple of H = {q.shape[1]}")
+    return q.shape[0], q.shape[1], v.shape[1]
+
+
+def _layout(state_layout: str) -> int:
+    if state_layout not in ("vk", "kv"):
+        raise ValueError(f"state_layout must be 'vk' or 'kv', not {state_layout!r}")
+    return int(state_layout == "vk")
 
 
 def kda_prefill(q, k, v, g, beta, A_log, dt_bias, *, cu_seqlens=None, initial_state=None,
@@ -61,24 +80,19 @@ def kda_prefill(q, k, v, g, beta, A_log, dt_bias, *, cu_seqlens=None, initial_st
     """-> (o [T, HV, V] bf16, final states fp32 in `state_layout`). `plan` overrides `prefill_plan`."""
     import torch
 
+    from tasks.kda.task import TASK
+
     from .runtime import runtime
-    T, H, Kq = q.shape
-    if Kq != K or v.shape[-1] != V:
-        raise ValueError(f"K = V = {K} only (q has K = {Kq}, v has V = {v.shape[-1]})")
-    HV = v.shape[1]
+    T, H, HV = _dims(q, v)
     dev = q.device
     if cu_seqlens is None:
         cu_seqlens = torch.tensor([0, T], dtype=torch.int32, device=dev)
     N = cu_seqlens.numel() - 1
-    bf = torch.bfloat16
-    for name, t, shape, dt in (("q", q, (T, H, K), bf), ("k", k, (T, H, K), bf), ("v", v, (T, HV, V), bf),
-                               ("g", g, (T, HV, K), bf), ("beta", beta, (T, HV), bf),
-                               ("A_log", A_log, (HV,), torch.float32), ("dt_bias", dt_bias, (HV, K), torch.float32),
-                               ("cu_seqlens", cu_seqlens, (N + 1,), torch.int32)):
-        _check(name, t, shape, dt)
-    sshape = _state_shape(N, HV, state_layout)
-    if initial_state is not None:
-        _check("initial_state", initial_state, sshape, torch.float32)
+    shape = {"T": T, "N": N, "H": H, "HV": HV, "SAFE": int(bool(safe_gate)), "VK": _layout(state_layout),
+             "H0": int(initial_state is not None)}
+    _check_against(TASK.inputs(shape), {"q": q, "k": k, "v": v, "g": g, "beta": beta, "A_log": A_log,
+                                        "dt_bias": dt_bias, "h0": initial_state, "cu_seqlens": cu_seqlens})
+    sshape = next(o.shape for o in TASK.outputs(shape) if o.name == "ht")
     rt = runtime(dev.index or 0)
     kind, params = plan or prefill_plan(H, HV, N, safe_gate, rt.arch, rt.props.get("sms", 132))
 
@@ -89,40 +103,31 @@ def kda_prefill(q, k, v, g, beta, A_log, dt_bias, *, cu_seqlens=None, initial_st
         from tasks.kda.programs import kda_recurrent
         return kda_recurrent(arch=arch, **params)
     kern = rt.kernel(("kda_prefill", kind, tuple(sorted(params.items()))), build)
-    o = torch.empty(T, HV, V, dtype=bf, device=dev)
+    o = torch.empty(T, HV, V, dtype=torch.bfloat16, device=dev)
     ht = torch.empty(sshape, dtype=torch.float32, device=dev)
     h0 = initial_state if initial_state is not None else torch.empty(sshape, dtype=torch.float32, device=dev)
     tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "g": g.contiguous(),
                "beta": beta.contiguous(), "A_log": A_log, "dt_bias": dt_bias, "h0": h0.contiguous(),
                "cu_seqlens": cu_seqlens, "o": o, "ht": ht}
-    scalars = {"T": T, "N": N, "H": H, "HV": HV, "SAFE": int(bool(safe_gate)), "VK": int(state_layout == "vk"),
-               "H0": int(initial_state is not None)}
-    rt.launch(kern, tensors, scalars, torch.cuda.current_stream(dev).cuda_stream)
+    rt.launch(kern, tensors, TASK.scalars(shape), torch.cuda.current_stream(dev).cuda_stream)
     return o, ht
 
 
 def kda_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, *, safe_gate: bool = True,
                state_layout: str = "vk"):
     """One token per sequence: q, k [B, H, K], v [B, HV, V], g [B, HV, K], beta [B, HV]; sequence b
-    reads its state from state_pool[idx[b]] and the returned pool (a new tensor, the input untouched)
-    holds the updated states at the same rows. -> (o [B, HV, V] bf16, new pool)."""
+    reads its state from state_pool[idx[b]] (a pool of B states, the kernel's interface) and the
+    returned pool (a new tensor, the input untouched) holds the updated states at the same rows.
+    -> (o [B, HV, V] bf16, new pool)."""
     import torch
 
+    from tasks.kda.task import DECODE_TASK
+
     from .runtime import runtime
-    B, H, Kq = q.shape
-    if Kq != K or v.shape[-1] != V:
-        raise ValueError(f"K = V = {K} only (q has K = {Kq}, v has V = {v.shape[-1]})")
-    HV = v.shape[1]
-    bf = torch.bfloat16
-    P = state_pool.shape[0]
-    for name, t, shape, dt in (("q", q, (B, H, K), bf), ("k", k, (B, H, K), bf), ("v", v, (B, HV, V), bf),
-                               ("g", g, (B, HV, K), bf), ("beta", beta, (B, HV), bf),
-                               ("A_log", A_log, (HV,), torch.float32), ("dt_bias", dt_bias, (HV, K), torch.float32),
-                               ("state_pool", state_pool, _state_shape(P, HV, state_layout), torch.float32),
-                               ("idx", idx, (B,), torch.int32)):
-        _check(name, t, shape, dt)
-    if HV % H:
-        raise ValueError(f"HV = {HV} must be a multiple of H = {H}")
+    B, H, HV = _dims(q, v)
+    shape = {"B": B, "H": H, "HV": HV, "SAFE": int(bool(safe_gate)), "VK": _layout(state_layout)}
+    _check_against(DECODE_TASK.inputs(shape), {"q": q, "k": k, "v": v, "g": g, "beta": beta, "A_log": A_log,
+                                               "dt_bias": dt_bias, "state": state_pool, "idx": idx})
     dev = q.device
     rt = runtime(dev.index or 0)
 
@@ -130,11 +135,10 @@ def kda_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, *, safe_gate: 
         from tasks.kda_decode.programs import kda_decode as program
         return program(vw=8, vsplit=4, arch=arch)
     kern = rt.kernel(("kda_decode", 8, 4), build)
-    o = torch.empty(B, HV, V, dtype=bf, device=dev)
+    o = torch.empty(B, HV, V, dtype=torch.bfloat16, device=dev)
     out = state_pool.clone()        # rows not in idx keep their states
     tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "g": g.contiguous(),
                "beta": beta.contiguous(), "A_log": A_log, "dt_bias": dt_bias, "state": state_pool.contiguous(),
                "idx": idx, "o": o, "state_out": out}
-    scalars = {"B": B, "H": H, "HV": HV, "SAFE": int(bool(safe_gate)), "VK": int(state_layout == "vk")}
-    rt.launch(kern, tensors, scalars, torch.cuda.current_stream(dev).cuda_stream)
+    rt.launch(kern, tensors, DECODE_TASK.scalars(shape), torch.cuda.current_stream(dev).cuda_stream)
     return o, out
