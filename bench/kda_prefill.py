@@ -28,10 +28,8 @@ TOL = 5e-3
 def reference_gpu(x: dict, shape: dict, device: str = "cuda"):
     """The float64 token recurrence (tasks/kda/torch_ref.py) on the task's numpy inputs, states in the
     shape's layout: (o [T, HV, V], ht) as torch tensors on `device`."""
-    import torch
-    from tasks.kda.torch_ref import reference_on_device
-    r = reference_on_device(x, shape, device)
-    return torch.as_tensor(r["o"]).to(device), torch.as_tensor(r["ht"]).to(device)
+    from tasks.kda.torch_ref import reference_tensors
+    return reference_tensors(x, shape, device)
 
 
 def self_check(device: str = "cuda") -> float:

@@ -50,16 +50,21 @@ def prefill(x, A_log, dt_bias, cu, safe: bool, h0=None):
     return o, torch.stack(hts)
 
 
-def reference_on_device(x: dict, shape: dict, device: str = "cuda") -> dict:
-    """The task's reference outputs (numpy float64 o [T, HV, V], ht in the shape's state layout) from
-    its numpy inputs, computed by `prefill` on `device`."""
+def reference_tensors(x: dict, shape: dict, device: str = "cuda"):
+    """The task's reference outputs as float64 torch tensors on `device` (o [T, HV, V], ht in the
+    shape's state layout) from its numpy inputs, computed by `prefill`."""
     import torch
     d = {n: torch.as_tensor(a).to(device) for n, a in x.items() if n != "cu_seqlens"}
     h0 = None
     if shape["H0"]:
         h0 = d["h0"] if shape["VK"] else d["h0"].transpose(-1, -2)             # to [N, HV, V, K]
     o, ht = prefill(d, d["A_log"], d["dt_bias"], x["cu_seqlens"], bool(shape["SAFE"]), h0)
-    ht = ht if shape["VK"] else ht.transpose(-1, -2)
+    return o, (ht if shape["VK"] else ht.transpose(-1, -2))
+
+
+def reference_on_device(x: dict, shape: dict, device: str = "cuda") -> dict:
+    """`reference_tensors` as the task's numpy reference dict {"o", "ht"}."""
+    o, ht = reference_tensors(x, shape, device)
     return {"o": o.cpu().numpy(), "ht": ht.contiguous().cpu().numpy()}
 
 
