@@ -29,3 +29,16 @@ def test_decode_step_matches_numpy(shape):
     pool[idx] = S
     assert np.abs(o.numpy() - ref["o"]).max() < 1e-12 * max(1.0, np.abs(ref["o"]).max())
     assert np.abs(pool.numpy() - ref["state_out"]).max() < 1e-12 * max(1.0, np.abs(ref["state_out"]).max())
+
+
+def test_reference_on_device_is_the_tasks_numpy_reference():
+    """What KdaPrefillTask.reference returns for large shapes on a GPU: the same dict, here on the CPU,
+    in the [N, HV, K, V] layout with initial states."""
+    from tasks.kda.task import TASK
+    from tasks.kda.torch_ref import reference_on_device
+    shape = {"T": 90, "N": 3, "H": 2, "HV": 4, "SAFE": 0, "VK": 0, "H0": 1, "PACK": 0}
+    x = TASK.make_inputs(shape, seed=8)
+    ref, got = TASK.reference(x, shape, method="recurrent"), reference_on_device(x, shape, "cpu")
+    for n in ("o", "ht"):
+        assert got[n].shape == ref[n].shape
+        assert np.linalg.norm(got[n] - ref[n]) <= 1e-10 * np.linalg.norm(ref[n])
