@@ -16,6 +16,8 @@ gate: every Gram entry on the tensor cores too, anchored per level so that every
 (`_prepare_softplus`), 1.81 ms there against fla's 1.41 (docs/perf-log.md, session 6; the explicit
 diagonal blocks it replaced took 3.7 ms).
 """
+from typing import Optional
+
 from cake_ir.builder import KernelBuilder, bar, tile
 
 from tasks.kda.programs import L2_EPS, K, V, gate_expr, prefill_interface, sequence_lets
@@ -26,6 +28,21 @@ VS = 32
 
 P = 4          # producer warps: each prepares whole chunks (c = p, p + P, ...) into its own slot
 HALF = C // 2  # a producer handles the q / k rows of a chunk in two halves (registers)
+
+
+def point_problem(vs: int, safe: bool = True, producers: int = P, consumers: int = 4) -> Optional[str]:
+    """Why (vs, gate form, producers, consumers) does not build, or None. The search's families use it
+    too (tasks/kda/programs.py)."""
+    if vs not in (32, 64, 128):
+        return f"vs must be 32, 64 or 128, not {vs}"
+    if not safe and vs == 128:
+        return "the softplus form keeps more per-producer buffers: V-slice 32 or 64"
+    if not 1 <= producers <= 4:
+        return f"producers (slots in flight) must be 1 .. 4, not {producers}"
+    if consumers not in (1, 2, 4, 8) or vs % (8 * consumers):
+        return (f"consumers must split the {vs} state columns into multiples of 8 (1, 2, 4 or 8 warps), "
+                f"not {consumers}")
+    return None
 
 
 def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True, producers: int = P, consumers: int = 4):
@@ -56,15 +73,9 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True, produce
     Aqk's diagonal. Everything else (QG, KD, W, the consumers) only ever uses factors <= 1 and is shared
     with the safe form.
     """
-    if vs not in (32, 64, 128):
-        raise ValueError(f"vs must be 32, 64 or 128, not {vs}")
-    if not safe and vs == 128:
-        raise ValueError("the softplus form keeps more per-producer buffers: V-slice 32 or 64")
-    if not 1 <= producers <= 4:
-        raise ValueError(f"producers (slots in flight) must be 1 .. 4, not {producers}")
-    if consumers not in (1, 2, 4, 8) or vs % (8 * consumers):
-        raise ValueError(f"consumers must split the {vs} state columns into multiples of 8 (1, 2, 4 or 8 warps), "
-                         f"not {consumers}")
+    why = point_problem(vs, safe, producers, consumers)
+    if why:
+        raise ValueError(why)
     P, NC = producers, consumers
     cwn = vs // NC                     # state columns per consumer warp
     gate = "safe" if safe else "softplus"

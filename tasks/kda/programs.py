@@ -231,11 +231,11 @@ def kda_chunked(vs: int = 32, safe: int = 1, arch: str = "sm_90a", producers: in
 
 
 def _chunked_point_ok(p: dict) -> bool:
-    """V-slice, pipeline depth and warp-role split that build: 8-column multiples per consumer warp, at
-    most 8 warps (more would leave a producer fewer registers than its tiles need: E-RES-05)."""
-    nc = p.get("consumers", 4)
-    return (p["vs"] in (32, 64, 128) and 1 <= p.get("producers", 4) <= 4 and nc in (1, 2, 4, 8)
-            and p["vs"] % (8 * nc) == 0 and p.get("producers", 4) + nc <= 8)
+    """A point that builds (chunked.point_problem) with at most 8 warps: more would leave a producer
+    fewer registers than its tiles need (the verifier's E-RES-05), so the search does not propose it."""
+    from tasks.kda.chunked import point_problem
+    nc, npr = p.get("consumers", 4), p.get("producers", 4)
+    return point_problem(p["vs"], bool(p.get("safe", 1)), npr, nc) is None and npr + nc <= 8
 
 
 SEEDS = {
@@ -268,7 +268,7 @@ FAMILIES = {
         "make": kda_chunked,
         "defaults": {"vs": 64, "safe": 0, "arch": "sm_90a", "producers": 4, "consumers": 4},
         "space": {"vs": [32, 64], "producers": [2, 3, 4], "consumers": [2, 4]},
-        "check": lambda p: p["vs"] in (32, 64) and _chunked_point_ok(p),
+        "check": _chunked_point_ok,
         "tactics": {},
     },
 }
