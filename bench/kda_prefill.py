@@ -108,15 +108,14 @@ def main() -> int:
         vw, vs, ch = (int(v) for v in var.split("x"))
         irs[f"cake_vw{vw}_vs{vs}_c{ch}"] = kda_recurrent(vw=vw, vsplit=vs, chunk=ch, arch="sm_90a")
     if not args.no_chunked:          # the chunked kernels, one gate form each: checked like the rest
-        from tasks.kda.chunked import kda_chunk16_ws
+        from tasks.kda.chunked import kda_chunk16_ws, point_problem
         splits = [(4, 4)] + [tuple(int(v) for v in sp.split("x")) for sp in filter(None, args.splits.split(","))]
         for vs, safe in ((32, True), (64, True), (128, True), (32, False), (64, False)):
             for p, c in splits:
-                if vs % (8 * c) or p + c > 8:
+                if point_problem(vs, safe, p, c) or p + c > 8:    # more than 8 warps: E-RES-05
                     continue
-                tag = "" if (p, c) == (4, 4) else f"_p{p}c{c}"
-                irs[f"cake_chunk16_ws_vs{vs}" + ("" if safe else "_softplus") + tag] = kda_chunk16_ws(
-                    arch="sm_90a", vs=vs, safe=safe, producers=p, consumers=c)
+                ir = kda_chunk16_ws(arch="sm_90a", vs=vs, safe=safe, producers=p, consumers=c)
+                irs["cake_" + ir.name.removeprefix("kda_")] = ir      # cake_chunk16_ws_vs64_softplus_p2c2
     kernels = compile_variants(irs)
     info = env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_prefill.py")
 

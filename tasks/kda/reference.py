@@ -253,6 +253,11 @@ def kda_activated(q, k, v, g, beta, cu_seqlens=None, h0=None, *, scale: Optional
     return o, state_from_kv(ht, layout)
 
 
+# token-heads (T * HV) up to which "auto" runs the token recurrence itself; above, numpy's recurrence
+# takes minutes, and the task's reference goes to the chunked form (or the GPU, tasks/kda/task.py)
+RECURRENT_MAX_TOKEN_HEADS = 32768
+
+
 def kda_forward(q, k, v, f, beta_logit, A_log, dt_bias, cu_seqlens=None, h0=None, *, safe: bool,
                 lower_bound: float = LOWER_BOUND, scale: Optional[float] = None, layout: str = "kv",
                 method: str = "auto", **chunk_kw):
@@ -260,9 +265,9 @@ def kda_forward(q, k, v, f, beta_logit, A_log, dt_bias, cu_seqlens=None, h0=None
     use_beta_sigmoid_in_kernel; safe_gate + lower_bound for the safe gate). q, k [T, H, K], v
     [T, HV, V], f [T, HV, K] raw gate input, beta_logit [T, HV], A_log [HV], dt_bias [HV, K].
     method "auto": the token recurrence for small problems (the definition), the chunked form
-    (tested equal to it to ~1e-10) when T * HV > 32768 token-heads."""
+    (tested equal to it to ~1e-10) when T * HV > RECURRENT_MAX_TOKEN_HEADS."""
     if method == "auto":
-        method = "recurrent" if np.shape(v)[0] * np.shape(v)[1] <= 32768 else "chunked"
+        method = "recurrent" if np.shape(v)[0] * np.shape(v)[1] <= RECURRENT_MAX_TOKEN_HEADS else "chunked"
     g = kda_gate(f, A_log, dt_bias, safe, lower_bound)
     return kda_activated(l2norm(q), l2norm(k), v, g, sigmoid(np.asarray(beta_logit, dtype=np.float64)),
                          cu_seqlens, h0, scale=scale, layout=layout, method=method, **chunk_kw)

@@ -118,9 +118,9 @@ class KdaPrefillTask(BaseTask):
 
     def reference(self, inputs, shape, method: str = "auto"):
         """float64 outputs. method "auto": the token recurrence on the GPU (tasks/kda/torch_ref.py) for
-        shapes the numpy reference takes minutes on (T * HV > 32768, the bench shapes) when a CUDA torch
-        is there, else numpy (tasks/kda/reference.py: the recurrence, or its exact chunked form)."""
-        if method == "auto" and shape["T"] * shape["HV"] > 32768:
+        shapes the numpy recurrence is too slow for (the bench shapes) when a CUDA torch is there, else
+        numpy (tasks/kda/reference.py: the recurrence, or its exact chunked form)."""
+        if method == "auto" and shape["T"] * shape["HV"] > R.RECURRENT_MAX_TOKEN_HEADS:
             from tasks.kda import torch_ref
             if torch_ref.cuda_torch():
                 return torch_ref.reference_on_device(inputs, shape)
