@@ -38,7 +38,7 @@ def compile_job(job: dict, progress=None) -> dict:
     if res.ok:
         rec["status"] = "ok"
         if job.get("sass_cost"):
-            rec["compile"].update(_sass_cost(kernel, job["sass_cost"]))
+            rec["compile"].update(_sass_cost(kernel, job["sass_cost"], res))
     else:
         errs = [d for d in res.diagnostics if d.severity == "error"]
         rec.update(status="fail", error_class="compile_error",
@@ -48,7 +48,7 @@ def compile_job(job: dict, progress=None) -> dict:
     return rec
 
 
-def _sass_cost(kernel, want: dict) -> dict:
+def _sass_cost(kernel, want: dict, compiled) -> dict:
     """{"sass_instructions", "predicted_sass_s"}, {} without nvdisasm, {"sass_error"} on a failure (the
     compile result stands either way)."""
     try:
@@ -56,7 +56,7 @@ def _sass_cost(kernel, want: dict) -> dict:
         if find_nvdisasm() is None:
             return {}
         from cake_ir.cost import estimate, load_constants
-        prof = sass_profile(kernel)
+        prof = sass_profile(kernel, lowered=compiled)      # its CUDA source: no second lowering
         rep = estimate(kernel, want.get("shape") or {}, load_constants(want.get("target") or kernel.arch),
                        sass={n.path: n.count for n in prof.nodes})
         return {"sass_instructions": prof.total, "predicted_sass_s": rep.seconds}

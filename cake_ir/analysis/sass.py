@@ -118,8 +118,10 @@ def attribute(charged: Counter, line_map: dict[int, str], kernel) -> SassProfile
     return SassProfile(kernel.name, kernel.arch, sum(charged.values()), ordered, dict(by_role))
 
 
-def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = None) -> SassProfile:
-    """Lower, compile with line info (its per-line counts cached on disk) and attribute. Raises
+def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = None,
+                 lowered=None) -> SassProfile:
+    """Lower (or take `lowered`, a CompileResult of this kernel that carries its CUDA source and line
+    map), compile with line info (its per-line counts cached on disk) and attribute. Raises
     RuntimeError with the reason when the kernel does not lower or nvdisasm is missing."""
     from ..compiler import compile_kernel
     tool = nvdisasm or find_nvdisasm()
@@ -127,7 +129,8 @@ def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = N
         raise RuntimeError("nvdisasm not found: install nvidia-cuda-nvdisasm or set CAKE_NVDISASM")
     if arch and arch != kernel.arch:
         kernel = kernel.model_copy(update={"arch": arch})
-    lowered = compile_kernel(kernel, emit="cuda")
+    if lowered is None or not lowered.cuda_source or lowered.arch != kernel.arch:
+        lowered = compile_kernel(kernel, emit="cuda")
     if not lowered.ok:
         errs = [d.short() for d in lowered.diagnostics if d.severity == "error"][:3]
         raise RuntimeError("the kernel does not lower: " + "; ".join(errs))
