@@ -549,3 +549,39 @@ class Kernel(Node):
 STMT_TYPES = (For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
               CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
               TopK, TopKMerge, ScatterAdd, RedAdd, LastCta)
+
+
+# ----------------------------------------------------------------------------------- programs
+class Workspace(Node):
+    """A global scratch tensor of a Program: allocated by the runtime (not zeroed), written by one
+    kernel and read by a later one. Each kernel that touches it declares a TensorParam of this name,
+    dtype and shape."""
+    name: Ident
+    dtype: DType
+    shape: list[IndexExpr] = Field(min_length=1, max_length=5,
+                                   description="dims over the program's scalar params, outermost first")
+
+
+class Program(Node):
+    """Several kernels launched in order on one stream, sharing the task's tensors and `workspace`
+    (stream order makes a kernel's writes visible to the next). For algorithms with a parallel phase
+    and a sequential one (KDA: prepare every chunk in parallel, then the state recurrence)."""
+    ir_version: str = IR_VERSION
+    name: Ident
+    arch: Literal["sm_80", "sm_86", "sm_89", "sm_90a"]
+    workspace: list[Workspace] = Field(default_factory=list)
+    kernels: list[Kernel] = Field(min_length=1, max_length=8)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Program":
+        for group, names in (("workspace", [w.name for w in self.workspace]),
+                             ("kernels", [k.name for k in self.kernels])):
+            seen = set()
+            for i, n in enumerate(names):
+                if n in seen:
+                    raise ValueError(f"name {n!r} at /{group}/{i} is already used in /{group}")
+                seen.add(n)
+        return self
+
+    def workspace_tensor(self, name: str) -> Optional[Workspace]:
+        return next((w for w in self.workspace if w.name == name), None)

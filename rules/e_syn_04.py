@@ -29,7 +29,10 @@ TITLE = "mbarrier wait parity protocol"
 STAGE = "expanded"
 
 
-def _smem_rw(ks, sites):
+def _smem_rw(ks, sites, staged_only=False):
+    """Whether `sites` write / read shared memory; `staged_only`: only buffers with stages (the slots a
+    barrier array guards: a consumer's private scratch written before it releases a slot is not the
+    stage)."""
     k = ks.k
     w = r = False
     for s in sites:
@@ -38,12 +41,17 @@ def _smem_rw(ks, sites):
             r = r or sync.is_smem(k, n.a) or sync.is_smem(k, n.b)
         elif isinstance(n, (Copy, Access, Fill, Map)):
             for ref, write in sync.smem_refs(n):
-                if sync.is_smem(k, ref):
+                if sync.is_smem(k, ref) and not (staged_only and _unstaged(k, ref)):
                     if write:
                         w = True
                     else:
                         r = True
     return w, r
+
+
+def _unstaged(k, ref) -> bool:
+    b = k.buffer(ref.buf)
+    return b is not None and (b.stages or 1) == 1
 
 
 def _same_iteration_before(ks, site):
@@ -71,6 +79,8 @@ def _same_iteration_after(ks, site):
 def _classify(ks, name):
     """'full' (wait for this iteration's signal), 'empty' (wait for the previous use's release) or None."""
     k = ks.k
+    decl = k.barrier(name)
+    staged_only = isinstance(decl, MBarrier) and decl.count > 1
     for p in k.pipelines:
         if name == f"{p.name}_full":
             return "full"
@@ -84,7 +94,7 @@ def _classify(ks, name):
         elif isinstance(n, (CpAsyncArrive, MbarExpectTx)) and n.barrier.name == name:
             votes.add("full")
         elif isinstance(n, MbarArrive) and n.barrier.name == name:
-            w, r = _smem_rw(ks, _same_iteration_before(ks, s))
+            w, r = _smem_rw(ks, _same_iteration_before(ks, s), staged_only)
             if w:
                 votes.add("full")
             elif r:
@@ -97,7 +107,7 @@ def _classify(ks, name):
     for s in ks.sites:
         n = s.node
         if isinstance(n, MbarWait) and n.barrier.name == name and s.loops:
-            w, r = _smem_rw(ks, _same_iteration_after(ks, s))
+            w, r = _smem_rw(ks, _same_iteration_after(ks, s), staged_only)
             if w and not r:
                 votes.add("empty")
             elif r and not w:

@@ -85,64 +85,11 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True, produce
                        note=f"chunked KDA prefill, warp-specialised ({gate} gate), V-slice {vs}")
     kb.const(K=K, V=V, C=C, VS=vs, P=P)
     prefill_interface(kb, safe=safe)
-    pad = 8        # 272-byte rows: the 8 rows of an ldmatrix land in distinct banks
-    # producer-private (stage = producer warp): the raw chunk, then KG (over g) and KI (over k)
-    for n in ("wQ", "wK", "wG"):
-        kb.buffer(n, "smem", "bf16", [C, 1, K], stages=P, pad=pad)
-    kb.buffer("wBeta", "smem", "f32", [C, 1], stages=P)
-    kb.buffer("wGc", "smem", "f32", [C, K], stages=P)
-    kb.buffer("wP", "smem", "bf16", [C, C], stages=P, pad=pad)
-    # slots (stage = c % P): what the consumers read
-    for n in ("sQG", "sKD", "sW"):
-        kb.buffer(n, "smem", "bf16", [C, K], stages=P, pad=pad)
-    kb.buffer("sV", "smem", "bf16", [C, 1, vs], stages=P, pad=pad)
-    kb.buffer("sDec", "smem", "f32", [K], stages=P)
-    for n in ("sAinv", "sAqk"):
-        kb.buffer(n, "smem", "bf16", [C, C], stages=P, pad=pad)
-    # consumer-private columns (warp w: columns 8w..)
-    kb.buffer("sS", "smem", "bf16", [K, vs], pad=pad)
-    kb.buffer("sVn", "smem", "bf16", [C, vs], pad=pad)
+    producer_buffers(kb, safe, P)
+    slot_buffers(kb, vs, P)
+    consumer_buffers(kb, vs, NC)
     kb.mbarrier("full", arrivals=32, count=P)
     kb.mbarrier("empty", arrivals=32 * NC, count=P)
-    # producer registers: lane l holds channels 4l..4l+3 of every token row
-    v4 = dict(layout="blocked", vec=4, scope="warp", role="prod")
-    for n in ("qh", "kh", "gh"):
-        kb.buffer(n, "reg", "f32", [HALF, K], **v4)
-    for n in ("dbt", "GCr"):
-        kb.buffer(n, "reg", "f32", [1, K], **v4)
-    kb.buffer("al", "reg", "f32", [1], scope="thread", role="prod")
-    kb.buffer("b1", "reg", "f32", [1, 1], scope="thread", role="prod")
-    if safe:
-        kb.buffer("gt", "reg", "f32", [C, K], **v4)
-        kb.buffer("live", "reg", "f32", [C, 1], scope="thread", role="prod")
-        kb.buffer("qs", "reg", "f32", [HALF, 1], scope="thread", role="prod")
-        kb.buffer("ks", "reg", "f32", [HALF, 1], scope="thread", role="prod")
-    else:
-        # the level operands (see _prepare_softplus), the norm factors and Aqk's diagonal per token,
-        # the anchors of a level's rows
-        for n in ("wX", "wXq"):
-            kb.buffer(n, "smem", "bf16", [C, 1, K], stages=P, pad=pad)
-        for n in ("wNq", "wNk", "wDg"):
-            kb.buffer(n, "smem", "f32", [C, 1], stages=P)
-        kb.buffer("tt", "reg", "f32", [HALF, K], **v4)
-        for n in ("A0", "A1", "A2", "A3"):
-            kb.buffer(n, "reg", "f32", [1, K], **v4)
-        for n in ("ck", "cq", "cd"):
-            kb.buffer(n, "reg", "f32", [HALF, 1], scope="thread", role="prod")
-        kb.buffer("T2", "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
-    for n in ("L", "Pm", "Inv"):
-        kb.buffer(n, "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
-    kb.buffer("pa", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="prod")
-    kb.buffer("pb", "reg", "bf16", [C, C], layout="mma_b", scope="warp", role="prod")
-    kb.buffer("brow", "reg", "f32", [C, 1], layout="mma_rows", scope="warp", role="prod")
-    # consumer registers
-    kb.buffer("S", "reg", "f32", [K, cwn], layout="mma_acc", scope="warp", role="cons")
-    kb.buffer("dec", "reg", "f32", [K, 1], layout="mma_rows", scope="warp", role="cons")
-    kb.buffer("ca", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="cons")
-    kb.buffer("cb", "reg", "bf16", [cwn, C], layout="mma_b", scope="warp", role="cons")
-    kb.buffer("cT", "reg", "bf16", [K, C], layout="mma_a", scope="warp", role="cons")
-    for n in ("U", "Vn", "Oa"):
-        kb.buffer(n, "reg", "f32", [C, cwn], layout="mma_acc", scope="warp", role="cons")
     with kb.prologue.if_("tid == 0"):
         for i in range(P):
             kb.prologue.mbar_init(bar("full", i), 32)
@@ -166,99 +113,206 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True, produce
             r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="p"), oob="zfill",
                    vec_bytes=16, scope="warp")
             r.sync("cp_async_commit")
-            # beta of token `lane` (0 past the sequence end: such tokens add nothing and see nothing)
-            r.let("tb", "t0 + lane % C")
-            r.ldg(tile("beta", ["tb", "hv"], [1, 1]), tile("b1"), oob="zfill", vec_bytes=2)
-            r.map("b1", "select(tb < eos, sigmoid(b1), 0)")
-            with r.if_("lane < C"):
-                r.sts(tile("b1"), tile("wBeta", ["lane", 0], [1, 1], slot="p"), vec_bytes=4)
-            r.sync("cp_async_wait", n=0)
-            r.sync("syncwarp")
-            (_prepare_safe if safe else _prepare_softplus)(r)
-            # (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8) (L strictly lower: L^16 = 0), then Diag(beta)
-            r.map("Inv", "select(col() == row(), 1, 0) - L")
-            r.map("Pm", "L")
-            for step in range(4):
-                if step < 3:
-                    r.map("pa", "Pm")
-                    r.sts(tile("Pm"), tile("wP", slot="p"), vec_bytes=4)
-                    r.sync("syncwarp")
-                    r.ldmatrix(tile("wP", slot="p"), tile("pb"), trans=True)
-                    r.fill("Pm", 0.0)
-                    r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))          # P <- P P
-                    r.sync("syncwarp")
-                    r.map("L", "Pm + select(col() == row(), 1, 0)")        # I + P
-                else:
-                    r.map("L", "select(col() == row(), brow, 0)")          # Diag(beta)
-                r.sts(tile("L"), tile("wP", slot="p"), vec_bytes=4)
-                r.sync("syncwarp")
-                r.ldmatrix(tile("wP", slot="p"), tile("pb"), trans=True)
-                r.map("pa", "Inv")
-                r.fill("Inv", 0.0)
-                r.mma_sync(tile("pa"), tile("pb"), tile("Inv"))            # Inv <- Inv (I + P)
-                r.sync("syncwarp")
-            r.sts(tile("Inv"), tile("sAinv", slot="p"), vec_bytes=4)
-            # W = A' KG, 16 columns at a time (in L, free now)
-            r.map("pa", "Inv")
-            for qq in range(K // 16):
-                r.ldmatrix(tile("wG", [0, 0, qq * 16], [C, 1, 16], slot="p"), tile("pb"), trans=True)
-                r.fill("L", 0.0)
-                r.mma_sync(tile("pa"), tile("pb"), tile("L"))
-                r.sts(tile("L"), tile("sW", [0, qq * 16], [C, 16], slot="p"), vec_bytes=4)
+            prepare_chunk(r, safe, SlotSink())
             r.sync("cp_async_wait", n=0)            # this lane's part of v is in the slot
             r.mbar_arrive(bar("full", "p"))
             r.sync("syncwarp")          # every lane is done with this chunk's private buffers
     with kb.role("cons", warps=(P, NC)) as r:
-        sequence_lets(r, "VS")
-        r.let("cw", f"role_warp * {cwn}")
-        kv_tile = (["n", "hv", 0, "c0 + cw"], [1, 1, K, cwn])
-        vk_tile = (["n", "hv", "c0 + cw", 0], [1, 1, cwn, K])
-        with r.if_("H0 == 1"):
-            with r.if_("VK == 1"):
-                r.ldg(tile("h0", *vk_tile), tile("S"), trans=True, vec_bytes=4, id="load_h0_vk")
-            with r.else_():
-                r.ldg(tile("h0", *kv_tile), tile("S"), vec_bytes=4, id="load_h0")
-        with r.else_():
-            r.fill("S", 0.0)
-        with r.for_("c", 0, "nc", id="consume"):
-            r.let("s", "c % P")
-            r.let("t0", "bos + c * C")
-            r.sts(tile("S"), tile("sS", [0, "cw"], [K, cwn]), vec_bytes=4)
-            r.sync("syncwarp")
-            r.mbar_wait(bar("full", "s"), "(c / P) % 2")
-            # U = A' V (this warp's 8 columns)
-            r.ldmatrix(tile("sAinv", slot="s"), tile("ca"))
-            r.ldmatrix(tile("sV", [0, 0, "cw"], [C, 1, cwn], slot="s"), tile("cb"), trans=True)
-            r.fill("U", 0.0)
-            r.mma_sync(tile("ca"), tile("cb"), tile("U"))
-            # Vn = U - W S;  O = QG S + Aqk Vn
-            r.fill("Vn", 0.0)
-            r.fill("Oa", 0.0)
-            for kk in range(K // 16):
-                r.ldmatrix(tile("sS", [kk * 16, "cw"], [16, cwn]), tile("cb"), trans=True)
-                r.ldmatrix(tile("sW", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
-                r.mma_sync(tile("ca"), tile("cb"), tile("Vn"))
-                r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
-                r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
-            r.map("Vn", "U - Vn")
-            r.sts(tile("Vn"), tile("sVn", [0, "cw"], [C, cwn]), vec_bytes=4)
-            r.sync("syncwarp")
-            r.ldmatrix(tile("sAqk", slot="s"), tile("ca"))
-            r.ldmatrix(tile("sVn", [0, "cw"], [C, cwn]), tile("cb"), trans=True)
-            r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
-            r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [C, 1, cwn]), oob="mask", vec_bytes=4,
-                  row_limit="eos", id="store_o")
-            # S = Diag(e^{G_C}) S + KD^T Vn
-            r.lds(tile("sDec", slot="s"), tile("dec"), vec_bytes=4)
-            r.map("S", "S * dec")
-            r.ldmatrix(tile("sKD", slot="s"), tile("cT"), trans=True)
-            r.mma_sync(tile("cT"), tile("cb"), tile("S"), id="state_update")
-            r.mbar_arrive(bar("empty", "s"))
-        with r.if_("VK == 1"):
-            r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
-        with r.else_():
-            r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
+        consume(r, vs, NC, P)
     return kb.build()
+
+
+# ------------------------------------------------------------------ pieces shared with two_pass.py
+PAD = 8        # 272-byte rows: the 8 rows of an ldmatrix land in distinct banks
+# what a prepared chunk is (name: rows x cols, dtype); the consumers read these from slot buffers s<name>
+OUTPUTS = {"QG": (C, K, "bf16"), "KD": (C, K, "bf16"), "W": (C, K, "bf16"), "Aqk": (C, C, "bf16"),
+           "Ainv": (C, C, "bf16"), "Dec": (1, K, "f32")}
+
+
+def producer_buffers(kb, safe: bool, P: int) -> None:
+    """A producer warp's private shared memory (stage = producer warp: the raw chunk, then KG over g and
+    KI over k) and registers (lane l holds channels 4l..4l+3 of every token row)."""
+    for n in ("wQ", "wK", "wG"):
+        kb.buffer(n, "smem", "bf16", [C, 1, K], stages=P, pad=PAD)
+    kb.buffer("wBeta", "smem", "f32", [C, 1], stages=P)
+    kb.buffer("wGc", "smem", "f32", [C, K], stages=P)
+    kb.buffer("wP", "smem", "bf16", [C, C], stages=P, pad=PAD)
+    v4 = dict(layout="blocked", vec=4, scope="warp", role="prod")
+    for n in ("qh", "kh", "gh"):
+        kb.buffer(n, "reg", "f32", [HALF, K], **v4)
+    for n in ("dbt", "GCr"):
+        kb.buffer(n, "reg", "f32", [1, K], **v4)
+    kb.buffer("al", "reg", "f32", [1], scope="thread", role="prod")
+    kb.buffer("b1", "reg", "f32", [1, 1], scope="thread", role="prod")
+    if safe:
+        kb.buffer("gt", "reg", "f32", [C, K], **v4)
+        kb.buffer("live", "reg", "f32", [C, 1], scope="thread", role="prod")
+        kb.buffer("qs", "reg", "f32", [HALF, 1], scope="thread", role="prod")
+        kb.buffer("ks", "reg", "f32", [HALF, 1], scope="thread", role="prod")
+    else:
+        # the level operands (see _prepare_softplus), the norm factors and Aqk's diagonal per token,
+        # the anchors of a level's rows
+        for n in ("wX", "wXq"):
+            kb.buffer(n, "smem", "bf16", [C, 1, K], stages=P, pad=PAD)
+        for n in ("wNq", "wNk", "wDg"):
+            kb.buffer(n, "smem", "f32", [C, 1], stages=P)
+        kb.buffer("tt", "reg", "f32", [HALF, K], **v4)
+        for n in ("A0", "A1", "A2", "A3"):
+            kb.buffer(n, "reg", "f32", [1, K], **v4)
+        for n in ("ck", "cq", "cd"):
+            kb.buffer(n, "reg", "f32", [HALF, 1], scope="thread", role="prod")
+        kb.buffer("T2", "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
+    for n in ("L", "Pm", "Inv"):
+        kb.buffer(n, "reg", "f32", [C, C], layout="mma_acc", scope="warp", role="prod")
+    kb.buffer("pa", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="prod")
+    kb.buffer("pb", "reg", "bf16", [C, C], layout="mma_b", scope="warp", role="prod")
+    kb.buffer("brow", "reg", "f32", [C, 1], layout="mma_rows", scope="warp", role="prod")
+
+
+def slot_buffers(kb, vs: int, P: int, names=tuple(OUTPUTS)) -> None:
+    """The slots a prepared chunk sits in for the consumers (stage = chunk % P), and v's V-slice."""
+    for n in names:
+        rows, cols, dt = OUTPUTS[n]
+        if n == "Dec":
+            kb.buffer("sDec", "smem", "f32", [1, K], stages=P)
+        else:
+            kb.buffer("s" + n, "smem", dt, [rows, cols], stages=P, pad=PAD)
+    if vs:
+        kb.buffer("sV", "smem", "bf16", [C, 1, vs], stages=P, pad=PAD)
+
+
+def consumer_buffers(kb, vs: int, NC: int) -> None:
+    """A consumer warp's state columns (vs / NC of them) and its staging in shared memory."""
+    cwn = vs // NC
+    kb.buffer("sS", "smem", "bf16", [K, vs], pad=PAD)
+    kb.buffer("sVn", "smem", "bf16", [C, vs], pad=PAD)
+    kb.buffer("S", "reg", "f32", [K, cwn], layout="mma_acc", scope="warp", role="cons")
+    kb.buffer("dec", "reg", "f32", [K, 1], layout="mma_rows", scope="warp", role="cons")
+    kb.buffer("ca", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="cons")
+    kb.buffer("cb", "reg", "bf16", [cwn, C], layout="mma_b", scope="warp", role="cons")
+    kb.buffer("cT", "reg", "bf16", [K, C], layout="mma_a", scope="warp", role="cons")
+    for n in ("U", "Vn", "Oa"):
+        kb.buffer(n, "reg", "f32", [C, cwn], layout="mma_acc", scope="warp", role="cons")
+
+
+class SlotSink:
+    """Where a producer puts a prepared chunk: slot p of the consumers' shared-memory buffers."""
+
+    def store(self, r, name: str, src: str, r0: int, rows: int, c0: int = 0, cols: int = K):
+        if name == "Dec":
+            r.sts(tile(src), tile("sDec", slot="p"), vec_bytes=16)
+        else:
+            whole = (r0, c0, rows, cols) == (0, 0) + OUTPUTS[name][:2]
+            dst = tile("s" + name, slot="p") if whole else tile("s" + name, [r0, c0], [rows, cols], slot="p")
+            r.sts(tile(src), dst, vec_bytes=_vec(src))
+
+
+def _vec(src: str) -> int:
+    """Store width of a producer register tile: 4 f32 -> bf16 per lane for the blocked rows, pairs for
+    the mma accumulators."""
+    return 4 if src in ("L", "Pm", "Inv") else 8
+
+
+def prepare_chunk(r, safe: bool, out) -> None:
+    """One producer warp prepares the chunk whose raw q / k / g sit in its private wQ / wK / wG (copies
+    committed, t0 the chunk's first token): beta, the gate, norms, QG, KD, e^{G_C}, Aqk, A' and W, each
+    handed to `out` (a SlotSink, or two_pass.WorkspaceSink)."""
+    # beta of token `lane` (0 past the sequence end: such tokens add nothing and see nothing)
+    r.let("tb", "t0 + lane % C")
+    r.ldg(tile("beta", ["tb", "hv"], [1, 1]), tile("b1"), oob="zfill", vec_bytes=2)
+    r.map("b1", "select(tb < eos, sigmoid(b1), 0)")
+    with r.if_("lane < C"):
+        r.sts(tile("b1"), tile("wBeta", ["lane", 0], [1, 1], slot="p"), vec_bytes=4)
+    r.sync("cp_async_wait", n=0)
+    r.sync("syncwarp")
+    (_prepare_safe if safe else _prepare_softplus)(r, out)
+    # (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8) (L strictly lower: L^16 = 0), then Diag(beta)
+    r.map("Inv", "select(col() == row(), 1, 0) - L")
+    r.map("Pm", "L")
+    for step in range(4):
+        if step < 3:
+            r.map("pa", "Pm")
+            r.sts(tile("Pm"), tile("wP", slot="p"), vec_bytes=4)
+            r.sync("syncwarp")
+            r.ldmatrix(tile("wP", slot="p"), tile("pb"), trans=True)
+            r.fill("Pm", 0.0)
+            r.mma_sync(tile("pa"), tile("pb"), tile("Pm"))          # P <- P P
+            r.sync("syncwarp")
+            r.map("L", "Pm + select(col() == row(), 1, 0)")        # I + P
+        else:
+            r.map("L", "select(col() == row(), brow, 0)")          # Diag(beta)
+        r.sts(tile("L"), tile("wP", slot="p"), vec_bytes=4)
+        r.sync("syncwarp")
+        r.ldmatrix(tile("wP", slot="p"), tile("pb"), trans=True)
+        r.map("pa", "Inv")
+        r.fill("Inv", 0.0)
+        r.mma_sync(tile("pa"), tile("pb"), tile("Inv"))            # Inv <- Inv (I + P)
+        r.sync("syncwarp")
+    out.store(r, "Ainv", "Inv", 0, C, 0, C)
+    # W = A' KG, 16 columns at a time (in L, free now)
+    r.map("pa", "Inv")
+    for qq in range(K // 16):
+        r.ldmatrix(tile("wG", [0, 0, qq * 16], [C, 1, 16], slot="p"), tile("pb"), trans=True)
+        r.fill("L", 0.0)
+        r.mma_sync(tile("pa"), tile("pb"), tile("L"))
+        out.store(r, "W", "L", 0, C, qq * 16, 16)
+
+
+def consume(r, vs: int, NC: int, P: int) -> None:
+    """A consumer warp's whole sequence: the initial state, then per chunk (in order) U = A' V,
+    Vn = U - W S, O = QG S + Aqk Vn (stored), S = Diag(e^{G_C}) S + KD^T Vn from slot c % P (waiting
+    `full`, releasing `empty`), then the final state."""
+    cwn = vs // NC
+    sequence_lets(r, "VS")
+    r.let("cw", f"role_warp * {cwn}")
+    kv_tile = (["n", "hv", 0, "c0 + cw"], [1, 1, K, cwn])
+    vk_tile = (["n", "hv", "c0 + cw", 0], [1, 1, cwn, K])
+    with r.if_("H0 == 1"):
+        with r.if_("VK == 1"):
+            r.ldg(tile("h0", *vk_tile), tile("S"), trans=True, vec_bytes=4, id="load_h0_vk")
+        with r.else_():
+            r.ldg(tile("h0", *kv_tile), tile("S"), vec_bytes=4, id="load_h0")
+    with r.else_():
+        r.fill("S", 0.0)
+    with r.for_("c", 0, "nc", id="consume"):
+        r.let("s", "c % P")
+        r.let("t0", "bos + c * C")
+        r.sts(tile("S"), tile("sS", [0, "cw"], [K, cwn]), vec_bytes=4)
+        r.sync("syncwarp")
+        r.mbar_wait(bar("full", "s"), "(c / P) % 2")
+        # U = A' V (this warp's 8 columns)
+        r.ldmatrix(tile("sAinv", slot="s"), tile("ca"))
+        r.ldmatrix(tile("sV", [0, 0, "cw"], [C, 1, cwn], slot="s"), tile("cb"), trans=True)
+        r.fill("U", 0.0)
+        r.mma_sync(tile("ca"), tile("cb"), tile("U"))
+        # Vn = U - W S;  O = QG S + Aqk Vn
+        r.fill("Vn", 0.0)
+        r.fill("Oa", 0.0)
+        for kk in range(K // 16):
+            r.ldmatrix(tile("sS", [kk * 16, "cw"], [16, cwn]), tile("cb"), trans=True)
+            r.ldmatrix(tile("sW", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
+            r.mma_sync(tile("ca"), tile("cb"), tile("Vn"))
+            r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
+            r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
+        r.map("Vn", "U - Vn")
+        r.sts(tile("Vn"), tile("sVn", [0, "cw"], [C, cwn]), vec_bytes=4)
+        r.sync("syncwarp")
+        r.ldmatrix(tile("sAqk", slot="s"), tile("ca"))
+        r.ldmatrix(tile("sVn", [0, "cw"], [C, cwn]), tile("cb"), trans=True)
+        r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
+        r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [C, 1, cwn]), oob="mask", vec_bytes=4,
+              row_limit="eos", id="store_o")
+        # S = Diag(e^{G_C}) S + KD^T Vn
+        r.lds(tile("sDec", slot="s"), tile("dec"), vec_bytes=4)
+        r.map("S", "S * dec")
+        r.ldmatrix(tile("sKD", slot="s"), tile("cT"), trans=True)
+        r.mma_sync(tile("cT"), tile("cb"), tile("S"), id="state_update")
+        r.mbar_arrive(bar("empty", "s"))
+    with r.if_("VK == 1"):
+        r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
+    with r.else_():
+        r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
+
 
 _ROWS_3D = ("wQ", "wK", "wG", "wX", "wXq")   # [C, 1, K] buffers (cp.async targets); the rest are [C, K]
 
@@ -296,15 +350,15 @@ def _grams(r, a: str, b: str, q: str, dk: str = "L", dq: str = "Pm"):
         r.mma_sync(tile("pa"), tile("pb"), tile(dq))
 
 
-def _masks(r):
+def _masks(r, out):
     """Aqk = tril_<=(Pm) into its slot; L = Diag(beta) tril_<(L) (beta rows in brow)."""
     r.map("Pm", "select(col() <= row(), Pm, 0)", id="aqk")
-    r.sts(tile("Pm"), tile("sAqk", slot="p"), vec_bytes=4)
+    out.store(r, "Aqk", "Pm", 0, C, 0, C)
     r.lds(tile("wBeta", slot="p"), tile("brow"), vec_bytes=4)
     r.map("L", "select(col() < row(), L * brow, 0)", id="akk")
 
 
-def _prepare_safe(r):
+def _prepare_safe(r, out):
     """Safe gate (G >= 16 * LOWER_BOUND = -80 in a chunk): every factor as a product of per-token rows,
     Akk and Aqk on the tensor cores from KG / QG and KI = k e^-G. Leaves Aqk in its slot, Akk in L, beta
     in brow."""
@@ -325,21 +379,21 @@ def _prepare_safe(r):
         r.map("qh", "qh * qs * gh")
         r.map("kh", "kh * ks")
         r.sync("syncwarp")                  # every lane has read this half's raw rows
-        r.sts(tile("qh"), tile("sQG", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
+        out.store(r, "QG", "qh", hh * HALF, HALF)
         r.map("qh", "kh * gh")
         r.sts(tile("qh"), tile("wG", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KG
         r.map("gh", "recip(gh)")
         r.map("qh", "kh * gh")
         r.sts(tile("qh"), tile("wK", rows, [HALF, 1, K], slot="p"), vec_bytes=8)     # KI
         r.map("qh", "kh * (gh * GCr)")
-        r.sts(tile("qh"), tile("sKD", [hh * HALF, 0], [HALF, K], slot="p"), vec_bytes=8)
-    r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
+        out.store(r, "KD", "qh", hh * HALF, HALF)
+    out.store(r, "Dec", "GCr", 0, 1)
     r.sync("syncwarp")
     _grams(r, "wG", "wK", "sQG")           # KG KI^T, QG KI^T
-    _masks(r)
+    _masks(r, out)
 
 
-def _prepare_softplus(r):
+def _prepare_softplus(r, out):
     """Softplus gate: every Gram entry k_i . k_j e^{G_i - G_j} (j < i) on the tensor cores, anchored so
     that every factor is <= 1. The pairs of a chunk split by the highest bit where i and j differ:
     at level lv (b = 2^lv) i is in the upper and j in the lower half of one 2b-token block, and the
@@ -375,13 +429,13 @@ def _prepare_softplus(r):
         _level_operands(r, 3, hh, loaded=True)     # level 3 from the normalised rows in registers
         r.map("tt", "exp(gh)")
         r.map("qh", "qh * tt")
-        r.sts(tile("qh"), tile("sQG", rows, [HALF, K], slot="p"), vec_bytes=8)                 # QG
+        out.store(r, "QG", "qh", hh * HALF, HALF)
         r.map("tt", "kh * tt")
         r.sts(tile("tt"), tile("wG", [hh * HALF, 0, 0], [HALF, 1, K], slot="p"), vec_bytes=8)  # KG
         r.map("kh", "kh * exp(GCr - gh)")
-        r.sts(tile("kh"), tile("sKD", rows, [HALF, K], slot="p"), vec_bytes=8)                 # KD
+        out.store(r, "KD", "kh", hh * HALF, HALF)
     r.map("GCr", "exp(GCr)")
-    r.sts(tile("GCr"), tile("sDec", slot="p"), vec_bytes=16)
+    out.store(r, "Dec", "GCr", 0, 1)
     r.sync("syncwarp")
     for lv in (3, 2, 1, 0):
         b = 1 << lv
@@ -401,7 +455,7 @@ def _prepare_softplus(r):
         r.sync("syncwarp")          # the next level overwrites the operand tiles
     r.lds(tile("wDg", slot="p"), tile("brow"), vec_bytes=4)
     r.map("Pm", "Pm + select(col() == row(), brow, 0)")
-    _masks(r)
+    _masks(r, out)
 
 
 def _level_operands(r, lv: int, hh: int, loaded: bool = False):

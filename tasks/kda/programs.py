@@ -27,9 +27,11 @@ reading and writing h0 / ht in its own layout with no transpose.
 This is the first prefill program: it is exact and simple, and it is latency-bound per token (the
 chunked algorithm of docs/tasks-kda.md is the route to tensor cores and is not written yet).
 """
-from tasks.base import signature_defaults
+from typing import Optional
+
 from cake_ir.builder import KernelBuilder, tile
 
+from tasks.base import signature_defaults
 from tasks.kda.reference import L2_EPS, LOWER_BOUND
 from tasks.kda.shapes import K, V
 
@@ -67,9 +69,10 @@ def prefill_interface(kb, safe: bool | None = None) -> None:
     kb.tensor("ht", "f32", ["N", "HV", "V", "K"], access="write")
 
 
-def sequence_lets(r, slice_const: str) -> None:
+def sequence_lets(r, slice_const: Optional[str]) -> None:
     """A CTA's (value head, sequence, V-slice) from its grid position (HV, N, V / slice): hv, n, the
-    qk head h, the sequence's tokens [bos, eos), its chunk count nc (const C) and first column c0."""
+    qk head h, the sequence's tokens [bos, eos), its chunk count nc (const C) and first column c0
+    (none when `slice_const` is None: the grid's z is not a V-slice)."""
     r.let("hv", "bid.x")
     r.let("n", "bid.y")
     r.let("h", "hv / (HV / H)")              # grouped value heads read q/k head hv // (HV / H)
@@ -77,7 +80,8 @@ def sequence_lets(r, slice_const: str) -> None:
     r.let("bos", "ld(cu_seqlens, n, 0, T, n * (T / N))")
     r.let("eos", "ld(cu_seqlens, n + 1, 0, T, (n + 1) * (T / N))")
     r.let("nc", "cdiv(max(eos - bos, 0), C)")
-    r.let("c0", f"bid.z * {slice_const}")
+    if slice_const is not None:
+        r.let("c0", f"bid.z * {slice_const}")
 
 
 def _sequence(r, vw: int, vc: int, chunk: int, warps: int, vk: bool):

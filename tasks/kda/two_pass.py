@@ -1,0 +1,171 @@
+"""Two-pass chunked KDA prefill: a Program of two CAKE IR kernels (`kda_two_pass`).
+
+The single-kernel form (chunked.py) makes every one of a head's V / vs CTAs prepare every chunk on a few
+producer warps, and a producer warp's serial chain (~7k instructions per softplus chunk) is what binds.
+Preparing a chunk needs nothing from any other chunk, so here it runs chunk-parallel over the whole GPU,
+once, as fla and FlashKDA do; only the state recurrence stays sequential:
+
+  prepare    grid [HV, N, Z], `warps` warps per CTA: warp p of CTA z prepares chunks
+             c = z * warps + p, + Z * warps, ... of sequence n for value head hv (chunked.prepare_chunk,
+             the same code as the single kernel's producers) and stores QG, KD, W, Aqk, A' and e^{G_C}
+             into the workspace (WorkspaceSink).
+  recurrence grid [HV, N, V / vs]: one loader warp copies chunk c's prepared tiles and v's V-slice into
+             slot c % P (cp.async, `full` / `empty` mbarriers); the consumer warps are chunked.consume.
+
+Workspace layout: chunk c of sequence n sits in chunk slot sb(n) + c with sb(n) = (bos_n + n C) / C,
+so sequences never share a slot (sb(n + 1) > sb(n) + nc_n - 1, because eos_n + C > bos_n + nc_n C - C)
+and there are at most T / C + N + 1 slots. Rows of slot s for value head hv: (s HV + hv) C .. + C.
+At T = 8192, H = 32 the workspace is 3 x 67 MB (QG, KD, W) plus 17 MB.
+"""
+from typing import Optional
+
+from cake_ir.builder import KernelBuilder, bar, tile
+from cake_ir.nodes import Program, Workspace
+
+from tasks.kda.chunked import (C, OUTPUTS, P, PAD, _vec, consume, consumer_buffers, point_problem, prepare_chunk,
+                               producer_buffers, slot_buffers)
+from tasks.kda.programs import K, V, prefill_interface, sequence_lets
+
+SLOTS = "(T / 16 + N + 1)"          # chunk slots (module docstring); C = 16
+PREPARE_WARPS = 2
+
+
+def _ws_shape(name: str) -> list:
+    rows, cols, _ = OUTPUTS[name]
+    if name == "Dec":                 # one row per slot and head
+        return [f"{SLOTS} * HV", K]
+    return [f"{SLOTS} * HV * {C}", cols]
+
+
+def workspace() -> list[Workspace]:
+    return [Workspace(name="ws" + n, dtype=OUTPUTS[n][2], shape=_ws_shape(n)) for n in OUTPUTS]
+
+
+def _ws_params(kb, access: str) -> None:
+    for n in OUTPUTS:
+        kb.tensor("ws" + n, OUTPUTS[n][2], _ws_shape(n), access=access)
+
+
+class WorkspaceSink:
+    """Where the prepare kernel puts a chunk: its workspace rows (lets `row` and `srow`). The safe form
+    also keeps QG in the warp's private slot: its Gram QG KI^T reads it back as an mma operand."""
+
+    def __init__(self, safe: bool):
+        self.safe = safe
+
+    def store(self, r, name: str, src: str, r0: int, rows: int, c0: int = 0, cols: int = K):
+        if name == "Dec":
+            r.stg(tile(src), tile("wsDec", ["srow", 0], [1, K]), oob="mask", vec_bytes=16)
+            return
+        # the slot is in range by construction (module docstring), but that rests on cu_seqlens: predicated
+        r.stg(tile(src), tile("ws" + name, [f"row + {r0}", c0], [rows, cols]), oob="mask", vec_bytes=_vec(src))
+        if self.safe and name == "QG":
+            r.sts(tile(src), tile("sQG", [r0, c0], [rows, cols], slot="p"), vec_bytes=_vec(src))
+
+
+def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: int) -> Optional[str]:
+    """Why a two-pass point does not build, or None."""
+    if warps not in (1, 2, 4):
+        return f"prepare warps per CTA must be 1, 2 or 4, not {warps}"
+    return point_problem(vs, True, stages, consumers)   # the recurrence keeps no per-gate buffers
+
+
+def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WARPS):
+    """The prepare kernel (module docstring). Z = cdiv(T, C warps N) CTAs per (head, sequence): enough
+    warps for every chunk of sequences of the mean length; a longer sequence's warps take several."""
+    gate = "safe" if safe else "softplus"
+    kb = KernelBuilder(f"kda_prepare16_{gate}_w{warps}", arch=arch,
+                       grid=["HV", "N", f"cdiv(T, {C * warps} * N)"], threads=32 * warps,
+                       note=f"chunked KDA prefill, pass 1: prepare every chunk ({gate} gate)")
+    kb.const(K=K, V=V, C=C, PW=warps)
+    for n in ("T", "N", "H", "HV"):
+        kb.scalar(n, min=1)
+    kb.scalar("SAFE", min=int(safe), max=int(safe))
+    for n in ("q", "k"):
+        kb.tensor(n, "bf16", ["T", "H", "K"])
+    kb.tensor("g", "bf16", ["T", "HV", "K"])
+    kb.tensor("beta", "bf16", ["T", "HV"])
+    kb.tensor("A_log", "f32", ["HV"])
+    kb.tensor("dt_bias", "f32", ["HV", "K"])
+    kb.tensor("cu_seqlens", "i32", ["N + 1"])
+    _ws_params(kb, "write")
+    producer_buffers(kb, safe, warps)
+    if safe:
+        kb.buffer("sQG", "smem", "bf16", [C, K], stages=warps, pad=PAD)
+    with kb.role("prod", warps=(0, warps)) as r:
+        sequence_lets(r, None)
+        r.let("p", "role_warp")
+        r.let("sb", "(bos + n * C) / C")
+        r.let("cz", "bid.z * PW + p")
+        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
+        r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dbt"), vec_bytes=16)
+        with r.for_("j", 0, "cdiv(max(nc - cz, 0), nbid.z * PW)", id="prepare"):
+            r.let("c", "cz + j * (nbid.z * PW)")
+            r.let("t0", "bos + c * C")
+            r.let("srow", "(sb + c) * HV + hv")
+            r.let("row", "srow * C")
+            for n, src in (("wQ", ("q", "h")), ("wK", ("k", "h")), ("wG", ("g", "hv"))):
+                r.copy("cp_async", tile(src[0], ["t0", src[1], 0], [C, 1, K]), tile(n, slot="p"), oob="zfill",
+                       vec_bytes=16, scope="warp")
+            r.sync("cp_async_commit")
+            prepare_chunk(r, safe, WorkspaceSink(safe))
+            r.sync("syncwarp")          # every lane is done with this chunk's private buffers
+    return kb.build()
+
+
+def kda_recurrence(arch: str = "sm_80", vs: int = 32, safe: bool = True, stages: int = P, consumers: int = 4):
+    """The recurrence kernel (module docstring): a loader warp and chunked.consume's consumers."""
+    NC = consumers
+    gate = "safe" if safe else "softplus"
+    tag = "" if (stages, NC) == (P, 4) else f"_p{stages}c{NC}"
+    kb = KernelBuilder(f"kda_recur16_vs{vs}_{gate}{tag}", arch=arch, grid=["HV", "N", V // vs],
+                       threads=32 * (1 + NC),
+                       note=f"chunked KDA prefill, pass 2: the state recurrence over prepared chunks ({gate} gate)")
+    kb.const(K=K, V=V, C=C, VS=vs, P=stages)
+    prefill_interface(kb, safe=safe)
+    _ws_params(kb, "read")
+    slot_buffers(kb, vs, stages)
+    consumer_buffers(kb, vs, NC)
+    kb.mbarrier("full", arrivals=32, count=stages)
+    kb.mbarrier("empty", arrivals=32 * NC, count=stages)
+    with kb.prologue.if_("tid == 0"):
+        for i in range(stages):
+            kb.prologue.mbar_init(bar("full", i), 32)
+            kb.prologue.mbar_init(bar("empty", i), 32 * NC)
+    kb.prologue.fence("mbarrier_init")
+    kb.prologue.sync("syncthreads")
+    with kb.role("load", warps=(0, 1)) as r:
+        sequence_lets(r, "VS")
+        r.let("sb", "(bos + n * C) / C")
+        with r.for_("c", 0, "nc", id="load"):
+            r.let("s", "c % P")
+            r.let("t0", "bos + c * C")
+            r.let("srow", "(sb + c) * HV + hv")
+            r.let("row", "srow * C")
+            with r.if_("c >= P"):                 # the consumers are done with this slot's last chunk
+                r.mbar_wait(bar("empty", "s"), "(c / P - 1) % 2")
+            for n in OUTPUTS:
+                rows, cols, _ = OUTPUTS[n]
+                src = tile("wsDec", ["srow", 0], [1, K]) if n == "Dec" else tile("ws" + n, ["row", 0], [C, cols])
+                r.copy("cp_async", src, tile("s" + n, slot="s"), oob="zfill", vec_bytes=16, scope="warp")
+            r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"), oob="zfill",
+                   vec_bytes=16, scope="warp")
+            r.sync("cp_async_commit")
+            r.sync("cp_async_wait", n=0)
+            r.mbar_arrive(bar("full", "s"))
+    with kb.role("cons", warps=(1, NC)) as r:
+        consume(r, vs, NC, stages)
+    return kb.build()
+
+
+def kda_two_pass(arch: str = "sm_80", vs: int = 32, safe: bool = True, warps: int = PREPARE_WARPS,
+                 stages: int = P, consumers: int = 4) -> Program:
+    """The two kernels as one Program (the candidate the harness compiles, tests and times)."""
+    why = two_pass_problem(vs, safe, warps, stages, consumers)
+    if why:
+        raise ValueError(why)
+    rec = kda_recurrence(arch, vs, safe, stages, consumers)
+    gate = "" if safe else "_softplus"
+    tag = "" if (stages, consumers) == (P, 4) else f"_p{stages}c{consumers}"
+    return Program(name=f"kda_two_pass_vs{vs}{gate}_w{warps}{tag}", arch=arch, workspace=workspace(), kernels=[kda_prepare(arch, safe, warps), rec],
+                   note="chunked KDA prefill in two passes: prepare every chunk in parallel, then the recurrence")
