@@ -2,6 +2,9 @@
 
 `load` never raises on bad input: malformed JSON gives E-PARSE-JSON with line and column, a schema
 violation gives E-SCHEMA-* diagnostics whose node paths point into the document.
+
+A document is a `Kernel`, or a `Program` (several kernels run in order with shared workspace tensors)
+when it has a `"kernels"` key; every function here takes either (`IRNode`).
 """
 from __future__ import annotations
 
@@ -12,7 +15,9 @@ from typing import Any, Optional, Union
 from pydantic import ValidationError
 
 from .diagnostics import Diagnostic
-from .nodes import Kernel
+from .nodes import Kernel, Program
+
+IRNode = Union[Kernel, Program]
 
 MAX_DOC_BYTES = 8 * 2**20
 MAX_DEPTH = 64
@@ -75,8 +80,13 @@ def schema_diagnostics(raw: Any, err: ValidationError) -> list[Diagnostic]:
     return out
 
 
-def load(source: Union[str, bytes, dict]) -> tuple[Optional[Kernel], list[Diagnostic]]:
-    """Parse a JSON document (text or already-decoded) into a Kernel, or return diagnostics."""
+def is_program_doc(raw: Any) -> bool:
+    """A decoded document is a Program when it lists `kernels` (a Kernel has `roles` instead)."""
+    return isinstance(raw, dict) and "kernels" in raw
+
+
+def load(source: Union[str, bytes, dict]) -> tuple[Optional[IRNode], list[Diagnostic]]:
+    """Parse a JSON document (text or already-decoded) into a Kernel or a Program, or return diagnostics."""
     if isinstance(source, (str, bytes)):
         if len(source) > MAX_DOC_BYTES:
             return None, [Diagnostic(code="E-PARSE-SIZE", node="/", message=f"document is larger than {MAX_DOC_BYTES} bytes")]
@@ -90,18 +100,19 @@ def load(source: Union[str, bytes, dict]) -> tuple[Optional[Kernel], list[Diagno
     else:
         raw = source
     if not isinstance(raw, dict):
-        return None, [Diagnostic(code="E-SCHEMA-TYPE", node="/", message="an IR document is a JSON object (a Kernel)")]
+        return None, [Diagnostic(code="E-SCHEMA-TYPE", node="/", message="an IR document is a JSON object (a Kernel or a Program)")]
     if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
         return None, [Diagnostic(code="E-PARSE-DEPTH", node="/", message=f"document nests deeper than {MAX_DEPTH} levels")]
     try:
-        return Kernel.model_validate(raw), []
+        model = Program if is_program_doc(raw) else Kernel
+        return model.model_validate(raw), []
     except ValidationError as err:
         return None, schema_diagnostics(raw, err)
     except (RecursionError, ValueError, TypeError, OverflowError) as err:
         return None, [Diagnostic(code="E-SCHEMA-TYPE", node="/", message=f"invalid document: {err}"[:500])]
 
 
-def load_file(path) -> tuple[Optional[Kernel], list[Diagnostic]]:
+def load_file(path) -> tuple[Optional[IRNode], list[Diagnostic]]:
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_DOC_BYTES + 1)
@@ -110,25 +121,26 @@ def load_file(path) -> tuple[Optional[Kernel], list[Diagnostic]]:
     return load(data)
 
 
-def to_dict(kernel: Kernel) -> dict:
+def to_dict(kernel: IRNode) -> dict:
     """The document as written: only fields that were set (lossless round trip of the input)."""
     return kernel.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
-def dumps(kernel: Kernel, indent: Optional[int] = 1) -> str:
+def dumps(kernel: IRNode, indent: Optional[int] = 1) -> str:
     return json.dumps(to_dict(kernel), indent=indent)
 
 
-def canonical_dict(kernel: Kernel) -> dict:
+def canonical_dict(kernel: IRNode) -> dict:
     """Defaults removed, so two documents that mean the same thing compare equal."""
     return kernel.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
 
-def ir_hash(kernel: Kernel) -> str:
+def ir_hash(kernel: IRNode) -> str:
     blob = json.dumps(canonical_dict(kernel), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def json_schema() -> dict:
-    """The Kernel JSON schema (usable as an LLM structured-output schema)."""
-    return Kernel.model_json_schema(by_alias=True)
+def json_schema(program: bool = False) -> dict:
+    """The Kernel JSON schema (usable as an LLM structured-output schema); `program=True`: the
+    Program schema (whose `kernels` items are Kernels)."""
+    return (Program if program else Kernel).model_json_schema(by_alias=True)
