@@ -3,8 +3,13 @@
 A rule is a module with:
     CODE = "E-SYN-03"          stable code; the letter is the default severity (E/W/N)
     TITLE = "..."              one line for the catalog
-    STAGE = "expanded"         "source" (the IR as written) or "expanded" (after passes.expand)
+    STAGE = "expanded"         "source" (the IR as written), "expanded" (after passes.expand), or
+                               "program" (a Program's cross-kernel checks; ctx is a ProgramContext)
     def check(ctx): yield ctx.report(path, message, legal=..., fix=[...], related=[...])
+
+`verify(program)` runs every kernel rule on each of a Program's kernels (their diagnostics' node paths
+prefixed with `/kernels/{i}`, so they point into the program document), then the "program" rules.
+Kernel verification never runs the "program" rules.
 
 Rules load from the `rules/` package (one module per code; never from `rules/proposed/`) and from
 installed packages' `cake.rules` entry points. A rule that raises becomes an E-VERIFY-INTERNAL
@@ -19,11 +24,11 @@ import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import ModuleType
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
 
 from . import arch as _arch
 from .diagnostics import Diagnostic, sort_key
-from .nodes import Kernel
+from .nodes import Kernel, Program
 from .walk import Site, resolve, statements
 
 SEVERITY = {"E": "error", "W": "warning", "N": "note"}
@@ -131,11 +136,100 @@ class VerifyResult:
         return not any(d.severity == "error" for d in self.diagnostics)
 
 
-def verify(kernel: Kernel, rules: Optional[Iterable[Rule]] = None) -> VerifyResult:
+class ProgramContext:
+    """What a "program" rule sees: the whole Program and a reporter (paths are program paths)."""
+
+    def __init__(self, program: Program, rule: Optional[Rule] = None):
+        self.program = program
+        self.rule = rule
+
+    def report(self, node: str, message: str, *, legal=None, fix=None, related=(), severity=None,
+               code=None) -> Diagnostic:
+        code = code or self.rule.code
+        target = resolve(self.program, node)
+        return Diagnostic(code=code, severity=severity or SEVERITY.get(code[:1], "error"), node=node,
+                          node_id=getattr(target, "id", None) if target is not None else None,
+                          related=list(related), message=message, legal=legal, fix=fix)
+
+
+@dataclass
+class ProgramVerifyResult:
+    """verify(program): the same `ok` / `diagnostics` surface as VerifyResult, plus each kernel's own
+    result (its diagnostics with kernel-relative paths) and expanded form."""
+    program: Program
+    kernels: list[VerifyResult] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)   # program paths (/kernels/i/...)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.severity == "error" for d in self.diagnostics)
+
+    @property
+    def expanded(self) -> list[Optional[Kernel]]:
+        return [r.expanded for r in self.kernels]
+
+
+def prefix_diagnostic(d: Diagnostic, prefix: str) -> Diagnostic:
+    """A kernel's diagnostic re-pointed into a program document (`prefix` = "/kernels/1"): its node,
+    related paths, origin and JSON-patch paths."""
+    def p(path):
+        return prefix + (path if path not in ("", "/") else "") if isinstance(path, str) else path
+    fix = [{k: (p(v) if k in ("path", "from") else v) for k, v in op.items()} for op in d.fix] if d.fix else d.fix
+    return d.model_copy(update={"node": p(d.node), "related": [p(r) for r in d.related],
+                                "origin": p(d.origin) if d.origin else d.origin, "fix": fix})
+
+
+def verify(kernel: Union[Kernel, Program], rules: Optional[Iterable[Rule]] = None):
+    """VerifyResult for a Kernel, ProgramVerifyResult for a Program."""
+    if isinstance(kernel, Program):
+        return verify_program(kernel, rules)
+    return _verify_kernel(kernel, [r for r in (list(rules) if rules is not None else load_rules())
+                                   if r.stage != "program"])
+
+
+def verify_program(program: Program, rules: Optional[Iterable[Rule]] = None) -> ProgramVerifyResult:
+    t0 = time.perf_counter()
+    rules = list(rules) if rules is not None else load_rules()
+    kernel_rules = [r for r in rules if r.stage != "program"]
+    out = ProgramVerifyResult(program)
+    diags: list[Diagnostic] = []
+    for i, k in enumerate(program.kernels):
+        res = _verify_kernel(k, kernel_rules)
+        out.kernels.append(res)
+        diags.extend(prefix_diagnostic(d, f"/kernels/{i}") for d in res.diagnostics)
+    for rule in (r for r in rules if r.stage == "program"):
+        ctx = ProgramContext(program, rule)
+        try:
+            diags.extend(rule.check(ctx) or ())
+        except Exception as e:  # noqa: BLE001 - a broken rule is a diagnostic, not a crash
+            diags.append(_internal(rule, e))
+    out.diagnostics = _dedup(diags)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _internal(rule: Rule, e: Exception) -> Diagnostic:
+    tb = traceback.extract_tb(e.__traceback__)[-1]
+    return Diagnostic(code="E-VERIFY-INTERNAL", node="/", message=(
+        f"rule {rule.code} raised {type(e).__name__}: {e} ({tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})")[:500])
+
+
+def _dedup(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """Deduplicate (same code, node and message) and order errors first."""
+    seen, out = set(), []
+    for d in sorted(diags, key=sort_key):
+        key = (d.code, d.node, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def _verify_kernel(kernel: Kernel, rules: list[Rule]) -> VerifyResult:
     from .passes import expand
 
     t0 = time.perf_counter()
-    rules = list(rules) if rules is not None else load_rules()
     diags: list[Diagnostic] = []
     expanded, pass_diags = expand(kernel)
     diags.extend(pass_diags)
@@ -148,17 +242,8 @@ def verify(kernel: Kernel, rules: Optional[Iterable[Rule]] = None) -> VerifyResu
                     d.origin = _origin_of(ctx, d.node)
                 diags.append(d)
         except Exception as e:  # noqa: BLE001 - a broken rule is a diagnostic, not a crash
-            tb = traceback.extract_tb(e.__traceback__)[-1]
-            diags.append(Diagnostic(code="E-VERIFY-INTERNAL", node="/", message=(
-                f"rule {rule.code} raised {type(e).__name__}: {e} ({tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})")[:500]))
-    # Deduplicate (same code and node) and order errors first.
-    seen, out = set(), []
-    for d in sorted(diags, key=sort_key):
-        key = (d.code, d.node, d.message)
-        if key not in seen:
-            seen.add(key)
-            out.append(d)
-    return VerifyResult(kernel, expanded, out, time.perf_counter() - t0)
+            diags.append(_internal(rule, e))
+    return VerifyResult(kernel, expanded, _dedup(diags), time.perf_counter() - t0)
 
 
 def _origin_of(ctx: Context, path: str) -> Optional[str]:
@@ -168,7 +253,7 @@ def _origin_of(ctx: Context, path: str) -> Optional[str]:
     return None
 
 
-def verify_document(source) -> VerifyResult:
+def verify_document(source):
     """Load (text, bytes or dict) then verify; schema problems come back as diagnostics."""
     from .io import load
 
