@@ -1,15 +1,17 @@
 """End-to-end compile: load -> expand -> verify -> plan smem -> emit CUDA C++ -> NVRTC -> cubin.
 
 `compile_kernel` never raises on a bad program: every problem comes back as diagnostics.
+`compile_program` compiles each kernel of a Program (one cubin per kernel; the runtime launches
+them in order); `compile_ir` picks the one that fits the node.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from .diagnostics import Diagnostic
-from .nodes import Kernel
+from .nodes import Kernel, Program
 
 
 @dataclass
@@ -69,3 +71,60 @@ def compile_kernel(kernel: Kernel, arch: Optional[str] = None, emit: str = "cubi
     out.seconds["nvrtc"] = time.perf_counter() - t2
     out.ok = nv.cubin is not None and not any(d.severity == "error" for d in nv.diagnostics)
     return out
+
+
+@dataclass
+class ProgramCompileResult:
+    """compile_program's result: `ok` when every kernel compiled; `diagnostics` point into the program
+    document (`/kernels/{i}/...`); `kernels` holds each kernel's own CompileResult (kernel paths)."""
+    ok: bool
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    kernels: list[CompileResult] = field(default_factory=list)
+    arch: Optional[str] = None
+    seconds: dict = field(default_factory=dict)               # verify / lower / nvrtc, summed over kernels
+
+    @property
+    def cached(self) -> bool:
+        return bool(self.kernels) and all(k.cached for k in self.kernels)
+
+
+def with_arch(program: Program, arch: Optional[str]) -> Program:
+    """The program retargeted to `arch`, every kernel with it (None: unchanged)."""
+    if not arch or (arch == program.arch and all(k.arch == arch for k in program.kernels)):
+        return program
+    return program.model_copy(update={"arch": arch, "kernels": [k.model_copy(update={"arch": arch})
+                                                                for k in program.kernels]})
+
+
+def compile_program(program: Program, arch: Optional[str] = None, emit: str = "cubin",
+                    verify_first: bool = True, use_cache: bool = True) -> ProgramCompileResult:
+    """Compile every kernel of a Program. `arch` overrides the program's and every kernel's arch.
+    With `verify_first` the whole program is verified first (kernel and program rules) and nothing is
+    compiled when it has errors; otherwise each kernel is only expanded and lowered."""
+    from .verifier import prefix_diagnostic, verify
+
+    program = with_arch(program, arch)
+    out = ProgramCompileResult(ok=False, arch=program.arch)
+    t0 = time.perf_counter()
+    if verify_first:
+        res = verify(program)
+        out.diagnostics.extend(res.diagnostics)
+        out.seconds["verify"] = time.perf_counter() - t0
+        if not res.ok:
+            return out
+    for i, k in enumerate(program.kernels):
+        # verified above (warnings already reported): each kernel only expands, lowers and compiles
+        r = compile_kernel(k, emit=emit, verify_first=False, use_cache=use_cache)
+        out.kernels.append(r)
+        out.diagnostics.extend(prefix_diagnostic(d, f"/kernels/{i}") for d in r.diagnostics)
+        for stage, sec in r.seconds.items():
+            out.seconds[stage] = out.seconds.get(stage, 0.0) + sec
+        if not r.ok:
+            return out   # a kernel that does not compile: the program cannot run; stop spending NVRTC time
+    out.ok = True
+    return out
+
+
+def compile_ir(node: Union[Kernel, Program], **kw):
+    """compile_kernel for a Kernel, compile_program for a Program (same keyword arguments)."""
+    return compile_program(node, **kw) if isinstance(node, Program) else compile_kernel(node, **kw)
