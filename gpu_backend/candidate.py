@@ -1,6 +1,7 @@
-"""What the evaluator runs: a CAKE IR program (JSON text, dict or Kernel) or, for baselines and the
-fault corpus, a raw CUDA C++ kernel (`CudaCandidate`). `compile_candidate` turns either into a
-`LaunchSpec` (cubin + launch description), caching per process on (content hash, arch, verify).
+"""What the evaluator runs: a CAKE IR program (JSON text, dict, Kernel or Program) or, for baselines
+and the fault corpus, a raw CUDA C++ kernel (`CudaCandidate`). `compile_candidate` turns any of them
+into a `LaunchSpec` (cubin + launch description; a `ProgramSpec` for a Program), caching per process
+on (content hash, arch, verify).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .runner import LaunchSpec, ScalarDecl, TensorDecl, spec_from_kernel
+from .runner import LaunchSpec, ProgramSpec, ScalarDecl, TensorDecl, spec_from_kernel, spec_from_program
 
 
 class CudaCandidate(BaseModel):
@@ -37,9 +38,9 @@ class CudaCandidate(BaseModel):
 class Compiled:
     ok: bool
     name: str = "?"
-    spec: Optional[LaunchSpec] = None
+    spec: Optional[Union[LaunchSpec, ProgramSpec]] = None
     diagnostics: list[dict] = field(default_factory=list)   # Diagnostic.model_dump()s
-    kernel: Any = None                                      # the IR Kernel (None for CUDA)
+    kernel: Any = None                                      # the IR Kernel or Program (None for CUDA)
     info: dict = field(default_factory=dict)                # registers, smem, cached, seconds, hash, arch
     error_class: Optional[str] = None                       # compile_error / parse_error / arch_mismatch
 
@@ -61,10 +62,10 @@ def target_arch(kernel_arch: str, device_arch: str) -> Optional[str]:
 
 
 def as_candidate(candidate) -> Union[CudaCandidate, Any, list]:
-    """Normalise: CudaCandidate | Kernel, or a list of diagnostic dicts when it does not parse."""
+    """Normalise: CudaCandidate | Kernel | Program, or a list of diagnostic dicts when it does not parse."""
     from cake_ir.io import load
-    from cake_ir.nodes import Kernel
-    if isinstance(candidate, (CudaCandidate, Kernel)):
+    from cake_ir.nodes import Kernel, Program
+    if isinstance(candidate, (CudaCandidate, Kernel, Program)):
         return candidate
     if isinstance(candidate, (str, bytes)):
         try:
@@ -111,6 +112,9 @@ def compile_candidate(candidate, device_arch: str, verify: bool = True, use_cach
 
 
 def _compile_ir(kernel, device_arch: str, verify: bool) -> Compiled:
+    from cake_ir.nodes import Program
+    if isinstance(kernel, Program):
+        return _compile_program(kernel, device_arch, verify)
     from cake_ir.compiler import compile_kernel
     arch = target_arch(kernel.arch, device_arch)
     if arch is None:
@@ -129,6 +133,32 @@ def _compile_ir(kernel, device_arch: str, verify: bool) -> Compiled:
         return Compiled(False, kernel.name, kernel=kernel, diagnostics=diags, info=info, error_class="compile_error")
     k = kernel.model_copy(update={"arch": arch}) if arch != kernel.arch else kernel
     return Compiled(True, kernel.name, spec_from_kernel(k, res), diags, kernel, info)
+
+
+def _compile_program(program, device_arch: str, verify: bool) -> Compiled:
+    """A Program: every kernel compiled for the device (as _compile_ir does for one kernel); info sums
+    or maxes the kernels' resources (registers and shared memory: max, spills: sum) and lists each."""
+    from cake_ir.compiler import compile_program, with_arch
+    arch = target_arch(program.arch, device_arch)
+    if arch is None:
+        return Compiled(False, program.name, kernel=program, error_class="arch_mismatch", diagnostics=[{
+            "code": "E-EVAL-ARCH", "severity": "error", "node": "/arch",
+            "message": f"a {program.arch} program cannot run on this {device_arch} device"}])
+    try:
+        res = compile_program(program, arch=arch, verify_first=verify)
+    except OSError:  # a race on the on-disk cache (see _compile_ir)
+        res = compile_program(program, arch=arch, verify_first=verify, use_cache=False)
+    diags = [d.model_dump() for d in res.diagnostics]
+    per = [{"name": k.name, "registers": r.resources.get("registers"), "smem_bytes": r.smem_bytes,
+            "spill_bytes": r.resources.get("spill_store_bytes", 0), "cached": r.cached, "seconds": r.seconds}
+           for k, r in zip(program.kernels, res.kernels)]
+    info = {"arch": arch, "registers": max((p["registers"] or 0 for p in per), default=None),
+            "smem_bytes": max((p["smem_bytes"] for p in per), default=0),
+            "spill_bytes": sum(p["spill_bytes"] for p in per), "cached": res.cached, "seconds": res.seconds,
+            "kernels": per}
+    if not res.ok:
+        return Compiled(False, program.name, kernel=program, diagnostics=diags, info=info, error_class="compile_error")
+    return Compiled(True, program.name, spec_from_program(with_arch(program, arch), res), diags, program, info)
 
 
 def _compile_cuda(c: CudaCandidate, device_arch: str) -> Compiled:

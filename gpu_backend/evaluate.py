@@ -63,7 +63,7 @@ def evaluate(candidate, task, gpu: int = 0, *, verify: bool = True, shapes: Opti
              warmup: int = 3, reps: int = 20, reruns: int = 1, progress: Optional[Progress] = None,
              job_id: Optional[str] = None, name: Optional[str] = None,
              bench_seed: Optional[int] = None) -> EvalRecord:
-    """Compile, test and (if `profile`) time `candidate` (IR JSON text / dict / Kernel / CudaCandidate)
+    """Compile, test and (if `profile`) time `candidate` (IR JSON text / dict / Kernel / Program / CudaCandidate)
     on `task` (a Task or its name) on device ordinal `gpu`. `verify=False` skips the verifier (used to
     run known-bad programs in the fault corpus). `reruns` fresh-input re-runs per shape (cache check).
     `bench_seed`: the timed shapes' inputs come from it instead of `seed`, the same for every candidate
@@ -118,11 +118,11 @@ def fault_hint(job: dict) -> Optional[tuple[str, str]]:
     node the verifier would have flagged (None when the verifier ran or finds nothing)."""
     if job.get("verify", True):
         return None
-    from cake_ir.nodes import Kernel
+    from cake_ir.nodes import Kernel, Program
 
     from .candidate import as_candidate
     c = as_candidate(job.get("candidate"))
-    return verifier_hint(c) if isinstance(c, Kernel) else None
+    return verifier_hint(c) if isinstance(c, (Kernel, Program)) else None
 
 
 def _fail(rec: EvalRecord, status: str, error_class: str, message: str, node: Optional[str] = None):
@@ -157,7 +157,7 @@ def _evaluate(rec, state, candidate, task, gpu, verify, shapes, bench_shapes, se
     problem = interface_problem(comp.spec, task, shapes[0])
     if problem:
         _fail(rec, "error", "interface", problem)
-    ck = CompiledKernel.from_spec(comp.spec, device=gpu)
+    ck = CompiledKernel.from_spec(comp.spec, device=gpu)   # a CompiledProgram for a Program's ProgramSpec
     try:
         rec.stage = "test"
         for si, shape in enumerate(shapes):

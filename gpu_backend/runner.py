@@ -9,9 +9,15 @@ lowering's format (`{"name", "kind": ptr|tmap|scalar, "dtype", ...}`), threads, 
 the grid as index expressions over scalars and consts, and the tensor params' declared shapes (index
 expressions) when known. `spec_from_kernel` builds one from CAKE IR + its CompileResult; a raw CUDA
 candidate (gpu_backend.candidate.CudaCandidate) builds one directly.
+
+A CAKE IR `Program` (several kernels in order on one stream) becomes a `ProgramSpec`: one LaunchSpec
+per kernel plus the workspace tensors the runtime allocates. It shows the evaluator the same surface as
+a LaunchSpec (signature, tensors, scalars, env, shape_problem) with the workspace left out: the task
+passes only its own inputs, outputs and scalars. `CompiledKernel.from_spec` loads either.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
@@ -136,7 +142,10 @@ class CompiledKernel:
                                         spec.signature, device)
 
     @classmethod
-    def from_spec(cls, spec: LaunchSpec, device: int = 0) -> "CompiledKernel":
+    def from_spec(cls, spec: Union[LaunchSpec, "ProgramSpec"], device: int = 0):
+        """A CompiledKernel for a LaunchSpec, a CompiledProgram for a ProgramSpec."""
+        if isinstance(spec, ProgramSpec):
+            return CompiledProgram(spec, device)
         return cls(spec=spec, device=device)
 
     def env(self, scalars: Mapping[str, Any]) -> dict:
@@ -178,3 +187,160 @@ class CompiledKernel:
 
     def unload(self) -> None:
         self.loaded.unload()
+
+
+# ------------------------------------------------------------------------------------ programs
+@dataclass
+class ProgramSpec:
+    """Everything needed to run a CAKE IR Program: its kernels' LaunchSpecs in launch order and its
+    workspace tensors (name, TensorDecl with the shape over the scalars), which the runtime allocates."""
+    name: str
+    launches: list[LaunchSpec]
+    workspace: list[tuple[str, TensorDecl]] = field(default_factory=list)
+
+    @property
+    def workspace_names(self) -> set[str]:
+        return {n for n, _ in self.workspace}
+
+    @property
+    def kernel_name(self) -> str:
+        return "+".join(ls.kernel_name for ls in self.launches)
+
+    @property
+    def signature(self) -> list[dict]:
+        """The task-facing arguments: every kernel's, each name once (first occurrence), no workspace."""
+        seen, out = self.workspace_names, []
+        for ls in self.launches:
+            for a in ls.signature:
+                if a["name"] not in seen:
+                    seen = seen | {a["name"]}
+                    out.append(a)
+        return out
+
+    @property
+    def tensors(self) -> dict[str, TensorDecl]:
+        out: dict[str, TensorDecl] = {}
+        for ls in self.launches:
+            for n, d in ls.tensors.items():
+                if n in self.workspace_names:
+                    continue
+                if n not in out:
+                    out[n] = d
+                elif out[n].access != d.access:   # read by one kernel, written by another
+                    out[n] = TensorDecl(out[n].dtype, out[n].shape, out[n].strides, "readwrite")
+        return out
+
+    @property
+    def scalars(self) -> dict[str, ScalarDecl]:
+        """One decl per scalar holding every kernel's facts (a value must satisfy them all)."""
+        out: dict[str, ScalarDecl] = {}
+        for ls in self.launches:
+            for n, d in ls.scalars.items():
+                o = out.get(n)
+                if o is None:
+                    out[n] = ScalarDecl(d.dtype, d.min, d.max, d.divisible_by)
+                    continue
+                o.min = d.min if o.min is None else (o.min if d.min is None else max(o.min, d.min))
+                o.max = d.max if o.max is None else (o.max if d.max is None else min(o.max, d.max))
+                o.divisible_by = math.lcm(o.divisible_by, d.divisible_by)
+        return out
+
+    def env(self, scalars: Mapping[str, Any]) -> dict:
+        """The scalar values only: consts are per kernel (each launch's own env adds them)."""
+        return {k: int(v) for k, v in scalars.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+    def grid_dims(self, scalars: Mapping[str, Any]) -> list[list[int]]:
+        """Each kernel's grid, in launch order."""
+        return [ls.grid_dims(scalars) for ls in self.launches]
+
+    def workspace_shapes(self, scalars: Mapping[str, Any]) -> dict[str, list[int]]:
+        env = self.env(scalars)
+        return {n: [eval_index(s, env) for s in d.shape] for n, d in self.workspace}
+
+    def shape_problem(self, shapes: Mapping[str, list[int]], scalars: Mapping[str, Any]) -> Optional[str]:
+        """Why the task's buffers differ from what some kernel declares (workspace excluded)."""
+        task = {n: s for n, s in shapes.items() if n not in self.workspace_names}
+        for ls in self.launches:
+            problem = ls.shape_problem(task, scalars)
+            if problem:
+                return f"kernel {ls.kernel_name}: {problem}"
+        return None
+
+
+def spec_from_program(program, result) -> ProgramSpec:
+    """A ProgramSpec from a CAKE IR Program and its (ok) ProgramCompileResult."""
+    launches = [spec_from_kernel(k, r) for k, r in zip(program.kernels, result.kernels)]
+    ws = [(w.name, TensorDecl(w.dtype, list(w.shape), None, "readwrite")) for w in program.workspace]
+    return ProgramSpec(program.name, launches, ws)
+
+
+class CompiledProgram:
+    """A loaded Program, used like a CompiledKernel: `prepare(tensors, scalars)` allocates the
+    workspace (once per distinct shape, kept until `unload`, so a timing loop or a re-prepare for the
+    same shape allocates nothing; not zeroed: the first kernel using it writes it) and prepares every
+    kernel; `launch_prepared` launches them in order on one stream (stream order makes a kernel's
+    writes visible to the next).
+
+    `CompiledProgram(spec)` or `CompiledProgram.from_ir(program, program_compile_result)`."""
+
+    def __init__(self, spec: ProgramSpec, device: int = 0):
+        self.spec, self.device = spec, device
+        self.kernels: list[CompiledKernel] = []
+        try:
+            for ls in spec.launches:
+                self.kernels.append(CompiledKernel(spec=ls, device=device))
+        except Exception:
+            self.unload()
+            raise
+        self._workspace: dict[tuple, Any] = {}     # (name, shape) -> DeviceArray
+
+    @classmethod
+    def from_ir(cls, program, result, device: int = 0) -> "CompiledProgram":
+        if not result.ok:
+            raise RuntimeError("program did not compile: " + "; ".join(d.short() for d in result.diagnostics[:5]))
+        return cls(spec_from_program(program, result), device)
+
+    def env(self, scalars: Mapping[str, Any]) -> dict:
+        return self.spec.env(scalars)
+
+    def workspace(self, scalars: Mapping[str, Any]) -> dict[str, Any]:
+        """The workspace buffers for these scalar values (allocated on first use)."""
+        from .memory import DeviceArray
+        out = {}
+        for (name, decl), shape in zip(self.spec.workspace, self.spec.workspace_shapes(scalars).values()):
+            key = (name, tuple(shape))
+            if key not in self._workspace:
+                self._workspace[key] = DeviceArray.alloc(shape, decl.dtype)
+            out[name] = self._workspace[key]
+        return out
+
+    def prepare(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any]):
+        """(per-kernel prepared launches, workspace buffers): each kernel gets the task's tensors it
+        names plus the workspace."""
+        problem = self.spec.shape_problem({n: _ptr_shape(t)[1] for n, t in tensors.items()}, scalars)
+        if problem:
+            raise ShapeMismatch(problem)
+        ws = self.workspace(scalars)
+        every = {**tensors, **ws}
+        prepared = []
+        for ck in self.kernels:
+            names = set(ck.spec.tensors) | {a["name"] for a in ck.spec.signature if a["kind"] in ("ptr", "tmap")}
+            prepared.append(ck.prepare({n: t for n, t in every.items() if n in names}, scalars))
+        return prepared, ws
+
+    def launch_prepared(self, prepared, stream: int = 0) -> None:
+        for ck, p in zip(self.kernels, prepared[0]):
+            ck.launch_prepared(p, stream)
+
+    def __call__(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any], stream: int = 0):
+        prepared = self.prepare(tensors, scalars)
+        self.launch_prepared(prepared, stream)
+        return prepared
+
+    def unload(self) -> None:
+        for w in getattr(self, "_workspace", {}).values():
+            w.free()
+        self._workspace = {}
+        for ck in self.kernels:
+            ck.unload()
+        self.kernels = []
