@@ -5,8 +5,12 @@
     print FILE [--expanded] [--verify]            the IR as text, one node per line with its path
     cost FILE [--shape M=8192 ...] [--gpu NAME] [--json] [--no-verify] [--sass]
     sass FILE [--arch A] [--top N] [--json]      static SASS instructions per IR node (needs nvdisasm)
-    schema                                        the Kernel JSON schema
+    schema [--program]                            the Kernel (or Program) JSON schema
     rules [--markdown | --json]                   the rule catalog (--markdown: docs/diagnostics.md)
+
+Every FILE may hold a Kernel or a Program (a document with "kernels"): node paths then start with
+/kernels/{i}; `compile` writes one cubin per kernel (STEM.KERNEL.cubin), `sass` and `cost` sum over
+the kernels.
 
 Exit status: 0 clean (warnings allowed), 1 diagnostics with errors, 2 unusable input (missing file,
 malformed JSON, schema violation, bad arguments), 3 an internal failure of the tool itself.
@@ -191,12 +195,15 @@ def cmd_verify(args) -> int:
 
 
 def cmd_compile(args) -> int:
+    from .nodes import Program
     kernel = _load_or_fail(args.file, args.json, json_object=True)
     if args.arch:
         from .arch import ARCHES
         if args.arch not in ARCHES:
             _err(f"unknown --arch {args.arch!r}; one of {', '.join(ARCHES)}")
             return EXIT_INPUT
+    if isinstance(kernel, Program):
+        return _compile_program(args, kernel)
     try:
         from .compiler import compile_kernel
         res = compile_kernel(kernel, arch=args.arch, emit=args.emit, use_cache=not args.no_cache)
@@ -238,6 +245,45 @@ def cmd_compile(args) -> int:
     return EXIT_DIAG
 
 
+def _compile_program(args, program) -> int:
+    """compile for a Program: one CUDA source section / cubin file per kernel."""
+    try:
+        from .compiler import compile_program
+        res = compile_program(program, arch=args.arch, emit=args.emit, use_cache=not args.no_cache)
+    except Exception as e:  # noqa: BLE001 - compile_program should report, never raise
+        _internal("compile_program raised", e)
+    outputs, source = [], None
+    if res.ok:
+        if args.emit == "cuda":
+            source = "".join(f"// ---- /kernels/{i}: {k.name}\n{r.cuda_source or ''}\n"
+                             for i, (k, r) in enumerate(zip(program.kernels, res.kernels)))
+            if args.output:
+                outputs.append(args.output)
+                Path(args.output).write_text(source)
+            elif not args.json:
+                sys.stdout.write(source)
+        else:
+            stem = args.output.removesuffix(".cubin") if args.output else Path(args.file).stem
+            for k, r in zip(program.kernels, res.kernels):
+                outputs.append(f"{stem}.{k.name}.cubin")
+                Path(outputs[-1]).write_bytes(r.cubin or b"")
+    if args.json:
+        doc = {"ok": res.ok, "file": args.file, "arch": res.arch, "emit": args.emit, "outputs": outputs,
+               "cached": res.cached, "seconds": res.seconds, "diagnostics": [_ddict(d) for d in res.diagnostics],
+               "kernels": [{"kernel_name": r.kernel_name, "smem_bytes": r.smem_bytes, "resources": r.resources,
+                            "signature": r.signature} for r in res.kernels]}
+        if source is not None and not args.output:
+            doc["cuda_source"] = source
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        report = sys.stderr if (source is not None and not args.output) else sys.stdout
+        if res.diagnostics:
+            print(_show_diags(program, res.diagnostics, f"{args.file}: {_count(res.diagnostics)}"), file=report)
+        for out, r in zip(outputs if args.emit == "cubin" else [], res.kernels):
+            print(f"{args.file}: wrote {out} ({res.arch}, kernel {r.kernel_name}, smem {r.smem_bytes} B)", file=report)
+    return EXIT_OK if res.ok else EXIT_DIAG
+
+
 def cmd_print(args) -> int:
     from .printer import diagnostic_marks, format_kernel
 
@@ -250,9 +296,13 @@ def cmd_print(args) -> int:
         status = EXIT_OK if res.ok else EXIT_DIAG
     shown = kernel
     if args.expanded:
+        from .nodes import Program
         from .passes import expand
         try:
-            shown, _ = expand(kernel)
+            if isinstance(kernel, Program):   # each kernel expanded in place
+                shown = kernel.model_copy(update={"kernels": [expand(k)[0] or k for k in kernel.kernels]})
+            else:
+                shown, _ = expand(kernel)
         except Exception as e:  # noqa: BLE001
             _internal("expansion failed", e)
     sys.stdout.write(format_kernel(shown, mark))
@@ -322,8 +372,13 @@ def cmd_cost(args) -> int:
 
 
 def cmd_sass(args) -> int:
+    from .compiler import with_arch
+    from .nodes import Program
     kernel = _load_or_fail(args.file, args.json)
-    res = _verify(kernel.model_copy(update={"arch": args.arch}) if args.arch else kernel)
+    if isinstance(kernel, Program):
+        res = _verify(with_arch(kernel, args.arch))
+    else:
+        res = _verify(kernel.model_copy(update={"arch": args.arch}) if args.arch else kernel)
     if not res.ok:
         print(_show_diags(kernel, res.diagnostics, f"{args.file}: {_count(res.diagnostics)} (not compiled)"))
         return EXIT_DIAG
@@ -342,7 +397,7 @@ def cmd_sass(args) -> int:
 def cmd_schema(args) -> int:
     from .io import json_schema
 
-    print(json.dumps(json_schema(), indent=2))
+    print(json.dumps(json_schema(program=args.program), indent=2))
     return EXIT_OK
 
 
@@ -474,6 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sass)
 
     s = sub.add_parser("schema", help="print the Kernel JSON schema")
+    s.add_argument("--program", action="store_true", help="the Program schema instead")
     s.set_defaults(func=cmd_schema)
 
     s = sub.add_parser("rules", help="the verifier rule catalog")

@@ -47,6 +47,11 @@ data: `load_constants("h200")` reads calibration/data/h200.json. Structural fact
 (4 warp schedulers per SM, 512 bytes per ldmatrix.x4) are named module constants.
 Nothing here raises on a verified kernel: whatever cannot be evaluated falls back to a documented
 default and is listed in `report.assumptions`.
+
+A Program (kernels launched in order on one stream) is estimated kernel by kernel: its report sums
+the times, terms, traffic and launch overheads (each kernel pays its own launch), takes the largest
+shared memory, reports the launch shape and bound of the slowest kernel, and keeps every kernel's
+own report in `kernels` (node paths in the program report carry `/kernels/{i}`).
 """
 from __future__ import annotations
 
@@ -208,6 +213,7 @@ class CostReport:
     launch_overhead_s: float = 0.0
     roofline_s: float = 0.0
     assumptions: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)       # a Program's per-kernel CostReports, in launch order
 
     @property
     def efficiency(self) -> float:
@@ -249,6 +255,9 @@ class CostReport:
         if self.assumptions:
             lines.append("  assumptions:")
             lines.extend(f"    - {a}" for a in self.assumptions)
+        for i, k in enumerate(self.kernels):
+            lines.append(f"  /kernels/{i} {k.kernel}: {_fmt_s(k.seconds)}, bound by {k.bound} at "
+                         f"{k.binding_path or '/'}; grid {k.grid} x {k.threads} threads, smem {k.smem_bytes} B")
         return "\n".join(lines)
 
 
@@ -646,7 +655,11 @@ def estimate(kernel, shapes: Optional[Mapping[str, int]] = None,
              constants: Optional[ArchSpec] = None, sass: Optional[Mapping[str, int]] = None) -> CostReport:
     """Predict one launch of `kernel`; see the module docstring for the model. `sass` (IR node path ->
     static SASS instructions, `cake_ir.analysis.sass`) replaces the modelled instruction counts of the
-    issue and serial terms by the compiled code's, times each node's executions per warp."""
+    issue and serial terms by the compiled code's, times each node's executions per warp.
+    A Program is estimated with `estimate_program` (sass paths then start with /kernels/{i})."""
+    from .nodes import Program
+    if isinstance(kernel, Program):
+        return estimate_program(kernel, shapes, constants, sass)
     spec = constants if constants is not None else _arch.spec(kernel.arch)
     spec, fixed = _sane(spec, kernel.arch)
     m = _Model(kernel, shapes, spec)
@@ -662,6 +675,51 @@ def estimate(kernel, shapes: Optional[Mapping[str, int]] = None,
         m.assume(f"cost model internal error: {type(e).__name__}: {e}")
     rep.assumptions = m.assumptions
     rep.shapes = m.shapes_used
+    return rep
+
+
+def estimate_program(program, shapes: Optional[Mapping[str, int]] = None,
+                     constants: Optional[ArchSpec] = None, sass: Optional[Mapping[str, int]] = None) -> CostReport:
+    """One run of a Program: its kernels one after another (stream order, no overlap), so times,
+    terms and bytes add up; shared memory is the largest kernel's (they never co-reside)."""
+    from dataclasses import replace
+
+    reps = []
+    for i, k in enumerate(program.kernels):
+        pre = f"/kernels/{i}"
+        ksass = {p[len(pre):]: n for p, n in sass.items() if p.startswith(pre + "/")} if sass else None
+        reps.append(estimate(k, shapes, constants, ksass or None))
+    slow = max(range(len(reps)), key=lambda i: reps[i].seconds)
+    top = reps[slow]
+
+    def at(i, path):
+        return f"/kernels/{i}{path if path not in (None, '/') else ''}" if path is not None else None
+
+    rep = CostReport(kernel=program.name, arch=program.arch, spec=top.spec, kernels=reps)
+    rep.seconds = sum(r.seconds for r in reps)
+    rep.terms = {t: sum(r.terms.get(t, 0.0) for r in reps) for t in TERMS}
+    for t in TERMS:   # the node of the kernel that contributes most to the term
+        i = max(range(len(reps)), key=lambda j: reps[j].terms.get(t, 0.0))
+        rep.term_paths[t] = at(i, reps[i].term_paths.get(t))
+    rep.bound = max(TERMS, key=lambda t: rep.terms[t])
+    rep.binding_path = at(slow, top.binding_path)
+    rep.nodes = [replace(n, path=at(i, n.path)) for i, r in enumerate(reps) for n in r.nodes]
+    rep.latency = [replace(s, path=at(i, s.path), loop=at(i, s.loop)) for i, r in enumerate(reps) for s in r.latency]
+    rep.shapes = {k: v for r in reps for k, v in r.shapes.items()}
+    rep.grid, rep.blocks, rep.threads = top.grid, top.blocks, top.threads
+    rep.regs_per_thread, rep.blocks_per_sm, rep.occupancy_limit = top.regs_per_thread, top.blocks_per_sm, top.occupancy_limit
+    rep.waves, rep.resident_ctas, rep.per_cta = top.waves, top.resident_ctas, top.per_cta
+    rep.smem_bytes = max(r.smem_bytes for r in reps)
+    rep.totals = {}
+    for r in reps:
+        for k, v in r.totals.items():
+            if isinstance(v, (int, float)):
+                rep.totals[k] = rep.totals.get(k, 0) + v
+    for name in ("dram_bytes", "launch_overhead_s", "roofline_s"):
+        setattr(rep, name, sum(getattr(r, name) for r in reps))
+    rep.assumptions = [f"{program.kernels[i].name}: {a}" for i, r in enumerate(reps) for a in r.assumptions]
+    rep.assumptions.insert(0, f"{len(reps)} kernels in stream order; launch shape, occupancy and per-CTA counts "
+                              f"above are the slowest kernel's ({top.kernel})")
     return rep
 
 

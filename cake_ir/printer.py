@@ -14,6 +14,9 @@ a printed line (a field such as `/launch/threads`, or a node that only exists af
 to the nearest printed ancestor and the text says which sub-path it is about.
 `format_excerpt` prints only the marked lines, their enclosing statements and a few lines of context:
 what the CLI shows under each diagnostic.
+
+A Program prints as a header line, its workspace tensors, then each kernel as above, indented one
+level under `/kernels/{i}` (the paths are the program document's).
 """
 from __future__ import annotations
 
@@ -164,11 +167,29 @@ def stmt_text(st, kernel=None) -> str:
 
 
 # ------------------------------------------------------------------------------- line builder
-def _lines(kernel) -> list[Line]:
-    out: list[Line] = []
+def _lines(node) -> list[Line]:
+    from .nodes import Program
+    if not isinstance(node, Program):
+        return _kernel_lines(node)
+    out = [Line("/", 0, f"program {node.name}  arch {node.arch}  {len(node.kernels)} kernels in launch order"
+                + _suffix(node))]
+    for i, w in enumerate(node.workspace):
+        out.append(Line(f"/workspace/{i}", 1, f"workspace {w.name}: {w.dtype} [{', '.join(_e(d) for d in w.shape)}]"
+                        + _suffix(w), parents=(0,)))
+    for i, k in enumerate(node.kernels):
+        _kernel_lines(k, out, f"/kernels/{i}", 1, (0,))
+    return out
+
+
+def _kernel_lines(kernel, out: Optional[list[Line]] = None, prefix: str = "", base: int = 0,
+                  above: tuple = ()) -> list[Line]:
+    """The kernel's lines appended to `out`, paths under `prefix` (a program's `/kernels/i`) and
+    indented `base` levels below the `above` lines."""
+    out = [] if out is None else out
 
     def add(path, depth, text, parents=()):
-        out.append(Line(path, depth, text, parents=tuple(parents)))
+        path = prefix + path if prefix and path != "/" else (prefix or path)
+        out.append(Line(path, depth + base, text, parents=tuple(above) + tuple(parents)))
         return len(out) - 1
 
     k = kernel

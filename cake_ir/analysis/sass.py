@@ -7,6 +7,9 @@ is what a chain-bound loop costs per iteration: the KDA producer's 6k instructio
 
 nvdisasm is not part of NVRTC: it comes with a CUDA toolkit or the `nvidia-cuda-nvdisasm` wheel;
 `find_nvdisasm` looks at $CAKE_NVDISASM, the PATH and that wheel's folder.
+
+A Program is profiled kernel by kernel; its profile's node paths carry `/kernels/{i}` and its roles
+are named `kernel/role`, so the counts feed `cost.estimate(program, sass=...)` unchanged.
 """
 from __future__ import annotations
 
@@ -122,8 +125,12 @@ def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = N
                  lowered=None) -> SassProfile:
     """Lower (or take `lowered`, a CompileResult of this kernel that carries its CUDA source and line
     map), compile with line info (its per-line counts cached on disk) and attribute. Raises
-    RuntimeError with the reason when the kernel does not lower or nvdisasm is missing."""
+    RuntimeError with the reason when the kernel does not lower or nvdisasm is missing.
+    A Program (`lowered` then a ProgramCompileResult) gives one profile summed over its kernels."""
     from ..compiler import compile_kernel
+    from ..nodes import Program
+    if isinstance(kernel, Program):
+        return _program_profile(kernel, arch, nvdisasm, lowered)
     tool = nvdisasm or find_nvdisasm()
     if tool is None:
         raise RuntimeError("nvdisasm not found: install nvidia-cuda-nvdisasm or set CAKE_NVDISASM")
@@ -135,6 +142,17 @@ def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = N
         errs = [d.short() for d in lowered.diagnostics if d.severity == "error"][:3]
         raise RuntimeError("the kernel does not lower: " + "; ".join(errs))
     return attribute(_charged(lowered.cuda_source, kernel.arch, tool), lowered.line_map, kernel)
+
+
+def _program_profile(program, arch, nvdisasm, lowered) -> SassProfile:
+    from dataclasses import replace
+    per = [sass_profile(k, arch, nvdisasm, lowered.kernels[i] if lowered is not None and i < len(lowered.kernels)
+                        else None) for i, k in enumerate(program.kernels)]
+    nodes = [replace(n, path=f"/kernels/{i}{n.path if n.path != '/' else ''}") for i, p in enumerate(per)
+             for n in p.nodes]
+    by_role = {f"{p.kernel}/{r}": c for p in per for r, c in p.by_role.items()}
+    return SassProfile(program.name, arch or program.arch, sum(p.total for p in per),
+                       sorted(nodes, key=lambda x: -x.count), by_role)
 
 
 def _charged(source: str, arch: str, tool: str) -> Counter:
