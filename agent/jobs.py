@@ -6,6 +6,8 @@ CAKE_CACHE_DIR) and returns diagnostics and the resource report (registers, spil
 With `sass_cost` ({"shape", "target"}: what a dry run sends) and nvdisasm installed it also predicts
 the time from the compiled code's instruction counts (cake_ir.cost with `sass`), which ranks variants
 better than the modelled counts (bench/results/cost-rank-lib-sass-cpu.json).
+A Program compiles every kernel; its report takes the largest registers / shared memory and sums
+spills, stack and the SASS-based prediction over the kernels.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ def compile_job(job: dict, progress=None) -> dict:
     t0 = time.perf_counter()
     if progress:
         progress("compile")
-    from cake_ir.compiler import compile_kernel
+    from cake_ir.compiler import compile_ir
     from cake_ir.io import load
 
     rec = {"job_id": job.get("job_id"), "candidate": job.get("name", "?"), "task": job.get("task", "?"),
@@ -28,13 +30,11 @@ def compile_job(job: dict, progress=None) -> dict:
                    message="; ".join(d.short() for d in diags[:3]), node=diags[0].node if diags else None)
         rec["wall_s"] = time.perf_counter() - t0
         return rec
-    res = compile_kernel(kernel, verify_first=bool(job.get("verify", False)))
+    res = compile_ir(kernel, verify_first=bool(job.get("verify", False)))
     keep = [d for d in res.diagnostics if d.severity in ("error", "warning")]
     rec["diagnostics"] = [d.model_dump(exclude_none=True) for d in keep][:20]
-    rec["compile"] = {"arch": res.arch, "registers": res.resources.get("registers"),
-                      "spill_bytes": res.resources.get("spill_store_bytes", 0) + res.resources.get("spill_load_bytes", 0),
-                      "stack_bytes": res.resources.get("stack_bytes", 0), "smem_bytes": res.smem_bytes,
-                      "cached": res.cached, "seconds": res.seconds, "kernel_name": res.kernel_name}
+    rec["compile"] = {**_resources(getattr(res, "kernels", [res])), "arch": res.arch, "cached": res.cached,
+                      "seconds": res.seconds}
     if res.ok:
         rec["status"] = "ok"
         if job.get("sass_cost"):
@@ -46,6 +46,16 @@ def compile_job(job: dict, progress=None) -> dict:
                    node=errs[0].node if errs else None)
     rec["wall_s"] = time.perf_counter() - t0
     return rec
+
+
+def _resources(results) -> dict:
+    """Resource report of one CompileResult, or combined over a Program's kernels (max / sum)."""
+    res = [r.resources for r in results]
+    return {"registers": max((r.get("registers") for r in res if r.get("registers") is not None), default=None),
+            "spill_bytes": sum(r.get("spill_store_bytes", 0) + r.get("spill_load_bytes", 0) for r in res),
+            "stack_bytes": sum(r.get("stack_bytes", 0) for r in res),
+            "smem_bytes": max((r.smem_bytes for r in results), default=0),
+            "kernel_name": results[0].kernel_name if len(results) == 1 else "+".join(r.kernel_name or "?" for r in results)}
 
 
 def _sass_cost(kernel, want: dict, compiled) -> dict:

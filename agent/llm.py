@@ -94,11 +94,14 @@ def parse_reply(text: str, base_ir: dict) -> tuple[dict, str]:
         patch, program = obj["patch"], None
     elif isinstance(obj, dict) and isinstance(obj.get("kernel"), dict):
         patch, program = None, obj["kernel"]
-    elif isinstance(obj, dict) and ("roles" in obj or "launch" in obj):
+    elif isinstance(obj, dict) and isinstance(obj.get("program"), dict):   # a multi-kernel Program
+        patch, program = None, obj["program"]
+    elif isinstance(obj, dict) and ("roles" in obj or "launch" in obj or "kernels" in obj):
         patch, program = None, obj
     else:
-        raise ReplyError('expected {"patch": [...]} (a JSON Patch against the base program) or {"kernel": {...}} '
-                         f"(a CAKE IR Kernel document); got {type(obj).__name__} with keys "
+        raise ReplyError('expected {"patch": [...]} (a JSON Patch against the base program), {"kernel": {...}} '
+                         '(a CAKE IR Kernel document) or {"program": {...}} (a CAKE IR Program); '
+                         f"got {type(obj).__name__} with keys "
                          f"{sorted(obj)[:8] if isinstance(obj, dict) else '-'}")
     mode = "program"
     if patch is not None:

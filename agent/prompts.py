@@ -34,7 +34,9 @@ REPLY_FORMAT = """## Reply format
 Reply with exactly one JSON object and nothing else (a ```json fence is tolerated):
 - {"patch": [...]}  an RFC 6902 JSON Patch (add/remove/replace/move/copy/test, JSON-pointer paths) applied to
   the base program above, or
-- {"kernel": {...}}  a complete CAKE IR Kernel document.
+- {"kernel": {...}}  a complete CAKE IR Kernel document, or
+- {"program": {...}}  a CAKE IR Program: {"name", "arch", "workspace": [{"name", "dtype", "shape"}], "kernels": [...]},
+  kernels launched in order; each kernel using a workspace declares it as a tensor param (the first one writes it).
 Optionally add "why": "<one sentence>". The result must validate against the CAKE IR schema."""
 
 REPAIR = ("Your reply could not be used: {error}\n"

@@ -27,18 +27,22 @@ class Runtime:
         self._lock = threading.Lock()
 
     def kernel(self, key: tuple, build: Callable):
-        """The loaded kernel for `key`, compiling `build(arch)` (an IR Kernel) on first use."""
+        """The loaded kernel for `key`, compiling `build(arch)` on first use: an IR Kernel gives a
+        CompiledKernel, an IR Program a CompiledProgram (same prepare / launch_prepared surface; it
+        allocates its own workspace)."""
         with self._lock:
             k = self._kernels.get(key)
             if k is None:
-                from cake_ir.compiler import compile_kernel
-                from gpu_backend.runner import CompiledKernel
+                from cake_ir.compiler import compile_ir
+                from cake_ir.nodes import Program
+                from gpu_backend.runner import CompiledKernel, CompiledProgram
                 ir = build(self.arch)
-                res = compile_kernel(ir, arch=self.arch)
+                res = compile_ir(ir, arch=self.arch)
                 if not res.ok:
                     errs = "; ".join(d.short() for d in res.diagnostics if d.severity == "error")
                     raise RuntimeError(f"variant {key} does not compile for {self.arch}: {errs}")
-                k = self._kernels[key] = CompiledKernel(ir, res, self.device)
+                loaded = (CompiledProgram.from_ir if isinstance(ir, Program) else CompiledKernel)(ir, res, self.device)
+                k = self._kernels[key] = loaded
             return k
 
     def launch(self, kern, tensors: dict, scalars: dict, stream: int = 0) -> None:
