@@ -198,10 +198,12 @@ def check(source) -> tuple[str, Optional[str]]:
         printer.format_kernel(kernel)
         stage = "cost"
         cost.estimate(kernel)
-        if res.expanded is not None:  # lowering reports what it cannot lower, verified or not
-            stage = "lower" if res.ok else "lower-unverified"
-            lowered = lower(res.expanded)
-            assert isinstance(lowered.source, str)
+        # lowering reports what it cannot lower, verified or not (a Program: each expanded kernel)
+        for expanded in (res.expanded if isinstance(res.expanded, list) else [res.expanded]):
+            if expanded is not None:
+                stage = "lower" if res.ok else "lower-unverified"
+                lowered = lower(expanded)
+                assert isinstance(lowered.source, str)
         return ("clean" if not res.diagnostics else "diagnostics"), None
     except Exception as e:  # noqa: BLE001 - this is what we count
         return "crash", f"{stage} {_where(e)}"

@@ -15,7 +15,7 @@ CODES = [r.code for r in RULES]
 
 def _kernel(path):
     doc = json.loads(path.read_text())
-    k, diags = load(doc["program"] if "program" in doc else doc["kernel"])   # E-PRG-* fixtures are Programs
+    k, diags = load(doc["kernel"])
     assert k is not None, [d.short() for d in diags]
     return doc, k
 
