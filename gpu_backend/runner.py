@@ -95,10 +95,29 @@ class LaunchSpec:
 
 
 def scalar_decls(kernel) -> dict[str, ScalarDecl]:
-    """The facts a CAKE IR Kernel declares for its scalar params (what a launch must satisfy)."""
-    from cake_ir.nodes import ScalarParam
+    """The facts a CAKE IR Kernel declares for its scalar params (what a launch must satisfy); for a
+    Program, every kernel's facts merged (a value must satisfy them all)."""
+    from cake_ir.nodes import Program, ScalarParam
+    if isinstance(kernel, Program):
+        return merge_scalar_decls(scalar_decls(k) for k in kernel.kernels)
     return {p.name: ScalarDecl(p.dtype, p.min, p.max, p.divisible_by) for p in kernel.params
             if isinstance(p, ScalarParam)}
+
+
+def merge_scalar_decls(decls) -> dict[str, ScalarDecl]:
+    """One decl per scalar name holding the facts of every dict in `decls`: the largest min, the
+    smallest max, the lcm of the divisors."""
+    out: dict[str, ScalarDecl] = {}
+    for ds in decls:
+        for n, d in ds.items():
+            o = out.get(n)
+            if o is None:
+                out[n] = ScalarDecl(d.dtype, d.min, d.max, d.divisible_by)
+                continue
+            o.min = d.min if o.min is None else (o.min if d.min is None else max(o.min, d.min))
+            o.max = d.max if o.max is None else (o.max if d.max is None else min(o.max, d.max))
+            o.divisible_by = math.lcm(o.divisible_by, d.divisible_by)
+    return out
 
 
 def spec_from_kernel(kernel, result) -> LaunchSpec:
@@ -233,17 +252,7 @@ class ProgramSpec:
     @property
     def scalars(self) -> dict[str, ScalarDecl]:
         """One decl per scalar holding every kernel's facts (a value must satisfy them all)."""
-        out: dict[str, ScalarDecl] = {}
-        for ls in self.launches:
-            for n, d in ls.scalars.items():
-                o = out.get(n)
-                if o is None:
-                    out[n] = ScalarDecl(d.dtype, d.min, d.max, d.divisible_by)
-                    continue
-                o.min = d.min if o.min is None else (o.min if d.min is None else max(o.min, d.min))
-                o.max = d.max if o.max is None else (o.max if d.max is None else min(o.max, d.max))
-                o.divisible_by = math.lcm(o.divisible_by, d.divisible_by)
-        return out
+        return merge_scalar_decls(ls.scalars for ls in self.launches)
 
     def env(self, scalars: Mapping[str, Any]) -> dict:
         """The scalar values only: consts are per kernel (each launch's own env adds them)."""
