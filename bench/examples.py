@@ -56,16 +56,19 @@ def to_torch(arr, dtype: str, dev):
 
 
 def compile_variants(irs: dict, arch: str = "sm_90a") -> dict:
-    """name -> (CompiledKernel, ptxas resources) for each IR that compiles; the others are reported."""
-    from cake_ir.compiler import compile_kernel
+    """name -> (CompiledKernel or CompiledProgram, compile info: registers, smem, spills, per-kernel
+    details for a Program) for each IR that compiles; the others are reported."""
+    from gpu_backend.candidate import compile_candidate
     from gpu_backend.runner import CompiledKernel
     out = {}
     for name, ir in irs.items():
-        res = compile_kernel(ir, arch=arch)
-        if res.ok:
-            out[name] = (CompiledKernel(ir, res), res.resources)
+        comp = compile_candidate(ir, arch)
+        if comp.ok:
+            out[name] = (CompiledKernel.from_spec(comp.spec), comp.info)
         else:
-            print(f"{name}: does not compile:", [d.short() for d in res.diagnostics][:3], flush=True)
+            print(f"{name}: does not compile:", [f"{d['code']} at {d['node']}: {d['message']}"
+                                                  for d in comp.diagnostics if d.get("severity") == "error"][:3],
+                  flush=True)
     return out
 
 

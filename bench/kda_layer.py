@@ -5,7 +5,8 @@ with random weights, checked at every step against a float64 token recurrence.
 
 Per gate form (SAFE = 1 lower-bound gate, SAFE = 0 softplus gate):
 - prefill: N packed sequences (cu_seqlens) through the layer. CAKE prefill kernel (by default the
-  chunked one of the gate form, tasks/kda/chunked.py; --prefill-variant 8x4x32 for the recurrent
+  two-pass program of the gate form, tasks/kda/two_pass.py; --prefill-variant chunked for the single
+  kernel of tasks/kda/chunked.py, 8x4x32 for the recurrent
   tasks/kda/programs.py; H0 = 0 with a NaN h0 that must not be read, VK = 1: states [N, H, V, K]) against the float64
   recurrence started from zeros: layer output y [T, D], core output o, final states;
 - decode: --steps token-by-token steps for all N sequences at once, each path continuing from its own
@@ -138,17 +139,21 @@ class CakeCore:
     """The CAKE kernels, state layout VK = 1; outputs poisoned with NaN so an unwritten value fails."""
 
     def __init__(self, arch: str, prefill: str, decode: str):
-        from cake_ir.compiler import compile_kernel
+        from gpu_backend.candidate import compile_candidate
         from gpu_backend.runner import CompiledKernel
         from tasks.kda.programs import kda_recurrent
         from tasks.kda_decode.programs import kda_decode
 
-        def build(ir):
-            res = compile_kernel(ir, arch=arch)
-            if not res.ok:
-                raise RuntimeError(f"{ir.name}: " + "; ".join(d.short() for d in res.diagnostics[:3]))
-            return CompiledKernel(ir, res)
-        if prefill == "chunked":        # the chunked kernels, one per gate form (tasks/kda/chunked.py)
+        def build(ir):           # a Kernel or a Program (the two-pass prefill)
+            comp = compile_candidate(ir, arch)
+            if not comp.ok:
+                raise RuntimeError(f"{ir.name}: " + "; ".join(f"{d['code']} at {d['node']}: {d['message']}"
+                                                              for d in comp.diagnostics[:3]))
+            return CompiledKernel.from_spec(comp.spec)
+        if prefill == "two_pass":       # prepare + recurrence per gate form (tasks/kda/two_pass.py)
+            from tasks.kda.two_pass import kda_two_pass
+            self.pre = {safe: build(kda_two_pass(arch=arch, vs=32, safe=bool(safe))) for safe in (0, 1)}
+        elif prefill == "chunked":        # the chunked kernels, one per gate form (tasks/kda/chunked.py)
             from tasks.kda.chunked import kda_chunk16_ws
             self.pre = {safe: build(kda_chunk16_ws(arch=arch, vs=32, safe=bool(safe))) for safe in (0, 1)}
         else:
@@ -271,8 +276,9 @@ def main() -> int:
     ap.add_argument("--lens", default="37,300,1,64,129", help="packed sequence lengths")
     ap.add_argument("--steps", type=int, default=16, help="decode steps after the prefill")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prefill-variant", default="chunked",
-                    help="'chunked' (tasks/kda/chunked.py, per gate form) or kda_recurrent vw x vsplit x chunk")
+    ap.add_argument("--prefill-variant", default="two_pass",
+                    help="'two_pass' (tasks/kda/two_pass.py), 'chunked' (tasks/kda/chunked.py), per gate form, "
+                         "or kda_recurrent vw x vsplit x chunk")
     ap.add_argument("--decode-variant", default="8x4", help="kda_decode vw x vsplit")
     ap.add_argument("--fla", action=argparse.BooleanOptionalAction, default=True,
                     help="also run fla's kernels (information only; skipped when fla is not importable)")

@@ -84,6 +84,9 @@ def main() -> int:
     ap.add_argument("--no-chunked", action="store_true", help="skip the chunked kernels (tasks/kda/chunked.py)")
     ap.add_argument("--splits", default="", help="extra chunked points, producers x consumers (e.g. 2x2,3x4), "
                                                    "at every V-slice where they build")
+    ap.add_argument("--two-pass", default="32x1x3x4,32x2x4x4,32x1x2x4,64x1x3x4,64x1x2x4,128x1x2x8",
+                    help="two-pass points (tasks/kda/two_pass.py), vs x prepare warps x stages x consumers; "
+                         "the first also times its prepare kernel alone (part_, not a candidate)")
     ap.add_argument("--no-baselines", action="store_true", help="CAKE kernels only (a quick check; no speedups)")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -116,6 +119,17 @@ def main() -> int:
                     continue
                 ir = kda_chunk16_ws(arch="sm_90a", vs=vs, safe=safe, producers=p, consumers=c)
                 irs["cake_" + ir.name.removeprefix("kda_")] = ir      # cake_chunk16_ws_vs64_softplus_p2c2
+    from tasks.kda.two_pass import kda_two_pass, two_pass_problem
+    for i, pt in enumerate(filter(None, args.two_pass.split(","))):
+        vs, w, st, nc = (int(v) for v in pt.split("x"))
+        for safe in (True, False):
+            if two_pass_problem(vs, safe, w, st, nc):
+                continue
+            prog = kda_two_pass(arch="sm_90a", vs=vs, safe=safe, warps=w, stages=st, consumers=nc)
+            irs["cake_" + prog.name.removeprefix("kda_")] = prog
+            if i == 0:          # pass 1 alone: the recurrence's share is the difference
+                irs["part_" + prog.kernels[0].name.removeprefix("kda_")] = prog.model_copy(
+                    update={"name": prog.kernels[0].name, "kernels": prog.kernels[:1]})
     kernels = compile_variants(irs)
     info = env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_prefill.py")
 
@@ -143,7 +157,8 @@ def main() -> int:
         scal = task.scalars(shape)
         impls = {}
         for name, (ck, _r) in kernels.items():
-            if name.startswith("cake_chunk16") and ("_softplus" in name) == bool(shape["SAFE"]):
+            if (name.startswith(("cake_chunk16", "cake_two_pass", "part_"))
+                    and ("softplus" in name) == bool(shape["SAFE"])):
                 continue                       # one gate form per chunked kernel (its SAFE fact)
             o = torch.full(tuple(ti["v"].shape), float("nan"), dtype=torch.bfloat16, device=dev)
             ht = torch.full(tuple(ti["h0"].shape), float("nan"), dtype=torch.float32, device=dev)
@@ -161,6 +176,8 @@ def main() -> int:
                 errs = {"o": rel_rmse(outs["o"], ref_o), "ht": rel_rmse(outs["ht"], ref_ht)}
                 row["rel_rmse"] = errs
                 row["correct"] = all(e <= TOL for e in errs.values())
+                if name.startswith("part_"):       # writes no output: timed only
+                    row["correct"], row["rel_rmse"] = None, None
                 row["timing"] = timed(fn, flush, args.reps, warmup=3)
                 if name.startswith("cake"):
                     fn()

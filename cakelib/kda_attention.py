@@ -1,5 +1,5 @@
 """Kimi Delta Attention from your own code: `kda_prefill` (a packed batch of sequences, the chunked
-tensor-core kernels of tasks/kda/chunked.py) and `kda_decode` (one token per sequence, states gathered
+tensor-core kernels of tasks/kda/two_pass.py and chunked.py) and `kda_decode` (one token per sequence, states gathered
 from and scattered back to a pool by index, tasks/kda_decode/programs.py). torch CUDA tensors in and
 out, launched on torch's current stream; the gate, the q / k L2 norms and beta's sigmoid are applied
 in the kernels (raw inputs, as fla's `use_gate_in_kernel` / `use_qk_l2norm_in_kernel` /
@@ -14,9 +14,10 @@ fp32 [N, HV, V, K] (state_layout "vk", fla's state_v_first) or [N, HV, K, V] ("k
 of H (grouped value heads). The safe gate is lower_bound * sigmoid(exp(A_log) (g + dt_bias)) with
 lower_bound = -5; the softplus gate -exp(A_log) softplus(g + dt_bias).
 
-Which kernel runs (`prefill_plan`): the chunked kernel of the gate form, with a V-slice of 32 columns
-per CTA when HV * N * 4 CTAs fit the GPU in one wave, else 64 (bench/results/kda-prefill-h200.json:
-vs 32 best at T = 8192, H = 32; vs 64 at H = 64 / 96 and the packed batches); on an sm_8x part the
+Which kernel runs (`prefill_plan`): on Hopper the two-pass program of the gate form (tasks/kda/two_pass.py:
+every chunk prepared in parallel, then the state recurrence), with a V-slice of 32 columns per CTA
+(or 64) when HV * N * V / vs CTAs fit the GPU in one wave, else 128 (bench/results/kda-prefill-h200.json:
+vs 32 at T = 8192, H = 32, 64 at H = 64, 128 at H = 96 and the packed batches); on an sm_8x part the
 safe gate's vs 32 kernel (the only one whose shared memory fits) and the recurrent kernel for the
 softplus gate. Decode: the vw 8 x vsplit 4 kernel (bench/results/kda-decode-h200.json).
 """
@@ -28,8 +29,8 @@ K = V = 128
 
 
 def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int) -> tuple[str, dict]:
-    """(builder, params) of the prefill kernel for a problem: "chunked" with kda_chunk16_ws's params, or
-    "recurrent" with kda_recurrent's."""
+    """(builder, params) of the prefill kernel for a problem: "two_pass" with kda_two_pass's params,
+    "chunked" with kda_chunk16_ws's, or "recurrent" with kda_recurrent's."""
     if HV % H:
         raise ValueError(f"HV = {HV} must be a multiple of H = {H}")
     hopper = arch.startswith("sm_9")
@@ -37,8 +38,9 @@ def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int) -> tu
         if safe:
             return "chunked", {"vs": 32, "safe": True}
         return "recurrent", {"vw": 8, "vsplit": 4, "chunk": 32}
-    vs = 32 if HV * N * (V // 32) <= sms else 64
-    return "chunked", {"vs": vs, "safe": bool(safe)}
+    # the smallest V-slice whose CTAs fit one wave, else 128 (bench/results/kda-prefill-h200.json)
+    vs = next((vs for vs in (32, 64) if HV * N * (V // vs) <= sms), 128)
+    return "two_pass", {"vs": vs, "safe": bool(safe), "warps": 1, "stages": 2, "consumers": 8 if vs == 128 else 4}
 
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32"}
@@ -97,6 +99,9 @@ def kda_prefill(q, k, v, g, beta, A_log, dt_bias, *, cu_seqlens=None, initial_st
     kind, params = plan or prefill_plan(H, HV, N, safe_gate, rt.arch, rt.props.get("sms", 132))
 
     def build(arch):
+        if kind == "two_pass":
+            from tasks.kda.two_pass import kda_two_pass
+            return kda_two_pass(arch=arch, **params)
         if kind == "chunked":
             from tasks.kda.chunked import kda_chunk16_ws
             return kda_chunk16_ws(arch=arch, **params)

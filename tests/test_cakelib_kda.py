@@ -8,11 +8,17 @@ from cakelib.kda_attention import prefill_plan
 
 
 def test_plan_follows_the_measured_v_slices():
-    # T = 8192 H = 32: 128 CTAs at vs 32 fill 132 SMs; H = 64 / 96 and packed batches take vs 64
-    assert prefill_plan(32, 32, 1, True, "sm_90a", 132) == ("chunked", {"vs": 32, "safe": True})
-    assert prefill_plan(64, 64, 1, False, "sm_90a", 132) == ("chunked", {"vs": 64, "safe": False})
-    assert prefill_plan(64, 64, 6, True, "sm_90a", 132)[1]["vs"] == 64
-    assert prefill_plan(96, 96, 8, False, "sm_90a", 132)[1]["vs"] == 64
+    # the smallest V-slice whose CTAs fit one wave (T = 8192: vs 32 at H = 32, 64 at H = 64), else 128
+    tp = {"warps": 1, "stages": 2, "consumers": 4}
+    assert prefill_plan(32, 32, 1, True, "sm_90a", 132) == ("two_pass", {"vs": 32, "safe": True, **tp})
+    assert prefill_plan(64, 64, 1, False, "sm_90a", 132) == ("two_pass", {"vs": 64, "safe": False, **tp})
+    assert prefill_plan(96, 96, 1, True, "sm_90a", 132)[1] == {"vs": 128, "safe": True, **tp, "consumers": 8}
+    assert prefill_plan(64, 64, 6, True, "sm_90a", 132)[1]["vs"] == 128
+    assert prefill_plan(96, 96, 8, False, "sm_90a", 132)[1]["vs"] == 128
+    from tasks.kda.two_pass import two_pass_problem
+    for H, N in ((32, 1), (64, 1), (96, 1), (64, 6), (96, 8)):
+        p = prefill_plan(H, H, N, True, "sm_90a", 132)[1]
+        assert two_pass_problem(p["vs"], p["safe"], p["warps"], p["stages"], p["consumers"]) is None
 
 
 def test_plan_on_ampere_uses_what_fits():

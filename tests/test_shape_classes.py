@@ -12,14 +12,18 @@ def test_kda_runs_are_per_gate_form():
     assert e.bench_shape["SAFE"] == 1                       # the task's first bench shape
     assert e.test_shapes() and all(s["SAFE"] == 1 for s in e.test_shapes())
     assert e.timed_shapes()[0] == e.bench_shape and all(s["SAFE"] == 1 for s in e.timed_shapes())
-    assert [g["name"] for g in e.seed_genomes()] == ["kda_recurrent_sm80", "kda_chunked_safe_sm90a"]
+    assert [g["name"] for g in e.seed_genomes()] == ["kda_recurrent_sm80", "kda_chunked_safe_sm90a",
+                                                     "kda_two_pass_safe_sm90a"]
     soft = e.for_shape("SAFE=0")
     assert soft.bench_shape["SAFE"] == 0 and all(s["SAFE"] == 0 for s in soft.test_shapes())
-    assert [g["name"] for g in soft.seed_genomes()] == ["kda_recurrent_sm80", "kda_chunked_softplus_sm90a"]
+    assert [g["name"] for g in soft.seed_genomes()] == ["kda_recurrent_sm80", "kda_chunked_softplus_sm90a",
+                                                        "kda_two_pass_softplus_sm90a"]
     # every test shape is in exactly one class: the two runs together test the whole matrix
     assert len(e.test_shapes()) + len(soft.test_shapes()) == len(e.task.shapes)
     assert "SAFE = 0 < min 1" in soft.refusal(e.seeds()["kda_chunked_safe_sm90a"])
     assert e.refusal(e.seeds()["kda_chunked_safe_sm90a"]) is None
+    # a Program's facts are its kernels' (the two-pass prefill)
+    assert "SAFE = 1 > max 0" in e.refusal(e.seeds()["kda_two_pass_softplus_sm90a"])
 
 
 def test_tasks_without_classes_test_every_shape():

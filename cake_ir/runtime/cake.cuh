@@ -38,8 +38,15 @@ __device__ __forceinline__ float fexp(float x) {
 __device__ __forceinline__ float frcp(float x) { float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 __device__ __forceinline__ float frsqrt(float x) { float r; asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 __device__ __forceinline__ float sigmoidf(float x) { return frcp(1.0f + fexp(-x)); }
+// softplus(x) = max(x, 0) + log1p(e^-|x|), branch-free (9-12 instructions; the ternary form with __logf
+// was 17 per element, a sixth of the KDA softplus prepare kernel): log1p(u) is a cubic below u = 2^-5
+// (error u^4 / 4) and ln 2 * lg2(1 + u) above it, so the result is within ~1e-5 relative for every x.
+__device__ __forceinline__ float flg2(float x) { float r; asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 __device__ __forceinline__ float softplusf(float x) {
-  return x > 20.0f ? x : (x < -15.0f ? fexp(x) : __logf(1.0f + fexp(x)));
+  float u = fexp(-fabsf(x));
+  float small = u * (1.0f - u * (0.5f - u * 0.33333333f));
+  float l = u < 0.03125f ? small : 0.69314718f * flg2(1.0f + u);
+  return fmaxf(x, 0.0f) + l;
 }
 
 // ----------------------------------------------------------------------------- addresses

@@ -77,7 +77,6 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True, produce
     if why:
         raise ValueError(why)
     P, NC = producers, consumers
-    cwn = vs // NC                     # state columns per consumer warp
     gate = "safe" if safe else "softplus"
     shape_tag = "" if (P, NC) == (4, 4) else f"_p{P}c{NC}"
     kb = KernelBuilder(f"kda_chunk16_ws_vs{vs}" + ("" if safe else "_softplus") + shape_tag, arch=arch,

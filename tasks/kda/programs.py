@@ -242,10 +242,27 @@ def _chunked_point_ok(p: dict) -> bool:
     return point_problem(p["vs"], bool(p.get("safe", 1)), npr, nc) is None and npr + nc <= 8
 
 
+def kda_two_pass(vs: int = 32, safe: int = 1, arch: str = "sm_90a", warps: int = 1, stages: int = 2,
+                 consumers: int = 4):
+    """The two-pass chunked prefill (tasks/kda/two_pass.py): a Program of a chunk-parallel prepare
+    kernel (`warps` warps per CTA) and the recurrence (`stages` chunks in flight, `consumers` warps over
+    the vs state columns), for one gate form (its SAFE fact is fixed)."""
+    from tasks.kda.two_pass import kda_two_pass as build
+    return build(arch=arch, vs=vs, safe=bool(safe), warps=warps, stages=stages, consumers=consumers)
+
+
+def _two_pass_point_ok(p: dict) -> bool:
+    from tasks.kda.two_pass import two_pass_problem
+    return two_pass_problem(p["vs"], bool(p.get("safe", 1)), p.get("warps", 2), p.get("stages", 4),
+                            p.get("consumers", 4)) is None
+
+
 SEEDS = {
     "kda_recurrent_sm80": lambda: kda_recurrent(),                     # both gates, every shape
     "kda_chunked_safe_sm90a": lambda: kda_chunked(vs=32, safe=1),      # SAFE = 1 runs
     "kda_chunked_softplus_sm90a": lambda: kda_chunked(vs=64, safe=0),  # SAFE = 0 runs
+    "kda_two_pass_safe_sm90a": lambda: kda_two_pass(vs=32, safe=1),
+    "kda_two_pass_softplus_sm90a": lambda: kda_two_pass(vs=32, safe=0),
 }
 
 FAMILIES = {
@@ -273,6 +290,24 @@ FAMILIES = {
         "defaults": {"vs": 64, "safe": 0, "arch": "sm_90a", "producers": 4, "consumers": 4},
         "space": {"vs": [32, 64], "producers": [2, 3, 4], "consumers": [2, 4]},
         "check": _chunked_point_ok,
+        "tactics": {},
+    },
+    # two passes: the prepare kernel's warps per CTA (occupancy: ~26-31 KB of shared memory and up to
+    # 255 registers per warp), the recurrence's V-slice, pipeline depth and consumer split
+    # (bench/results/kda-prefill-h200.json: vs 32 p2c4 at H = 32, vs 64 p2c4 at H = 64, vs 128 p2c8 at
+    # H = 96 and the packed batches; one prepare warp per CTA is as fast as two)
+    "kda_two_pass_safe_sm90a": {
+        "make": kda_two_pass,
+        "defaults": signature_defaults(kda_two_pass),
+        "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8]},
+        "check": _two_pass_point_ok,
+        "tactics": {},
+    },
+    "kda_two_pass_softplus_sm90a": {
+        "make": kda_two_pass,
+        "defaults": {**signature_defaults(kda_two_pass), "safe": 0},
+        "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8]},
+        "check": _two_pass_point_ok,
         "tactics": {},
     },
 }

@@ -52,23 +52,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
     const int cake_wg = cake_role_warp >> 2;
     const int cake_wg_tid = cake_role_tid & 127;
     (void)cake_role_warp; (void)cake_role_tid; (void)cake_wg; (void)cake_wg_tid;
-    float qh[32];  // /buffers/15
-    float kh[32];  // /buffers/16
-    float gh[32];  // /buffers/17
-    float dbt[4];  // /buffers/18
-    float GCr[4];  // /buffers/19
-    float al[1];  // /buffers/20
-    float b1[1];  // /buffers/21
-    float gt[64];  // /buffers/22
-    float live[16];  // /buffers/23
-    float qs[8];  // /buffers/24
-    float ks[8];  // /buffers/25
-    float L[8];  // /buffers/26
-    float Pm[8];  // /buffers/27
-    float Inv[8];  // /buffers/28
-    unsigned pa[4];  // /buffers/29
-    unsigned pb[4];  // /buffers/30
-    float brow[2];  // /buffers/31
+    float qh[32];  // /buffers/6
+    float kh[32];  // /buffers/7
+    float gh[32];  // /buffers/8
+    float dbt[4];  // /buffers/9
+    float GCr[4];  // /buffers/10
+    float al[1];  // /buffers/11
+    float b1[1];  // /buffers/12
+    float gt[64];  // /buffers/13
+    float live[16];  // /buffers/14
+    float qs[8];  // /buffers/15
+    float ks[8];  // /buffers/16
+    float L[8];  // /buffers/17
+    float Pm[8];  // /buffers/18
+    float Inv[8];  // /buffers/19
+    unsigned pa[4];  // /buffers/20
+    unsigned pb[4];  // /buffers/21
+    float brow[2];  // /buffers/22
     const int hv = blockIdx.x;  // /roles/0/body/0
     const int n = blockIdx.y;  // /roles/0/body/1
     const int h = hv / (HV / H);  // /roles/0/body/2
@@ -130,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
       for (int cake_i = 0; cake_i < 2; ++cake_i) {  // /roles/0/body/10/body/6
         const int cake_q = cake_i * 32 + cake_lane;
         const int cake_r = cake_q / 4, cake_c = (cake_q % 4) * 8;
-        cake::cp_async16((cake_smem_base + 140544u + (unsigned)(p) * 1280u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 80 + ((0) + cake_c) * 2)), v + ((t0 + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (t0 + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/10/body/6
+        cake::cp_async16((cake_smem_base + 148736u + (unsigned)(p) * 1280u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 80 + ((0) + cake_c) * 2)), v + ((t0 + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (t0 + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/10/body/6
       }
       cake::cp_async_commit();  // /roles/0/body/10/body/7
       const int tb = t0 + cake_lane % C;  // /roles/0/body/10/body/8
@@ -526,7 +526,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
           cake_h[1] = GCr[cake_s * 4 + 1];
           cake_h[2] = GCr[cake_s * 4 + 2];
           cake_h[3] = GCr[cake_s * 4 + 3];
-          *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (145664u + (unsigned)(p) * 512u + (unsigned)((0 + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/60
+          *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (146688u + (unsigned)(p) * 512u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/60
         }
       }
       __syncwarp();  // /roles/0/body/10/body/61
@@ -679,8 +679,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (150784u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/105
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (150784u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/105
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (140544u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/105
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (140544u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/105
           }
         }
       }
@@ -996,8 +996,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (147712u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 0], Inv[cake_e + 1]);  // /roles/0/body/10/body/163
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (147712u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 2], Inv[cake_e + 3]);  // /roles/0/body/10/body/163
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (143616u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 0], Inv[cake_e + 1]);  // /roles/0/body/10/body/163
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (143616u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 2], Inv[cake_e + 3]);  // /roles/0/body/10/body/163
           }
         }
       }
@@ -1251,11 +1251,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
       cake::mbar_wait((cake_smem_base + 165376u + 8u * (unsigned)(s)), (unsigned)(c / P % 2));  // /roles/1/body/9/body/4
        {  // /roles/1/body/9/body/5
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 147712u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/5
+        cake::ldmatrix_x4((cake_smem_base + 143616u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/5
       }
        {  // /roles/1/body/9/body/6
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 140544u + (unsigned)(s) * 1280u + (unsigned)(((((0)) * 1 + (0)) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/6
+        cake::ldmatrix_x2_trans((cake_smem_base + 148736u + (unsigned)(s) * 1280u + (unsigned)(((((0)) * 1 + (0)) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/6
       }
       #pragma unroll
       for (int cake_e = 0; cake_e < 4; ++cake_e) U[cake_e] = (0.0f);  // /roles/1/body/9/body/7
@@ -1394,7 +1394,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
       __syncwarp();  // /roles/1/body/9/body/53
        {  // /roles/1/body/9/body/54
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 150784u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/54
+        cake::ldmatrix_x4((cake_smem_base + 140544u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/54
       }
        {  // /roles/1/body/9/body/55
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
@@ -1417,67 +1417,67 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
        {  // /roles/1/body/9/body/58
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[2 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[2 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[3 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[3 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[4 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[4 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[5 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[5 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[6 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[6 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[7 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[7 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[8 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[8 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[9 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[9 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[10 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[10 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[11 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[11 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[12 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[12 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[13 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[13 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[14 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[14 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[15 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (145664u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[15 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
       }
       #pragma unroll

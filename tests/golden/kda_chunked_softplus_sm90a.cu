@@ -52,28 +52,28 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
     const int cake_wg = cake_role_warp >> 2;
     const int cake_wg_tid = cake_role_tid & 127;
     (void)cake_role_warp; (void)cake_role_tid; (void)cake_wg; (void)cake_wg_tid;
-    float qh[32];  // /buffers/15
-    float kh[32];  // /buffers/16
-    float gh[32];  // /buffers/17
-    float dbt[4];  // /buffers/18
-    float GCr[4];  // /buffers/19
-    float al[1];  // /buffers/20
-    float b1[1];  // /buffers/21
-    float tt[32];  // /buffers/27
-    float A0[4];  // /buffers/28
-    float A1[4];  // /buffers/29
-    float A2[4];  // /buffers/30
-    float A3[4];  // /buffers/31
-    float ck[8];  // /buffers/32
-    float cq[8];  // /buffers/33
-    float cd[8];  // /buffers/34
-    float T2[8];  // /buffers/35
-    float L[8];  // /buffers/36
-    float Pm[8];  // /buffers/37
-    float Inv[8];  // /buffers/38
-    unsigned pa[4];  // /buffers/39
-    unsigned pb[4];  // /buffers/40
-    float brow[2];  // /buffers/41
+    float qh[32];  // /buffers/6
+    float kh[32];  // /buffers/7
+    float gh[32];  // /buffers/8
+    float dbt[4];  // /buffers/9
+    float GCr[4];  // /buffers/10
+    float al[1];  // /buffers/11
+    float b1[1];  // /buffers/12
+    float tt[32];  // /buffers/18
+    float A0[4];  // /buffers/19
+    float A1[4];  // /buffers/20
+    float A2[4];  // /buffers/21
+    float A3[4];  // /buffers/22
+    float ck[8];  // /buffers/23
+    float cq[8];  // /buffers/24
+    float cd[8];  // /buffers/25
+    float T2[8];  // /buffers/26
+    float L[8];  // /buffers/27
+    float Pm[8];  // /buffers/28
+    float Inv[8];  // /buffers/29
+    unsigned pa[4];  // /buffers/30
+    unsigned pb[4];  // /buffers/31
+    float brow[2];  // /buffers/32
     const int hv = blockIdx.x;  // /roles/0/body/0
     const int n = blockIdx.y;  // /roles/0/body/1
     const int h = hv / (HV / H);  // /roles/0/body/2
@@ -135,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       for (int cake_i = 0; cake_i < 4; ++cake_i) {  // /roles/0/body/10/body/6
         const int cake_q = cake_i * 32 + cake_lane;
         const int cake_r = cake_q / 8, cake_c = (cake_q % 8) * 8;
-        cake::cp_async16((cake_smem_base + 140544u + (unsigned)(p) * 2304u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 144 + ((0) + cake_c) * 2)), v + ((t0 + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (t0 + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/10/body/6
+        cake::cp_async16((cake_smem_base + 184320u + (unsigned)(p) * 2304u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 144 + ((0) + cake_c) * 2)), v + ((t0 + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (t0 + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/10/body/6
       }
       cake::cp_async_commit();  // /roles/0/body/10/body/7
       const int tb = t0 + cake_lane % C;  // /roles/0/body/10/body/8
@@ -396,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
             unsigned cake_v;
             float* cake_h = reinterpret_cast<float*>(&cake_v);
             cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/0
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (123136u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/0
           }
         }
         #pragma unroll
@@ -407,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
             unsigned cake_v;
             float* cake_h = reinterpret_cast<float*>(&cake_v);
             cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/1
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (123392u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/1
           }
         }
         #pragma unroll
@@ -418,7 +418,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
             unsigned cake_v;
             float* cake_h = reinterpret_cast<float*>(&cake_v);
             cake_h[0] = cd[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (214016u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/2
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (123648u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/40/then/2
           }
         }
       }
@@ -451,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/44
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/44
         }
       }
       #pragma unroll
@@ -469,7 +469,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/47
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (123904u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/47
         }
       }
       #pragma unroll
@@ -501,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/51
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (141312u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/51
         }
       }
       #pragma unroll
@@ -601,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
             unsigned cake_v;
             float* cake_h = reinterpret_cast<float*>(&cake_v);
             cake_h[0] = cq[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/0
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (123136u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/0
           }
         }
         #pragma unroll
@@ -612,7 +612,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
             unsigned cake_v;
             float* cake_h = reinterpret_cast<float*>(&cake_v);
             cake_h[0] = ck[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/1
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (123392u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/1
           }
         }
         #pragma unroll
@@ -623,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
             unsigned cake_v;
             float* cake_h = reinterpret_cast<float*>(&cake_v);
             cake_h[0] = cd[cake_s * 1 + 0];
-            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (214016u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/2
+            *reinterpret_cast<unsigned*>(reinterpret_cast<float*>(cake_smem + (123648u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/63/then/2
           }
         }
       }
@@ -656,7 +656,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/67
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/67
         }
       }
       #pragma unroll
@@ -674,7 +674,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(tt[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(tt[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(tt[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/70
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/70
         }
       }
       #pragma unroll
@@ -692,7 +692,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((8) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/73
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (123904u + (unsigned)(p) * 4352u + (unsigned)(((8) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/73
         }
       }
       #pragma unroll
@@ -724,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((8) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/77
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (141312u + (unsigned)(p) * 4352u + (unsigned)(((8) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/77
         }
       }
       #pragma unroll
@@ -740,7 +740,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = GCr[cake_s * 4 + 1];
           cake_h[2] = GCr[cake_s * 4 + 2];
           cake_h[3] = GCr[cake_s * 4 + 3];
-          *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (149760u + (unsigned)(p) * 512u + (unsigned)((0 + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/79
+          *reinterpret_cast<uint4*>(reinterpret_cast<float*>(cake_smem + (182272u + (unsigned)(p) * 512u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4))) + 0) = cake_v;  // /roles/0/body/10/body/79
         }
       }
       __syncwarp();  // /roles/0/body/10/body/80
@@ -750,129 +750,129 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       for (int cake_e = 0; cake_e < 8; ++cake_e) Pm[cake_e] = (0.0f);  // /roles/0/body/10/body/82
        {  // /roles/0/body/10/body/83
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/83
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/83
       }
        {  // /roles/0/body/10/body/84
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/84
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/84
       }
       cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/85
       cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/85
        {  // /roles/0/body/10/body/86
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/86
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/86
       }
       cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/87
       cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/87
        {  // /roles/0/body/10/body/88
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/88
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/88
       }
        {  // /roles/0/body/10/body/89
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/89
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/89
       }
       cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/90
       cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/90
        {  // /roles/0/body/10/body/91
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/91
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/91
       }
       cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/92
       cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/92
        {  // /roles/0/body/10/body/93
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/93
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/93
       }
        {  // /roles/0/body/10/body/94
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/94
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/94
       }
       cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/95
       cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/95
        {  // /roles/0/body/10/body/96
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/96
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/96
       }
       cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/97
       cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/97
        {  // /roles/0/body/10/body/98
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/98
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/98
       }
        {  // /roles/0/body/10/body/99
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/99
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/99
       }
       cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/100
       cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/100
        {  // /roles/0/body/10/body/101
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/101
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/101
       }
       cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/102
       cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/102
        {  // /roles/0/body/10/body/103
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/103
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/103
       }
        {  // /roles/0/body/10/body/104
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/104
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/104
       }
       cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/105
       cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/105
        {  // /roles/0/body/10/body/106
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/106
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/106
       }
       cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/107
       cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/107
        {  // /roles/0/body/10/body/108
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/108
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/108
       }
        {  // /roles/0/body/10/body/109
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/109
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/109
       }
       cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/110
       cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/110
        {  // /roles/0/body/10/body/111
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/111
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/111
       }
       cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/112
       cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/112
        {  // /roles/0/body/10/body/113
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/113
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/113
       }
        {  // /roles/0/body/10/body/114
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/114
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/114
       }
       cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/115
       cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/115
        {  // /roles/0/body/10/body/116
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/116
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/116
       }
       cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/117
       cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/117
        {  // /roles/0/body/10/body/118
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/118
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/118
       }
        {  // /roles/0/body/10/body/119
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/119
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/119
       }
       cake::mma_16816_bf16(&L[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/120
       cake::mma_16816_bf16(&L[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/120
        {  // /roles/0/body/10/body/121
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/121
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/121
       }
       cake::mma_16816_bf16(&Pm[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/122
       cake::mma_16816_bf16(&Pm[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/122
@@ -943,7 +943,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/129
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123136u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/129
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           cq[cake_s * 1 + 0] = cake_h[0];
         }
@@ -954,7 +954,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/130
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123392u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/130
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           ck[cake_s * 1 + 0] = cake_h[0];
         }
@@ -994,7 +994,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/134
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/134
         }
       }
        {  // /roles/0/body/10/body/135
@@ -1016,7 +1016,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/136
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/136
         }
       }
       #pragma unroll
@@ -1067,7 +1067,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/140
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123136u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/140
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           cq[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1078,7 +1078,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/141
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123392u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/141
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           ck[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1118,7 +1118,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/145
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/145
         }
       }
        {  // /roles/0/body/10/body/146
@@ -1140,7 +1140,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/147
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/147
         }
       }
       __syncwarp();  // /roles/0/body/10/body/148
@@ -1150,129 +1150,129 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       for (int cake_e = 0; cake_e < 8; ++cake_e) T2[cake_e] = (0.0f);  // /roles/0/body/10/body/150
        {  // /roles/0/body/10/body/151
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/151
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/151
       }
        {  // /roles/0/body/10/body/152
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/152
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/152
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/153
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/153
        {  // /roles/0/body/10/body/154
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/154
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/154
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/155
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/155
        {  // /roles/0/body/10/body/156
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/156
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/156
       }
        {  // /roles/0/body/10/body/157
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/157
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/157
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/158
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/158
        {  // /roles/0/body/10/body/159
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/159
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/159
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/160
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/160
        {  // /roles/0/body/10/body/161
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/161
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/161
       }
        {  // /roles/0/body/10/body/162
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/162
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/162
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/163
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/163
        {  // /roles/0/body/10/body/164
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/164
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/164
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/165
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/165
        {  // /roles/0/body/10/body/166
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/166
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/166
       }
        {  // /roles/0/body/10/body/167
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/167
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/167
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/168
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/168
        {  // /roles/0/body/10/body/169
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/169
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/169
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/170
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/170
        {  // /roles/0/body/10/body/171
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/171
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/171
       }
        {  // /roles/0/body/10/body/172
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/172
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/172
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/173
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/173
        {  // /roles/0/body/10/body/174
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/174
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/174
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/175
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/175
        {  // /roles/0/body/10/body/176
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/176
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/176
       }
        {  // /roles/0/body/10/body/177
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/177
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/177
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/178
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/178
        {  // /roles/0/body/10/body/179
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/179
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/179
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/180
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/180
        {  // /roles/0/body/10/body/181
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/181
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/181
       }
        {  // /roles/0/body/10/body/182
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/182
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/182
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/183
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/183
        {  // /roles/0/body/10/body/184
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/184
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/184
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/185
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/185
        {  // /roles/0/body/10/body/186
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/186
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/186
       }
        {  // /roles/0/body/10/body/187
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/187
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/187
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/188
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/188
        {  // /roles/0/body/10/body/189
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/189
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/189
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/190
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/190
@@ -1343,7 +1343,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/197
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123136u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/197
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           cq[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1354,7 +1354,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/198
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123392u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/198
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           ck[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1408,7 +1408,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/203
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/203
         }
       }
        {  // /roles/0/body/10/body/204
@@ -1430,7 +1430,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/205
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/205
         }
       }
       #pragma unroll
@@ -1481,7 +1481,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/209
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123136u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/209
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           cq[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1492,7 +1492,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/210
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123392u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/210
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           ck[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1546,7 +1546,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/215
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/215
         }
       }
        {  // /roles/0/body/10/body/216
@@ -1568,7 +1568,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/217
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/217
         }
       }
       __syncwarp();  // /roles/0/body/10/body/218
@@ -1578,129 +1578,129 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       for (int cake_e = 0; cake_e < 8; ++cake_e) T2[cake_e] = (0.0f);  // /roles/0/body/10/body/220
        {  // /roles/0/body/10/body/221
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/221
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/221
       }
        {  // /roles/0/body/10/body/222
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/222
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/222
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/223
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/223
        {  // /roles/0/body/10/body/224
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/224
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/224
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/225
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/225
        {  // /roles/0/body/10/body/226
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/226
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/226
       }
        {  // /roles/0/body/10/body/227
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/227
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/227
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/228
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/228
        {  // /roles/0/body/10/body/229
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/229
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/229
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/230
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/230
        {  // /roles/0/body/10/body/231
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/231
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/231
       }
        {  // /roles/0/body/10/body/232
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/232
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/232
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/233
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/233
        {  // /roles/0/body/10/body/234
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/234
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/234
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/235
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/235
        {  // /roles/0/body/10/body/236
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/236
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/236
       }
        {  // /roles/0/body/10/body/237
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/237
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/237
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/238
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/238
        {  // /roles/0/body/10/body/239
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/239
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/239
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/240
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/240
        {  // /roles/0/body/10/body/241
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/241
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/241
       }
        {  // /roles/0/body/10/body/242
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/242
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/242
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/243
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/243
        {  // /roles/0/body/10/body/244
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/244
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/244
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/245
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/245
        {  // /roles/0/body/10/body/246
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/246
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/246
       }
        {  // /roles/0/body/10/body/247
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/247
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/247
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/248
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/248
        {  // /roles/0/body/10/body/249
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/249
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/249
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/250
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/250
        {  // /roles/0/body/10/body/251
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/251
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/251
       }
        {  // /roles/0/body/10/body/252
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/252
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/252
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/253
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/253
        {  // /roles/0/body/10/body/254
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/254
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/254
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/255
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/255
        {  // /roles/0/body/10/body/256
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/256
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/256
       }
        {  // /roles/0/body/10/body/257
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/257
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/257
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/258
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/258
        {  // /roles/0/body/10/body/259
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/259
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/259
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/260
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/260
@@ -1771,7 +1771,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/267
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123136u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/267
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           cq[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1782,7 +1782,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/268
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123392u + (unsigned)(p) * 64u + (unsigned)(((0) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/268
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           ck[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1864,7 +1864,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/275
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/275
         }
       }
        {  // /roles/0/body/10/body/276
@@ -1886,7 +1886,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/277
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/277
         }
       }
       #pragma unroll
@@ -1937,7 +1937,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213504u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/281
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123136u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/281
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           cq[cake_s * 1 + 0] = cake_h[0];
         }
@@ -1948,7 +1948,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
         const int cake_r = cake_f / 1, cake_c = cake_f % 1;
          {
           unsigned cake_v;
-          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (213760u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/282
+          cake_v = *reinterpret_cast<const unsigned*>(reinterpret_cast<const float*>(cake_smem + (123392u + (unsigned)(p) * 64u + (unsigned)(((8) + cake_r) * 4 + ((0) + cake_c) * 4))) + 0);  // /roles/0/body/10/body/282
           const float* cake_h = reinterpret_cast<const float*>(&cake_v);
           ck[cake_s * 1 + 0] = cake_h[0];
         }
@@ -2030,7 +2030,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(kh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(kh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(kh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (178688u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/289
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (88320u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/289
         }
       }
        {  // /roles/0/body/10/body/290
@@ -2052,7 +2052,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           cake_h[1] = cake::f2bf(qh[cake_s * 4 + 1]);
           cake_h[2] = cake::f2bf(qh[cake_s * 4 + 2]);
           cake_h[3] = cake::f2bf(qh[cake_s * 4 + 3]);
-          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (196096u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/291
+          *reinterpret_cast<uint2*>(reinterpret_cast<cake::bf16*>(cake_smem + (105728u + (unsigned)(p) * 4352u + (unsigned)(((((8)) * 1 + (0)) + cake_r) * 272 + ((0) + cake_c) * 2))) + 0) = cake_v;  // /roles/0/body/10/body/291
         }
       }
       __syncwarp();  // /roles/0/body/10/body/292
@@ -2062,129 +2062,129 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       for (int cake_e = 0; cake_e < 8; ++cake_e) T2[cake_e] = (0.0f);  // /roles/0/body/10/body/294
        {  // /roles/0/body/10/body/295
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/295
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/295
       }
        {  // /roles/0/body/10/body/296
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/296
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/296
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/297
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/297
        {  // /roles/0/body/10/body/298
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/298
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/298
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/299
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/299
        {  // /roles/0/body/10/body/300
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/300
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/300
       }
        {  // /roles/0/body/10/body/301
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/301
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/301
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/302
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/302
        {  // /roles/0/body/10/body/303
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/303
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/303
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/304
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/304
        {  // /roles/0/body/10/body/305
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/305
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/305
       }
        {  // /roles/0/body/10/body/306
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/306
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/306
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/307
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/307
        {  // /roles/0/body/10/body/308
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/308
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/308
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/309
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/309
        {  // /roles/0/body/10/body/310
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/310
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/310
       }
        {  // /roles/0/body/10/body/311
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/311
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/311
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/312
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/312
        {  // /roles/0/body/10/body/313
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/313
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/313
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/314
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/314
        {  // /roles/0/body/10/body/315
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/315
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/315
       }
        {  // /roles/0/body/10/body/316
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/316
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/316
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/317
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/317
        {  // /roles/0/body/10/body/318
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/318
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/318
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/319
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/319
        {  // /roles/0/body/10/body/320
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/320
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/320
       }
        {  // /roles/0/body/10/body/321
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/321
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/321
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/322
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/322
        {  // /roles/0/body/10/body/323
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/323
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/323
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/324
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/324
        {  // /roles/0/body/10/body/325
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/325
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/325
       }
        {  // /roles/0/body/10/body/326
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/326
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/326
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/327
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/327
        {  // /roles/0/body/10/body/328
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/328
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/328
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/329
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/329
        {  // /roles/0/body/10/body/330
         const int cake_lr = (cake_lane & 7) + ((cake_lane >> 4) << 3), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/330
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pb[0], pb[1], pb[2], pb[3]);  // /roles/0/body/10/body/330
       }
        {  // /roles/0/body/10/body/331
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 178688u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/331
+        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/331
       }
       cake::mma_16816_bf16(&Inv[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/332
       cake::mma_16816_bf16(&Inv[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/332
        {  // /roles/0/body/10/body/333
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 196096u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/333
+        cake::ldmatrix_x4((cake_smem_base + 105728u + (unsigned)(p) * 4352u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), pa[0], pa[1], pa[2], pa[3]);  // /roles/0/body/10/body/333
       }
       cake::mma_16816_bf16(&T2[0], &pa[0], &pb[0]);  // /roles/0/body/10/body/334
       cake::mma_16816_bf16(&T2[4], &pa[0], &pb[2]);  // /roles/0/body/10/body/334
@@ -2210,11 +2210,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
        {  // /roles/0/body/10/body/338
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          brow[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (214016u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/338
+          brow[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (123648u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/338
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          brow[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (214016u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/338
+          brow[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (123648u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/338
         }
       }
        {  // /roles/0/body/10/body/339
@@ -2243,8 +2243,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/341
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (154880u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/341
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (176128u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 0], Pm[cake_e + 1]);  // /roles/0/body/10/body/341
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (176128u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Pm[cake_e + 2], Pm[cake_e + 3]);  // /roles/0/body/10/body/341
           }
         }
       }
@@ -2560,8 +2560,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (151808u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 0], Inv[cake_e + 1]);  // /roles/0/body/10/body/399
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (151808u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 2], Inv[cake_e + 3]);  // /roles/0/body/10/body/399
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (179200u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 0], Inv[cake_e + 1]);  // /roles/0/body/10/body/399
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (179200u + (unsigned)(p) * 768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 48 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Inv[cake_e + 2], Inv[cake_e + 3]);  // /roles/0/body/10/body/399
           }
         }
       }
@@ -2592,8 +2592,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/404
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/404
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/404
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((0) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/404
           }
         }
       }
@@ -2613,8 +2613,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((16) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/408
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((16) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/408
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((16) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/408
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((16) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/408
           }
         }
       }
@@ -2634,8 +2634,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((32) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/412
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((32) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/412
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((32) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/412
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((32) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/412
           }
         }
       }
@@ -2655,8 +2655,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((48) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/416
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((48) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/416
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((48) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/416
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((48) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/416
           }
         }
       }
@@ -2676,8 +2676,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((64) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/420
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((64) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/420
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((64) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/420
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((64) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/420
           }
         }
       }
@@ -2697,8 +2697,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((80) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/424
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((80) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/424
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((80) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/424
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((80) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/424
           }
         }
       }
@@ -2718,8 +2718,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((96) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/428
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((96) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/428
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((96) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/428
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((96) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/428
           }
         }
       }
@@ -2739,8 +2739,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((112) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/432
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (123136u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((112) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/432
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 272 + ((112) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 0], L[cake_e + 1]);  // /roles/0/body/10/body/432
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (158720u + (unsigned)(p) * 4352u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 272 + ((112) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(L[cake_e + 2], L[cake_e + 3]);  // /roles/0/body/10/body/432
           }
         }
       }
@@ -2806,8 +2806,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (157952u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 144 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(S[cake_e + 0], S[cake_e + 1]);  // /roles/1/body/9/body/2
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (157952u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 144 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(S[cake_e + 2], S[cake_e + 3]);  // /roles/1/body/9/body/2
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (193536u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 144 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(S[cake_e + 0], S[cake_e + 1]);  // /roles/1/body/9/body/2
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (193536u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 144 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(S[cake_e + 2], S[cake_e + 3]);  // /roles/1/body/9/body/2
           }
         }
       }
@@ -2815,11 +2815,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       cake::mbar_wait((cake_smem_base + 214272u + 8u * (unsigned)(s)), (unsigned)(c / P % 2));  // /roles/1/body/9/body/4
        {  // /roles/1/body/9/body/5
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 151808u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/5
+        cake::ldmatrix_x4((cake_smem_base + 179200u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/5
       }
        {  // /roles/1/body/9/body/6
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 140544u + (unsigned)(s) * 2304u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/6
+        cake::ldmatrix_x4_trans((cake_smem_base + 184320u + (unsigned)(s) * 2304u + (unsigned)(((((0)) * 1 + (0)) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/6
       }
       #pragma unroll
       for (int cake_e = 0; cake_e < 8; ++cake_e) U[cake_e] = (0.0f);  // /roles/1/body/9/body/7
@@ -2831,129 +2831,129 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
       for (int cake_e = 0; cake_e < 8; ++cake_e) Oa[cake_e] = (0.0f);  // /roles/1/body/9/body/10
        {  // /roles/1/body/9/body/11
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 157952u + (unsigned)(((0) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/11
+        cake::ldmatrix_x4_trans((cake_smem_base + 193536u + (unsigned)(((0) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/11
       }
        {  // /roles/1/body/9/body/12
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 123136u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/12
+        cake::ldmatrix_x4((cake_smem_base + 158720u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/12
       }
       cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/13
       cake::mma_16816_bf16(&Vn[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/13
        {  // /roles/1/body/9/body/14
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/14
+        cake::ldmatrix_x4((cake_smem_base + 123904u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/14
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/15
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/15
        {  // /roles/1/body/9/body/16
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 157952u + (unsigned)(((16) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/16
+        cake::ldmatrix_x4_trans((cake_smem_base + 193536u + (unsigned)(((16) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/16
       }
        {  // /roles/1/body/9/body/17
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 123136u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/17
+        cake::ldmatrix_x4((cake_smem_base + 158720u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/17
       }
       cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/18
       cake::mma_16816_bf16(&Vn[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/18
        {  // /roles/1/body/9/body/19
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/19
+        cake::ldmatrix_x4((cake_smem_base + 123904u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/19
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/20
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/20
        {  // /roles/1/body/9/body/21
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 157952u + (unsigned)(((32) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/21
+        cake::ldmatrix_x4_trans((cake_smem_base + 193536u + (unsigned)(((32) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/21
       }
        {  // /roles/1/body/9/body/22
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 123136u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/22
+        cake::ldmatrix_x4((cake_smem_base + 158720u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/22
       }
       cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/23
       cake::mma_16816_bf16(&Vn[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/23
        {  // /roles/1/body/9/body/24
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/24
+        cake::ldmatrix_x4((cake_smem_base + 123904u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/24
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/25
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/25
        {  // /roles/1/body/9/body/26
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 157952u + (unsigned)(((48) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/26
+        cake::ldmatrix_x4_trans((cake_smem_base + 193536u + (unsigned)(((48) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/26
       }
        {  // /roles/1/body/9/body/27
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 123136u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/27
+        cake::ldmatrix_x4((cake_smem_base + 158720u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/27
       }
       cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/28
       cake::mma_16816_bf16(&Vn[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/28
        {  // /roles/1/body/9/body/29
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/29
+        cake::ldmatrix_x4((cake_smem_base + 123904u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/29
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/30
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/30
        {  // /roles/1/body/9/body/31
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 157952u + (unsigned)(((64) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/31
+        cake::ldmatrix_x4_trans((cake_smem_base + 193536u + (unsigned)(((64) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/31
       }
        {  // /roles/1/body/9/body/32
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 123136u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/32
+        cake::ldmatrix_x4((cake_smem_base + 158720u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/32
       }
       cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/33
       cake::mma_16816_bf16(&Vn[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/33
        {  // /roles/1/body/9/body/34
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/34
+        cake::ldmatrix_x4((cake_smem_base + 123904u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/34
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/35
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/35
        {  // /roles/1/body/9/body/36
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 157952u + (unsigned)(((80) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/36
+        cake::ldmatrix_x4_trans((cake_smem_base + 193536u + (unsigned)(((80) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/36
       }
        {  // /roles/1/body/9/body/37
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 123136u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/37
+        cake::ldmatrix_x4((cake_smem_base + 158720u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/37
       }
       cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/38
       cake::mma_16816_bf16(&Vn[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/38
        {  // /roles/1/body/9/body/39
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/39
+        cake::ldmatrix_x4((cake_smem_base + 123904u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/39
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/40
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/40
        {  // /roles/1/body/9/body/41
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 157952u + (unsigned)(((96) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/41
+        cake::ldmatrix_x4_trans((cake_smem_base + 193536u + (unsigned)(((96) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/41
       }
        {  // /roles/1/body/9/body/42
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 123136u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/42
+        cake::ldmatrix_x4((cake_smem_base + 158720u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/42
       }
       cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/43
       cake::mma_16816_bf16(&Vn[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/43
        {  // /roles/1/body/9/body/44
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/44
+        cake::ldmatrix_x4((cake_smem_base + 123904u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/44
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/45
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/45
        {  // /roles/1/body/9/body/46
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 157952u + (unsigned)(((112) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/46
+        cake::ldmatrix_x4_trans((cake_smem_base + 193536u + (unsigned)(((112) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/46
       }
        {  // /roles/1/body/9/body/47
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 123136u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/47
+        cake::ldmatrix_x4((cake_smem_base + 158720u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/47
       }
       cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/48
       cake::mma_16816_bf16(&Vn[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/48
        {  // /roles/1/body/9/body/49
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 88320u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/49
+        cake::ldmatrix_x4((cake_smem_base + 123904u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/49
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/50
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/50
@@ -2967,19 +2967,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
           #pragma unroll
           for (int cake_n = 0; cake_n < 2; ++cake_n) {
             const int cake_e = (cake_m * 2 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (176384u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 144 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Vn[cake_e + 0], Vn[cake_e + 1]);  // /roles/1/body/9/body/52
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (176384u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 144 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Vn[cake_e + 2], Vn[cake_e + 3]);  // /roles/1/body/9/body/52
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (211968u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 144 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Vn[cake_e + 0], Vn[cake_e + 1]);  // /roles/1/body/9/body/52
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (211968u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 144 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Vn[cake_e + 2], Vn[cake_e + 3]);  // /roles/1/body/9/body/52
           }
         }
       }
       __syncwarp();  // /roles/1/body/9/body/53
        {  // /roles/1/body/9/body/54
         const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 154880u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/54
+        cake::ldmatrix_x4((cake_smem_base + 176128u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/54
       }
        {  // /roles/1/body/9/body/55
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 176384u + (unsigned)(((0) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/55
+        cake::ldmatrix_x4_trans((cake_smem_base + 211968u + (unsigned)(((0) + 0 + cake_lr) * 144 + ((cw) + 0 + cake_lc) * 2)), cb[0], cb[1], cb[2], cb[3]);  // /roles/1/body/9/body/55
       }
       cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/56
       cake::mma_16816_bf16(&Oa[4], &ca[0], &cb[2]);  // /roles/1/body/9/body/56
@@ -2999,81 +2999,81 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs64_softplu
        {  // /roles/1/body/9/body/58
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[2 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[2 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[3 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[3 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[4 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[4 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[5 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[5 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[6 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[6 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[7 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[7 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[8 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[8 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[9 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[9 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[10 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[10 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[11 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[11 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[12 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[12 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[13 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[13 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[14 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[14 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[15 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (149760u + (unsigned)(s) * 512u + (unsigned)((0) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[15 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (182272u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
         }
       }
       #pragma unroll
       for (int cake_e = 0; cake_e < 64; ++cake_e) S[cake_e] = (S[cake_e] * dec[((((cake_e >> 2) / 2) << 1) + ((cake_e & 3) >> 1))]);  // /roles/1/body/9/body/59
        {  // /roles/1/body/9/body/60
         const int cake_lr = (cake_lane >> 4) * 8 + (cake_lane & 7), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 105728u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), cT[0], cT[1], cT[2], cT[3]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 105728u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 16 + cake_lc) * 2)), cT[4], cT[5], cT[6], cT[7]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 105728u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 32 + cake_lc) * 2)), cT[8], cT[9], cT[10], cT[11]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 105728u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 48 + cake_lc) * 2)), cT[12], cT[13], cT[14], cT[15]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 105728u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 64 + cake_lc) * 2)), cT[16], cT[17], cT[18], cT[19]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 105728u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 80 + cake_lc) * 2)), cT[20], cT[21], cT[22], cT[23]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 105728u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 96 + cake_lc) * 2)), cT[24], cT[25], cT[26], cT[27]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 105728u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 112 + cake_lc) * 2)), cT[28], cT[29], cT[30], cT[31]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 141312u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), cT[0], cT[1], cT[2], cT[3]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 141312u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 16 + cake_lc) * 2)), cT[4], cT[5], cT[6], cT[7]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 141312u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 32 + cake_lc) * 2)), cT[8], cT[9], cT[10], cT[11]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 141312u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 48 + cake_lc) * 2)), cT[12], cT[13], cT[14], cT[15]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 141312u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 64 + cake_lc) * 2)), cT[16], cT[17], cT[18], cT[19]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 141312u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 80 + cake_lc) * 2)), cT[20], cT[21], cT[22], cT[23]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 141312u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 96 + cake_lc) * 2)), cT[24], cT[25], cT[26], cT[27]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 141312u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 112 + cake_lc) * 2)), cT[28], cT[29], cT[30], cT[31]);  // /roles/1/body/9/body/60
       }
       cake::mma_16816_bf16(&S[0], &cT[0], &cb[0]);  // /roles/1/body/9/body/61
       cake::mma_16816_bf16(&S[4], &cT[0], &cb[2]);  // /roles/1/body/9/body/61
