@@ -301,7 +301,12 @@ class CompiledProgram:
         except Exception:
             self.unload()
             raise
-        self._workspace: dict[tuple, Any] = {}     # (name, shape) -> DeviceArray
+        # name -> a flat byte buffer, grown (x2) when a larger shape needs more and otherwise reused, so a
+        # serving loop over many sequence lengths holds ~2x its largest workspace, not one per shape.
+        # Outgrown buffers are kept until unload: launches prepared earlier (cakelib caches them) may
+        # still point into them.
+        self._workspace: dict[str, Any] = {}
+        self._retired: list = []
 
     @classmethod
     def from_ir(cls, program, result, device: int = 0) -> "CompiledProgram":
@@ -312,15 +317,20 @@ class CompiledProgram:
     def env(self, scalars: Mapping[str, Any]) -> dict:
         return self.spec.env(scalars)
 
-    def workspace(self, scalars: Mapping[str, Any]) -> dict[str, Any]:
-        """The workspace buffers for these scalar values (allocated on first use)."""
-        from .memory import DeviceArray
+    def workspace(self, scalars: Mapping[str, Any]) -> dict[str, tuple]:
+        """The workspace for these scalar values as (device pointer, shape) per name (allocated or grown
+        on first need)."""
+        from .memory import SIZE, DeviceArray
         out = {}
         for (name, decl), shape in zip(self.spec.workspace, self.spec.workspace_shapes(scalars).values()):
-            key = (name, tuple(shape))
-            if key not in self._workspace:
-                self._workspace[key] = DeviceArray.alloc(shape, decl.dtype)
-            out[name] = self._workspace[key]
+            need = max(1, math.prod(shape)) * SIZE[decl.dtype]
+            buf = self._workspace.get(name)
+            if buf is None or buf.nbytes < need:
+                if buf is not None:
+                    self._retired.append(buf)
+                grown = 2 * buf.nbytes if buf is not None else 0
+                buf = self._workspace[name] = DeviceArray.alloc((max(need, grown),), "u8")
+            out[name] = (buf.ptr, list(shape))
         return out
 
     def prepare(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any]):
@@ -347,9 +357,9 @@ class CompiledProgram:
         return prepared
 
     def unload(self) -> None:
-        for w in getattr(self, "_workspace", {}).values():
+        for w in list(getattr(self, "_workspace", {}).values()) + getattr(self, "_retired", []):
             w.free()
-        self._workspace = {}
+        self._workspace, self._retired = {}, []
         for ck in self.kernels:
             ck.unload()
         self.kernels = []
