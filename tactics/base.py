@@ -57,6 +57,10 @@ class Tactic:
 
     # --- shared
     def applicable(self, g: dict) -> Optional[str]:
+        if self.kind != "family" and "kernels" in (g.get("ir") or {}):
+            # IR tactics rewrite one kernel document; a Program is searched through its family's
+            # parameters (tactics/family.py) and repaired per kernel by regenerating it
+            return "a Program (several kernels): only family tactics apply"
         try:
             why = self.precondition(g)
         except Exception as e:  # noqa: BLE001 - a broken precondition is "not applicable"
@@ -67,7 +71,7 @@ class Tactic:
 
     def apply(self, g: dict, params: dict) -> dict:
         """A new genome (the input is not modified); raises TacticError."""
-        why = self.precondition(g)
+        why = self.applicable(g) if "kernels" in (g.get("ir") or {}) else self.precondition(g)
         if why:
             raise TacticError(f"{self.name}: {why}")
         ir = self.transform(copy.deepcopy(g["ir"]), dict(params), g)

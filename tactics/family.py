@@ -14,7 +14,7 @@ from typing import Optional
 
 from .base import Tactic, TacticError, get_tactic
 
-DEFAULT_GROUPS = {"retile": ["bm", "bn", "bk"], "warp_split": ["warps_m", "warps_n"]}
+DEFAULT_GROUPS = {"retile": ["bm", "bn", "bk"], "warp_split": ["warps_m", "warps_n"], "pipeline_depth": ["stages"]}
 MAX_CHANGED = 2
 
 
@@ -119,5 +119,15 @@ TACTICS = [
         keywords=("warp-role", "warps", "consumer", "registers", "E-RES-03", "occupancy", "compute", "issue"),
         params_doc="the family's warp parameters (warps along M / N, or consumer warpgroups), values from the "
                    "family's search space",
+    ),
+    FamilyTactic(
+        name="pipeline_depth",
+        kind="family",
+        description="Change how many stages (tiles or chunks in flight between a producer and its consumers) "
+                    "a pipelined kernel built from a seed family keeps. Deeper hides more load latency; each "
+                    "stage costs shared memory, so fewer CTAs fit an SM.",
+        keywords=("latency", "stages", "pipeline", "slots", "smem", "occupancy", "E-RES-01"),
+        params_doc="the family's stage parameter (stages, or producers where each producer owns a slot), values "
+                   "from the family's search space",
     ),
 ]

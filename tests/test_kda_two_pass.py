@@ -109,3 +109,18 @@ def test_two_pass_matches_float64_on_gpu(kw, shape):
     rec = evaluate(dumps(prog), get("kda").task, seed=9, name=prog.name,
                    shapes=[{**shape, "SAFE": int(kw["safe"])}], profile=False, reruns=1)
     assert rec.status == "ok", rec.message
+
+
+def test_search_reaches_the_two_pass_axes_through_family_tactics():
+    """The default search (family tactics) moves the two-pass seed along its V-slice, warp split and
+    pipeline depth; IR tactics, which rewrite one kernel, do not apply to a Program."""
+    import tactics as T
+    from tasks.registry import get
+    g = next(g for g in get("kda").seed_genomes() if g["name"] == "kda_two_pass_safe_sm90a")
+    usable = {t.name for t in T.load_tactics() if t.applicable(g) is None}
+    assert usable == {"retile", "warp_split", "pipeline_depth"}
+    out = T.get_tactic("retile").apply(g, {"vs": 128})
+    assert out["ir"]["name"] == "kda_two_pass_vs128_w1_p2c4" and len(out["ir"]["kernels"]) == 2
+    assert out["recipe"]["params"]["vs"] == 128
+    with pytest.raises(T.TacticError, match="only family tactics"):
+        T.get_tactic("min_blocks").apply(g, {"min_blocks": 2})

@@ -257,6 +257,11 @@ def _two_pass_point_ok(p: dict) -> bool:
                             p.get("consumers", 4)) is None
 
 
+# which family parameters the search's family tactics (tactics/family.py) change: the V-slice is the
+# CTA tile, the warp-role split and the pipeline depth (chunks in flight) their own axes
+CHUNKED_TACTICS = {"retile": ["vs"], "warp_split": ["consumers"], "pipeline_depth": ["producers"]}
+TWO_PASS_TACTICS = {"retile": ["vs"], "warp_split": ["warps", "consumers"], "pipeline_depth": ["stages"]}
+
 SEEDS = {
     "kda_recurrent_sm80": lambda: kda_recurrent(),                     # both gates, every shape
     "kda_chunked_safe_sm90a": lambda: kda_chunked(vs=32, safe=1),      # SAFE = 1 runs
@@ -272,7 +277,7 @@ FAMILIES = {
         # vsplit 1 (16 warps) holds both layouts' tiles over the register budget; vw 16 spills to the stack
         "space": {"vw": [8], "vsplit": [2, 4, 8, 16], "chunk": [32, 64]},
         "check": lambda p: V % (p["vw"] * p["vsplit"]) == 0 and p["vsplit"] > 1,
-        "tactics": {},
+        "tactics": {"retile": ["vsplit", "chunk"]},      # V-split across CTAs, chunk size
     },
     # V-slice per CTA: 32 fills the GPU at small HV * N, 64 / 128 redo the producers' work fewer times
     # (bench/results/kda-prefill-h200.json: vs 32 best at H = 32, vs 64 at H = 64 / 96)
@@ -283,14 +288,14 @@ FAMILIES = {
         "defaults": {"vs": 32, "safe": 1, "arch": "sm_90a", "producers": 4, "consumers": 4},
         "space": {"vs": [32, 64, 128], "producers": [2, 3, 4], "consumers": [2, 4]},
         "check": _chunked_point_ok,
-        "tactics": {},
+        "tactics": CHUNKED_TACTICS,
     },
     "kda_chunked_softplus_sm90a": {
         "make": kda_chunked,
         "defaults": {"vs": 64, "safe": 0, "arch": "sm_90a", "producers": 4, "consumers": 4},
         "space": {"vs": [32, 64], "producers": [2, 3, 4], "consumers": [2, 4]},
         "check": _chunked_point_ok,
-        "tactics": {},
+        "tactics": CHUNKED_TACTICS,
     },
     # two passes: the prepare kernel's warps per CTA (occupancy: ~26-31 KB of shared memory and up to
     # 255 registers per warp), the recurrence's V-slice, pipeline depth and consumer split
@@ -301,13 +306,13 @@ FAMILIES = {
         "defaults": signature_defaults(kda_two_pass),
         "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8]},
         "check": _two_pass_point_ok,
-        "tactics": {},
+        "tactics": TWO_PASS_TACTICS,
     },
     "kda_two_pass_softplus_sm90a": {
         "make": kda_two_pass,
         "defaults": {**signature_defaults(kda_two_pass), "safe": 0},
         "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8]},
         "check": _two_pass_point_ok,
-        "tactics": {},
+        "tactics": TWO_PASS_TACTICS,
     },
 }

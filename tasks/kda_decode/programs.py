@@ -141,6 +141,6 @@ FAMILIES = {
         # vw 4 holds too many registers with both layouts' tiles; 32 is over the 16-wide vector limit
         "space": {"vw": [8, 16], "vsplit": [1, 2, 4]},
         "check": lambda p: V % (p["vw"] * p["vsplit"]) == 0,
-        "tactics": {},
+        "tactics": {"retile": ["vsplit"], "warp_split": ["vw"]},
     },
 }
