@@ -1,22 +1,25 @@
 #!/bin/bash
 # The measured KDA campaigns on a 2-GPU machine (nvidia-h200-x2): `python -m agent.run --task kda`
 # once per gate form (shape class: SAFE=0, then SAFE=1) on GPU 0, from the seed programs; meanwhile
-# GPU 1 times the prefill bench shapes named in $1 (bench/kda_prefill.py, chunked kernels and fla).
+# GPU 1 times the prefill bench shapes named in $1 (bench/kda_prefill.py, two-pass kernels and fla).
+# Without $1 the two campaigns run side by side, SAFE=0 on GPU 0 and SAFE=1 on GPU 1.
 # Reports, logs, the library entries (one tarball: at most 8 files come back) and the bench JSON go
 # to $OUT.
 #   bash bench/kda_campaign.sh [shapes] [bench deadline s]
 set -u
 export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
 M=${KDA_CAMPAIGN_MINUTES:-2.5}
-run() {   # gate class
-  CUDA_VISIBLE_DEVICES=0 python3 -m agent.run --task kda --shape SAFE=$1 --budget-minutes $M \
+run() {   # gate class [GPU]
+  CUDA_VISIBLE_DEVICES=${2:-0} python3 -m agent.run --task kda --shape SAFE=$1 --budget-minutes $M \
     --max-candidates 6 --deadline 300 --plain --no-vectors --run-id kda-safe$1-h200 > $OUT/campaign-safe$1.log 2>&1
   cp .cake/reports/kda-safe$1-h200.html $OUT/ 2>/dev/null
 }
-(run 0; run 1) &
-if [ -n "${1:-}" ]; then
+if [ -z "${1:-}" ]; then
+  run 0 0 & run 1 1 &
+else
+  (run 0; run 1) &
   (mkdir -p $OUT/g1; CUDA_VISIBLE_DEVICES=1 timeout $((${2:-420} + 40)) python3 bench/kda_prefill.py --out $OUT/g1 \
-     --shapes $1 --variants "" --deadline-s ${2:-420} > $OUT/g1/prefill.log 2>&1) &
+     --shapes $1 --variants "" --no-chunked --deadline-s ${2:-420} > $OUT/g1/prefill.log 2>&1) &
 fi
 wait
 tar czf $OUT/kda-library.tgz tasks/kda/library 2>/dev/null
