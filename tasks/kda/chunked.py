@@ -203,10 +203,10 @@ class SlotSink:
         else:
             whole = (r0, c0, rows, cols) == (0, 0) + OUTPUTS[name][:2]
             dst = tile("s" + name, slot="p") if whole else tile("s" + name, [r0, c0], [rows, cols], slot="p")
-            r.sts(tile(src), dst, vec_bytes=_vec(src))
+            r.sts(tile(src), dst, vec_bytes=store_vec_bytes(src))
 
 
-def _vec(src: str) -> int:
+def store_vec_bytes(src: str) -> int:
     """Store width of a producer register tile: 4 f32 -> bf16 per lane for the blocked rows, pairs for
     the mma accumulators."""
     return 4 if src in ("L", "Pm", "Inv") else 8

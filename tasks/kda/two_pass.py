@@ -15,15 +15,15 @@ once, as fla and FlashKDA do; only the state recurrence stays sequential:
 Workspace layout: chunk c of sequence n sits in chunk slot sb(n) + c with sb(n) = (bos_n + n C) / C,
 so sequences never share a slot (sb(n + 1) > sb(n) + nc_n - 1, because eos_n + C > bos_n + nc_n C - C)
 and there are at most T / C + N + 1 slots. Rows of slot s for value head hv: (s HV + hv) C .. + C.
-At T = 8192, H = 32 the workspace is 3 x 67 MB (QG, KD, W) plus 17 MB.
+At T = 8192, H = 32 the workspace is 3 x 67 MB (QG, KD, W in bf16) plus 25 MB (Aqk, A', e^{G_C}).
 """
 from typing import Optional
 
 from cake_ir.builder import KernelBuilder, bar, tile
 from cake_ir.nodes import Program, Workspace
 
-from tasks.kda.chunked import (C, OUTPUTS, PAD, _vec, consume, consumer_buffers, point_problem, prepare_chunk,
-                               producer_buffers, slot_buffers)
+from tasks.kda.chunked import (C, OUTPUTS, PAD, consume, consumer_buffers, point_problem, prepare_chunk,
+                               producer_buffers, slot_buffers, store_vec_bytes)
 from tasks.kda.programs import K, V, prefill_interface, sequence_lets
 
 SLOTS = "(T / 16 + N + 1)"          # chunk slots (module docstring); C = 16
@@ -31,7 +31,7 @@ PREPARE_WARPS = 1     # as fast as 2 on the H200, and the finest grain for the o
 
 
 def _ws_shape(name: str) -> list:
-    rows, cols, _ = OUTPUTS[name]
+    cols = OUTPUTS[name][1]
     if name == "Dec":                 # one row per slot and head
         return [f"{SLOTS} * HV", K]
     return [f"{SLOTS} * HV * {C}", cols]
@@ -58,9 +58,10 @@ class WorkspaceSink:
             r.stg(tile(src), tile("wsDec", ["srow", 0], [1, K]), oob="mask", vec_bytes=16)
             return
         # the slot is in range by construction (module docstring), but that rests on cu_seqlens: predicated
-        r.stg(tile(src), tile("ws" + name, [f"row + {r0}", c0], [rows, cols]), oob="mask", vec_bytes=_vec(src))
+        r.stg(tile(src), tile("ws" + name, [f"row + {r0}", c0], [rows, cols]), oob="mask",
+              vec_bytes=store_vec_bytes(src))
         if self.safe and name == "QG":
-            r.sts(tile(src), tile("sQG", [r0, c0], [rows, cols], slot="p"), vec_bytes=_vec(src))
+            r.sts(tile(src), tile("sQG", [r0, c0], [rows, cols], slot="p"), vec_bytes=store_vec_bytes(src))
 
 
 def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: int) -> Optional[str]:
@@ -77,7 +78,7 @@ def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WAR
     kb = KernelBuilder(f"kda_prepare16_{gate}_w{warps}", arch=arch,
                        grid=["HV", "N", f"cdiv(T, {C * warps} * N)"], threads=32 * warps,
                        note=f"chunked KDA prefill, pass 1: prepare every chunk ({gate} gate)")
-    kb.const(K=K, V=V, C=C, PW=warps)
+    kb.const(K=K, C=C, PW=warps)
     for n in ("T", "N", "H", "HV"):
         kb.scalar(n, min=1)
     kb.scalar("SAFE", min=int(safe), max=int(safe))
@@ -168,5 +169,6 @@ def kda_two_pass(arch: str = "sm_80", vs: int = 32, safe: bool = True, warps: in
         raise ValueError(why)
     rec = kda_recurrence(arch, vs, safe, stages, consumers)
     gate = "" if safe else "_softplus"
-    return Program(name=f"kda_two_pass_vs{vs}{gate}_w{warps}_p{stages}c{consumers}", arch=arch, workspace=workspace(), kernels=[kda_prepare(arch, safe, warps), rec],
+    return Program(name=f"kda_two_pass_vs{vs}{gate}_w{warps}_p{stages}c{consumers}", arch=arch,
+                   workspace=workspace(), kernels=[kda_prepare(arch, safe, warps), rec],
                    note="chunked KDA prefill in two passes: prepare every chunk in parallel, then the recurrence")

@@ -19,7 +19,6 @@ extern "C" __global__ void __launch_bounds__(32, 1) kda_prepare16_safe_w1(  // /
     cake::bf16* __restrict__ wsAinv,
     float* __restrict__ wsDec) {
   constexpr int K = 128;  // /consts/K
-  constexpr int V = 128;  // /consts/V
   constexpr int C = 16;  // /consts/C
   constexpr int PW = 1;  // /consts/PW
   const int cake_tid = threadIdx.x;
