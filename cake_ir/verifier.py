@@ -22,7 +22,6 @@ import pkgutil
 import time
 import traceback
 from dataclasses import dataclass, field
-from functools import cached_property
 from types import ModuleType
 from typing import Callable, Iterable, Optional, Union
 
@@ -95,24 +94,39 @@ def load_rules(package: str = "rules", entry_points: bool = True) -> list[Rule]:
 class Context:
     """What a rule sees: the kernel (expanded or source), the arch spec, facts, and a reporter."""
 
-    def __init__(self, kernel: Kernel, source: Kernel, rule: Optional[Rule] = None):
+    def __init__(self, kernel: Kernel, source: Kernel, rule: Optional[Rule] = None,
+                 shared: Optional[dict] = None):
         self.kernel = kernel
         self.source = source
         self.rule = rule
         self.arch = _arch.spec(kernel.arch)
+        # analyses of `kernel` every rule reads (sites, facts): one verify run computes them once and
+        # hands the same dict to each rule's context
+        self._shared = {} if shared is None else shared
 
-    @cached_property
+    @property
     def sites(self) -> list[Site]:
-        return list(statements(self.kernel))
+        if "sites" not in self._shared:
+            self._shared["sites"] = list(statements(self.kernel))
+        return self._shared["sites"]
 
-    @cached_property
+    @property
     def base_env(self):
         from .analysis.facts import kernel_env
-        return kernel_env(self.kernel)
+        if "base_env" not in self._shared:
+            self._shared["base_env"] = kernel_env(self.kernel)
+        return self._shared["base_env"]
 
     def env(self, site: Site):
+        """The facts at `site`: computed once per (role, loops, lets in view), since the sites of one
+        scope share them, and copied (a rule may add names)."""
         from .analysis.facts import site_env
-        return site_env(self.kernel, site, self.base_env)
+        key = (site.role_index, tuple(map(id, site.loops)), tuple(map(id, site.lets)))
+        cache = self._shared.setdefault("envs", {})
+        env = cache.get(key)
+        if env is None:
+            env = cache[key] = site_env(self.kernel, site, self.base_env)
+        return dict(env)
 
     def report(self, node: str, message: str, *, legal=None, fix=None, related=(), severity=None,
                code=None, origin=None) -> Diagnostic:
@@ -233,9 +247,10 @@ def _verify_kernel(kernel: Kernel, rules: list[Rule]) -> VerifyResult:
     diags: list[Diagnostic] = []
     expanded, pass_diags = expand(kernel)
     diags.extend(pass_diags)
+    shared: dict[int, dict] = {}          # per target kernel (source or expanded): Context._shared
     for rule in rules:
         target = kernel if rule.stage == "source" or expanded is None else expanded
-        ctx = Context(target, kernel, rule)
+        ctx = Context(target, kernel, rule, shared.setdefault(id(target), {}))
         try:
             for d in rule.check(ctx) or ():
                 if d.origin is None:
