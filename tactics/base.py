@@ -59,7 +59,7 @@ class Tactic:
     def applicable(self, g: dict) -> Optional[str]:
         if self.kind != "family" and "kernels" in (g.get("ir") or {}):
             # IR tactics rewrite one kernel document; a Program is searched through its family's
-            # parameters (tactics/family.py) and repaired per kernel by regenerating it
+            # parameters (tactics/family.py)
             return "a Program (several kernels): only family tactics apply"
         try:
             why = self.precondition(g)
