@@ -2,8 +2,8 @@
 tensor-core programs of tasks/kda/two_pass.py and chunked.py) and `kda_decode` (one token per
 sequence, states gathered from and scattered back to a pool by index, tasks/kda_decode/programs.py).
 torch CUDA tensors in and out, launched on torch's current stream; the gate, the q / k L2 norms and
-beta's sigmoid are applied in the kernels (raw inputs, as fla's `use_gate_in_kernel` / `use_qk_l2norm_in_kernel` /
-`use_beta_sigmoid_in_kernel`).
+beta's sigmoid are applied in the kernels (raw inputs, as fla's `use_gate_in_kernel` /
+`use_qk_l2norm_in_kernel` / `use_beta_sigmoid_in_kernel`).
 
     o, final = kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens=cu, safe_gate=True)
     o, pool = kda_decode(q1, k1, v1, g1, beta1, A_log, dt_bias, pool, idx, safe_gate=True)
