@@ -19,7 +19,7 @@ def compile_job(job: dict, progress=None) -> dict:
     t0 = time.perf_counter()
     if progress:
         progress("compile")
-    from cake_ir.compiler import compile_ir
+    from cake_ir.compiler import compile_ir, resource_summary
     from cake_ir.io import load
 
     rec = {"job_id": job.get("job_id"), "candidate": job.get("name", "?"), "task": job.get("task", "?"),
@@ -33,8 +33,11 @@ def compile_job(job: dict, progress=None) -> dict:
     res = compile_ir(kernel, verify_first=bool(job.get("verify", False)))
     keep = [d for d in res.diagnostics if d.severity in ("error", "warning")]
     rec["diagnostics"] = [d.model_dump(exclude_none=True) for d in keep][:20]
-    rec["compile"] = {**_resources(getattr(res, "kernels", [res])), "arch": res.arch, "cached": res.cached,
-                      "seconds": res.seconds}
+    r = resource_summary(res)
+    rec["compile"] = {"arch": res.arch, "registers": r["registers"],
+                      "spill_bytes": r["spill_store_bytes"] + r["spill_load_bytes"], "stack_bytes": r["stack_bytes"],
+                      "smem_bytes": r["smem_bytes"], "cached": res.cached, "seconds": res.seconds,
+                      "kernel_name": r["kernel_name"]}
     if res.ok:
         rec["status"] = "ok"
         if job.get("sass_cost"):
@@ -46,16 +49,6 @@ def compile_job(job: dict, progress=None) -> dict:
                    node=errs[0].node if errs else None)
     rec["wall_s"] = time.perf_counter() - t0
     return rec
-
-
-def _resources(results) -> dict:
-    """Resource report of one CompileResult, or combined over a Program's kernels (max / sum)."""
-    res = [r.resources for r in results]
-    return {"registers": max((r.get("registers") for r in res if r.get("registers") is not None), default=None),
-            "spill_bytes": sum(r.get("spill_store_bytes", 0) + r.get("spill_load_bytes", 0) for r in res),
-            "stack_bytes": sum(r.get("stack_bytes", 0) for r in res),
-            "smem_bytes": max((r.smem_bytes for r in results), default=0),
-            "kernel_name": results[0].kernel_name if len(results) == 1 else "+".join(r.kernel_name or "?" for r in results)}
 
 
 def _sass_cost(kernel, want: dict, compiled) -> dict:

@@ -202,85 +202,53 @@ def cmd_compile(args) -> int:
         if args.arch not in ARCHES:
             _err(f"unknown --arch {args.arch!r}; one of {', '.join(ARCHES)}")
             return EXIT_INPUT
-    if isinstance(kernel, Program):
-        return _compile_program(args, kernel)
     try:
-        from .compiler import compile_kernel
-        res = compile_kernel(kernel, arch=args.arch, emit=args.emit, use_cache=not args.no_cache)
+        from .compiler import compile_ir, compiled_parts
+        res = compile_ir(kernel, arch=args.arch, emit=args.emit, use_cache=not args.no_cache)
     except ImportError as e:
         _internal("the lowering is not available", e)
     except Exception as e:  # noqa: BLE001 - compile_kernel should report, never raise
-        _internal("compile_kernel raised", e)
-    output = None
-    if res.ok:
-        if args.emit == "cuda":
-            if args.output:
-                output = args.output
-                Path(output).write_text(res.cuda_source or "")
-            elif not args.json:
-                sys.stdout.write(res.cuda_source or "")
-        else:
-            output = args.output or (Path(args.file).stem + ".cubin")
-            Path(output).write_bytes(res.cubin or b"")
-    if args.json:
-        doc = {"ok": res.ok, "file": args.file, "arch": res.arch, "emit": args.emit, "kernel_name": res.kernel_name,
-               "output": output, "smem_bytes": res.smem_bytes, "resources": res.resources,
-               "signature": res.signature, "cached": res.cached, "seconds": res.seconds,
-               "diagnostics": [_ddict(d) for d in res.diagnostics]}
-        if args.emit == "cuda" and res.ok and not args.output:
-            doc["cuda_source"] = res.cuda_source
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        report = sys.stderr if (args.emit == "cuda" and not args.output and res.ok) else sys.stdout
-        if res.diagnostics:
-            print(_show_diags(kernel, res.diagnostics, f"{args.file}: {_count(res.diagnostics)}"), file=report)
-        if res.ok and output:
-            extra = ""
-            if res.resources:
-                extra = "; " + ", ".join(f"{k} {v}" for k, v in res.resources.items())
-            print(f"{args.file}: wrote {output} ({res.arch}, kernel {res.kernel_name}, smem {res.smem_bytes} B{extra})",
-                  file=report)
-    if res.ok:
-        return EXIT_OK
-    return EXIT_DIAG
-
-
-def _compile_program(args, program) -> int:
-    """compile for a Program: one CUDA source section / cubin file per kernel."""
-    try:
-        from .compiler import compile_program
-        res = compile_program(program, arch=args.arch, emit=args.emit, use_cache=not args.no_cache)
-    except Exception as e:  # noqa: BLE001 - compile_program should report, never raise
-        _internal("compile_program raised", e)
+        _internal("compile raised", e)
+    program = isinstance(kernel, Program)
+    parts = compiled_parts(res)
     outputs, source = [], None
     if res.ok:
-        if args.emit == "cuda":
-            source = "".join(f"// ---- /kernels/{i}: {k.name}\n{r.cuda_source or ''}\n"
-                             for i, (k, r) in enumerate(zip(program.kernels, res.kernels)))
+        if args.emit == "cuda":        # a Program: its kernels' sources one after another
+            source = ("".join(f"// ---- /kernels/{i}: {k.name}\n{r.cuda_source or ''}\n"
+                              for i, (k, r) in enumerate(zip(kernel.kernels, parts)))
+                      if program else res.cuda_source or "")
             if args.output:
                 outputs.append(args.output)
                 Path(args.output).write_text(source)
             elif not args.json:
                 sys.stdout.write(source)
-        else:
+        else:                          # a Program: one STEM.KERNEL.cubin per kernel
             stem = args.output.removesuffix(".cubin") if args.output else Path(args.file).stem
-            for k, r in zip(program.kernels, res.kernels):
-                outputs.append(f"{stem}.{k.name}.cubin")
-                Path(outputs[-1]).write_bytes(r.cubin or b"")
+            names = [f"{stem}.{k.name}.cubin" for k in kernel.kernels] if program else [
+                args.output or stem + ".cubin"]
+            for out, r in zip(names, parts):
+                outputs.append(out)
+                Path(out).write_bytes(r.cubin or b"")
     if args.json:
-        doc = {"ok": res.ok, "file": args.file, "arch": res.arch, "emit": args.emit, "outputs": outputs,
-               "cached": res.cached, "seconds": res.seconds, "diagnostics": [_ddict(d) for d in res.diagnostics],
-               "kernels": [{"kernel_name": r.kernel_name, "smem_bytes": r.smem_bytes, "resources": r.resources,
-                            "signature": r.signature} for r in res.kernels]}
+        doc = {"ok": res.ok, "file": args.file, "arch": res.arch, "emit": args.emit, "cached": res.cached,
+               "seconds": res.seconds, "diagnostics": [_ddict(d) for d in res.diagnostics]}
+        about = [{"kernel_name": r.kernel_name, "smem_bytes": r.smem_bytes, "resources": r.resources,
+                  "signature": r.signature} for r in parts]
+        if program:
+            doc.update(outputs=outputs, kernels=about)
+        else:
+            doc.update(output=outputs[0] if outputs else None, **about[0])
         if source is not None and not args.output:
             doc["cuda_source"] = source
         print(json.dumps(doc, indent=2, default=str))
     else:
         report = sys.stderr if (source is not None and not args.output) else sys.stdout
         if res.diagnostics:
-            print(_show_diags(program, res.diagnostics, f"{args.file}: {_count(res.diagnostics)}"), file=report)
-        for out, r in zip(outputs if args.emit == "cubin" else [], res.kernels):
-            print(f"{args.file}: wrote {out} ({res.arch}, kernel {r.kernel_name}, smem {r.smem_bytes} B)", file=report)
+            print(_show_diags(kernel, res.diagnostics, f"{args.file}: {_count(res.diagnostics)}"), file=report)
+        for out, r in zip(outputs, parts):
+            extra = "; " + ", ".join(f"{k} {v}" for k, v in r.resources.items()) if r.resources else ""
+            print(f"{args.file}: wrote {out} ({res.arch}, kernel {r.kernel_name}, smem {r.smem_bytes} B{extra})",
+                  file=report)
     return EXIT_OK if res.ok else EXIT_DIAG
 
 
@@ -373,12 +341,8 @@ def cmd_cost(args) -> int:
 
 def cmd_sass(args) -> int:
     from .compiler import with_arch
-    from .nodes import Program
     kernel = _load_or_fail(args.file, args.json)
-    if isinstance(kernel, Program):
-        res = _verify(with_arch(kernel, args.arch))
-    else:
-        res = _verify(kernel.model_copy(update={"arch": args.arch}) if args.arch else kernel)
+    res = _verify(with_arch(kernel, args.arch))
     if not res.ok:
         print(_show_diags(kernel, res.diagnostics, f"{args.file}: {_count(res.diagnostics)} (not compiled)"))
         return EXIT_DIAG

@@ -38,8 +38,7 @@ def compile_kernel(kernel: Kernel, arch: Optional[str] = None, emit: str = "cubi
     from .verifier import verify
 
     t0 = time.perf_counter()
-    if arch and arch != kernel.arch:
-        kernel = kernel.model_copy(update={"arch": arch})
+    kernel = with_arch(kernel, arch)
     res = verify(kernel) if verify_first else None
     t1 = time.perf_counter()
     out = CompileResult(ok=False, arch=kernel.arch)
@@ -88,12 +87,15 @@ class ProgramCompileResult:
         return bool(self.kernels) and all(k.cached for k in self.kernels)
 
 
-def with_arch(program: Program, arch: Optional[str]) -> Program:
-    """The program retargeted to `arch`, every kernel with it (None: unchanged)."""
-    if not arch or (arch == program.arch and all(k.arch == arch for k in program.kernels)):
-        return program
-    return program.model_copy(update={"arch": arch, "kernels": [k.model_copy(update={"arch": arch})
-                                                                for k in program.kernels]})
+def with_arch(node: Union[Kernel, Program], arch: Optional[str]) -> Union[Kernel, Program]:
+    """The kernel or program retargeted to `arch` (a program's every kernel too; None: unchanged)."""
+    if not arch:
+        return node
+    if isinstance(node, Program):
+        if arch == node.arch and all(k.arch == arch for k in node.kernels):
+            return node
+        return node.model_copy(update={"arch": arch, "kernels": [with_arch(k, arch) for k in node.kernels]})
+    return node if node.arch == arch else node.model_copy(update={"arch": arch})
 
 
 def compile_program(program: Program, arch: Optional[str] = None, emit: str = "cubin",
@@ -116,13 +118,30 @@ def compile_program(program: Program, arch: Optional[str] = None, emit: str = "c
         # verified above (warnings already reported): each kernel only expands, lowers and compiles
         r = compile_kernel(k, emit=emit, verify_first=False, use_cache=use_cache)
         out.kernels.append(r)
-        out.diagnostics.extend(prefix_diagnostic(d, f"/kernels/{i}") for d in r.diagnostics)
+        out.diagnostics.extend(prefix_diagnostic(d, i) for d in r.diagnostics)
         for stage, sec in r.seconds.items():
             out.seconds[stage] = out.seconds.get(stage, 0.0) + sec
         if not r.ok:
             return out   # a kernel that does not compile: the program cannot run; stop spending NVRTC time
     out.ok = True
     return out
+
+
+def compiled_parts(res) -> list[CompileResult]:
+    """The per-kernel results inside a compile result: [res] for a kernel, a program's kernels."""
+    return res.kernels if isinstance(res, ProgramCompileResult) else [res]
+
+
+def resource_summary(res) -> dict:
+    """ptxas resources of a compile result, combined over a Program's kernels: registers and shared
+    memory the largest (the kernels never co-reside), spills and stack summed, the kernel names."""
+    parts = compiled_parts(res)
+    regs = [p.resources["registers"] for p in parts if p.resources.get("registers") is not None]
+    return {"registers": max(regs, default=None), "smem_bytes": max((p.smem_bytes for p in parts), default=0),
+            "spill_store_bytes": sum(p.resources.get("spill_store_bytes", 0) for p in parts),
+            "spill_load_bytes": sum(p.resources.get("spill_load_bytes", 0) for p in parts),
+            "stack_bytes": sum(p.resources.get("stack_bytes", 0) for p in parts),
+            "kernel_name": "+".join(p.kernel_name or "?" for p in parts)}
 
 
 def compile_ir(node: Union[Kernel, Program], **kw):

@@ -684,6 +684,8 @@ def estimate_program(program, shapes: Optional[Mapping[str, int]] = None,
     terms and bytes add up; shared memory is the largest kernel's (they never co-reside)."""
     from dataclasses import replace
 
+    from .walk import program_path
+
     reps = []
     for i, k in enumerate(program.kernels):
         pre = f"/kernels/{i}"
@@ -692,9 +694,7 @@ def estimate_program(program, shapes: Optional[Mapping[str, int]] = None,
     slow = max(range(len(reps)), key=lambda i: reps[i].seconds)
     top = reps[slow]
 
-    def at(i, path):
-        return f"/kernels/{i}{path if path not in (None, '/') else ''}" if path is not None else None
-
+    at = program_path
     rep = CostReport(kernel=program.name, arch=program.arch, spec=top.spec, kernels=reps)
     rep.seconds = sum(r.seconds for r in reps)
     rep.terms = {t: sum(r.terms.get(t, 0.0) for r in reps) for t in TERMS}

@@ -177,18 +177,19 @@ def _lines(node) -> list[Line]:
         out.append(Line(f"/workspace/{i}", 1, f"workspace {w.name}: {w.dtype} [{', '.join(_e(d) for d in w.shape)}]"
                         + _suffix(w), parents=(0,)))
     for i, k in enumerate(node.kernels):
-        _kernel_lines(k, out, f"/kernels/{i}", 1, (0,))
+        _kernel_lines(k, out, i, 1, (0,))
     return out
 
 
-def _kernel_lines(kernel, out: Optional[list[Line]] = None, prefix: str = "", base: int = 0,
+def _kernel_lines(kernel, out: Optional[list[Line]] = None, index: Optional[int] = None, base: int = 0,
                   above: tuple = ()) -> list[Line]:
-    """The kernel's lines appended to `out`, paths under `prefix` (a program's `/kernels/i`) and
-    indented `base` levels below the `above` lines."""
+    """The kernel's lines appended to `out`: with `index`, kernel `index` of a program (paths under
+    `/kernels/{index}`, indented `base` levels below the `above` lines)."""
+    from .walk import program_path
     out = [] if out is None else out
 
     def add(path, depth, text, parents=()):
-        path = prefix + path if prefix and path != "/" else (prefix or path)
+        path = path if index is None else program_path(index, path)
         out.append(Line(path, depth + base, text, parents=tuple(above) + tuple(parents)))
         return len(out) - 1
 

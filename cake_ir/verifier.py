@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Optional, Union
 from . import arch as _arch
 from .diagnostics import Diagnostic, sort_key
 from .nodes import Kernel, Program
-from .walk import Site, resolve, statements
+from .walk import Site, program_path, resolve, statements
 
 SEVERITY = {"E": "error", "W": "warning", "N": "note"}
 
@@ -130,12 +130,18 @@ class Context:
 
     def report(self, node: str, message: str, *, legal=None, fix=None, related=(), severity=None,
                code=None, origin=None) -> Diagnostic:
-        code = code or self.rule.code
-        target = resolve(self.kernel, node)
-        node_id = getattr(target, "id", None) if target is not None else None
-        return Diagnostic(code=code, severity=severity or SEVERITY.get(code[:1], "error"), node=node,
-                          node_id=node_id, related=list(related), message=message, legal=legal, fix=fix,
-                          origin=origin)
+        return _diagnostic(self.kernel, code or self.rule.code, node, message, legal, fix, related, severity,
+                           origin)
+
+
+def _diagnostic(root, code: str, node: str, message: str, legal, fix, related, severity,
+                origin=None) -> Diagnostic:
+    """A rule's diagnostic at `node` of `root` (a Kernel, or a Program for program rules), with the
+    node's author id and the code's default severity."""
+    target = resolve(root, node)
+    return Diagnostic(code=code, severity=severity or SEVERITY.get(code[:1], "error"), node=node,
+                      node_id=getattr(target, "id", None) if target is not None else None,
+                      related=list(related), message=message, legal=legal, fix=fix, origin=origin)
 
 
 @dataclass
@@ -159,11 +165,7 @@ class ProgramContext:
 
     def report(self, node: str, message: str, *, legal=None, fix=None, related=(), severity=None,
                code=None) -> Diagnostic:
-        code = code or self.rule.code
-        target = resolve(self.program, node)
-        return Diagnostic(code=code, severity=severity or SEVERITY.get(code[:1], "error"), node=node,
-                          node_id=getattr(target, "id", None) if target is not None else None,
-                          related=list(related), message=message, legal=legal, fix=fix)
+        return _diagnostic(self.program, code or self.rule.code, node, message, legal, fix, related, severity)
 
 
 @dataclass
@@ -184,11 +186,11 @@ class ProgramVerifyResult:
         return [r.expanded for r in self.kernels]
 
 
-def prefix_diagnostic(d: Diagnostic, prefix: str) -> Diagnostic:
-    """A kernel's diagnostic re-pointed into a program document (`prefix` = "/kernels/1"): its node,
-    related paths, origin and JSON-patch paths."""
+def prefix_diagnostic(d: Diagnostic, i: int) -> Diagnostic:
+    """Kernel i's diagnostic re-pointed into its program document: node, related paths, origin and
+    JSON-patch paths under `/kernels/{i}`."""
     def p(path):
-        return prefix + (path if path not in ("", "/") else "") if isinstance(path, str) else path
+        return program_path(i, path) if isinstance(path, str) else path
     fix = [{k: (p(v) if k in ("path", "from") else v) for k, v in op.items()} for op in d.fix] if d.fix else d.fix
     return d.model_copy(update={"node": p(d.node), "related": [p(r) for r in d.related],
                                 "origin": p(d.origin) if d.origin else d.origin, "fix": fix})
@@ -211,7 +213,7 @@ def verify_program(program: Program, rules: Optional[Iterable[Rule]] = None) -> 
     for i, k in enumerate(program.kernels):
         res = _verify_kernel(k, kernel_rules)
         out.kernels.append(res)
-        diags.extend(prefix_diagnostic(d, f"/kernels/{i}") for d in res.diagnostics)
+        diags.extend(prefix_diagnostic(d, i) for d in res.diagnostics)
     for rule in (r for r in rules if r.stage == "program"):
         ctx = ProgramContext(program, rule)
         try:

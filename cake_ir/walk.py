@@ -67,6 +67,13 @@ def role_statements(kernel: Kernel, ri: int) -> Iterator[Site]:
     yield from _walk_body(role.body, f"/roles/{ri}/body", role, ri, (), (), (), (), None)
 
 
+def program_path(i: int, path: Optional[str]) -> Optional[str]:
+    """A path in kernel i of a Program: the kernel's own path under `/kernels/{i}` (None stays None)."""
+    if path is None:
+        return None
+    return f"/kernels/{i}" + ("" if path in ("", "/") else path)
+
+
 def resolve(doc, path: str):
     """Follow a JSON pointer into a model or plain JSON; returns None if it does not resolve."""
     cur = doc

@@ -111,54 +111,34 @@ def compile_candidate(candidate, device_arch: str, verify: bool = True, use_cach
     return out
 
 
-def _compile_ir(kernel, device_arch: str, verify: bool) -> Compiled:
-    from cake_ir.nodes import Program
-    if isinstance(kernel, Program):
-        return _compile_program(kernel, device_arch, verify)
-    from cake_ir.compiler import compile_kernel
-    arch = target_arch(kernel.arch, device_arch)
+def _compile_ir(node, device_arch: str, verify: bool) -> Compiled:
+    """A Kernel or a Program compiled for the device; for a Program, info combines the kernels'
+    resources (compiler.resource_summary) and lists each kernel's."""
+    from cake_ir.compiler import ProgramCompileResult, compile_ir, compiled_parts, resource_summary, with_arch
+    arch = target_arch(node.arch, device_arch)
     if arch is None:
-        return Compiled(False, kernel.name, kernel=kernel, error_class="arch_mismatch", diagnostics=[{
+        return Compiled(False, node.name, kernel=node, error_class="arch_mismatch", diagnostics=[{
             "code": "E-EVAL-ARCH", "severity": "error", "node": "/arch",
-            "message": f"a {kernel.arch} program cannot run on this {device_arch} device"}])
+            "message": f"a {node.arch} program cannot run on this {device_arch} device"}])
     try:
-        res = compile_kernel(kernel, arch=arch, verify_first=verify)
+        res = compile_ir(node, arch=arch, verify_first=verify)
     except OSError:  # two workers racing on the on-disk cubin cache: compile without it
-        res = compile_kernel(kernel, arch=arch, verify_first=verify, use_cache=False)
+        res = compile_ir(node, arch=arch, verify_first=verify, use_cache=False)
     diags = [d.model_dump() for d in res.diagnostics]
-    info = {"arch": arch, "registers": res.resources.get("registers"), "smem_bytes": res.smem_bytes,
-            "spill_bytes": res.resources.get("spill_store_bytes", 0), "cached": res.cached,
-            "seconds": res.seconds}
-    if not res.ok:
-        return Compiled(False, kernel.name, kernel=kernel, diagnostics=diags, info=info, error_class="compile_error")
-    k = kernel.model_copy(update={"arch": arch}) if arch != kernel.arch else kernel
-    return Compiled(True, kernel.name, spec_from_kernel(k, res), diags, kernel, info)
 
-
-def _compile_program(program, device_arch: str, verify: bool) -> Compiled:
-    """A Program: every kernel compiled for the device (as _compile_ir does for one kernel); info sums
-    or maxes the kernels' resources (registers and shared memory: max, spills: sum) and lists each."""
-    from cake_ir.compiler import compile_program, with_arch
-    arch = target_arch(program.arch, device_arch)
-    if arch is None:
-        return Compiled(False, program.name, kernel=program, error_class="arch_mismatch", diagnostics=[{
-            "code": "E-EVAL-ARCH", "severity": "error", "node": "/arch",
-            "message": f"a {program.arch} program cannot run on this {device_arch} device"}])
-    try:
-        res = compile_program(program, arch=arch, verify_first=verify)
-    except OSError:  # a race on the on-disk cache (see _compile_ir)
-        res = compile_program(program, arch=arch, verify_first=verify, use_cache=False)
-    diags = [d.model_dump() for d in res.diagnostics]
-    per = [{"name": k.name, "registers": r.resources.get("registers"), "smem_bytes": r.smem_bytes,
-            "spill_bytes": r.resources.get("spill_store_bytes", 0), "cached": r.cached, "seconds": r.seconds}
-           for k, r in zip(program.kernels, res.kernels)]
-    info = {"arch": arch, "registers": max((p["registers"] or 0 for p in per), default=None),
-            "smem_bytes": max((p["smem_bytes"] for p in per), default=0),
-            "spill_bytes": sum(p["spill_bytes"] for p in per), "cached": res.cached, "seconds": res.seconds,
-            "kernels": per}
+    def info_of(r) -> dict:
+        s = resource_summary(r)
+        return {"registers": s["registers"], "smem_bytes": s["smem_bytes"], "spill_bytes": s["spill_store_bytes"],
+                "cached": r.cached, "seconds": r.seconds}
+    info = {"arch": arch, **info_of(res)}
+    program = isinstance(res, ProgramCompileResult)
+    if program:
+        info["kernels"] = [{"name": k.name, **info_of(r)} for k, r in zip(node.kernels, compiled_parts(res))]
     if not res.ok:
-        return Compiled(False, program.name, kernel=program, diagnostics=diags, info=info, error_class="compile_error")
-    return Compiled(True, program.name, spec_from_program(with_arch(program, arch), res), diags, program, info)
+        return Compiled(False, node.name, kernel=node, diagnostics=diags, info=info, error_class="compile_error")
+    target = with_arch(node, arch)
+    spec = spec_from_program(target, res) if program else spec_from_kernel(target, res)
+    return Compiled(True, node.name, spec, diags, node, info)
 
 
 def _compile_cuda(c: CudaCandidate, device_arch: str) -> Compiled:

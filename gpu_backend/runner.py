@@ -283,17 +283,49 @@ def spec_from_program(program, result) -> ProgramSpec:
     return ProgramSpec(program.name, launches, ws)
 
 
+class WorkspacePool:
+    """A Program's workspace buffers: one flat byte buffer per name, grown (x2, or to fit) when a larger
+    shape needs more and otherwise reused, so a serving loop over many sequence lengths holds ~2x its
+    largest workspace, not one buffer per shape. Not zeroed (the first kernel using a workspace writes
+    it). Outgrown buffers are kept until `free`: launches prepared earlier (cakelib caches them) may
+    still point into them."""
+
+    def __init__(self, workspace: list[tuple[str, TensorDecl]]):
+        self.decls = dict(workspace)
+        self.buffers: dict[str, Any] = {}
+        self.retired: list = []
+
+    def get(self, shapes: Mapping[str, list[int]]) -> dict[str, tuple]:
+        """(device pointer, shape) per workspace name for these shapes (allocating or growing)."""
+        from .memory import SIZE, DeviceArray
+        out = {}
+        for name, shape in shapes.items():
+            need = max(1, math.prod(shape)) * SIZE[self.decls[name].dtype]
+            buf = self.buffers.get(name)
+            if buf is None or buf.nbytes < need:
+                if buf is not None:
+                    self.retired.append(buf)
+                grown = 2 * buf.nbytes if buf is not None else 0
+                buf = self.buffers[name] = DeviceArray.alloc((max(need, grown),), "u8")
+            out[name] = (buf.ptr, list(shape))
+        return out
+
+    def free(self) -> None:
+        for w in list(self.buffers.values()) + self.retired:
+            w.free()
+        self.buffers, self.retired = {}, []
+
+
 class CompiledProgram:
-    """A loaded Program, used like a CompiledKernel: `prepare(tensors, scalars)` allocates the
-    workspace (once per distinct shape, kept until `unload`, so a timing loop or a re-prepare for the
-    same shape allocates nothing; not zeroed: the first kernel using it writes it) and prepares every
-    kernel; `launch_prepared` launches them in order on one stream (stream order makes a kernel's
-    writes visible to the next).
+    """A loaded Program, used like a CompiledKernel: `prepare(tensors, scalars)` takes the workspace
+    from its WorkspacePool and prepares every kernel; `launch_prepared` launches them in order on one
+    stream (stream order makes a kernel's writes visible to the next).
 
     `CompiledProgram(spec)` or `CompiledProgram.from_ir(program, program_compile_result)`."""
 
     def __init__(self, spec: ProgramSpec, device: int = 0):
         self.spec, self.device = spec, device
+        self.pool = WorkspacePool(spec.workspace)
         self.kernels: list[CompiledKernel] = []
         try:
             for ls in spec.launches:
@@ -301,12 +333,6 @@ class CompiledProgram:
         except Exception:
             self.unload()
             raise
-        # name -> a flat byte buffer, grown (x2) when a larger shape needs more and otherwise reused, so a
-        # serving loop over many sequence lengths holds ~2x its largest workspace, not one per shape.
-        # Outgrown buffers are kept until unload: launches prepared earlier (cakelib caches them) may
-        # still point into them.
-        self._workspace: dict[str, Any] = {}
-        self._retired: list = []
 
     @classmethod
     def from_ir(cls, program, result, device: int = 0) -> "CompiledProgram":
@@ -317,29 +343,13 @@ class CompiledProgram:
     def env(self, scalars: Mapping[str, Any]) -> dict:
         return self.spec.env(scalars)
 
-    def workspace(self, scalars: Mapping[str, Any]) -> dict[str, tuple]:
-        """The workspace for these scalar values as (device pointer, shape) per name (allocated or grown
-        on first need)."""
-        from .memory import SIZE, DeviceArray
-        out = {}
-        for (name, decl), shape in zip(self.spec.workspace, self.spec.workspace_shapes(scalars).values()):
-            need = max(1, math.prod(shape)) * SIZE[decl.dtype]
-            buf = self._workspace.get(name)
-            if buf is None or buf.nbytes < need:
-                if buf is not None:
-                    self._retired.append(buf)
-                grown = 2 * buf.nbytes if buf is not None else 0
-                buf = self._workspace[name] = DeviceArray.alloc((max(need, grown),), "u8")
-            out[name] = (buf.ptr, list(shape))
-        return out
-
     def prepare(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any]):
         """(per-kernel prepared launches, workspace buffers): each kernel gets the task's tensors it
         names plus the workspace."""
         problem = self.spec.shape_problem({n: _ptr_shape(t)[1] for n, t in tensors.items()}, scalars)
         if problem:
             raise ShapeMismatch(problem)
-        ws = self.workspace(scalars)
+        ws = self.pool.get(self.spec.workspace_shapes(scalars))
         every = {**tensors, **ws}
         prepared = []
         for ck in self.kernels:
@@ -357,9 +367,7 @@ class CompiledProgram:
         return prepared
 
     def unload(self) -> None:
-        for w in list(getattr(self, "_workspace", {}).values()) + getattr(self, "_retired", []):
-            w.free()
-        self._workspace, self._retired = {}, []
+        self.pool.free()
         for ck in self.kernels:
             ck.unload()
         self.kernels = []

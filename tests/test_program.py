@@ -323,8 +323,8 @@ def test_compiled_program_runs_on_gpu():
                 synchronize()
                 np.testing.assert_allclose(Y.download(), 2 * x + 1, rtol=1e-6)
         # one buffer per workspace name: grown once (256 -> 4096 floats), then reused
-        assert len(prog._workspace) == 1 and len(prog._retired) == 1
-        assert prog._workspace["ws"].nbytes == 4096 * 4
+        assert len(prog.pool.buffers) == 1 and len(prog.pool.retired) == 1
+        assert prog.pool.buffers["ws"].nbytes == 4096 * 4
     finally:
         prog.unload()
 
@@ -360,12 +360,11 @@ def test_cakelib_runtime_loads_a_program():
 
 
 def test_workspace_grows_instead_of_one_buffer_per_shape(monkeypatch):
-    """CompiledProgram.workspace: one buffer per name, grown x2 when a larger shape needs more, reused
-    for smaller ones; outgrown buffers stay allocated until unload (prepared launches may point into
+    """WorkspacePool: one buffer per name, grown x2 (or to fit) when a larger shape needs more, reused
+    for smaller ones; outgrown buffers stay allocated until free (prepared launches may point into
     them). Device allocation is replaced by a recording double: no GPU needed."""
-    from cake_ir.compiler import compile_program
     from gpu_backend import memory
-    from gpu_backend.runner import CompiledProgram, spec_from_program
+    from gpu_backend.runner import TensorDecl, WorkspacePool
 
     allocs, freed = [], []
 
@@ -378,13 +377,10 @@ def test_workspace_grows_instead_of_one_buffer_per_shape(monkeypatch):
             freed.append(self)
 
     monkeypatch.setattr(memory.DeviceArray, "alloc", classmethod(lambda cls, shape, dtype: FakeArray(shape, dtype)))
-    p = two_step()
-    prog = CompiledProgram.__new__(CompiledProgram)          # the kernels are never loaded here
-    prog.spec, prog.device, prog.kernels = spec_from_program(p, compile_program(p, emit="cuda")), 0, []
-    prog._workspace, prog._retired = {}, []
-    seen = [prog.workspace({"N": n})["ws"] for n in (256, 100, 4096, 300, 5000)]
+    pool = WorkspacePool([("ws", TensorDecl("f32", ["N"]))])
+    seen = [pool.get({"ws": [n]})["ws"] for n in (256, 100, 4096, 300, 5000)]
     assert [s[1] for s in seen] == [[256], [100], [4096], [300], [5000]]     # each launch's own shape
     assert [a.nbytes for a in allocs] == [1024, 16384, 32768]                # grown twice, x2 or to fit
     assert seen[0][0] == seen[1][0] and seen[2][0] == seen[3][0] != seen[0][0]
-    prog.unload()
+    pool.free()
     assert sorted(id(a) for a in freed) == sorted(id(a) for a in allocs)

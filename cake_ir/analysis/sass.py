@@ -146,10 +146,11 @@ def sass_profile(kernel, arch: Optional[str] = None, nvdisasm: Optional[str] = N
 
 def _program_profile(program, arch, nvdisasm, lowered) -> SassProfile:
     from dataclasses import replace
+
+    from ..walk import program_path
     per = [sass_profile(k, arch, nvdisasm, lowered.kernels[i] if lowered is not None and i < len(lowered.kernels)
                         else None) for i, k in enumerate(program.kernels)]
-    nodes = [replace(n, path=f"/kernels/{i}{n.path if n.path != '/' else ''}") for i, p in enumerate(per)
-             for n in p.nodes]
+    nodes = [replace(n, path=program_path(i, n.path)) for i, p in enumerate(per) for n in p.nodes]
     by_role = {f"{p.kernel}/{r}": c for p in per for r, c in p.by_role.items()}
     return SassProfile(program.name, arch or program.arch, sum(p.total for p in per),
                        sorted(nodes, key=lambda x: -x.count), by_role)
