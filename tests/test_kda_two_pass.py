@@ -41,6 +41,8 @@ def test_two_pass_verifies_and_compiles(kw):
 def test_two_pass_rejects_points_it_does_not_build():
     with pytest.raises(ValueError, match="prepare warps"):
         _program(vs=32, warps=3)
+    with pytest.raises(ValueError, match="stages"):
+        _program(vs=32, stages=5)
     with pytest.raises(ValueError, match="multiples of 8"):
         _program(vs=32, consumers=8)
 

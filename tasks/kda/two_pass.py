@@ -68,7 +68,11 @@ def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: in
     """Why a two-pass point does not build, or None."""
     if warps not in (1, 2, 4):
         return f"prepare warps per CTA must be 1, 2 or 4, not {warps}"
-    return point_problem(vs, True, stages, consumers)   # the recurrence keeps no per-gate buffers
+    if not 1 <= stages <= 4:
+        return f"stages (chunks in flight in the recurrence) must be 1 .. 4, not {stages}"
+    # the V-slice and consumer split rules are the single kernel's; the recurrence keeps no per-gate
+    # buffers, so the softplus gate may take vs 128 too
+    return point_problem(vs, True, stages, consumers)
 
 
 def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WARPS):
