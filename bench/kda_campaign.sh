@@ -7,11 +7,14 @@
 # to $OUT.
 #   bash bench/kda_campaign.sh [shapes] [bench deadline s]
 set -u
-export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
-M=${KDA_CAMPAIGN_MINUTES:-2.5}
+# every candidate is timed on the class's 7 bench shapes (T up to 32768): their inputs and float64
+# references take ~20 GB, so the worker's cache must hold them all or each profile job rebuilds them
+export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake} CAKE_BENCH_CACHE_GB=${CAKE_BENCH_CACHE_GB:-48}
+M=${KDA_CAMPAIGN_MINUTES:-5}
+N=${KDA_CAMPAIGN_CANDIDATES:-8}
 run() {   # gate class [GPU]
-  CUDA_VISIBLE_DEVICES=${2:-0} python3 -m agent.run --task kda --shape SAFE=$1 --budget-minutes $M \
-    --max-candidates 6 --deadline 300 --plain --no-vectors --run-id kda-safe$1-h200 > $OUT/campaign-safe$1.log 2>&1
+  CUDA_VISIBLE_DEVICES=${2:-0} timeout ${KDA_CAMPAIGN_TIMEOUT:-545} python3 -m agent.run --task kda --shape SAFE=$1 --budget-minutes $M \
+    --max-candidates $N --deadline 300 --plain --no-vectors --run-id kda-safe$1-h200 > $OUT/campaign-safe$1.log 2>&1
   cp .cake/reports/kda-safe$1-h200.html $OUT/ 2>/dev/null
 }
 if [ -z "${1:-}" ]; then
