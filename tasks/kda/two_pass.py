@@ -143,26 +143,35 @@ def kda_recurrence(arch: str = "sm_80", vs: int = 32, safe: bool = True, stages:
     kb.prologue.sync("syncthreads")
     with kb.role("load", warps=(0, 1)) as r:
         sequence_lets(r, "VS")
-        r.let("sb", "(bos + n * C) / C")
-        with r.for_("c", 0, "nc", id="load"):
-            r.let("s", "c % P")
-            r.let("t0", "bos + c * C")
-            r.let("srow", "(sb + c) * HV + hv")
-            r.let("row", "srow * C")
-            with r.if_("c >= P"):                 # the consumers are done with this slot's last chunk
-                r.mbar_wait(bar("empty", "s"), "(c / P - 1) % 2")
-            for n in OUTPUTS:
-                rows, cols, _ = OUTPUTS[n]
-                src = tile("wsDec", ["srow", 0], [1, K]) if n == "Dec" else tile("ws" + n, ["row", 0], [C, cols])
-                r.copy("cp_async", src, tile("s" + n, slot="s"), oob="zfill", vec_bytes=16, scope="warp")
-            r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"), oob="zfill",
-                   vec_bytes=16, scope="warp")
-            r.sync("cp_async_commit")
-            r.sync("cp_async_wait", n=0)
-            r.mbar_arrive(bar("full", "s"))
+        load_slots(r, vs, stages)
     with kb.role("cons", warps=(1, NC)) as r:
         consume(r, vs, NC, stages)
     return kb.build()
+
+
+def load_slots(r, vs: int, P: int, first: str = "0", count: str = "nc", with_v: bool = True) -> None:
+    """The loader warp: chunks first .. first + count - 1 of the sequence, in order, each from its
+    workspace slot (and v's V-slice unless `with_v` is False) into stage i % P (i counts from 0), waiting
+    `empty` before reusing a stage and arriving on `full` when the stage is in."""
+    r.let("sb", "(bos + n * C) / C")
+    with r.for_("i", 0, count, id="load"):
+        r.let("c", f"{first} + i" if first != "0" else "i")
+        r.let("s", "i % P")
+        r.let("t0", "bos + c * C")
+        r.let("srow", "(sb + c) * HV + hv")
+        r.let("row", "srow * C")
+        with r.if_("i >= P"):                 # the consumers are done with this stage's last chunk
+            r.mbar_wait(bar("empty", "s"), "(i / P - 1) % 2")
+        for n in OUTPUTS:
+            rows, cols, _ = OUTPUTS[n]
+            src = tile("wsDec", ["srow", 0], [1, K]) if n == "Dec" else tile("ws" + n, ["row", 0], [C, cols])
+            r.copy("cp_async", src, tile("s" + n, slot="s"), oob="zfill", vec_bytes=16, scope="warp")
+        if with_v:
+            r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"), oob="zfill",
+                   vec_bytes=16, scope="warp")
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.mbar_arrive(bar("full", "s"))
 
 
 def kda_two_pass(arch: str = "sm_80", vs: int = 32, safe: bool = True, warps: int = PREPARE_WARPS,
