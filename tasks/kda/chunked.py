@@ -257,15 +257,14 @@ def prepare_chunk(r, safe: bool, out) -> None:
         out.store(r, "W", "L", 0, C, qq * 16, 16)
 
 
-def consume(r, vs: int, NC: int, P: int) -> None:
-    """A consumer warp's whole sequence: the initial state, then per chunk (in order) U = A' V,
-    Vn = U - W S, O = QG S + Aqk Vn (stored), S = Diag(e^{G_C}) S + KD^T Vn from slot c % P (waiting
-    `full`, releasing `empty`), then the final state."""
-    cwn = vs // NC
-    sequence_lets(r, "VS")
-    r.let("cw", f"role_warp * {cwn}")
-    kv_tile = (["n", "hv", 0, "c0 + cw"], [1, 1, K, cwn])
-    vk_tile = (["n", "hv", "c0 + cw", 0], [1, 1, cwn, K])
+def state_tiles(cwn: int) -> tuple:
+    """A consumer warp's state columns c0 + cw .. + cwn in h0 / ht, per layout: [K, V] and [V, K]."""
+    return (["n", "hv", 0, "c0 + cw"], [1, 1, K, cwn]), (["n", "hv", "c0 + cw", 0], [1, 1, cwn, K])
+
+
+def load_initial_state(r, cwn: int) -> None:
+    """S <- h0 (either layout) of this sequence's state columns, or 0 without an initial state."""
+    kv_tile, vk_tile = state_tiles(cwn)
     with r.if_("H0 == 1"):
         with r.if_("VK == 1"):
             r.ldg(tile("h0", *vk_tile), tile("S"), trans=True, vec_bytes=4, id="load_h0_vk")
@@ -273,44 +272,71 @@ def consume(r, vs: int, NC: int, P: int) -> None:
             r.ldg(tile("h0", *kv_tile), tile("S"), vec_bytes=4, id="load_h0")
     with r.else_():
         r.fill("S", 0.0)
-    with r.for_("c", 0, "nc", id="consume"):
-        r.let("s", "c % P")
+
+
+def store_final_state(r, cwn: int) -> None:
+    kv_tile, vk_tile = state_tiles(cwn)
+    with r.if_("VK == 1"):
+        r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
+    with r.else_():
+        r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
+
+
+def consume(r, vs: int, NC: int, P: int, lets: bool = True, first: str = "0", count: str = "nc",
+            init=load_initial_state, u_expr: Optional[str] = None, store_o: bool = True,
+            final=store_final_state) -> None:
+    """A consumer warp's chunks first .. first + count - 1 of its sequence (default: the whole sequence):
+    `init` the state, then per chunk (in order) U = A' V, Vn = U - W S, O = QG S + Aqk Vn (stored unless
+    `store_o` is False), S = Diag(e^{G_C}) S + KD^T Vn from stage i % P (waiting `full`, releasing
+    `empty`), then `final`. `u_expr` rewrites U (the segment programs zero it for their M columns).
+    With `lets` the CTA's sequence and V-slice come from sequence_lets; else the caller has set them."""
+    cwn = vs // NC
+    if lets:
+        sequence_lets(r, "VS")
+    r.let("cw", f"role_warp * {cwn}")
+    init(r, cwn)
+    with r.for_("i", 0, count, id="consume"):
+        r.let("c", f"{first} + i" if first != "0" else "i")
+        r.let("s", "i % P")
         r.let("t0", "bos + c * C")
         r.sts(tile("S"), tile("sS", [0, "cw"], [K, cwn]), vec_bytes=4)
         r.sync("syncwarp")
-        r.mbar_wait(bar("full", "s"), "(c / P) % 2")
-        # U = A' V (this warp's 8 columns)
+        r.mbar_wait(bar("full", "s"), "(i / P) % 2")
+        # U = A' V (this warp's columns)
         r.ldmatrix(tile("sAinv", slot="s"), tile("ca"))
         r.ldmatrix(tile("sV", [0, 0, "cw"], [C, 1, cwn], slot="s"), tile("cb"), trans=True)
         r.fill("U", 0.0)
         r.mma_sync(tile("ca"), tile("cb"), tile("U"))
+        if u_expr:
+            r.map("U", u_expr)
         # Vn = U - W S;  O = QG S + Aqk Vn
         r.fill("Vn", 0.0)
-        r.fill("Oa", 0.0)
+        if store_o:
+            r.fill("Oa", 0.0)
         for kk in range(K // 16):
             r.ldmatrix(tile("sS", [kk * 16, "cw"], [16, cwn]), tile("cb"), trans=True)
             r.ldmatrix(tile("sW", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
             r.mma_sync(tile("ca"), tile("cb"), tile("Vn"))
-            r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
-            r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
+            if store_o:
+                r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
+                r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
         r.map("Vn", "U - Vn")
         r.sts(tile("Vn"), tile("sVn", [0, "cw"], [C, cwn]), vec_bytes=4)
         r.sync("syncwarp")
-        r.ldmatrix(tile("sAqk", slot="s"), tile("ca"))
+        if store_o:
+            r.ldmatrix(tile("sAqk", slot="s"), tile("ca"))
         r.ldmatrix(tile("sVn", [0, "cw"], [C, cwn]), tile("cb"), trans=True)
-        r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
-        r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [C, 1, cwn]), oob="mask", vec_bytes=4,
-              row_limit="eos", id="store_o")
+        if store_o:
+            r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
+            r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [C, 1, cwn]), oob="mask", vec_bytes=4,
+                  row_limit="eos", id="store_o")
         # S = Diag(e^{G_C}) S + KD^T Vn
         r.lds(tile("sDec", slot="s"), tile("dec"), vec_bytes=4)
         r.map("S", "S * dec")
         r.ldmatrix(tile("sKD", slot="s"), tile("cT"), trans=True)
         r.mma_sync(tile("cT"), tile("cb"), tile("S"), id="state_update")
         r.mbar_arrive(bar("empty", "s"))
-    with r.if_("VK == 1"):
-        r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
-    with r.else_():
-        r.stg(tile("S"), tile("ht", *kv_tile), vec_bytes=4, id="store_ht")
+    final(r, cwn)
 
 
 _ROWS_3D = ("wQ", "wK", "wG", "wX", "wXq")   # [C, 1, K] buffers (cp.async targets); the rest are [C, K]

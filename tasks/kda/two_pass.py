@@ -123,14 +123,29 @@ STAGES = 2            # two chunks in flight: the recurrence waits on nothing el
 
 def kda_recurrence(arch: str = "sm_80", vs: int = 32, safe: bool = True, stages: int = STAGES, consumers: int = 4):
     """The recurrence kernel (module docstring): a loader warp and chunked.consume's consumers."""
-    NC = consumers
     gate = "safe" if safe else "softplus"
-    kb = KernelBuilder(f"kda_recur16_vs{vs}_{gate}_p{stages}c{NC}", arch=arch, grid=["HV", "N", V // vs],
-                       threads=32 * (1 + NC),
-                       note=f"chunked KDA prefill, pass 2: the state recurrence over prepared chunks ({gate} gate)")
+
+    def load(r):
+        sequence_lets(r, "VS")
+        load_slots(r, vs, stages)
+
+    return recurrence_kernel(f"kda_recur16_vs{vs}_{gate}_p{stages}c{consumers}", ["HV", "N", V // vs],
+                             f"chunked KDA prefill, pass 2: the state recurrence over prepared chunks ({gate} gate)",
+                             arch, vs, safe, stages, consumers, load, lambda r: consume(r, vs, consumers, stages))
+
+
+def recurrence_kernel(name: str, grid: list, note: str, arch: str, vs: int, safe: bool, stages: int,
+                      consumers: int, load, cons, extra=None):
+    """A kernel of one loader warp (`load(r)`) and `consumers` consumer warps (`cons(r)`) over the
+    prepared-chunk workspace: the task's interface, the workspace (read), the stages and their `full` /
+    `empty` barriers; `extra(kb)` declares what else a variant needs (segment programs)."""
+    NC = consumers
+    kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * (1 + NC), note=note)
     kb.const(K=K, V=V, C=C, VS=vs, P=stages)
     prefill_interface(kb, safe=safe)
     _ws_params(kb, "read")
+    if extra:
+        extra(kb)
     slot_buffers(kb, vs, stages)
     consumer_buffers(kb, vs, NC)
     kb.mbarrier("full", arrivals=32, count=stages)
@@ -142,10 +157,9 @@ def kda_recurrence(arch: str = "sm_80", vs: int = 32, safe: bool = True, stages:
     kb.prologue.fence("mbarrier_init")
     kb.prologue.sync("syncthreads")
     with kb.role("load", warps=(0, 1)) as r:
-        sequence_lets(r, "VS")
-        load_slots(r, vs, stages)
+        load(r)
     with kb.role("cons", warps=(1, NC)) as r:
-        consume(r, vs, NC, stages)
+        cons(r)
     return kb.build()
 
 
