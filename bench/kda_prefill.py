@@ -85,7 +85,8 @@ def main() -> int:
     ap.add_argument("--splits", default="", help="extra chunked points, producers x consumers (e.g. 2x2,3x4), "
                                                    "at every V-slice where they build")
     ap.add_argument("--two-pass", default="32x1x3x4,32x2x4x4,32x1x2x4,64x1x3x4,64x1x2x4,128x1x2x8",
-                    help="two-pass points (tasks/kda/two_pass.py), vs x prepare warps x stages x consumers; "
+                    help="two-pass points (tasks/kda/two_pass.py), vs x prepare warps x stages x consumers [x segment "
+                         "chunks: the sequence-parallel form, tasks/kda/seq_parallel.py]; "
                          "the first also times its prepare kernel alone (part_, not a candidate)")
     ap.add_argument("--no-baselines", action="store_true", help="CAKE kernels only (a quick check; no speedups)")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
@@ -121,11 +122,11 @@ def main() -> int:
                 irs["cake_" + ir.name.removeprefix("kda_")] = ir      # cake_chunk16_ws_vs64_softplus_p2c2
     from tasks.kda.two_pass import kda_two_pass, two_pass_problem
     for i, pt in enumerate(filter(None, args.two_pass.split(","))):
-        vs, w, st, nc = (int(v) for v in pt.split("x"))
+        vs, w, st, nc, seg = ([int(v) for v in pt.split("x")] + [0])[:5]
         for safe in (True, False):
-            if two_pass_problem(vs, safe, w, st, nc):
+            if two_pass_problem(vs, safe, w, st, nc, seg):
                 continue
-            prog = kda_two_pass(arch="sm_90a", vs=vs, safe=safe, warps=w, stages=st, consumers=nc)
+            prog = kda_two_pass(arch="sm_90a", vs=vs, safe=safe, warps=w, stages=st, consumers=nc, segments=seg)
             irs["cake_" + prog.name.removeprefix("kda_")] = prog
             if i == 0:          # pass 1 alone: the recurrence's share is the difference
                 irs["part_" + prog.kernels[0].name.removeprefix("kda_")] = prog.model_copy(
@@ -157,7 +158,7 @@ def main() -> int:
         scal = task.scalars(shape)
         impls = {}
         for name, (ck, _r) in kernels.items():
-            if (name.startswith(("cake_chunk16", "cake_two_pass", "part_"))
+            if (name.startswith(("cake_chunk16", "cake_two_pass", "cake_seq_parallel", "part_"))
                     and ("softplus" in name) == bool(shape["SAFE"])):
                 continue                       # one gate form per chunked kernel (its SAFE fact)
             o = torch.full(tuple(ti["v"].shape), float("nan"), dtype=torch.bfloat16, device=dev)
