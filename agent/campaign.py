@@ -1,5 +1,5 @@
 """Running and resuming a campaign: the checkpointed graph, the DB rows, and what is left at the end
-(summary table, library export, HTML report).
+(summary table, library export of the best kernel per timed shape, HTML report).
 
 A run is a LangGraph thread (thread_id = run id) checkpointed by SqliteSaver in
 CAKE_HOME/checkpoints.sqlite with durability "sync" (each node's checkpoint is on disk before the
@@ -139,9 +139,9 @@ def finish(cfg, entry, store, state: dict, spec, progress) -> dict:
     now = datetime.datetime.now(datetime.timezone.utc)
     store.update_run(cfg.run_id, status="finished", stop_reason=state.get("stop"), finished_at=now,
                      best_hash=(state.get("best") or {}).get("hash"), summary=_summary(state))
-    lib = library.export_best(entry, store, state, cfg, C.library_root())
+    lib = library.export_best(entry, store, state, cfg, C.library_root(), spec=spec)
     rpath = C.reports_dir() / f"{cfg.run_id}.html"
-    report.write_report(rpath, cfg=cfg, entry=entry, state=state, store=store, spec=spec)
+    report.write_report(rpath, cfg=cfg, entry=entry, state=state, store=store, spec=spec, library=lib)
     cands = store.candidates(cfg.run_id)
     evs = store.evaluations(cfg.run_id)
     comp = {(e.candidate_id, "compile"): (e.metrics or {}) for e in evs if e.stage == "compile"}
@@ -155,8 +155,8 @@ def finish(cfg, entry, store, state: dict, spec, progress) -> dict:
     if cfg.dry_run:
         lines.insert(2, "   DRY RUN: times are cost-model predictions (unmeasured)")
     lines.append(report.text_table(rows) if rows else "   (no candidate passed)")
-    lines += ["", f"   library: {lib.get('path', '-')} ({lib.get('reason')})" + ("" if lib.get("written") else " [not written]"),
-              f"   report:  {rpath}", f"   resume:  python -m agent.run --resume {cfg.run_id}", ""]
+    lines += [""] + ["   " + ln for ln in report.library_lines(lib, cfg.dry_run)]
+    lines += [f"   report:  {rpath}", f"   resume:  python -m agent.run --resume {cfg.run_id}", ""]
     progress.final("\n".join(lines))
     return {"run_id": cfg.run_id, "state": state, "library": lib, "report": str(rpath), "rows": rows}
 

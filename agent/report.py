@@ -1,6 +1,7 @@
 """A self-contained HTML report of a run (inline SVG, no external assets): best speedup over time,
 the stage funnel, candidates against the roofline, the best kernel's IR (printer output) and the
-diagnostics history. Written to CAKE_HOME/reports/<run>.html; also the plain-text summary table.
+diagnostics history, and the library entries the run wrote or kept (best kernel per timed shape).
+Written to CAKE_HOME/reports/<run>.html; also the plain-text summary table and library lines.
 """
 from __future__ import annotations
 
@@ -146,7 +147,69 @@ def text_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def write_report(path, *, cfg, entry, state: dict, store, spec) -> str:
+def shape_labels(shapes: list[dict]) -> list[str]:
+    """Short names for shapes side by side: only the fields that differ between them (all fields for
+    a single shape), in the shape key's format (K1_K2...)."""
+    if len(shapes) < 2:
+        return ["_".join(f"{k}{v}" for k, v in s.items()) for s in shapes]
+    keys = [k for k in shapes[0] if len({str(s.get(k)) for s in shapes}) > 1]
+    keys += [k for s in shapes for k in s if k not in shapes[0] and k not in keys]
+    return ["_".join(f"{k}{s.get(k)}" for k in keys) or "_".join(f"{k}{v}" for k, v in s.items()) for s in shapes]
+
+
+def _outcome(e: dict) -> str:
+    if e.get("status") == "written":
+        return f"written ({e.get('reason')})"
+    if e.get("status") == "kept":
+        if e.get("library_ms") is not None and str(e.get("reason", "")).startswith("the library entry is as fast"):
+            return f"kept (the library's {e['library_ms']:.3f} ms is as fast or faster)"
+        return f"kept ({e.get('reason')})"
+    return f"not written ({e.get('reason')})"
+
+
+def library_lines(lib: dict, dry_run: bool = False) -> list[str]:
+    """The end-of-run library lines: a headline (entries written / kept, the folder), then one line
+    per written or kept entry (shape, kernel, ms, outcome; * marks the run's own shape), then the
+    errors, and the shapes that got no entry in one line."""
+    entries = lib.get("entries") or []
+    nw, nk = lib.get("n_written", 0), lib.get("n_kept", 0)
+    head = (f"library: {nw} entr{'y' if nw == 1 else 'ies'} written, {nk} kept in {lib.get('dir', '-')}"
+            + (" (dry run: cost-model prediction, unmeasured)" if dry_run else "")
+            + (" (* the run's own shape)" if len(entries) > 1 else ""))
+    shown = [e for e in entries if e.get("status") in ("written", "kept", "error")]
+    labels = dict(zip((id(e) for e in entries), shape_labels([e["shape"] for e in entries])))
+    cells = [(("*" if e.get("timed") and len(entries) > 1 else "") + labels[id(e)],
+              f"{e.get('name') or '-'} {(e.get('hash') or '')[:8]}".rstrip(),
+              (f"{e['ms']:.3f} ms" + ("" if e.get("measured") else " (predicted)")) if e.get("ms") is not None else "-",
+              _outcome(e)) for e in shown]
+    widths = [max((len(c[i]) for c in cells), default=0) for i in range(3)]
+    out = [head] + ["  " + "  ".join(v.ljust(w) for v, w in zip(c[:3], widths)) + "  " + c[3] for c in cells]
+    none = [e for e in entries if e.get("status") == "none"]
+    if none:
+        why = sorted({str(e.get("reason")) for e in none})
+        out.append(f"  no entry for {', '.join(labels[id(e)] for e in none)}: {'; '.join(why)}")
+    return out
+
+
+def library_table(lib: Optional[dict]) -> str:
+    """HTML: the best kernel per timed shape and what became of its library entry."""
+    entries = (lib or {}).get("entries") or []
+    if not entries:
+        return "<p>no library export</p>"
+    rows = "".join(
+        f"<tr class=\"{'best' if e.get('timed') else ''}\"><td><code>{_esc(e['key'])}</code>"
+        f"{' (the run&#39;s shape)' if e.get('timed') else ''}</td>"
+        f"<td>{_esc(e.get('name') or '-')} <code>{_esc((e.get('hash') or '')[:10])}</code></td>"
+        f"<td>{_esc('%.4f' % e['ms'] if e.get('ms') is not None else '-')}"
+        f"{'' if e.get('measured') or e.get('ms') is None else ' (predicted)'}</td>"
+        f"<td>{_esc(_outcome(e))}</td></tr>" for e in entries)
+    return (f"<p>Folder <code>{_esc(lib.get('dir', '-'))}</code>: {lib.get('n_written', 0)} written, "
+            f"{lib.get('n_kept', 0)} kept. Other shapes than the run's are judged by the candidates' medians "
+            f"at that shape; no baseline was timed there.</p>"
+            f"<table><tr><th>shape key</th><th>best kernel</th><th>ms</th><th>library entry</th></tr>{rows}</table>")
+
+
+def write_report(path, *, cfg, entry, state: dict, store, spec, library: Optional[dict] = None) -> str:
     from cake_ir.io import load
     from cake_ir.printer import format_kernel
 
@@ -227,6 +290,7 @@ tr.best{{background:#fff3d6}} pre{{background:#f7f7f7;padding:10px;overflow:auto
 <h2>Stage funnel</h2>{funnel_chart(state.get('funnel') or {}, cfg.dry_run)}
 <h2>Candidates against the roofline</h2>{roofline_chart(points, peak, spec.hbm_bw, measured)}
 <h2>Top candidates</h2><table><tr><th>#</th><th>hash</th><th>strategy</th><th>tactic</th><th>params</th><th>time</th><th>measured</th><th>regs</th><th>smem B</th></tr>{table}</table>
+<h2>Library: best kernel per timed shape</h2>{library_table(library)}
 <h2>Strategies</h2><table><tr><th>strategy</th><th>evaluated</th><th>ok</th><th>improved</th><th>best</th><th>plateau</th><th>state</th><th>tokens</th></tr>{strat}</table>
 <h3>Events</h3><ul>{events or '<li>none</li>'}</ul>
 <h3>Shared notes (conclusions)</h3><ul>{notes or '<li>none</li>'}</ul>

@@ -3,8 +3,8 @@
 # once per gate form (shape class: SAFE=0, then SAFE=1) on GPU 0, from the seed programs; meanwhile
 # GPU 1 times the prefill bench shapes named in $1 (bench/kda_prefill.py, two-pass kernels and fla).
 # Without $1 the two campaigns run side by side, SAFE=0 on GPU 0 and SAFE=1 on GPU 1.
-# Reports, logs, the library entries (one tarball: at most 8 files come back) and the bench JSON go
-# to $OUT.
+# Reports, logs, the library entries (one per timed shape and class; one tarball: at most 8 files come
+# back) and the bench JSON go to $OUT. Exit 0 when every campaign printed its end-of-run summary.
 #   bash bench/kda_campaign.sh [shapes] [bench deadline s]
 set -u
 # every candidate is timed on the class's 7 bench shapes (T up to 32768): their inputs and float64
@@ -26,5 +26,11 @@ else
 fi
 wait
 tar czf $OUT/kda-library.tgz tasks/kda/library 2>/dev/null
-for f in $OUT/campaign-safe0.log $OUT/campaign-safe1.log; do tail -14 $f; done
-grep -h "^ *[0-9].*|" $OUT/g1/prefill.log 2>/dev/null
+ran=0   # each campaign's end-of-run summary (from "== run": best, top candidates, library entries per shape)
+for f in $OUT/campaign-safe0.log $OUT/campaign-safe1.log; do
+  if grep -q "^== run " $f 2>/dev/null; then sed -n '/^== run /,$p' $f; else echo "no summary in $f:"; tail -14 $f 2>/dev/null; ran=1; fi
+done
+if [ -f $OUT/g1/prefill.log ]; then grep -h "^ *[0-9].*|" $OUT/g1/prefill.log || true; fi   # only with $1 (bench on GPU 1)
+echo "library files packed in $OUT/kda-library.tgz:"
+ls tasks/kda/library 2>/dev/null || echo "(no tasks/kda/library)"
+exit $ran

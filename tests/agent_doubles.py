@@ -3,7 +3,8 @@
 `fake_eval(job, progress)` stands in for gpu_backend.evaluate.run_job / the baseline hook: it checks
 the candidate loads as CAKE IR, fails about one candidate in five at the test stage (wrong_result, as
 a real test would report it), and reports a deterministic fake timing derived from the cost model
-(1.3x its prediction). Baseline jobs get a fixed 1.0 ms. Nothing here is a measurement.
+(1.3x its prediction) at each of the job's bench shapes (the run's timed shapes, as the real worker
+does). Baseline jobs get a fixed 1.0 ms. Nothing here is a measurement.
 """
 import os
 import zlib
@@ -34,9 +35,9 @@ def fake_eval(job, progress=None):
     if not job.get("profile", True):
         return {**rec, "status": "ok", "stage": "test", "max_rel_rmse": 0.002}
     entry = get(job["task"])
-    shape = entry.bench_shape
-    pred = estimate(kernel, shape).seconds
-    ms = pred * 1.3e3
-    return {**rec, "status": "ok", "stage": "profile", "max_rel_rmse": 0.002,
-            "timings": [{"shape": shape, "ms_min": ms * 0.98, "ms_median": ms, "ms_max": ms * 1.05, "reps": 5,
-                         "warmup": 1, "tflops": entry.task.flops(shape) / (ms * 1e-3) / 1e12}]}
+    timings = []
+    for shape in job.get("bench_shapes") or [entry.bench_shape]:
+        ms = estimate(kernel, shape).seconds * 1.3e3
+        timings.append({"shape": shape, "ms_min": ms * 0.98, "ms_median": ms, "ms_max": ms * 1.05, "reps": 5,
+                        "warmup": 1, "tflops": entry.task.flops(shape) / (ms * 1e-3) / 1e12})
+    return {**rec, "status": "ok", "stage": "profile", "max_rel_rmse": 0.002, "timings": timings}

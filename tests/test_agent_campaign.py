@@ -2,6 +2,7 @@
 directory with its own CAKE_HOME and library, so nothing is written into the repository):
 
 - the offline dry run of the issue (gemm, 30 candidates): DB rows, HTML report, library entry;
+- a library entry per timed shape (kmeans, two bench shapes, worker double);
 - the GPU path (test and profile through the worker pool) with a worker test double standing in for
   the GPU (tests/agent_doubles.py: fake timings, clearly not measurements);
 - kill -9 in the middle of a node and at a random point, then --resume: no evaluated candidate lost
@@ -93,8 +94,36 @@ def test_gpu_path_with_a_worker_double(tmp_path):
     assert summary["baseline"]["torch.softmax"]["ms"] == 1.0
     meta = json.loads((tmp_path / "lib" / "softmax" / "library" / "M16384.meta.json").read_text())
     assert meta["measured"] is True and meta["device"] == "FakeGPU" and meta["speedups"]["torch.softmax"] > 0
+    assert "library: 1 entry written, 0 kept in " in p.stdout and "\n     M16384  " in p.stdout
     html = (tmp_path / "home" / "reports" / "gpu1.html").read_text()
     assert "Dry run" not in html and "(measured)" in html
+
+
+def test_gpu_path_exports_the_best_kernel_per_timed_shape(tmp_path):
+    """kmeans times both its bench shapes: the worker double reports a timing per shape, and the run
+    writes one library entry per shape (the run's own shape: the run's best, with baseline speedups;
+    the other: the fastest candidate there, no baseline speedups), listed in the final summary."""
+    env = _env(tmp_path, CAKE_EVAL_JOB_FN="agent_doubles:fake_eval")
+    p = _agent(tmp_path, "--task", "kmeans", "--gpus", "0", "--max-candidates", "4", "--plain", "--no-vectors",
+               "--run-id", "shapes1", env=env)
+    assert "library: 2 entries written, 0 kept in " in p.stdout, p.stdout[-3000:]
+    assert "*B32_N16384_K100" in p.stdout and "\n     B8_N65536_K128 " in p.stdout
+    lib = tmp_path / "lib" / "kmeans" / "library"
+    own = json.loads((lib / "B32_N16384_K100.meta.json").read_text())
+    other = json.loads((lib / "B8_N65536_K128.meta.json").read_text())
+    con = _db(tmp_path)
+    summary = json.loads(con.execute("select summary from runs where id='shapes1'").fetchone()[0])
+    assert own["hash"] == summary["best"]["hash"] and own["speedups"]
+    assert other["shape"] == {"B": 8, "N": 65536, "K": 128} and other["measured"] is True
+    assert other["speedups"] is None and other["run_shape_key"] == "B32_N16384_K100"
+    # the other shape's entry is the fastest passing candidate at that shape, by its own median there
+    ms = []
+    for status, timings, h in con.execute("select e.status, e.timings, c.hash from evaluations e join candidates c "
+                                          "on e.candidate_id = c.id where c.run_id = 'shapes1' and e.stage = 'profile'"):
+        ms += [(t["ms_median"], h) for t in json.loads(timings) if status == "ok" and t["shape"] == other["shape"]]
+    assert other["ms_median"] == min(ms)[0] and other["hash"] in {h for m, h in ms if m == min(ms)[0]}
+    html = (tmp_path / "home" / "reports" / "shapes1.html").read_text()
+    assert "Library: best kernel per timed shape" in html and "B8_N65536_K128" in html
 
 
 def _snapshot(tmp: Path, run: str):
