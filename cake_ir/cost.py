@@ -4,7 +4,7 @@
 and at which node. It is meant to rank candidates and explain them, not to replace measurement.
 
 What it counts (per CTA, for a representative CTA in the middle of the grid):
-  * global bytes of every copy / ldg / stg, by mechanism (tma, cp_async, ldg, stg, sync), times the
+  * global bytes of every copy / ldg / stg, by mechanism (tma, bulk, cp_async, ldg, stg, sync), times the
     number of scope groups executing the statement and the trip counts of its enclosing loops
     (symbolic loop bounds and grid sizes are evaluated with `shapes`);
   * tensor FLOPs: 2*M*N*K per mma_sync / wgmma tile (K = the operand slab the statement covers);
@@ -159,7 +159,7 @@ class NodeCost:
     path: str
     kind: str                      # op, or op.kind for copies ("copy.tma_load")
     count: float = 0.0             # executions per CTA (scope groups x loop trips)
-    mechanism: Optional[str] = None  # tma / cp_async / ldg / stg / sync for global traffic
+    mechanism: Optional[str] = None  # tma / bulk / cp_async / ldg / stg / sync for global traffic
     tensor: Optional[str] = None   # global tensor it reads or writes
     bytes: float = 0.0             # global bytes
     smem_bytes: float = 0.0
@@ -739,7 +739,7 @@ def _sane(spec: ArchSpec, arch: str) -> tuple[ArchSpec, list[str]]:
 
 
 def _estimate(m: _Model, rep: CostReport) -> None:
-    from .analysis.tiles import resolve_tile
+    from .analysis.tiles import bulk_rows, resolve_tile, threads_in_scope
     from .dtypes import SIZE
     from .nodes import (Access, Copy, Fill, For, If, LastCta, Let, Map, MmaSync, RedAdd, Reduce, Scan, ScatterAdd,
                         TopK, TopKMerge, Wgmma)
@@ -809,6 +809,18 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                     raw.gbytes = tile_bytes * n
                     raw.mechanism = "tma"
                     raw.warp_instrs += 2 * n
+                elif st.kind == "bulk_load":
+                    # one cp.async.bulk per tile row (or one for a tile whose rows are one run:
+                    # tiles.bulk_rows), dealt round-robin to the scope's threads: a warp issues
+                    # ceil(copies / scope threads) rounds of (address + copy); the bulk-copy engine writes
+                    # shared memory (no LSU traffic, as for TMA)
+                    plan = bulk_rows(k, st.src, st.dst)
+                    copies = plan.copies if plan else elems / max(1, (other.shape or gtile.shape or (1,))[-1])
+                    T = threads_in_scope(st.scope, role_threads, cta_threads)
+                    g = scope_work(st.scope, math.ceil(copies / T) * 2.0 * T)
+                    raw.count = g
+                    raw.gbytes = (plan.total_bytes if plan else tile_bytes) * g
+                    raw.mechanism = "bulk"
                 else:
                     chunks = tile_bytes / st.vec_bytes
                     per = 2.0 if st.kind == "cp_async" else 3.0   # address + copy (+ the st.shared for sync)
@@ -817,7 +829,7 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                     raw.gbytes = tile_bytes * g
                     raw.smem_bytes = elems * nbytes(other.dtype) * g
                     raw.mechanism = "cp_async" if st.kind == "cp_async" else "sync"
-                if st.kind in ("tma_load", "cp_async", "sync"):
+                if st.kind in ("tma_load", "bulk_load", "cp_async", "sync"):
                     load_sites.append((site, raw, ex))
             elif isinstance(st, Access):
                 src, dst = resolve_tile(k, st.src), resolve_tile(k, st.dst)
@@ -1231,8 +1243,8 @@ def _latency_streams(m: _Model, load_sites) -> list[LatencyStream]:
         role_name = k.roles[ri].name if ri is not None else None
         loop = resolve(k, loop_path) if loop_path else None
         st0 = site0.node
-        if isinstance(st0, Copy) and st0.kind == "tma_load":
-            mech = "tma"
+        if isinstance(st0, Copy) and st0.kind in ("tma_load", "bulk_load"):
+            mech = "tma"     # the bulk copy is the TMA engine's non-tensor form: its latency, its barrier
         elif isinstance(st0, Copy) and st0.kind == "cp_async":
             mech = "cp_async"
         else:

@@ -237,10 +237,16 @@ class Copy(Node):
     tma_store: smem -> global(tma param), one thread issues; tma_store_commit/wait track it.
     cp_async: global -> smem, `scope` threads cooperate in chunks of `vec_bytes`.
     sync: global -> smem through registers, `scope` threads cooperate.
+    bulk_load (sm_90a): global (any tensor param, no tensor map) -> row_major smem with the non-tensor
+      bulk copy `cp.async.bulk...mbarrier::complete_tx::bytes`: one copy per tile row (the last dim's
+      contiguous run; a padded smem pitch is fine), rows dealt round-robin to the `scope` threads; the
+      rows complete on `barrier` as transaction bytes (announce them with mbar_expect_tx). Every row is
+      a multiple of 16 bytes at 16-byte aligned addresses; there is no predication (`oob` none, the
+      tile provably in bounds). `vec_bytes` is unused.
     """
 
     op: Literal["copy"] = "copy"
-    kind: Literal["tma_load", "tma_store", "cp_async", "sync"]
+    kind: Literal["tma_load", "tma_store", "cp_async", "sync", "bulk_load"]
     src: TileRef
     dst: TileRef
     barrier: Optional[BarRef] = None

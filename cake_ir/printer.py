@@ -115,6 +115,8 @@ def stmt_text(st, kernel=None) -> str:
             extra += f"  bar {_bar(st.barrier)}"
         if st.kind in ("cp_async", "sync"):
             extra += f"  vec {st.vec_bytes}B  scope {st.scope}"
+        elif st.kind == "bulk_load":
+            extra += f"  scope {st.scope}"
         if st.oob != "none":
             extra += f"  oob {st.oob}"
         return f"copy.{st.kind} {t(st.dst)} <- {t(st.src)}{extra}"

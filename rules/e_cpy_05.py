@@ -1,6 +1,6 @@
 """E-CPY-05: the operands of a data movement disagree in memory space, shape, type or layout.
 
-- copy: tma_load / cp_async / sync move global -> smem, tma_store smem -> global; ldg global -> reg,
+- copy: tma_load / cp_async / sync / bulk_load move global -> smem, tma_store smem -> global; ldg global -> reg,
   stg reg -> global, lds smem -> reg, sts reg -> smem, ldmatrix smem -> reg.
 - Both tiles of a copy or access have the same shape (leading size-1 dims ignored, and any size-1 dim
   between smem and register tiles; an accumulator's
@@ -27,6 +27,7 @@ TITLE = "operand space, shape, dtype and layout agreement"
 STAGE = "expanded"
 
 SPACES = {"tma_load": ("global", "smem"), "tma_store": ("smem", "global"), "cp_async": ("global", "smem"),
+          "bulk_load": ("global", "smem"),
           "sync": ("global", "smem"), "ldg": ("global", "reg"), "stg": ("reg", "global"), "lds": ("smem", "reg"),
           "sts": ("reg", "smem"), "ldmatrix": ("smem", "reg")}
 

@@ -3,9 +3,11 @@
 What: for each mbarrier index and phase (one iteration of the loop that indexes it), the bytes
 announced by `mbar_expect_tx` must equal the sum of the boxes of the `tma_load` copies that signal the
 same barrier index in the same iteration (box = the copy's src tile shape, else the tensor map box,
-times the element size; copies inside deeper constant loops count once per iteration). A `tma_load`
-whose phase has no `mbar_expect_tx` at all is reported too. `legal` is the byte count the copies
-deliver; the fix rewrites `bytes`.
+times the element size; copies inside deeper constant loops count once per iteration), plus the rows
+of the `bulk_load` copies that signal it (the rows the executing threads issue: row r goes to the
+thread with index r % scope threads in the copy's scope). A `tma_load` / `bulk_load` whose phase has
+no `mbar_expect_tx` at all is reported too. `legal` is the byte count the copies deliver; the fix
+rewrites `bytes`.
 
 What goes wrong on hardware: the phase completes when the pending arrivals reach zero *and* the
 transaction count returns to zero. Announcing more bytes than arrive leaves the tx-count positive
@@ -34,7 +36,7 @@ def check(ctx):
         n = s.node
         if isinstance(n, MbarExpectTx):
             ref, kind = n.barrier, "expect"
-        elif isinstance(n, Copy) and n.kind == "tma_load" and n.barrier is not None:
+        elif isinstance(n, Copy) and n.kind in ("tma_load", "bulk_load") and n.barrier is not None:
             ref, kind = n.barrier, "copy"
         else:
             continue
@@ -44,7 +46,13 @@ def check(ctx):
         d = sync.phase_loop(s, node)
         key = (ref.name, sync.key_of(node), d, s.role_index, s.loop_paths[d] if d >= 0 else None)
         mult = sync.inner_multiplicity(s, d, k.consts)
-        nbytes = n.bytes if kind == "expect" else sync.tile_bytes_of_tma(k, n)
+        if kind == "expect":
+            nbytes = n.bytes
+        elif n.kind == "bulk_load":
+            m = ks.mask(s)
+            nbytes = None if m is None else sync.bulk_issue_bytes(k, ks.space(s.role_index), m, n)
+        else:
+            nbytes = sync.tile_bytes_of_tma(k, n)
         if mult is None or not nbytes:
             bad.add(key)
             continue
@@ -66,7 +74,7 @@ def check(ctx):
         exp, cps = g["expect"], g["copy"]
         if cps and not exp:
             s0 = cps[0][0]
-            yield ctx.report(s0.path, f"tma_load signals {name}[{s0.node.barrier.index}] but no mbar_expect_tx "
+            yield ctx.report(s0.path, f"{s0.node.kind} signals {name}[{s0.node.barrier.index}] but no mbar_expect_tx "
                              "announces its bytes in that phase: complete_tx drives the tx-count negative and the "
                              "phase completes (or not) at the wrong time",
                              legal=sum(b for _, b, _ in cps), related=[bp] + [s.path for s, _, _ in cps[1:]])
@@ -81,13 +89,13 @@ def check(ctx):
         fix = None
         if len(exp) == 1 and m0 == 1 and want > 0 and not ks.expanded(s0.path):
             fix = [{"op": "replace", "path": s0.path + "/bytes", "value": want}]
-        detail = ", ".join(f"{b} B at {s.path}" for s, b, _ in cps) or "no TMA copy"
+        detail = ", ".join(f"{b} B at {s.path}" for s, b, _ in cps) or "no TMA or bulk copy"
         origin = ""
         if ks.expanded(s0.path):
             origin = (" (this expect_tx comes from pipe_acquire: the stage bytes of the pipeline's buffers; the "
                       "copies must fill every buffer of the stage)")
-        yield ctx.report(s0.path, f"expect_tx announces {have} bytes on {name}[{s0.node.barrier.index}] but the TMA "
-                         f"copies of that phase deliver {want} ({detail}): "
+        yield ctx.report(s0.path, f"expect_tx announces {have} bytes on {name}[{s0.node.barrier.index}] but the TMA / "
+                         f"bulk copies of that phase deliver {want} ({detail}): "
                          + ("the tx-count never returns to zero and the waiter hangs" if have > want else
                             "the phase completes before all bytes landed")
                          + origin,

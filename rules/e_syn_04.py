@@ -89,7 +89,8 @@ def _classify(ks, name):
     votes = set()
     for s in ks.sites:
         n = s.node
-        if isinstance(n, Copy) and n.kind == "tma_load" and n.barrier is not None and n.barrier.name == name:
+        if isinstance(n, Copy) and n.kind in ("tma_load", "bulk_load") and n.barrier is not None and \
+                n.barrier.name == name:
             votes.add("full")
         elif isinstance(n, (CpAsyncArrive, MbarExpectTx)) and n.barrier.name == name:
             votes.add("full")

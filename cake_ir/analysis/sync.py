@@ -51,7 +51,7 @@ from ..nodes import (Access, Block, LastCta, RedAdd, ScatterAdd, TopK, TopKMerge
                      MbarExpectTx, MbarInit, MbarWait, CpAsyncArrive, NamedBarSync, NamedBarrier, PipeOp,
                      Reduce, Scan, ScalarParam, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma, MmaSync)
 from ..walk import Site, statements
-from .tiles import threads_in_scope
+from .tiles import bulk_rows, threads_in_scope
 
 THREAD_NAMES = frozenset({"tid", "lane", "warp", "role_warp", "role_tid", "wg", "wg_tid"})
 STRICT = bool(os.environ.get("CAKE_STRICT"))  # tests of this module re-raise internal errors
@@ -581,6 +581,27 @@ def tile_bytes_of_tma(kernel: Kernel, copy: Copy) -> Optional[int]:
     return int(np.prod(shape)) * SIZE.get(p.dtype, 0)
 
 
+_SCOPE_INDEX = {"warp": "lane", "warpgroup": "wg_tid", "role": "role_tid", "cta": "tid"}
+
+
+def bulk_issue_bytes(kernel: Kernel, sp: "ThreadSpace", mask, copy: Copy) -> Optional[int]:
+    """Bytes that the threads of `mask` (bool array over `sp`) issue in one execution of a bulk_load:
+    its copy r (a tile row, or the whole tile as one run: tiles.bulk_rows) goes to the thread whose
+    index in the copy's scope is r % (scope threads), so a scope group that only partly executes the
+    copy leaves copies (and their tx bytes) out."""
+    plan = bulk_rows(kernel, copy.src, copy.dst)
+    if plan is None:
+        return None
+    rows, row_bytes = plan.copies, plan.copy_bytes
+    n_exec = int(np.count_nonzero(mask))
+    if copy.scope == "thread":
+        return n_exec * rows * row_bytes
+    T = threads_in_scope(copy.scope, sp.n, kernel.launch.threads)
+    t = sp.arr[_SCOPE_INDEX[copy.scope]][mask]
+    per_thread = np.where(t < rows, (rows - 1 - t) // T + 1, 0)
+    return int(per_thread.sum()) * row_bytes
+
+
 def smem_refs(node) -> list[tuple[TileRef, bool]]:
     """(tile ref, is_write) of a statement's operands (smem or not; callers filter)."""
     out = []
@@ -1033,7 +1054,8 @@ class Simulator:
             if t.role_index != s.role_index or self.ks.order[t.path] <= gi or t.path.startswith(g + "/"):
                 continue
             n = t.node
-            if isinstance(n, self._SYNC_OPS) or (isinstance(n, Copy) and n.kind in ("tma_load", "cp_async")) or \
+            if isinstance(n, self._SYNC_OPS) or (isinstance(n, Copy) and n.kind in ("tma_load", "bulk_load",
+                                                                                   "cp_async")) or \
                     (isinstance(n, SimpleSync) and n.op == "syncthreads"):
                 return False
         # the guarded region must not sit inside a loop that runs it again for the other threads
@@ -1482,6 +1504,21 @@ class Simulator:
                     for sub, mb, _ in self._mbars(st.barrier, env, tl, p, mask, path):
                         mb.contrib.append(comp)
                         mb.tx -= nbytes * sub.bit_count()
+                        self._mb_check(mb, path)
+                return
+            if st.kind == "bulk_load":     # like tma_load, the rows dealt over the scope's threads
+                n, cls = self._node(p, mask, path)
+                comp = self.g.add([n], path)
+                a = self._acc(st.dst, True, "tma", n, comp, p, mask, path, env, tl, fld="dst")
+                if a is not None and st.barrier is not None:
+                    a.info["barrier"] = st.barrier.name
+                if st.barrier is not None:
+                    for sub, mb, _ in self._mbars(st.barrier, env, tl, p, mask, path):
+                        nbytes = bulk_issue_bytes(k, p.sp, p.sp.to_arr(sub), st)
+                        if nbytes is None:
+                            raise _Abort()
+                        mb.contrib.append(comp)
+                        mb.tx -= nbytes
                         self._mb_check(mb, path)
                 return
             if st.kind == "tma_store":
@@ -2122,7 +2159,7 @@ class Simulator:
 
     def _who(self, a: Acc) -> str:
         p = self.procs[a.proc]
-        what = {"tma": "TMA load", "tma_store": "TMA store", "cp_async": "cp.async", "wgmma": "wgmma",
+        what = {"tma": "TMA / bulk load", "tma_store": "TMA store", "cp_async": "cp.async", "wgmma": "wgmma",
                 "generic": "write" if a.write else "read"}[a.kind]
         return f"{what} in {p.sp.name()}"
 

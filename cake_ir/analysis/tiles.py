@@ -77,3 +77,68 @@ def per_thread_elems(b: Buffer, role_threads: int, block_threads: int) -> int:
     if b.layout == "blocked":
         return max(1, n // threads_in_scope(b.scope, role_threads, block_threads))
     return n  # row_major reg: a plain per-thread array
+
+
+@dataclass(frozen=True)
+class BulkRows:
+    """How a `bulk_load` copy moves its tile (shared by the lowering, the verifier and the cost model).
+
+    The tile's rows (leading dims folded) are one cp.async.bulk each, or, when the tile covers whole
+    rows of its row_major smem buffer and its rows sit in global memory at a constant stride equal to
+    that buffer's row pitch (a workspace laid out at the smem pitch), one contiguous run: a single
+    copy that also fills the pads between the rows. `copies` x `copy_bytes` is what completes on
+    the barrier as transaction bytes."""
+    rows: int
+    row_bytes: int
+    merged: bool
+    span_bytes: int          # the merged run: (rows - 1) * pitch + row, in bytes
+
+    @property
+    def copies(self) -> int:
+        return 1 if self.merged else self.rows
+
+    @property
+    def copy_bytes(self) -> int:
+        return self.span_bytes if self.merged else self.row_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.copies * self.copy_bytes
+
+
+def bulk_rows(k: Kernel, src_ref: TileRef, dst_ref: TileRef) -> Optional[BulkRows]:
+    """The rows of a bulk_load from `src_ref` (global) into `dst_ref` (smem), or None when the tiles
+    do not resolve to a static shape."""
+    from .. import expr as E
+    from ..passes.plan_smem import row_pitch_elems
+    src, dst = resolve_tile(k, src_ref), resolve_tile(k, dst_ref)
+    b, p = dst.buffer, src.param
+    if b is None or p is None or not dst.shape or b.dtype not in _SIZES:
+        return None
+    shape = dst.shape
+    es = _SIZES[b.dtype]
+    rows = prod(shape[:-1]) if len(shape) > 1 else 1
+    row_bytes = shape[-1] * es
+    pitch = row_pitch_elems(b)
+    merged = False
+    col0 = dst.offset[-1] if dst.offset else 0
+    col0 = col0 if isinstance(col0, int) else E.try_const(E.parse_index(col0), k.consts)
+    if rows > 1 and len(p.shape) == len(shape) and b.layout == "row_major" and shape[-1] == b.shape[-1] \
+            and col0 == 0:
+        lead = [d for d in range(len(shape) - 1) if shape[d] > 1]
+        # one row dim, and the tile's consecutive rows are consecutive rows of the buffer
+        if len(lead) == 1 and all(x == 1 for x in b.shape[lead[0] + 1:-1]):
+            d = lead[0]
+            if p.strides is not None:
+                dims = [p.strides[d]]
+            else:
+                dims = list(p.shape[d + 1:])
+            stride = 1
+            for x in dims:
+                v = x if isinstance(x, int) else E.try_const(E.parse_index(x), k.consts)
+                if not isinstance(v, int) or isinstance(v, bool):
+                    stride = None
+                    break
+                stride *= v
+            merged = stride == pitch
+    return BulkRows(rows, row_bytes, merged, ((rows - 1) * pitch + shape[-1]) * es)

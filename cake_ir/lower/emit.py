@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from .. import expr as E
-from ..analysis.tiles import per_thread_elems, resolve_tile, threads_in_scope
+from ..analysis.tiles import bulk_rows, per_thread_elems, resolve_tile, threads_in_scope
 from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
@@ -443,13 +443,15 @@ class Emitter:
             self.w.line(f"cake::tma_store_{len(coords)}d(&cake_tmap_{p.name}, {self.smem_addr(b, st.src.slot, row, col)}, "
                         f"{', '.join(coords)});", path)
             return
-        # cooperative cp_async / sync: global -> smem
+        # cooperative cp_async / sync / bulk_load: global -> smem
         p, b = src.param, dst.buffer
         if p is None or b is None or b.space != "smem":
             self.fail(path, f"{st.kind} copies a global tensor tile into an smem buffer")
         shape = dst.shape
         if len(src.offset) != len(shape):  # the dst's rows unravel into the src's leading dims
             self.fail(path, f"{st.kind} copies between tiles of equal rank ({len(src.offset)}-d src, {len(shape)}-d dst)")
+        if st.kind == "bulk_load":
+            return self.bulk_load(st, src, dst, p, b, shape, path)
         es = SIZE[b.dtype]
         V = st.vec_bytes // es
         if V < 1 or shape[-1] % V:
@@ -486,6 +488,30 @@ class Emitter:
                    f"*reinterpret_cast<const {vt}*>({p.name} + ({goff}));", path)
         if guard:
             w.close()
+        w.close()
+
+    def bulk_load(self, st: Copy, src, dst, p: TensorParam, b: Buffer, shape, path):
+        """One cp.async.bulk per tile row (the last dim's run), or one for the whole tile when its rows
+        are one run in both memories (analysis.tiles.bulk_rows), dealt round-robin to the scope's
+        threads, each completing its bytes on the barrier."""
+        if st.barrier is None:
+            self.fail(path, "bulk_load needs a barrier (its bytes complete as transactions on it)")
+        if b.layout != "row_major":
+            self.fail(path, f"bulk_load writes plain rows: {b.name!r} is {b.layout}")
+        plan = bulk_rows(self.k, st.src, st.dst)
+        if plan is None or plan.copy_bytes % 16:
+            self.fail(path, f"bulk_load copies are {plan and plan.copy_bytes} bytes, not a multiple of 16")
+        row_bytes, R = plan.copy_bytes, plan.copies
+        T = self.scope_threads(st.scope)
+        t = self.scope_index(st.scope)
+        drow, dcol, _, _ = self.tile_rc(dst, path)
+        goff = self.gaddr(p, self._unravel_rows(src, "cake_r", "0", shape))
+        saddr = self.smem_addr(b, st.dst.slot, f"{drow} + cake_r", dcol)
+        w = self.w
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_r = {t}; cake_r < {R}; cake_r += {T})", path)
+        w.line(f"cake::bulk_load({saddr}, {p.name} + ({goff}), {row_bytes}u, {self.bar_addr(st.barrier, path)});",
+               path)
         w.close()
 
     def _unravel_rows(self, t, r: str, c: str, shape) -> list[str]:

@@ -159,6 +159,12 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap* m, in
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
                :: "r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
+// the non-tensor bulk copy: `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to
+// shared memory, completing as transaction bytes on the mbarrier at `bar` (copy kind bulk_load)
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
 __device__ __forceinline__ void tma_store_1d(const TensorMap* m, unsigned src, int c0) {
   asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];"
                :: "l"(m), "r"(src), "r"(c0) : "memory");
