@@ -14,7 +14,8 @@ from typing import Optional
 
 from .base import Tactic, TacticError, get_tactic
 
-DEFAULT_GROUPS = {"retile": ["bm", "bn", "bk"], "warp_split": ["warps_m", "warps_n"], "pipeline_depth": ["stages"]}
+DEFAULT_GROUPS = {"retile": ["bm", "bn", "bk"], "warp_split": ["warps_m", "warps_n"], "pipeline_depth": ["stages"],
+                  "copy_mechanism": ["copy"]}
 MAX_CHANGED = 2
 
 
@@ -129,5 +130,31 @@ TACTICS = [
         keywords=("latency", "stages", "pipeline", "slots", "smem", "occupancy", "E-RES-01"),
         params_doc="the family's stage parameter (stages, or producers where each producer owns a slot), values "
                    "from the family's search space",
+    ),
+    FamilyTactic(
+        name="sequence_parallel",
+        kind="family",
+        description="Split a long sequential scan (a recurrence over chunks) into segments run in parallel: each "
+                    "segment's affine map of the carried state (transition and zero-start end state) is computed "
+                    "at once, a short pass chains the segments' start states, and the segments then run again "
+                    "from their true starts. About 3x the scan's work over many more CTAs: it pays where few "
+                    "long sequences leave SMs idle or latency-bound.",
+        keywords=("latency", "serial", "recurrence", "scan", "occupancy", "waves", "long sequence", "state passing"),
+        params_doc="the family's segment parameter (chunks per segment, 0 = off), values from the family's "
+                   "search space",
+    ),
+    FamilyTactic(
+        name="copy_mechanism",
+        kind="family",
+        description="Change how a producer (loader) warp built from a seed family moves a stage's tiles into "
+                    "shared memory: cp.async (every lane copies 16-byte chunks, then waits for them before it "
+                    "signals the stage full) or, on sm_90a, the bulk-copy engine (one instruction per tile, "
+                    "completing on the stage's mbarrier as transaction bytes, so the producer never waits for "
+                    "its own copies and issues far fewer instructions). Pays where the producer's issue and "
+                    "wait per stage are on the critical path.",
+        keywords=("copy", "cp.async", "bulk", "TMA", "mbarrier", "transaction bytes", "producer", "latency",
+                  "issue", "loader"),
+        params_doc="the family's copy parameter (copy: cp_async or bulk), values from the family's search space "
+                   "that build on its arch",
     ),
 ]

@@ -2,7 +2,8 @@
 kernel and a recurrence kernel sharing a workspace. On the CPU: it verifies, both kernels compile for
 sm_80 and sm_90a, the workspace slots of packed sequences never collide, the SAFE fact picks the gate.
 On a GPU (marked): checked through the evaluator against the float64 recurrence like the single-kernel
-form (tests/test_kda_chunked.py), on the same shapes."""
+form (tests/test_kda_chunked.py), on the same shapes. The recurrence loader's copy mechanism `bulk`
+(the sm_90a bulk copy, copy kind bulk_load) is refused on sm_80 and checked the same way on the GPU."""
 import random
 
 import pytest
@@ -12,7 +13,9 @@ from cake_ir.compiler import compile_kernel
 from cake_ir.verifier import verify
 
 POINTS = [dict(vs=32, safe=True), dict(vs=32, safe=False), dict(vs=64, safe=True, warps=1),
-          dict(vs=64, safe=False, warps=4, stages=2, consumers=2)]
+          dict(vs=64, safe=False, warps=4, stages=2, consumers=2), dict(vs=128, safe=False, consumers=8),
+          dict(vs=32, safe=True, copy="bulk"), dict(vs=128, safe=False, consumers=8, copy="bulk"),
+          dict(vs=64, safe=True, stages=3, copy="bulk")]
 
 
 def _program(arch="sm_90a", **kw):
@@ -29,6 +32,8 @@ def test_two_pass_verifies_and_compiles(kw):
     assert [w.name for w in prog.workspace] == ["wsQG", "wsKD", "wsW", "wsAqk", "wsAinv", "wsDec"]
     for k in prog.kernels:
         for arch in ("sm_80", "sm_90a"):
+            if arch == "sm_80" and k is rec and kw.get("copy") == "bulk":
+                continue            # sm_90a only (test_bulk_copy_loader_is_refused_on_sm80)
             r = compile_kernel(k, arch=arch)
             assert r.ok, (k.name, arch, [d.short() for d in r.diagnostics if d.severity == "error"])
             # the softplus prepare sits at 255 registers: sm_80's ptxas spills a word or two, sm_90a's none
@@ -114,15 +119,74 @@ def test_two_pass_matches_float64_on_gpu(kw, shape):
 
 
 def test_search_reaches_the_two_pass_axes_through_family_tactics():
-    """The default search (family tactics) moves the two-pass seed along its V-slice, warp split and
-    pipeline depth; IR tactics, which rewrite one kernel, do not apply to a Program."""
+    """The default search (family tactics) moves the two-pass seed along its V-slice, warp split,
+    pipeline depth and sequence-parallel segments; IR tactics, which rewrite one kernel, do not apply to a Program."""
     import tactics as T
     from tasks.registry import get
     g = next(g for g in get("kda").seed_genomes() if g["name"] == "kda_two_pass_safe_sm90a")
     usable = {t.name for t in T.load_tactics() if t.applicable(g) is None}
-    assert usable == {"retile", "warp_split", "pipeline_depth"}
+    assert usable >= {"retile", "warp_split", "pipeline_depth", "sequence_parallel"}
     out = T.get_tactic("retile").apply(g, {"vs": 128})
     assert out["ir"]["name"] == "kda_two_pass_vs128_w1_p2c4" and len(out["ir"]["kernels"]) == 2
     assert out["recipe"]["params"]["vs"] == 128
     with pytest.raises(T.TacticError, match="only family tactics"):
         T.get_tactic("min_blocks").apply(g, {"min_blocks": 2})
+
+
+def test_bulk_copy_loader_is_refused_on_sm80():
+    """The bulk copy is the sm_90a bulk-copy engine's: the builder refuses it for sm_80 with a message
+    naming the archs that have it, and the verifier does too (E-ARCH-05) for a kernel moved to sm_80."""
+    from cake_ir.compiler import with_arch
+    from tasks.kda.two_pass import kda_recurrence, two_pass_problem
+    with pytest.raises(ValueError, match="copy 'bulk' .* needs sm_90a; sm_80 has cp_async only"):
+        _program(arch="sm_80", vs=32, copy="bulk")
+    assert "needs sm_90a" in two_pass_problem(32, True, 1, 2, 4, copy="bulk", arch="sm_80")
+    assert two_pass_problem(32, True, 1, 2, 4, copy="bulk", arch="sm_90a") is None
+    with pytest.raises(ValueError, match="copy mechanism must be one of cp_async, bulk"):
+        _program(vs=32, copy="tma")
+    res = verify(with_arch(kda_recurrence("sm_90a", 32, True, copy="bulk"), "sm_80"))
+    hits = [d for d in res.diagnostics if d.code == "E-ARCH-05"]
+    assert len(hits) == 6 and all(d.legal == ["sm_90a"] and "needs sm_90a" in d.message for d in hits)
+
+
+def test_bulk_copy_loader_counts_its_barrier_and_bytes():
+    """The bulk loader: one expect_tx of the chunk's bytes (six tiles, each one run at the workspace's
+    padded pitch) plus 32 cp_async_arrive for v make the `full` phase (33 arrivals); it never waits for
+    its own copies; the lowered loop issues six bulk copies and keeps cp.async for v only."""
+    from cake_ir.analysis.tiles import bulk_rows
+    from cake_ir.walk import statements
+    from tasks.kda.two_pass import CHUNK_BYTES, kda_recurrence
+    default = _program(vs=32)
+    prog = _program(vs=32, copy="bulk")
+    assert prog.name == "kda_two_pass_vs32_w1_p2c4_bulk" and default.name == "kda_two_pass_vs32_w1_p2c4"
+    assert [k.name for k in prog.kernels] == ["kda_prepare16_safe_w1_pitch136", "kda_recur16_vs32_safe_p2c4_bulk"]
+    assert prog.workspace_tensor("wsQG").shape[1] == 136 and default.workspace_tensor("wsQG").shape[1] == 128
+    rec = prog.kernels[1]
+    assert rec.barrier("full").arrivals == 33 and default.kernels[1].barrier("full").arrivals == 32
+    loader = [s.node for s in statements(rec) if s.role is not None and s.role.name == "load"]
+    bulk = [n for n in loader if getattr(n, "kind", None) == "bulk_load"]
+    plans = [bulk_rows(rec, n.src, n.dst) for n in bulk]
+    assert len(bulk) == 6 and all(p.copies == 1 for p in plans) and sum(p.merged for p in plans) == 5   # e^{G_C}: 1 row
+    assert sum(p.total_bytes for p in plans) == CHUNK_BYTES == 15024
+    assert [n.bytes for n in loader if n.op == "mbar_expect_tx"] == [CHUNK_BYTES]
+    assert not any(n.op == "cp_async_wait" for n in loader)
+    assert sum(n.op == "cp_async_arrive" for n in loader) == 1
+    src = compile_kernel(kda_recurrence("sm_90a", 32, True, copy="bulk"), emit="cuda").cuda_source
+    assert src.count("cake::bulk_load(") == 6
+
+
+def test_search_reaches_the_copy_mechanism_through_family_tactics():
+    """The default search moves the two-pass seed from cp.async to the bulk copy and back (the family's
+    `copy` parameter, tactic copy_mechanism); the other axes keep the mechanism."""
+    import tactics as T
+    from tasks.registry import get
+    g = next(g for g in get("kda").seed_genomes() if g["name"] == "kda_two_pass_safe_sm90a")
+    t = T.get_tactic("copy_mechanism")
+    assert t.applicable(g) is None and t.choices(g) == [{"copy": "bulk"}]
+    out = t.apply(g, {"copy": "bulk"})
+    assert out["ir"]["name"] == "kda_two_pass_vs32_w1_p2c4_bulk" and out["recipe"]["params"]["copy"] == "bulk"
+    assert t.choices(out) == [{"copy": "cp_async"}]
+    wider = T.get_tactic("retile").apply(out, {"vs": 128})
+    assert wider["ir"]["name"] == "kda_two_pass_vs128_w1_p2c4_bulk"
+    back = t.apply(out, {"copy": "cp_async"})
+    assert back["ir"] == g["ir"] and back["recipe"]["params"]["copy"] == "cp_async"

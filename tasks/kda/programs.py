@@ -243,24 +243,29 @@ def _chunked_point_ok(p: dict) -> bool:
 
 
 def kda_two_pass(vs: int = 32, safe: int = 1, arch: str = "sm_90a", warps: int = 1, stages: int = 2,
-                 consumers: int = 4):
+                 consumers: int = 4, segments: int = 0, copy: str = "cp_async"):
     """The two-pass chunked prefill (tasks/kda/two_pass.py): a Program of a chunk-parallel prepare
     kernel (`warps` warps per CTA) and the recurrence (`stages` chunks in flight, `consumers` warps over
-    the vs state columns), for one gate form (its SAFE fact is fixed)."""
+    the vs state columns), for one gate form (its SAFE fact is fixed); `segments` > 0 splits the
+    recurrence into sequence-parallel segments of that many chunks (tasks/kda/seq_parallel.py); `copy`
+    is the recurrence loader's copy mechanism (cp_async, or bulk: the sm_90a bulk copy)."""
     from tasks.kda.two_pass import kda_two_pass as build
-    return build(arch=arch, vs=vs, safe=bool(safe), warps=warps, stages=stages, consumers=consumers)
+    return build(arch=arch, vs=vs, safe=bool(safe), warps=warps, stages=stages, consumers=consumers,
+                 segments=segments, copy=copy)
 
 
 def _two_pass_point_ok(p: dict) -> bool:
     from tasks.kda.two_pass import two_pass_problem
-    return two_pass_problem(p["vs"], bool(p.get("safe", 1)), p.get("warps", 2), p.get("stages", 4),
-                            p.get("consumers", 4)) is None
+    d = signature_defaults(kda_two_pass)
+    return two_pass_problem(p["vs"], bool(p.get("safe", 1)), *(p.get(n, d[n]) for n in
+                            ("warps", "stages", "consumers", "segments", "copy", "arch"))) is None
 
 
 # which family parameters the search's family tactics (tactics/family.py) change: the V-slice is the
 # CTA tile, the warp-role split and the pipeline depth (chunks in flight) their own axes
 CHUNKED_TACTICS = {"retile": ["vs"], "warp_split": ["consumers"], "pipeline_depth": ["producers"]}
-TWO_PASS_TACTICS = {"retile": ["vs"], "warp_split": ["warps", "consumers"], "pipeline_depth": ["stages"]}
+TWO_PASS_TACTICS = {"retile": ["vs"], "warp_split": ["warps", "consumers"], "pipeline_depth": ["stages"],
+                    "sequence_parallel": ["segments"], "copy_mechanism": ["copy"]}
 
 SEEDS = {
     "kda_recurrent_sm80": lambda: kda_recurrent(),                     # both gates, every shape
@@ -304,14 +309,16 @@ FAMILIES = {
     "kda_two_pass_safe_sm90a": {
         "make": kda_two_pass,
         "defaults": signature_defaults(kda_two_pass),
-        "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8]},
+        "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8],
+                  "segments": [0, 32, 64, 128], "copy": ["cp_async", "bulk"]},   # two_pass.COPIES
         "check": _two_pass_point_ok,
         "tactics": TWO_PASS_TACTICS,
     },
     "kda_two_pass_softplus_sm90a": {
         "make": kda_two_pass,
         "defaults": {**signature_defaults(kda_two_pass), "safe": 0},
-        "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8]},
+        "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8],
+                  "segments": [0, 32, 64, 128], "copy": ["cp_async", "bulk"]},   # two_pass.COPIES
         "check": _two_pass_point_ok,
         "tactics": TWO_PASS_TACTICS,
     },

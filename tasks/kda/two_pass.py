@@ -10,7 +10,15 @@ once, as fla and FlashKDA do; only the state recurrence stays sequential:
              the same code as the single kernel's producers) and stores QG, KD, W, Aqk, A' and e^{G_C}
              into the workspace (WorkspaceSink).
   recurrence grid [HV, N, V / vs]: one loader warp copies chunk c's prepared tiles and v's V-slice into
-             slot c % P (cp.async, `full` / `empty` mbarriers); the consumer warps are chunked.consume.
+             slot c % P (`full` / `empty` mbarriers); the consumer warps are chunked.consume. The
+             loader's copy mechanism (`copy`): cp.async, 16 B per lane, the warp waiting for its copies
+             before it arrives on `full`; or, on sm_90a, the bulk copy (`bulk`): one cp.async.bulk per
+             prepared tile (6 per chunk) completing on `full` as transaction bytes, v's rows (which may
+             hang over the end of v: zero fill) by cp.async arriving on `full` as they land
+             (cp_async_arrive), so the loader never waits for its own copies. For `bulk` the workspace
+             rows are laid out at the slot buffers' padded pitch (K + PAD), so that a chunk's tile is one
+             contiguous run in both memories: a copy per row would be issued by one lane at a time (the
+             bulk copy takes warp-uniform operands) and cost more instructions than cp.async.
 
 Workspace layout: chunk c of sequence n sits in chunk slot sb(n) + c with sb(n) = (bos_n + n C) / C,
 so sequences never share a slot (sb(n + 1) > sb(n) + nc_n - 1, because eos_n + C > bos_n + nc_n C - C)
@@ -19,7 +27,9 @@ At T = 8192, H = 32 the workspace is 3 x 67 MB (QG, KD, W in bf16) plus 25 MB (A
 """
 from typing import Optional
 
+from cake_ir.arch import ARCHES, has
 from cake_ir.builder import KernelBuilder, bar, tile
+from cake_ir.dtypes import SIZE
 from cake_ir.nodes import Program, Workspace
 
 from tasks.kda.chunked import (C, OUTPUTS, PAD, consume, consumer_buffers, point_problem, prepare_chunk,
@@ -28,22 +38,34 @@ from tasks.kda.programs import K, V, prefill_interface, sequence_lets
 
 SLOTS = "(T / 16 + N + 1)"          # chunk slots (module docstring); C = 16
 PREPARE_WARPS = 1     # as fast as 2 on the H200, and the finest grain for the occupancy
+COPIES = ("cp_async", "bulk")       # the loader's copy mechanism (module docstring); the first is the default
 
 
-def _ws_shape(name: str) -> list:
+def _ws_pitch(name: str, copy: str = COPIES[0]) -> int:
+    """Elements per workspace row: a tile's columns, or for the bulk copy the slot buffer's padded
+    pitch (e^{G_C} is one row per slot either way)."""
     cols = OUTPUTS[name][1]
+    return cols + PAD if copy == "bulk" and name != "Dec" else cols
+
+
+# bytes of one prepared chunk as the bulk copy moves it (one run per tile, the pads between its rows
+# included): the expect_tx of a stage
+CHUNK_BYTES = sum(((rows - 1) * _ws_pitch(n, "bulk") + cols) * SIZE[dt] for n, (rows, cols, dt) in OUTPUTS.items())
+
+
+def _ws_shape(name: str, copy: str = COPIES[0]) -> list:
     if name == "Dec":                 # one row per slot and head
         return [f"{SLOTS} * HV", K]
-    return [f"{SLOTS} * HV * {C}", cols]
+    return [f"{SLOTS} * HV * {C}", _ws_pitch(name, copy)]
 
 
-def workspace() -> list[Workspace]:
-    return [Workspace(name="ws" + n, dtype=OUTPUTS[n][2], shape=_ws_shape(n)) for n in OUTPUTS]
+def workspace(copy: str = COPIES[0]) -> list[Workspace]:
+    return [Workspace(name="ws" + n, dtype=OUTPUTS[n][2], shape=_ws_shape(n, copy)) for n in OUTPUTS]
 
 
-def _ws_params(kb, access: str) -> None:
+def _ws_params(kb, access: str, copy: str = COPIES[0]) -> None:
     for n in OUTPUTS:
-        kb.tensor("ws" + n, OUTPUTS[n][2], _ws_shape(n), access=access)
+        kb.tensor("ws" + n, OUTPUTS[n][2], _ws_shape(n, copy), access=access)
 
 
 class WorkspaceSink:
@@ -64,8 +86,31 @@ class WorkspaceSink:
             r.sts(tile(src), tile("sQG", [r0, c0], [rows, cols], slot="p"), vec_bytes=store_vec_bytes(src))
 
 
-def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: int) -> Optional[str]:
-    """Why a two-pass point does not build, or None."""
+def copy_problem(copy: str, arch: Optional[str] = None) -> Optional[str]:
+    """Why the recurrence's loader cannot use copy mechanism `copy` (on `arch`, when given), or None."""
+    if copy not in COPIES:
+        return f"the loader's copy mechanism must be one of {', '.join(COPIES)}, not {copy!r}"
+    if copy == "bulk" and arch is not None and not has(arch, "bulk_copy"):
+        legal = [a for a in ARCHES if has(a, "bulk_copy")]
+        return (f"copy 'bulk' (cp.async.bulk completing on the stage's mbarrier) needs {' or '.join(legal)}; "
+                f"{arch} has cp_async only")
+    return None
+
+
+def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: int,
+                     segments: int = 0, copy: str = COPIES[0], arch: Optional[str] = None) -> Optional[str]:
+    """Why a two-pass point does not build (on `arch`, when given), or None. `segments` > 0: the
+    sequence-parallel form with segments of that many chunks (seq_parallel.py). `copy`: the
+    recurrence loader's copy mechanism (COPIES)."""
+    why = copy_problem(copy, arch)
+    if why:
+        return why
+    if segments and copy != COPIES[0]:
+        return f"the sequence-parallel form (segments) loads with {COPIES[0]} only, not {copy!r}"
+    if segments and (segments < 2 or segments > 256 or segments & (segments - 1)):
+        return f"segments (chunks per sequence-parallel segment) must be 0 (off) or a power of two 2 .. 256, not {segments}"
+    if segments and K % vs:
+        return f"the V-slice must divide K = {K} in the sequence-parallel form (its M columns are sliced like V), not {vs}"
     if warps not in (1, 2, 4):
         return f"prepare warps per CTA must be 1, 2 or 4, not {warps}"
     if not 1 <= stages <= 4:
@@ -75,11 +120,13 @@ def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: in
     return point_problem(vs, True, stages, consumers)
 
 
-def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WARPS):
+def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WARPS, copy: str = COPIES[0]):
     """The prepare kernel (module docstring). Z = cdiv(T, C warps N) CTAs per (head, sequence): enough
-    warps for every chunk of sequences of the mean length; a longer sequence's warps take several."""
+    warps for every chunk of sequences of the mean length; a longer sequence's warps take several.
+    `copy`: the recurrence loader's mechanism, which sets the workspace's row pitch (_ws_pitch)."""
     gate = "safe" if safe else "softplus"
-    kb = KernelBuilder(f"kda_prepare16_{gate}_w{warps}", arch=arch,
+    tag = "" if copy == COPIES[0] else f"_pitch{K + PAD}"
+    kb = KernelBuilder(f"kda_prepare16_{gate}_w{warps}{tag}", arch=arch,
                        grid=["HV", "N", f"cdiv(T, {C * warps} * N)"], threads=32 * warps,
                        note=f"chunked KDA prefill, pass 1: prepare every chunk ({gate} gate)")
     kb.const(K=K, C=C, PW=warps)
@@ -93,7 +140,7 @@ def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WAR
     kb.tensor("A_log", "f32", ["HV"])
     kb.tensor("dt_bias", "f32", ["HV", "K"])
     kb.tensor("cu_seqlens", "i32", ["N + 1"])
-    _ws_params(kb, "write")
+    _ws_params(kb, "write", copy)
     producer_buffers(kb, safe, warps)
     if safe:
         kb.buffer("sQG", "smem", "bf16", [C, K], stages=warps, pad=PAD)
@@ -121,38 +168,48 @@ def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WAR
 STAGES = 2            # two chunks in flight: the recurrence waits on nothing else, and more CTAs fit an SM
 
 
-def kda_recurrence(arch: str = "sm_80", vs: int = 32, safe: bool = True, stages: int = STAGES, consumers: int = 4):
-    """The recurrence kernel (module docstring): a loader warp and chunked.consume's consumers."""
+def kda_recurrence(arch: str = "sm_80", vs: int = 32, safe: bool = True, stages: int = STAGES, consumers: int = 4,
+                   copy: str = COPIES[0]):
+    """The recurrence kernel (module docstring): a loader warp (copy mechanism `copy`) and
+    chunked.consume's consumers."""
+    why = copy_problem(copy, arch)
+    if why:
+        raise ValueError(why)
     gate = "safe" if safe else "softplus"
+    tag = "" if copy == COPIES[0] else f"_{copy}"
 
     def load(r):
         sequence_lets(r, "VS")
-        load_slots(r, vs, stages)
+        load_slots(r, vs, stages, copy=copy)
 
-    return recurrence_kernel(f"kda_recur16_vs{vs}_{gate}_p{stages}c{consumers}", ["HV", "N", V // vs],
+    return recurrence_kernel(f"kda_recur16_vs{vs}_{gate}_p{stages}c{consumers}{tag}", ["HV", "N", V // vs],
                              f"chunked KDA prefill, pass 2: the state recurrence over prepared chunks ({gate} gate)",
-                             arch, vs, safe, stages, consumers, load, lambda r: consume(r, vs, consumers, stages))
+                             arch, vs, safe, stages, consumers, load, lambda r: consume(r, vs, consumers, stages),
+                             copy=copy)
 
 
 def recurrence_kernel(name: str, grid: list, note: str, arch: str, vs: int, safe: bool, stages: int,
-                      consumers: int, load, cons, extra=None):
+                      consumers: int, load, cons, extra=None, copy: str = COPIES[0], full: Optional[int] = None):
     """A kernel of one loader warp (`load(r)`) and `consumers` consumer warps (`cons(r)`) over the
     prepared-chunk workspace: the task's interface, the workspace (read), the stages and their `full` /
-    `empty` barriers; `extra(kb)` declares what else a variant needs (segment programs)."""
+    `empty` barriers; `extra(kb)` declares what else a variant needs (segment programs). `copy`: the
+    loader's copy mechanism (the workspace's pitch); `full`: the arrivals of a `full` phase (default
+    full_arrivals(copy), a loader that always loads v)."""
     NC = consumers
+    full = full_arrivals(copy) if full is None else full
     kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * (1 + NC), note=note)
     kb.const(K=K, V=V, C=C, VS=vs, P=stages)
     prefill_interface(kb, safe=safe)
-    _ws_params(kb, "read")
+    _ws_params(kb, "read", copy)
     if extra:
         extra(kb)
     slot_buffers(kb, vs, stages)
     consumer_buffers(kb, vs, NC)
-    kb.mbarrier("full", arrivals=32, count=stages)
+    kb.mbarrier("full", arrivals=full, count=stages)
     kb.mbarrier("empty", arrivals=32 * NC, count=stages)
     with kb.prologue.if_("tid == 0"):
         for i in range(stages):
-            kb.prologue.mbar_init(bar("full", i), 32)
+            kb.prologue.mbar_init(bar("full", i), full)
             kb.prologue.mbar_init(bar("empty", i), 32 * NC)
     kb.prologue.fence("mbarrier_init")
     kb.prologue.sync("syncthreads")
@@ -163,10 +220,24 @@ def recurrence_kernel(name: str, grid: list, note: str, arch: str, vs: int, safe
     return kb.build()
 
 
-def load_slots(r, vs: int, P: int, first: str = "0", count: str = "nc", with_v: bool = True) -> None:
+def full_arrivals(copy: str = COPIES[0], with_v=True) -> int:
+    """The arrivals that complete a stage's `full` barrier under `load_slots(..., with_v, copy)`: every
+    lane once its cp.asyncs landed (cp_async); for the bulk copy one expect_tx (the workspace rows
+    complete as its transaction bytes) plus, when v is loaded at all, every lane's cp_async_arrive."""
+    if copy == "cp_async":
+        return 32
+    return 1 + (32 if with_v else 0)
+
+
+def load_slots(r, vs: int, P: int, first: str = "0", count: str = "nc", with_v=True, copy: str = COPIES[0]) -> None:
     """The loader warp: chunks first .. first + count - 1 of the sequence, in order, each from its
-    workspace slot (and v's V-slice unless `with_v` is False) into stage i % P (i counts from 0), waiting
-    `empty` before reusing a stage and arriving on `full` when the stage is in."""
+    workspace slot (and v's V-slice: always, never, or where the condition `with_v` holds) into stage
+    i % P (i counts from 0), waiting
+    `empty` before reusing a stage and arriving on `full` when the stage is in. `copy` is the copy
+    mechanism (module docstring); the `full` barrier must expect `full_arrivals(copy, with_v)`."""
+    why = copy_problem(copy)
+    if why:
+        raise ValueError(why)
     r.let("sb", "(bos + n * C) / C")
     with r.for_("i", 0, count, id="load"):
         r.let("c", f"{first} + i" if first != "0" else "i")
@@ -176,26 +247,64 @@ def load_slots(r, vs: int, P: int, first: str = "0", count: str = "nc", with_v: 
         r.let("row", "srow * C")
         with r.if_("i >= P"):                 # the consumers are done with this stage's last chunk
             r.mbar_wait(bar("empty", "s"), "(i / P - 1) % 2")
+        if copy == "bulk":
+            _bulk_stage(r, vs, with_v)
+            return
         for n in OUTPUTS:
             rows, cols, _ = OUTPUTS[n]
             src = tile("wsDec", ["srow", 0], [1, K]) if n == "Dec" else tile("ws" + n, ["row", 0], [C, cols])
             r.copy("cp_async", src, tile("s" + n, slot="s"), oob="zfill", vec_bytes=16, scope="warp")
-        if with_v:
+        if with_v is True:
             r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"), oob="zfill",
                    vec_bytes=16, scope="warp")
+        elif with_v:
+            with r.if_(with_v):
+                r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"),
+                       oob="zfill", vec_bytes=16, scope="warp")
         r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=0)
         r.mbar_arrive(bar("full", "s"))
 
 
+def _bulk_stage(r, vs: int, with_v) -> None:
+    """Stage s of the bulk-copy loader (in load_slots' loop): lane 0 announces the chunk's bytes on
+    `full[s]` (one arrival); one cp.async.bulk per workspace row (a tile's 16 rows dealt to lanes
+    0..15) completes them; v's rows go by cp.async (zero fill past the end of v), every lane arriving
+    on `full[s]` once its own copies land (it arrives at once where it copies none)."""
+    # a bulk copy has no predication: the slot is in the workspace by construction (module docstring),
+    # and this always-true guard states it for the verifier's bound proof
+    with r.if_(f"srow < {SLOTS} * HV"):
+        with r.if_("lane == 0"):
+            r.mbar_expect_tx(bar("full", "s"), CHUNK_BYTES)
+        for n in OUTPUTS:
+            cols = OUTPUTS[n][1]
+            src = tile("wsDec", ["srow", 0], [1, K]) if n == "Dec" else tile("ws" + n, ["row", 0], [C, cols])
+            r.copy("bulk_load", src, tile("s" + n, slot="s"), barrier=bar("full", "s"), scope="warp")
+    if not with_v:
+        return
+    v = (tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"))
+    if with_v is True:
+        r.copy("cp_async", *v, oob="zfill", vec_bytes=16, scope="warp")
+    else:
+        with r.if_(with_v):
+            r.copy("cp_async", *v, oob="zfill", vec_bytes=16, scope="warp")
+    r.add("cp_async_arrive", barrier=bar("full", "s"))
+
+
 def kda_two_pass(arch: str = "sm_80", vs: int = 32, safe: bool = True, warps: int = PREPARE_WARPS,
-                 stages: int = STAGES, consumers: int = 4) -> Program:
-    """The two kernels as one Program (the candidate the harness compiles, tests and times)."""
-    why = two_pass_problem(vs, safe, warps, stages, consumers)
+                 stages: int = STAGES, consumers: int = 4, segments: int = 0, copy: str = COPIES[0]) -> Program:
+    """The two kernels as one Program (the candidate the harness compiles, tests and times); with
+    `segments` the sequence-parallel Program instead (seq_parallel.py). `copy` is the recurrence
+    loader's copy mechanism ("bulk" needs sm_90a)."""
+    why = two_pass_problem(vs, safe, warps, stages, consumers, segments, copy, arch)
     if why:
         raise ValueError(why)
-    rec = kda_recurrence(arch, vs, safe, stages, consumers)
+    if segments:
+        from tasks.kda.seq_parallel import kda_seq_parallel
+        return kda_seq_parallel(arch, vs, safe, warps, stages, consumers, segments)
+    rec = kda_recurrence(arch, vs, safe, stages, consumers, copy)
     gate = "" if safe else "_softplus"
-    return Program(name=f"kda_two_pass_vs{vs}{gate}_w{warps}_p{stages}c{consumers}", arch=arch,
-                   workspace=workspace(), kernels=[kda_prepare(arch, safe, warps), rec],
+    tag = "" if copy == COPIES[0] else f"_{copy}"
+    return Program(name=f"kda_two_pass_vs{vs}{gate}_w{warps}_p{stages}c{consumers}{tag}", arch=arch,
+                   workspace=workspace(copy), kernels=[kda_prepare(arch, safe, warps, copy), rec],
                    note="chunked KDA prefill in two passes: prepare every chunk in parallel, then the recurrence")
