@@ -1251,59 +1251,60 @@ extern "C" __global__ void __launch_bounds__(160, 1) kda_recur16_vs32_safe_p2c4(
     const int nc = (((max(eos - bos, 0)) + (C) - 1) / (C));  // /roles/0/body/5
     const int c0 = blockIdx.z * VS;  // /roles/0/body/6
     const int sb = (bos + n * C) / C;  // /roles/0/body/7
-    for (int c = 0; c < nc; c += 1) {  // /roles/0/body/8
-      const int s = c % P;  // /roles/0/body/8/body/0
-      const int t0 = bos + c * C;  // /roles/0/body/8/body/1
-      const int srow = (sb + c) * HV + hv;  // /roles/0/body/8/body/2
-      const int row = srow * C;  // /roles/0/body/8/body/3
-      if (c >= P) {  // /roles/0/body/8/body/4
-        cake::mbar_wait((cake_smem_base + 44304u + 8u * (unsigned)(s)), (unsigned)((c / P - 1) % 2));  // /roles/0/body/8/body/4/then/0
-      }
-      #pragma unroll
-      for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/8/body/5
-        const int cake_q = cake_i * 32 + cake_lane;
-        const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), wsQG + ((row + cake_r) * (long long)(128) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (128));  // /roles/0/body/8/body/5
+    for (int i = 0; i < nc; i += 1) {  // /roles/0/body/8
+      const int c = i;  // /roles/0/body/8/body/0
+      const int s = i % P;  // /roles/0/body/8/body/1
+      const int t0 = bos + c * C;  // /roles/0/body/8/body/2
+      const int srow = (sb + c) * HV + hv;  // /roles/0/body/8/body/3
+      const int row = srow * C;  // /roles/0/body/8/body/4
+      if (i >= P) {  // /roles/0/body/8/body/5
+        cake::mbar_wait((cake_smem_base + 44304u + 8u * (unsigned)(s)), (unsigned)((i / P - 1) % 2));  // /roles/0/body/8/body/5/then/0
       }
       #pragma unroll
       for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/8/body/6
         const int cake_q = cake_i * 32 + cake_lane;
         const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), wsKD + ((row + cake_r) * (long long)(128) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (128));  // /roles/0/body/8/body/6
+        cake::cp_async16((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), wsQG + ((row + cake_r) * (long long)(128) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (128));  // /roles/0/body/8/body/6
       }
       #pragma unroll
       for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/8/body/7
         const int cake_q = cake_i * 32 + cake_lane;
         const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
-        cake::cp_async16((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), wsW + ((row + cake_r) * (long long)(128) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (128));  // /roles/0/body/8/body/7
+        cake::cp_async16((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), wsKD + ((row + cake_r) * (long long)(128) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (128));  // /roles/0/body/8/body/7
       }
       #pragma unroll
-      for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/8/body/8
+      for (int cake_i = 0; cake_i < 8; ++cake_i) {  // /roles/0/body/8/body/8
         const int cake_q = cake_i * 32 + cake_lane;
-        const int cake_r = cake_q / 2, cake_c = (cake_q % 2) * 8;
-        cake::cp_async16((cake_smem_base + 26112u + (unsigned)(s) * 768u + (unsigned)(((0) + cake_r) * 48 + ((0) + cake_c) * 2)), wsAqk + ((row + cake_r) * (long long)(16) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (16));  // /roles/0/body/8/body/8
+        const int cake_r = cake_q / 16, cake_c = (cake_q % 16) * 8;
+        cake::cp_async16((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + cake_r) * 272 + ((0) + cake_c) * 2)), wsW + ((row + cake_r) * (long long)(128) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (128));  // /roles/0/body/8/body/8
       }
       #pragma unroll
       for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/8/body/9
         const int cake_q = cake_i * 32 + cake_lane;
         const int cake_r = cake_q / 2, cake_c = (cake_q % 2) * 8;
-        cake::cp_async16((cake_smem_base + 27648u + (unsigned)(s) * 768u + (unsigned)(((0) + cake_r) * 48 + ((0) + cake_c) * 2)), wsAinv + ((row + cake_r) * (long long)(16) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (16));  // /roles/0/body/8/body/9
+        cake::cp_async16((cake_smem_base + 26112u + (unsigned)(s) * 768u + (unsigned)(((0) + cake_r) * 48 + ((0) + cake_c) * 2)), wsAqk + ((row + cake_r) * (long long)(16) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (16));  // /roles/0/body/8/body/9
       }
       #pragma unroll
       for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/8/body/10
         const int cake_q = cake_i * 32 + cake_lane;
-        const int cake_r = cake_q / 32, cake_c = (cake_q % 32) * 4;
-        cake::cp_async16((cake_smem_base + 29184u + (unsigned)(s) * 512u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4)), wsDec + ((srow + cake_r) * (long long)(128) + (0 + cake_c)), (srow + cake_r) < ((T / 16 + N + 1) * HV) && (0 + cake_c) < (128));  // /roles/0/body/8/body/10
+        const int cake_r = cake_q / 2, cake_c = (cake_q % 2) * 8;
+        cake::cp_async16((cake_smem_base + 27648u + (unsigned)(s) * 768u + (unsigned)(((0) + cake_r) * 48 + ((0) + cake_c) * 2)), wsAinv + ((row + cake_r) * (long long)(16) + (0 + cake_c)), (row + cake_r) < ((T / 16 + N + 1) * HV * 16) && (0 + cake_c) < (16));  // /roles/0/body/8/body/10
       }
       #pragma unroll
-      for (int cake_i = 0; cake_i < 2; ++cake_i) {  // /roles/0/body/8/body/11
+      for (int cake_i = 0; cake_i < 1; ++cake_i) {  // /roles/0/body/8/body/11
+        const int cake_q = cake_i * 32 + cake_lane;
+        const int cake_r = cake_q / 32, cake_c = (cake_q % 32) * 4;
+        cake::cp_async16((cake_smem_base + 29184u + (unsigned)(s) * 512u + (unsigned)(((0) + cake_r) * 512 + ((0) + cake_c) * 4)), wsDec + ((srow + cake_r) * (long long)(128) + (0 + cake_c)), (srow + cake_r) < ((T / 16 + N + 1) * HV) && (0 + cake_c) < (128));  // /roles/0/body/8/body/11
+      }
+      #pragma unroll
+      for (int cake_i = 0; cake_i < 2; ++cake_i) {  // /roles/0/body/8/body/12
         const int cake_q = cake_i * 32 + cake_lane;
         const int cake_r = cake_q / 4, cake_c = (cake_q % 4) * 8;
-        cake::cp_async16((cake_smem_base + 30208u + (unsigned)(s) * 1280u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 80 + ((0) + cake_c) * 2)), v + ((t0 + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (t0 + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/8/body/11
+        cake::cp_async16((cake_smem_base + 30208u + (unsigned)(s) * 1280u + (unsigned)(((((0)) * 1 + (0)) + cake_r) * 80 + ((0) + cake_c) * 2)), v + ((t0 + cake_r) * (long long)(HV) * (long long)(V) + (hv + (cake_r % 1)) * (long long)(V) + (c0 + cake_c)), (t0 + cake_r) < (T) && (hv + (cake_r % 1)) < (HV) && (c0 + cake_c) < (V));  // /roles/0/body/8/body/12
       }
-      cake::cp_async_commit();  // /roles/0/body/8/body/12
-      cake::cp_async_wait<0>();  // /roles/0/body/8/body/13
-      cake::mbar_arrive((cake_smem_base + 44288u + 8u * (unsigned)(s)));  // /roles/0/body/8/body/14
+      cake::cp_async_commit();  // /roles/0/body/8/body/13
+      cake::cp_async_wait<0>();  // /roles/0/body/8/body/14
+      cake::mbar_arrive((cake_smem_base + 44288u + 8u * (unsigned)(s)));  // /roles/0/body/8/body/15
     }
   }
   if (cake_warp >= 1 && cake_warp < 5) {  // /roles/1
@@ -1352,10 +1353,11 @@ extern "C" __global__ void __launch_bounds__(160, 1) kda_recur16_vs32_safe_p2c4(
       #pragma unroll
       for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (0.0f);  // /roles/1/body/8/else/0
     }
-    for (int c = 0; c < nc; c += 1) {  // /roles/1/body/9
-      const int s = c % P;  // /roles/1/body/9/body/0
-      const int t0 = bos + c * C;  // /roles/1/body/9/body/1
-       {  // /roles/1/body/9/body/2
+    for (int i = 0; i < nc; i += 1) {  // /roles/1/body/9
+      const int c = i;  // /roles/1/body/9/body/0
+      const int s = i % P;  // /roles/1/body/9/body/1
+      const int t0 = bos + c * C;  // /roles/1/body/9/body/2
+       {  // /roles/1/body/9/body/3
         const int cake_r0 = (cake_lane >> 2);
         const int cake_c0 = 2 * (cake_lane & 3);
         #pragma unroll
@@ -1363,166 +1365,143 @@ extern "C" __global__ void __launch_bounds__(160, 1) kda_recur16_vs32_safe_p2c4(
           #pragma unroll
           for (int cake_n = 0; cake_n < 1; ++cake_n) {
             const int cake_e = (cake_m * 1 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (32768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 80 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(S[cake_e + 0], S[cake_e + 1]);  // /roles/1/body/9/body/2
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (32768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 80 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(S[cake_e + 2], S[cake_e + 3]);  // /roles/1/body/9/body/2
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (32768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 80 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(S[cake_e + 0], S[cake_e + 1]);  // /roles/1/body/9/body/3
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (32768u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 80 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(S[cake_e + 2], S[cake_e + 3]);  // /roles/1/body/9/body/3
           }
         }
       }
-      __syncwarp();  // /roles/1/body/9/body/3
-      cake::mbar_wait((cake_smem_base + 44288u + 8u * (unsigned)(s)), (unsigned)(c / P % 2));  // /roles/1/body/9/body/4
-       {  // /roles/1/body/9/body/5
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 27648u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/5
-      }
+      __syncwarp();  // /roles/1/body/9/body/4
+      cake::mbar_wait((cake_smem_base + 44288u + 8u * (unsigned)(s)), (unsigned)(i / P % 2));  // /roles/1/body/9/body/5
        {  // /roles/1/body/9/body/6
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 27648u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/6
+      }
+       {  // /roles/1/body/9/body/7
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 30208u + (unsigned)(s) * 1280u + (unsigned)(((((0)) * 1 + (0)) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/6
+        cake::ldmatrix_x2_trans((cake_smem_base + 30208u + (unsigned)(s) * 1280u + (unsigned)(((((0)) * 1 + (0)) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/7
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) U[cake_e] = (0.0f);  // /roles/1/body/9/body/7
-      cake::mma_16816_bf16(&U[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/8
+      for (int cake_e = 0; cake_e < 4; ++cake_e) U[cake_e] = (0.0f);  // /roles/1/body/9/body/8
+      cake::mma_16816_bf16(&U[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/9
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) Vn[cake_e] = (0.0f);  // /roles/1/body/9/body/9
+      for (int cake_e = 0; cake_e < 4; ++cake_e) Vn[cake_e] = (0.0f);  // /roles/1/body/9/body/10
       #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) Oa[cake_e] = (0.0f);  // /roles/1/body/9/body/10
-       {  // /roles/1/body/9/body/11
-        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((0) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/11
-      }
+      for (int cake_e = 0; cake_e < 4; ++cake_e) Oa[cake_e] = (0.0f);  // /roles/1/body/9/body/11
        {  // /roles/1/body/9/body/12
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/12
-      }
-      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/13
-       {  // /roles/1/body/9/body/14
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/14
-      }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/15
-       {  // /roles/1/body/9/body/16
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((16) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/16
+        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((0) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/12
       }
+       {  // /roles/1/body/9/body/13
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/13
+      }
+      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/14
+       {  // /roles/1/body/9/body/15
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/15
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/16
        {  // /roles/1/body/9/body/17
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/17
-      }
-      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/18
-       {  // /roles/1/body/9/body/19
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/19
-      }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/20
-       {  // /roles/1/body/9/body/21
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((32) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/21
+        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((16) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/17
       }
+       {  // /roles/1/body/9/body/18
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/18
+      }
+      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/19
+       {  // /roles/1/body/9/body/20
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((16) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/20
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/21
        {  // /roles/1/body/9/body/22
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/22
-      }
-      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/23
-       {  // /roles/1/body/9/body/24
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/24
-      }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/25
-       {  // /roles/1/body/9/body/26
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((48) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/26
+        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((32) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/22
       }
+       {  // /roles/1/body/9/body/23
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/23
+      }
+      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/24
+       {  // /roles/1/body/9/body/25
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((32) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/25
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/26
        {  // /roles/1/body/9/body/27
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/27
-      }
-      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/28
-       {  // /roles/1/body/9/body/29
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/29
-      }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/30
-       {  // /roles/1/body/9/body/31
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((64) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/31
+        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((48) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/27
       }
+       {  // /roles/1/body/9/body/28
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/28
+      }
+      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/29
+       {  // /roles/1/body/9/body/30
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((48) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/30
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/31
        {  // /roles/1/body/9/body/32
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/32
-      }
-      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/33
-       {  // /roles/1/body/9/body/34
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/34
-      }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/35
-       {  // /roles/1/body/9/body/36
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((80) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/36
+        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((64) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/32
       }
+       {  // /roles/1/body/9/body/33
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/33
+      }
+      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/34
+       {  // /roles/1/body/9/body/35
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((64) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/35
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/36
        {  // /roles/1/body/9/body/37
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/37
-      }
-      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/38
-       {  // /roles/1/body/9/body/39
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/39
-      }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/40
-       {  // /roles/1/body/9/body/41
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((96) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/41
+        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((80) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/37
       }
+       {  // /roles/1/body/9/body/38
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/38
+      }
+      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/39
+       {  // /roles/1/body/9/body/40
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((80) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/40
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/41
        {  // /roles/1/body/9/body/42
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/42
-      }
-      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/43
-       {  // /roles/1/body/9/body/44
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/44
-      }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/45
-       {  // /roles/1/body/9/body/46
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((112) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/46
+        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((96) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/42
       }
+       {  // /roles/1/body/9/body/43
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/43
+      }
+      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/44
+       {  // /roles/1/body/9/body/45
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((96) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/45
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/46
        {  // /roles/1/body/9/body/47
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/47
-      }
-      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/48
-       {  // /roles/1/body/9/body/49
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/49
-      }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/50
-      #pragma unroll
-      for (int cake_e = 0; cake_e < 4; ++cake_e) Vn[cake_e] = (U[cake_e] - Vn[cake_e]);  // /roles/1/body/9/body/51
-       {  // /roles/1/body/9/body/52
-        const int cake_r0 = (cake_lane >> 2);
-        const int cake_c0 = 2 * (cake_lane & 3);
-        #pragma unroll
-        for (int cake_m = 0; cake_m < 1; ++cake_m) {
-          #pragma unroll
-          for (int cake_n = 0; cake_n < 1; ++cake_n) {
-            const int cake_e = (cake_m * 1 + cake_n) * 4;
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (43008u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 80 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Vn[cake_e + 0], Vn[cake_e + 1]);  // /roles/1/body/9/body/52
-            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (43008u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 80 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Vn[cake_e + 2], Vn[cake_e + 3]);  // /roles/1/body/9/body/52
-          }
-        }
-      }
-      __syncwarp();  // /roles/1/body/9/body/53
-       {  // /roles/1/body/9/body/54
-        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x4((cake_smem_base + 26112u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/54
-      }
-       {  // /roles/1/body/9/body/55
         const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
-        cake::ldmatrix_x2_trans((cake_smem_base + 43008u + (unsigned)(((0) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/55
+        cake::ldmatrix_x2_trans((cake_smem_base + 32768u + (unsigned)(((112) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/47
       }
-      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/56
-       {  // /roles/1/body/9/body/57
+       {  // /roles/1/body/9/body/48
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 17408u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/48
+      }
+      cake::mma_16816_bf16(&Vn[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/49
+       {  // /roles/1/body/9/body/50
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 0u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((112) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/50
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/51
+      #pragma unroll
+      for (int cake_e = 0; cake_e < 4; ++cake_e) Vn[cake_e] = (U[cake_e] - Vn[cake_e]);  // /roles/1/body/9/body/52
+       {  // /roles/1/body/9/body/53
         const int cake_r0 = (cake_lane >> 2);
         const int cake_c0 = 2 * (cake_lane & 3);
         #pragma unroll
@@ -1530,99 +1509,122 @@ extern "C" __global__ void __launch_bounds__(160, 1) kda_recur16_vs32_safe_p2c4(
           #pragma unroll
           for (int cake_n = 0; cake_n < 1; ++cake_n) {
             const int cake_e = (cake_m * 1 + cake_n) * 4;
-            if ((t0 + (cake_m * 16 + cake_r0 + 0)) < (T) && (hv + ((cake_m * 16 + cake_r0 + 0) % 1)) < (HV) && (c0 + cw + (cake_n * 8 + cake_c0)) < (V) && (t0 + (cake_m * 16 + cake_r0 + 0)) < (int)(eos)) *reinterpret_cast<unsigned*>((o + ((t0 + (cake_m * 16 + cake_r0 + 0)) * (long long)(HV) * (long long)(V) + (hv + ((cake_m * 16 + cake_r0 + 0) % 1)) * (long long)(V) + (c0 + cw + (cake_n * 8 + cake_c0))))) = cake::pack_bf16x2(Oa[cake_e + 0], Oa[cake_e + 1]);  // /roles/1/body/9/body/57
-            if ((t0 + (cake_m * 16 + cake_r0 + 8)) < (T) && (hv + ((cake_m * 16 + cake_r0 + 8) % 1)) < (HV) && (c0 + cw + (cake_n * 8 + cake_c0)) < (V) && (t0 + (cake_m * 16 + cake_r0 + 8)) < (int)(eos)) *reinterpret_cast<unsigned*>((o + ((t0 + (cake_m * 16 + cake_r0 + 8)) * (long long)(HV) * (long long)(V) + (hv + ((cake_m * 16 + cake_r0 + 8) % 1)) * (long long)(V) + (c0 + cw + (cake_n * 8 + cake_c0))))) = cake::pack_bf16x2(Oa[cake_e + 2], Oa[cake_e + 3]);  // /roles/1/body/9/body/57
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (43008u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 0) * 80 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Vn[cake_e + 0], Vn[cake_e + 1]);  // /roles/1/body/9/body/53
+            *reinterpret_cast<unsigned*>(reinterpret_cast<cake::bf16*>(cake_smem + (43008u + (unsigned)(((0) + cake_m * 16 + cake_r0 + 8) * 80 + ((cw) + cake_n * 8 + cake_c0) * 2)))) = cake::pack_bf16x2(Vn[cake_e + 2], Vn[cake_e + 3]);  // /roles/1/body/9/body/53
           }
         }
       }
+      __syncwarp();  // /roles/1/body/9/body/54
+       {  // /roles/1/body/9/body/55
+        const int cake_lr = cake_lane & 15, cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x4((cake_smem_base + 26112u + (unsigned)(s) * 768u + (unsigned)(((0) + 0 + cake_lr) * 48 + ((0) + 0 + cake_lc) * 2)), ca[0], ca[1], ca[2], ca[3]);  // /roles/1/body/9/body/55
+      }
+       {  // /roles/1/body/9/body/56
+        const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
+        cake::ldmatrix_x2_trans((cake_smem_base + 43008u + (unsigned)(((0) + 0 + ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7)) * 80 + ((cw) + 0) * 2)), cb[0], cb[1]);  // /roles/1/body/9/body/56
+      }
+      cake::mma_16816_bf16(&Oa[0], &ca[0], &cb[0]);  // /roles/1/body/9/body/57
        {  // /roles/1/body/9/body/58
+        const int cake_r0 = (cake_lane >> 2);
+        const int cake_c0 = 2 * (cake_lane & 3);
+        #pragma unroll
+        for (int cake_m = 0; cake_m < 1; ++cake_m) {
+          #pragma unroll
+          for (int cake_n = 0; cake_n < 1; ++cake_n) {
+            const int cake_e = (cake_m * 1 + cake_n) * 4;
+            if ((t0 + (cake_m * 16 + cake_r0 + 0)) < (T) && (hv + ((cake_m * 16 + cake_r0 + 0) % 1)) < (HV) && (c0 + cw + (cake_n * 8 + cake_c0)) < (V) && (t0 + (cake_m * 16 + cake_r0 + 0)) < (int)(eos)) *reinterpret_cast<unsigned*>((o + ((t0 + (cake_m * 16 + cake_r0 + 0)) * (long long)(HV) * (long long)(V) + (hv + ((cake_m * 16 + cake_r0 + 0) % 1)) * (long long)(V) + (c0 + cw + (cake_n * 8 + cake_c0))))) = cake::pack_bf16x2(Oa[cake_e + 0], Oa[cake_e + 1]);  // /roles/1/body/9/body/58
+            if ((t0 + (cake_m * 16 + cake_r0 + 8)) < (T) && (hv + ((cake_m * 16 + cake_r0 + 8) % 1)) < (HV) && (c0 + cw + (cake_n * 8 + cake_c0)) < (V) && (t0 + (cake_m * 16 + cake_r0 + 8)) < (int)(eos)) *reinterpret_cast<unsigned*>((o + ((t0 + (cake_m * 16 + cake_r0 + 8)) * (long long)(HV) * (long long)(V) + (hv + ((cake_m * 16 + cake_r0 + 8) % 1)) * (long long)(V) + (c0 + cw + (cake_n * 8 + cake_c0))))) = cake::pack_bf16x2(Oa[cake_e + 2], Oa[cake_e + 3]);  // /roles/1/body/9/body/58
+          }
+        }
+      }
+       {  // /roles/1/body/9/body/59
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[2 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[2 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[3 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[3 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[4 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[4 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[5 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[5 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[6 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[6 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[7 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[7 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[8 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[8 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[9 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[9 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[10 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[10 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[11 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[11 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[12 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[12 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[13 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[13 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[14 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[14 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[15 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/58
+          dec[15 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
         }
       }
       #pragma unroll
-      for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] * dec[((((cake_e >> 2) / 1) << 1) + ((cake_e & 3) >> 1))]);  // /roles/1/body/9/body/59
-       {  // /roles/1/body/9/body/60
+      for (int cake_e = 0; cake_e < 32; ++cake_e) S[cake_e] = (S[cake_e] * dec[((((cake_e >> 2) / 1) << 1) + ((cake_e & 3) >> 1))]);  // /roles/1/body/9/body/60
+       {  // /roles/1/body/9/body/61
         const int cake_lr = (cake_lane >> 4) * 8 + (cake_lane & 7), cake_lc = ((cake_lane >> 3) & 1) * 8;
-        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), cT[0], cT[1], cT[2], cT[3]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 16 + cake_lc) * 2)), cT[4], cT[5], cT[6], cT[7]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 32 + cake_lc) * 2)), cT[8], cT[9], cT[10], cT[11]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 48 + cake_lc) * 2)), cT[12], cT[13], cT[14], cT[15]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 64 + cake_lc) * 2)), cT[16], cT[17], cT[18], cT[19]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 80 + cake_lc) * 2)), cT[20], cT[21], cT[22], cT[23]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 96 + cake_lc) * 2)), cT[24], cT[25], cT[26], cT[27]);  // /roles/1/body/9/body/60
-        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 112 + cake_lc) * 2)), cT[28], cT[29], cT[30], cT[31]);  // /roles/1/body/9/body/60
+        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 0 + cake_lc) * 2)), cT[0], cT[1], cT[2], cT[3]);  // /roles/1/body/9/body/61
+        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 16 + cake_lc) * 2)), cT[4], cT[5], cT[6], cT[7]);  // /roles/1/body/9/body/61
+        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 32 + cake_lc) * 2)), cT[8], cT[9], cT[10], cT[11]);  // /roles/1/body/9/body/61
+        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 48 + cake_lc) * 2)), cT[12], cT[13], cT[14], cT[15]);  // /roles/1/body/9/body/61
+        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 64 + cake_lc) * 2)), cT[16], cT[17], cT[18], cT[19]);  // /roles/1/body/9/body/61
+        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 80 + cake_lc) * 2)), cT[20], cT[21], cT[22], cT[23]);  // /roles/1/body/9/body/61
+        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 96 + cake_lc) * 2)), cT[24], cT[25], cT[26], cT[27]);  // /roles/1/body/9/body/61
+        cake::ldmatrix_x4_trans((cake_smem_base + 8704u + (unsigned)(s) * 4352u + (unsigned)(((0) + 0 + cake_lr) * 272 + ((0) + 112 + cake_lc) * 2)), cT[28], cT[29], cT[30], cT[31]);  // /roles/1/body/9/body/61
       }
-      cake::mma_16816_bf16(&S[0], &cT[0], &cb[0]);  // /roles/1/body/9/body/61
-      cake::mma_16816_bf16(&S[4], &cT[4], &cb[0]);  // /roles/1/body/9/body/61
-      cake::mma_16816_bf16(&S[8], &cT[8], &cb[0]);  // /roles/1/body/9/body/61
-      cake::mma_16816_bf16(&S[12], &cT[12], &cb[0]);  // /roles/1/body/9/body/61
-      cake::mma_16816_bf16(&S[16], &cT[16], &cb[0]);  // /roles/1/body/9/body/61
-      cake::mma_16816_bf16(&S[20], &cT[20], &cb[0]);  // /roles/1/body/9/body/61
-      cake::mma_16816_bf16(&S[24], &cT[24], &cb[0]);  // /roles/1/body/9/body/61
-      cake::mma_16816_bf16(&S[28], &cT[28], &cb[0]);  // /roles/1/body/9/body/61
-      cake::mbar_arrive((cake_smem_base + 44304u + 8u * (unsigned)(s)));  // /roles/1/body/9/body/62
+      cake::mma_16816_bf16(&S[0], &cT[0], &cb[0]);  // /roles/1/body/9/body/62
+      cake::mma_16816_bf16(&S[4], &cT[4], &cb[0]);  // /roles/1/body/9/body/62
+      cake::mma_16816_bf16(&S[8], &cT[8], &cb[0]);  // /roles/1/body/9/body/62
+      cake::mma_16816_bf16(&S[12], &cT[12], &cb[0]);  // /roles/1/body/9/body/62
+      cake::mma_16816_bf16(&S[16], &cT[16], &cb[0]);  // /roles/1/body/9/body/62
+      cake::mma_16816_bf16(&S[20], &cT[20], &cb[0]);  // /roles/1/body/9/body/62
+      cake::mma_16816_bf16(&S[24], &cT[24], &cb[0]);  // /roles/1/body/9/body/62
+      cake::mma_16816_bf16(&S[28], &cT[28], &cb[0]);  // /roles/1/body/9/body/62
+      cake::mbar_arrive((cake_smem_base + 44304u + 8u * (unsigned)(s)));  // /roles/1/body/9/body/63
     }
     if (VK == 1) {  // /roles/1/body/10
        {  // /roles/1/body/10/then/0
