@@ -2,7 +2,8 @@
 # The measured KDA campaigns on a 2-GPU machine (nvidia-h200-x2): `python -m agent.run --task kda`
 # once per gate form (shape class: SAFE=0, then SAFE=1) on GPU 0, from the seed programs; meanwhile
 # GPU 1 times the prefill bench shapes named in $1 (bench/kda_prefill.py, two-pass kernels and fla).
-# Without $1 the two campaigns run side by side, SAFE=0 on GPU 0 and SAFE=1 on GPU 1.
+# Without $1 the two campaigns run side by side, SAFE=0 on GPU 0 and SAFE=1 on GPU 1
+# (KDA_CAMPAIGN_CLASSES="1": only SAFE=1, on GPU 1).
 # Reports, logs, the library entries (one per timed shape and class; one tarball: at most 8 files come
 # back) and the bench JSON go to $OUT. Exit 0 when every campaign printed its end-of-run summary.
 #   bash bench/kda_campaign.sh [shapes] [bench deadline s]
@@ -17,8 +18,8 @@ run() {   # gate class [GPU]
     --max-candidates $N --deadline 300 --plain --no-vectors --run-id kda-safe$1-h200 > $OUT/campaign-safe$1.log 2>&1
   cp .cake/reports/kda-safe$1-h200.html $OUT/ 2>/dev/null
 }
-if [ -z "${1:-}" ]; then
-  run 0 0 & run 1 1 &
+if [ -z "${1:-}" ]; then      # KDA_CAMPAIGN_CLASSES picks classes (default both); class c runs on GPU c
+  for c in ${KDA_CAMPAIGN_CLASSES:-0 1}; do run $c $c & done
 else
   (run 0; run 1) &
   (mkdir -p $OUT/g1; CUDA_VISIBLE_DEVICES=1 timeout $((${2:-420} + 40)) python3 bench/kda_prefill.py --out $OUT/g1 \
@@ -27,7 +28,8 @@ fi
 wait
 tar czf $OUT/kda-library.tgz tasks/kda/library 2>/dev/null
 ran=0   # each campaign's end-of-run summary (from "== run": best, top candidates, library entries per shape)
-for f in $OUT/campaign-safe0.log $OUT/campaign-safe1.log; do
+for c in ${KDA_CAMPAIGN_CLASSES:-0 1}; do
+  f=$OUT/campaign-safe$c.log
   if grep -q "^== run " $f 2>/dev/null; then sed -n '/^== run /,$p' $f; else echo "no summary in $f:"; tail -14 $f 2>/dev/null; ran=1; fi
 done
 if [ -f $OUT/g1/prefill.log ]; then grep -h "^ *[0-9].*|" $OUT/g1/prefill.log || true; fi   # only with $1 (bench on GPU 1)
