@@ -745,7 +745,8 @@ class Emitter:
         for half in (0, 1):
             r = f"cake_m * {step_m} + cake_r0 + {8 * half}"
             c = "cake_n * 8 + cake_c0"
-            a0, a1 = f"{rb.name}[cake_e + {2 * half}]", f"{rb.name}[cake_e + {2 * half + 1}]"
+            # the fragment's elements as floats: a bf16 / f16 register tile holds raw 16-bit storage
+            a0, a1 = (self.from_storage(rb.dtype, f"{rb.name}[cake_e + {2 * half + i}]") for i in (0, 1))
             if mdt == "bf16":
                 val, vt = f"cake::pack_bf16x2({a0}, {a1})", "unsigned"
             elif mdt == "f16":
