@@ -80,6 +80,8 @@ def main() -> int:
                     help="recurrent prefill-family points to time, vw x vsplit x chunk (the chunked kernels are "
                          "timed at vs 32 / 64 / 128 (safe gate) and 32 / 64 (softplus) unless --no-chunked)")
     ap.add_argument("--shapes", default="", help="indices into PREFILL_BENCH (default: all)")
+    ap.add_argument("--extra", default="", help="more single-sequence shapes T:H[:SAFE];... outside the issue's set "
+                    "(e.g. 32768:8 for the sequence-parallel form's small-H case); both gates unless SAFE given")
     ap.add_argument("--deadline-s", type=float, default=1e9)
     ap.add_argument("--no-chunked", action="store_true", help="skip the chunked kernels (tasks/kda/chunked.py)")
     ap.add_argument("--splits", default="", help="extra chunked points, producers x consumers (e.g. 2x2,3x4), "
@@ -147,7 +149,11 @@ def main() -> int:
         return path
 
     idx = [int(i) for i in args.shapes.split(",")] if args.shapes else range(len(PREFILL_BENCH))
-    shapes = [PREFILL_BENCH[i] for i in idx]
+    shapes = [PREFILL_BENCH[i] for i in idx] if (args.shapes or not args.extra) else []
+    for spec in filter(None, args.extra.split(";")):
+        T, H, *gate = (int(v) for v in spec.split(":"))
+        shapes += [{"T": T, "N": 1, "H": H, "HV": H, "SAFE": sf, "VK": 1, "H0": 1, "PACK": 0}
+                   for sf in (gate or [1, 0])]
     rows = []
     stream = 0
     for shape in shapes:

@@ -25,7 +25,8 @@ from cake_ir.nodes import Program, Workspace
 
 from tasks.kda.chunked import C, PAD, consume, load_initial_state, store_final_state
 from tasks.kda.programs import K, V, sequence_lets
-from tasks.kda.two_pass import (PREPARE_WARPS, STAGES, kda_prepare, load_slots, recurrence_kernel,
+from tasks.kda.two_pass import (COPIES, PREPARE_WARPS, STAGES, full_arrivals, kda_prepare, load_slots,
+                                recurrence_kernel,
                                 two_pass_problem, workspace)
 
 SEG_CHUNKS = 64                     # L: 1024-token segments (a power of two, 2 .. 256)
@@ -53,9 +54,11 @@ def _segment_lets(r, slices: str, seg_chunks: int) -> None:
     r.let("gs", f"(bos + n * {seg_chunks * C}) / {seg_chunks * C} + j")
 
 
-def kda_segment_ends(arch: str, vs: int, safe: bool, stages: int, consumers: int, seg_chunks: int):
+def kda_segment_ends(arch: str, vs: int, safe: bool, stages: int, consumers: int, seg_chunks: int,
+                     copy: str = COPIES[0]):
     """The ends kernel (module docstring): B and M of every segment but each sequence's last."""
     gate = "safe" if safe else "softplus"
+    tag = "" if copy == COPIES[0] else f"_{copy}"
     slices = (V + K) // vs
     L = seg_chunks
 
@@ -68,7 +71,7 @@ def kda_segment_ends(arch: str, vs: int, safe: bool, stages: int, consumers: int
     def load(r):
         lets(r)
         with r.if_("j + 1 < nsg"):
-            load_slots(r, vs, stages, first=f"j * {L}", count=str(L), with_v="c0 < V")
+            load_slots(r, vs, stages, first=f"j * {L}", count=str(L), with_v="c0 < V", copy=copy)
 
     def end_state(r, cwn):
         r.stg(tile("S"), tile("wsE", [f"(gs * HV + hv) * {K}", "c0 + cw"], [K, cwn]), oob="mask",
@@ -82,15 +85,18 @@ def kda_segment_ends(arch: str, vs: int, safe: bool, stages: int, consumers: int
                     init=lambda r, cwn: r.map("S", "select(row() + V == c0 + cw + col(), 1, 0)"),
                     u_expr="select(c0 < V, U, 0)", store_o=False, final=end_state)
 
-    return recurrence_kernel(f"kda_seg{L}_ends_vs{vs}_{gate}_p{stages}c{consumers}",
+    return recurrence_kernel(f"kda_seg{L}_ends_vs{vs}_{gate}_p{stages}c{consumers}{tag}",
                              ["HV", "N", f"cdiv(T, {L * C}) * {slices}"],
                              f"sequence-parallel KDA prefill: segment transition and zero-start end state ({gate})",
-                             arch, vs, safe, stages, consumers, load, cons, extra)
+                             arch, vs, safe, stages, consumers, load, cons, extra, copy=copy,
+                             full=full_arrivals(copy, "c0 < V"))
 
 
-def kda_segment_outputs(arch: str, vs: int, safe: bool, stages: int, consumers: int, seg_chunks: int):
+def kda_segment_outputs(arch: str, vs: int, safe: bool, stages: int, consumers: int, seg_chunks: int,
+                        copy: str = COPIES[0]):
     """The outputs kernel (module docstring): every segment from its start state; o, and ht at the end."""
     gate = "safe" if safe else "softplus"
+    tag = "" if copy == COPIES[0] else f"_{copy}"
     slices = V // vs
     L = seg_chunks
 
@@ -104,7 +110,7 @@ def kda_segment_outputs(arch: str, vs: int, safe: bool, stages: int, consumers: 
     def load(r):
         lets(r)
         with r.if_("j < max(nsg, 1)"):             # an empty sequence still stores ht = h0
-            load_slots(r, vs, stages, first=f"j * {L}", count="cnt")
+            load_slots(r, vs, stages, first=f"j * {L}", count="cnt", copy=copy)
 
     def start_state(r, cwn):
         r.ldg(tile("wsS", [f"(gs * HV + hv) * {K}", "c0 + cw"], [K, cwn]), tile("S"), oob="zfill",
@@ -120,10 +126,10 @@ def kda_segment_outputs(arch: str, vs: int, safe: bool, stages: int, consumers: 
             consume(r, vs, consumers, stages, lets=False, first=f"j * {L}", count="cnt", init=start_state,
                     final=last_state)
 
-    return recurrence_kernel(f"kda_seg{L}_outputs_vs{vs}_{gate}_p{stages}c{consumers}",
+    return recurrence_kernel(f"kda_seg{L}_outputs_vs{vs}_{gate}_p{stages}c{consumers}{tag}",
                              ["HV", "N", f"cdiv(T, {L * C}) * {slices}"],
                              f"sequence-parallel KDA prefill: outputs of each segment from its start state ({gate})",
-                             arch, vs, safe, stages, consumers, load, cons, extra)
+                             arch, vs, safe, stages, consumers, load, cons, extra, copy=copy)
 
 
 def kda_segment_starts(arch: str, seg_chunks: int):
@@ -200,16 +206,19 @@ def kda_segment_starts(arch: str, seg_chunks: int):
 
 
 def kda_seq_parallel(arch: str = "sm_90a", vs: int = 32, safe: bool = True, warps: int = PREPARE_WARPS,
-                     stages: int = STAGES, consumers: int = 4, seg_chunks: int = SEG_CHUNKS) -> Program:
-    """The four kernels as one Program."""
-    why = two_pass_problem(vs, safe, warps, stages, consumers, seg_chunks)
+                     stages: int = STAGES, consumers: int = 4, seg_chunks: int = SEG_CHUNKS,
+                     copy: str = COPIES[0]) -> Program:
+    """The four kernels as one Program (`copy`: the loaders' copy mechanism, two_pass.COPIES)."""
+    why = two_pass_problem(vs, safe, warps, stages, consumers, seg_chunks, copy, arch)
     if why:
         raise ValueError(why)
     gate = "" if safe else "_softplus"
+    tag = "" if copy == COPIES[0] else f"_{copy}"
     return Program(
-        name=f"kda_seq_parallel{seg_chunks}_vs{vs}{gate}_w{warps}_p{stages}c{consumers}", arch=arch,
-        workspace=workspace() + segment_workspace(seg_chunks),
-        kernels=[kda_prepare(arch, safe, warps), kda_segment_ends(arch, vs, safe, stages, consumers, seg_chunks),
+        name=f"kda_seq_parallel{seg_chunks}_vs{vs}{gate}_w{warps}_p{stages}c{consumers}{tag}", arch=arch,
+        workspace=workspace(copy) + segment_workspace(seg_chunks),
+        kernels=[kda_prepare(arch, safe, warps, copy),
+                 kda_segment_ends(arch, vs, safe, stages, consumers, seg_chunks, copy),
                  kda_segment_starts(arch, seg_chunks),
-                 kda_segment_outputs(arch, vs, safe, stages, consumers, seg_chunks)],
+                 kda_segment_outputs(arch, vs, safe, stages, consumers, seg_chunks, copy)],
         note="chunked KDA prefill, sequence-parallel: prepare, segment ends (B, M), start states, outputs")

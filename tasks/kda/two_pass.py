@@ -105,8 +105,6 @@ def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: in
     why = copy_problem(copy, arch)
     if why:
         return why
-    if segments and copy != COPIES[0]:
-        return f"the sequence-parallel form (segments) loads with {COPIES[0]} only, not {copy!r}"
     if segments and (segments < 2 or segments > 256 or segments & (segments - 1)):
         return f"segments (chunks per sequence-parallel segment) must be 0 (off) or a power of two 2 .. 256, not {segments}"
     if segments and K % vs:
@@ -301,7 +299,7 @@ def kda_two_pass(arch: str = "sm_80", vs: int = 32, safe: bool = True, warps: in
         raise ValueError(why)
     if segments:
         from tasks.kda.seq_parallel import kda_seq_parallel
-        return kda_seq_parallel(arch, vs, safe, warps, stages, consumers, segments)
+        return kda_seq_parallel(arch, vs, safe, warps, stages, consumers, segments, copy)
     rec = kda_recurrence(arch, vs, safe, stages, consumers, copy)
     gate = "" if safe else "_softplus"
     tag = "" if copy == COPIES[0] else f"_{copy}"
