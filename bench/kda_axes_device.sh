@@ -2,8 +2,8 @@
 # One device call (nvidia-h200-x2) for the two-pass search axes. GPU 0: the GPU tests of the
 # sequence-parallel programs and the two-pass points not yet run on the GPU (bulk loader, vs 128 c8),
 # then bench/kda_prefill.py on the shapes in $1 for the axes' points, fla timed in the same process.
-# GPU 1: the campaign of gate class $2 (bench/kda_campaign.sh, KDA_CAMPAIGN_CLASSES=$2; the class runs
-# on GPU $2, so $2 = 1 here). Logs and JSON under $OUT (g0/ packed in kda-axes.tgz).
+# GPU 1: the campaign of gate class $2 (bench/kda_campaign.sh, KDA_CAMPAIGN_CLASSES=$2, on GPU 1 whatever
+# the class: session 8's call 7 ran class 0 on GPU 0 beside the tests and the bench, which spoilt both timings). Logs and JSON under $OUT (g0/ packed in kda-axes.tgz).
 #   bash bench/kda_axes_device.sh [shapes] [campaign class]   (env: KDA_AXES_POINTS, KDA_AXES_TESTS, KDA_AXES_EXTRA)
 set -u
 export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
@@ -18,7 +18,7 @@ mkdir -p $OUT/g0
  timeout $((560 - TESTS)) python3 bench/kda_prefill.py --out $OUT/g0 --shapes "$SHAPES" --extra "${KDA_AXES_EXTRA:-}" \
    --variants "" --no-chunked --two-pass $POINTS --deadline-s $((520 - TESTS)) > $OUT/g0/prefill.log 2>&1) &
 if [ -n "${2:-}" ]; then
-  (KDA_CAMPAIGN_CLASSES=$2 KDA_CAMPAIGN_MINUTES=${KDA_CAMPAIGN_MINUTES:-7.5} KDA_CAMPAIGN_TIMEOUT=${KDA_CAMPAIGN_TIMEOUT:-555} \
+  (KDA_CAMPAIGN_CLASSES=$2 KDA_CAMPAIGN_GPU=1 KDA_CAMPAIGN_MINUTES=${KDA_CAMPAIGN_MINUTES:-7.5} KDA_CAMPAIGN_TIMEOUT=${KDA_CAMPAIGN_TIMEOUT:-555} \
      bash bench/kda_campaign.sh > $OUT/campaign.txt 2>&1) &
 fi
 wait

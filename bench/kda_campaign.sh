@@ -3,7 +3,7 @@
 # once per gate form (shape class: SAFE=0, then SAFE=1) on GPU 0, from the seed programs; meanwhile
 # GPU 1 times the prefill bench shapes named in $1 (bench/kda_prefill.py, two-pass kernels and fla).
 # Without $1 the two campaigns run side by side, SAFE=0 on GPU 0 and SAFE=1 on GPU 1
-# (KDA_CAMPAIGN_CLASSES="1": only SAFE=1, on GPU 1).
+# (KDA_CAMPAIGN_CLASSES="1": only SAFE=1, on GPU 1; KDA_CAMPAIGN_GPU puts every class on that GPU).
 # Reports, logs, the library entries (one per timed shape and class; one tarball: at most 8 files come
 # back) and the bench JSON go to $OUT. Exit 0 when every campaign printed its end-of-run summary.
 #   bash bench/kda_campaign.sh [shapes] [bench deadline s]
@@ -19,7 +19,7 @@ run() {   # gate class [GPU]
   cp .cake/reports/kda-safe$1-h200.html $OUT/ 2>/dev/null
 }
 if [ -z "${1:-}" ]; then      # KDA_CAMPAIGN_CLASSES picks classes (default both); class c runs on GPU c
-  for c in ${KDA_CAMPAIGN_CLASSES:-0 1}; do run $c $c & done
+  for c in ${KDA_CAMPAIGN_CLASSES:-0 1}; do run $c ${KDA_CAMPAIGN_GPU:-$c} & done
 else
   (run 0; run 1) &
   (mkdir -p $OUT/g1; CUDA_VISIBLE_DEVICES=1 timeout $((${2:-420} + 40)) python3 bench/kda_prefill.py --out $OUT/g1 \

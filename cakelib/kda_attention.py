@@ -17,7 +17,9 @@ lower_bound = -5; the softplus gate -exp(A_log) softplus(g + dt_bias).
 Which kernel runs (`prefill_plan`): on Hopper the two-pass program of the gate form (tasks/kda/two_pass.py:
 every chunk prepared in parallel, then the state recurrence), with a V-slice of 32 columns per CTA
 (or 64) when HV * N * V / vs CTAs fit the GPU in one wave, else 128 (bench/results/kda-prefill-h200.json:
-vs 32 at T = 8192, H = 32, 64 at H = 64, 128 at H = 96 and the packed batches); on an sm_8x part the
+vs 32 at T = 8192, H = 32, 64 at H = 64, 128 at H = 96 and the packed batches); vs 32 loads its
+chunks with the sm_90a bulk copy; few sequences of 16k+ tokens that fill under half the GPU take the
+sequence-parallel form (tasks/kda/seq_parallel.py); on an sm_8x part the
 safe gate's vs 32 kernel (the only one whose shared memory fits) and the recurrent kernel for the
 softplus gate. Decode: the vw 8 x vsplit 4 kernel (bench/results/kda-decode-h200.json).
 """
@@ -28,9 +30,10 @@ from typing import Optional
 K = V = 128
 
 
-def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int) -> tuple[str, dict]:
-    """(builder, params) of the prefill kernel for a problem: "two_pass" with kda_two_pass's params,
-    "chunked" with kda_chunk16_ws's, or "recurrent" with kda_recurrent's."""
+def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int, T: int = 0) -> tuple[str, dict]:
+    """(builder, params) of the prefill kernel for a problem of T tokens in N sequences: "two_pass" with
+    kda_two_pass's params (segments > 0: the sequence-parallel form), "chunked" with kda_chunk16_ws's, or
+    "recurrent" with kda_recurrent's."""
     if HV % H:
         raise ValueError(f"HV = {HV} must be a multiple of H = {H}")
     hopper = arch.startswith("sm_9")
@@ -38,9 +41,23 @@ def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int) -> tu
         if safe:
             return "chunked", {"vs": 32, "safe": True}
         return "recurrent", {"vw": 8, "vsplit": 4, "chunk": 32}
+    base = {"safe": bool(safe), "warps": 1, "stages": 2}
+    # few long sequences leave most SMs idle even at vs 32: the sequence-parallel form (T = 32768, H = 8:
+    # 0.76 ms against 1.51 for the best two-pass point, measured on a shared GPU, indicative)
+    if T >= SEQ_PARALLEL_MIN_TOKENS * max(N, 1) and HV * N * (V // 32) * 2 <= sms:
+        return "two_pass", {"vs": 128, **base, "consumers": 8, "segments": 64, "copy": "bulk"}
     # the smallest V-slice whose CTAs fit one wave, else 128 (bench/results/kda-prefill-h200.json)
     vs = next((vs for vs in (32, 64) if HV * N * (V // vs) <= sms), 128)
-    return "two_pass", {"vs": vs, "safe": bool(safe), "warps": 1, "stages": 2, "consumers": 8 if vs == 128 else 4}
+    if vs == 32:
+        # the bulk-copy loader (session 8: 0.554 / 0.644 ms against 0.661 / 0.789 at T = 8192, H = 32,
+        # safe / softplus; 2.17 / 2.48 against 2.59 / 3.09 at T = 32768) and, for the safe gate, the
+        # search's 2 prepare warps with 2 consumers (0.521 ms, agent run kda-safe1-h200)
+        split = {"warps": 2, "consumers": 2} if safe else {"consumers": 4}
+        return "two_pass", {"vs": 32, **base, **split, "copy": "bulk"}
+    return "two_pass", {"vs": vs, **base, "consumers": 8 if vs == 128 else 4}
+
+
+SEQ_PARALLEL_MIN_TOKENS = 16384     # tokens per sequence from which the segments pay (T = 32768 measured)
 
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32"}
@@ -96,7 +113,7 @@ def kda_prefill(q, k, v, g, beta, A_log, dt_bias, *, cu_seqlens=None, initial_st
                                         "dt_bias": dt_bias, "h0": initial_state, "cu_seqlens": cu_seqlens})
     sshape = next(o.shape for o in TASK.outputs(shape) if o.name == "ht")
     rt = runtime(dev.index or 0)
-    kind, params = plan or prefill_plan(H, HV, N, safe_gate, rt.arch, rt.props.get("sms", 132))
+    kind, params = plan or prefill_plan(H, HV, N, safe_gate, rt.arch, rt.props.get("sms", 132), T)
 
     def build(arch):
         if kind == "two_pass":

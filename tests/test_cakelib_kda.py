@@ -8,17 +8,26 @@ from cakelib.kda_attention import prefill_plan
 
 
 def test_plan_follows_the_measured_v_slices():
-    # the smallest V-slice whose CTAs fit one wave (T = 8192: vs 32 at H = 32, 64 at H = 64), else 128
+    # the smallest V-slice whose CTAs fit one wave (T = 8192: vs 32 at H = 32, 64 at H = 64), else 128;
+    # vs 32 with the bulk loader (and the search's 2 + 2 warps for the safe gate)
     tp = {"warps": 1, "stages": 2, "consumers": 4}
-    assert prefill_plan(32, 32, 1, True, "sm_90a", 132) == ("two_pass", {"vs": 32, "safe": True, **tp})
+    assert prefill_plan(32, 32, 1, True, "sm_90a", 132, 8192) == (
+        "two_pass", {"vs": 32, "safe": True, **tp, "warps": 2, "consumers": 2, "copy": "bulk"})
+    assert prefill_plan(32, 32, 1, False, "sm_90a", 132, 8192)[1] == {"vs": 32, "safe": False, **tp, "copy": "bulk"}
     assert prefill_plan(64, 64, 1, False, "sm_90a", 132) == ("two_pass", {"vs": 64, "safe": False, **tp})
     assert prefill_plan(96, 96, 1, True, "sm_90a", 132)[1] == {"vs": 128, "safe": True, **tp, "consumers": 8}
     assert prefill_plan(64, 64, 6, True, "sm_90a", 132)[1]["vs"] == 128
     assert prefill_plan(96, 96, 8, False, "sm_90a", 132)[1]["vs"] == 128
+    # one long sequence at small H: the sequence-parallel form; at H = 32 (one wave at vs 32) not
+    assert prefill_plan(8, 8, 1, True, "sm_90a", 132, 32768)[1]["segments"] == 64
+    assert "segments" not in prefill_plan(32, 32, 1, True, "sm_90a", 132, 32768)[1]
+    assert "segments" not in prefill_plan(8, 8, 4, True, "sm_90a", 132, 32768)[1]      # 8k tokens each
     from tasks.kda.two_pass import two_pass_problem
-    for H, N in ((32, 1), (64, 1), (96, 1), (64, 6), (96, 8)):
-        p = prefill_plan(H, H, N, True, "sm_90a", 132)[1]
-        assert two_pass_problem(p["vs"], p["safe"], p["warps"], p["stages"], p["consumers"]) is None
+    for H, N, T in ((32, 1, 8192), (64, 1, 8192), (96, 1, 8192), (64, 6, 8192), (96, 8, 8192), (8, 1, 32768)):
+        for safe in (True, False):
+            p = prefill_plan(H, H, N, safe, "sm_90a", 132, T)[1]
+            assert two_pass_problem(p["vs"], p["safe"], p["warps"], p["stages"], p["consumers"],
+                                    p.get("segments", 0), p.get("copy", "cp_async"), "sm_90a") is None, p
 
 
 def test_plan_on_ampere_uses_what_fits():

@@ -61,6 +61,8 @@ def test_seq_parallel_rejects_points_it_does_not_build():
         _program(segments=48)
     with pytest.raises(ValueError, match="power of two"):
         _program(segments=512)
+    with pytest.raises(ValueError, match="bulk loader with V-slices of 64 or 128"):
+        _program(segments=64, copy="bulk", vs=32)
 
 
 def _let(kernel, role: str, name: str):
@@ -121,7 +123,7 @@ SHAPES = [
     {"T": 8192, "N": 1, "H": 4, "HV": 4, "VK": 1, "H0": 1, "PACK": 0}]
 # 2-chunk segments: many segments whose transitions M are far from 0 (over 64 chunks the gates decay
 # them to exactly 0 in fp32, and the start states no longer depend on M)
-POINTS = [dict(safe=True, segments=2), dict(safe=False, segments=2), dict(safe=True, segments=2, copy="bulk"),
+POINTS = [dict(safe=True, segments=2), dict(safe=False, segments=2), dict(safe=True, segments=2, copy="bulk", vs=64),
           dict(safe=False, segments=4, vs=128, consumers=8, copy="bulk"), dict(safe=True, segments=64)]
 
 
