@@ -16,7 +16,9 @@ state. Four kernels, one Program:
   outputs   grid [HV, N, SEGS * V / vs]: each segment's chunks from S_j (the recurrence's consumers,
             unchanged), storing o; a sequence's last segment stores ht.
 
-The recurrence work is ~3x the two-pass (B, M, then outputs), spread over SEGS times more CTAs.
+The recurrence work is ~3x the two-pass (B, M, then outputs), spread over SEGS times more CTAs: it
+pays where few long sequences leave SMs idle (H200, T = 32768: 2x at H = 8, a wash at H = 32, whose
+128 two-pass CTAs already fill the GPU; docs/perf-log.md session 8).
 Segment j of sequence n sits in segment slot gs(n) + j, gs(n) = (bos_n + n SEG) / SEG, SEG = L C tokens:
 the same non-collision argument as the chunk slots (two_pass.py) with SEG for C, so T / SEG + N + 1 slots.
 """
@@ -26,8 +28,7 @@ from cake_ir.nodes import Program, Workspace
 from tasks.kda.chunked import C, PAD, consume, load_initial_state, store_final_state
 from tasks.kda.programs import K, V, sequence_lets
 from tasks.kda.two_pass import (COPIES, PREPARE_WARPS, STAGES, full_arrivals, kda_prepare, load_slots,
-                                recurrence_kernel,
-                                two_pass_problem, workspace)
+                                recurrence_kernel, two_pass_problem, workspace)
 
 SEG_CHUNKS = 64                     # L: 1024-token segments (a power of two, 2 .. 256)
 SEG_SLOTS = "(T / {seg} + N + 1)"  # segment slots (module docstring)
