@@ -1493,20 +1493,7 @@ class Simulator:
         k = self.k
         if isinstance(st, Copy):
             src_smem, dst_smem = self._is_smem(st.src), self._is_smem(st.dst)
-            if st.kind == "tma_load":
-                n, cls = self._node(p, mask, path)
-                comp = self.g.add([n], path)
-                a = self._acc(st.dst, True, "tma", n, comp, p, mask, path, env, tl, fld="dst")
-                if a is not None and st.barrier is not None:
-                    a.info["barrier"] = st.barrier.name
-                if st.barrier is not None:
-                    nbytes = tile_bytes_of_tma(k, st) or 0
-                    for sub, mb, _ in self._mbars(st.barrier, env, tl, p, mask, path):
-                        mb.contrib.append(comp)
-                        mb.tx -= nbytes * sub.bit_count()
-                        self._mb_check(mb, path)
-                return
-            if st.kind == "bulk_load":     # like tma_load, the rows dealt over the scope's threads
+            if st.kind in ("tma_load", "bulk_load"):   # async copies completing on `barrier` as tx bytes
                 n, cls = self._node(p, mask, path)
                 comp = self.g.add([n], path)
                 a = self._acc(st.dst, True, "tma", n, comp, p, mask, path, env, tl, fld="dst")
@@ -1514,9 +1501,12 @@ class Simulator:
                     a.info["barrier"] = st.barrier.name
                 if st.barrier is not None:
                     for sub, mb, _ in self._mbars(st.barrier, env, tl, p, mask, path):
-                        nbytes = bulk_issue_bytes(k, p.sp, p.sp.to_arr(sub), st)
-                        if nbytes is None:
-                            raise _Abort()
+                        if st.kind == "tma_load":     # one box per issuing thread
+                            nbytes = (tile_bytes_of_tma(k, st) or 0) * sub.bit_count()
+                        else:                         # the tile's rows dealt over the scope's threads
+                            nbytes = bulk_issue_bytes(k, p.sp, p.sp.to_arr(sub), st)
+                            if nbytes is None:
+                                raise _Abort()
                         mb.contrib.append(comp)
                         mb.tx -= nbytes
                         self._mb_check(mb, path)
