@@ -42,10 +42,12 @@ def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int, T: in
             return "chunked", {"vs": 32, "safe": True}
         return "recurrent", {"vw": 8, "vsplit": 4, "chunk": 32}
     base = {"safe": bool(safe), "warps": 1, "stages": 2}
+    from cake_ir.arch import has
+    bulk = {"copy": "bulk"} if has(arch, "bulk_copy") else {}
     # few long sequences leave most SMs idle even at vs 32: the sequence-parallel form (T = 32768, H = 8:
     # 0.76 ms against 1.51 for the best two-pass point, measured on a shared GPU, indicative)
     if T >= SEQ_PARALLEL_MIN_TOKENS * max(N, 1) and HV * N * (V // 32) * 2 <= sms:
-        return "two_pass", {"vs": 128, **base, "consumers": 8, "segments": 64, "copy": "bulk"}
+        return "two_pass", {"vs": 128, **base, "consumers": 8, "segments": 64, **bulk}
     # the smallest V-slice whose CTAs fit one wave, else 128 (bench/results/kda-prefill-h200.json)
     vs = next((vs for vs in (32, 64) if HV * N * (V // vs) <= sms), 128)
     if vs == 32:
@@ -53,7 +55,7 @@ def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int, T: in
         # safe / softplus; 2.17 / 2.48 against 2.59 / 3.09 at T = 32768) and, for the safe gate, the
         # search's 2 prepare warps with 2 consumers (0.521 ms, agent run kda-safe1-h200)
         split = {"warps": 2, "consumers": 2} if safe else {"consumers": 4}
-        return "two_pass", {"vs": 32, **base, **split, "copy": "bulk"}
+        return "two_pass", {"vs": 32, **base, **split, **bulk}
     return "two_pass", {"vs": vs, **base, "consumers": 8 if vs == 128 else 4}
 
 
