@@ -27,8 +27,8 @@ from cake_ir.nodes import Program, Workspace
 
 from tasks.kda.chunked import C, PAD, consume, load_initial_state, store_final_state
 from tasks.kda.programs import K, V, sequence_lets
-from tasks.kda.two_pass import (COPIES, PREPARE_WARPS, STAGES, full_arrivals, kda_prepare, load_slots,
-                                recurrence_kernel, two_pass_problem, workspace)
+from tasks.kda.two_pass import (COPIES, PREPARE_WARPS, STAGES, copy_tag, full_arrivals, kda_prepare,
+                                load_slots, recurrence_kernel, two_pass_problem, workspace)
 
 SEG_CHUNKS = 64                     # L: 1024-token segments (a power of two, 2 .. 256)
 SEG_SLOTS = "(T / {seg} + N + 1)"  # segment slots (module docstring)
@@ -45,6 +45,12 @@ def segment_workspace(seg_chunks: int) -> list[Workspace]:
             Workspace(name="wsS", dtype="f32", shape=[rows, V])]         # start state per segment, [K, V]
 
 
+def _segment_param(kb, name: str, seg_chunks: int, access: str = "read") -> None:
+    """A kernel's param for segment workspace `name`, declared as segment_workspace has it."""
+    w = next(w for w in segment_workspace(seg_chunks) if w.name == name)
+    kb.tensor(name, w.dtype, list(w.shape), access=access)
+
+
 def _segment_lets(r, slices: str, seg_chunks: int) -> None:
     """hv, n, the sequence (sequence_lets), segment j and V-slice sl of grid z, the slice's first column
     c0, the sequence's segment count nsg and this segment's slot gs."""
@@ -59,12 +65,12 @@ def kda_segment_ends(arch: str, vs: int, safe: bool, stages: int, consumers: int
                      copy: str = COPIES[0]):
     """The ends kernel (module docstring): B and M of every segment but each sequence's last."""
     gate = "safe" if safe else "softplus"
-    tag = "" if copy == COPIES[0] else f"_{copy}"
+    tag = copy_tag(copy)
     slices = (V + K) // vs
     L = seg_chunks
 
     def extra(kb):
-        kb.tensor("wsE", "f32", [f"{_slots(L)} * HV * {K}", V + K], access="write")
+        _segment_param(kb, "wsE", L, "write")
 
     def lets(r):
         _segment_lets(r, str(slices), L)
@@ -97,12 +103,12 @@ def kda_segment_outputs(arch: str, vs: int, safe: bool, stages: int, consumers: 
                         copy: str = COPIES[0]):
     """The outputs kernel (module docstring): every segment from its start state; o, and ht at the end."""
     gate = "safe" if safe else "softplus"
-    tag = "" if copy == COPIES[0] else f"_{copy}"
+    tag = copy_tag(copy)
     slices = V // vs
     L = seg_chunks
 
     def extra(kb):
-        kb.tensor("wsS", "f32", [f"{_slots(L)} * HV * {K}", V])
+        _segment_param(kb, "wsS", L)
 
     def lets(r):
         _segment_lets(r, str(slices), L)
@@ -147,9 +153,8 @@ def kda_segment_starts(arch: str, seg_chunks: int):
         kb.scalar(n, min=0, max=1)
     kb.tensor("h0", "f32", ["N", "HV", "V", "K"])
     kb.tensor("cu_seqlens", "i32", ["N + 1"])
-    rows = f"{_slots(L)} * HV * {K}"
-    kb.tensor("wsE", "f32", [rows, V + K])
-    kb.tensor("wsS", "f32", [rows, V], access="write")
+    _segment_param(kb, "wsE", L)
+    _segment_param(kb, "wsS", L, "write")
     for n in ("sMh", "sMl"):
         kb.buffer(n, "smem", "bf16", [K, K], pad=PAD)
     for n in ("sSh", "sSl"):
@@ -214,7 +219,7 @@ def kda_seq_parallel(arch: str = "sm_90a", vs: int = 32, safe: bool = True, warp
     if why:
         raise ValueError(why)
     gate = "" if safe else "_softplus"
-    tag = "" if copy == COPIES[0] else f"_{copy}"
+    tag = copy_tag(copy)
     return Program(
         name=f"kda_seq_parallel{seg_chunks}_vs{vs}{gate}_w{warps}_p{stages}c{consumers}{tag}", arch=arch,
         workspace=workspace(copy) + segment_workspace(seg_chunks),

@@ -86,6 +86,11 @@ class WorkspaceSink:
             r.sts(tile(src), tile("sQG", [r0, c0], [rows, cols], slot="p"), vec_bytes=store_vec_bytes(src))
 
 
+def copy_tag(copy: str) -> str:
+    """The name suffix of a kernel or program whose loader uses `copy` (none for the default)."""
+    return "" if copy == COPIES[0] else f"_{copy}"
+
+
 def copy_problem(copy: str, arch: Optional[str] = None) -> Optional[str]:
     """Why the recurrence's loader cannot use copy mechanism `copy` (on `arch`, when given), or None."""
     if copy not in COPIES:
@@ -105,15 +110,18 @@ def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: in
     why = copy_problem(copy, arch)
     if why:
         return why
-    if segments and copy == "bulk" and vs < 64:
-        # measured (bench/results/kda-prefill-parts/session8-call7-gpu0-shared.json): with 32-column
-        # slices the bulk loader's segment programs came out with o errors of 4.5-5.2e-3 where every
-        # other point of the same shapes had 4.0e-3, an unexplained excess at the tolerance; refused
-        return "the sequence-parallel form takes the bulk loader with V-slices of 64 or 128 only (vs 32: see two_pass_problem)"
-    if segments and (segments < 2 or segments > 256 or segments & (segments - 1)):
-        return f"segments (chunks per sequence-parallel segment) must be 0 (off) or a power of two 2 .. 256, not {segments}"
-    if segments and K % vs:
-        return f"the V-slice must divide K = {K} in the sequence-parallel form (its M columns are sliced like V), not {vs}"
+    if segments:
+        if segments < 2 or segments > 256 or segments & (segments - 1):
+            return (f"segments (chunks per sequence-parallel segment) must be 0 (off) or a power of two "
+                    f"2 .. 256, not {segments}")
+        if K % vs:
+            return (f"the V-slice must divide K = {K} in the sequence-parallel form (its M columns are sliced "
+                    f"like V), not {vs}")
+        if copy == "bulk" and vs < 64:
+            # measured (bench/results/kda-prefill-parts/session8-call7-gpu0-shared.json): with 32-column
+            # slices the bulk loader's segment programs came out with o errors of 4.5-5.2e-3 where every
+            # other point of the same shapes had 4.0e-3, an unexplained excess at the tolerance; refused
+            return "the sequence-parallel form takes the bulk loader with V-slices of 64 or 128 only, not 32"
     if warps not in (1, 2, 4):
         return f"prepare warps per CTA must be 1, 2 or 4, not {warps}"
     if not 1 <= stages <= 4:
@@ -179,7 +187,7 @@ def kda_recurrence(arch: str = "sm_80", vs: int = 32, safe: bool = True, stages:
     if why:
         raise ValueError(why)
     gate = "safe" if safe else "softplus"
-    tag = "" if copy == COPIES[0] else f"_{copy}"
+    tag = copy_tag(copy)
 
     def load(r):
         sequence_lets(r, "VS")
@@ -251,47 +259,48 @@ def load_slots(r, vs: int, P: int, first: str = "0", count: str = "nc", with_v=T
         with r.if_("i >= P"):                 # the consumers are done with this stage's last chunk
             r.mbar_wait(bar("empty", "s"), "(i / P - 1) % 2")
         if copy == "bulk":
-            _bulk_stage(r, vs, with_v)
-            return
-        for n in OUTPUTS:
-            rows, cols, _ = OUTPUTS[n]
-            src = tile("wsDec", ["srow", 0], [1, K]) if n == "Dec" else tile("ws" + n, ["row", 0], [C, cols])
-            r.copy("cp_async", src, tile("s" + n, slot="s"), oob="zfill", vec_bytes=16, scope="warp")
+            _bulk_stage(r)
+        else:
+            for n in OUTPUTS:
+                r.copy("cp_async", _slot_src(n), tile("s" + n, slot="s"), oob="zfill", vec_bytes=16, scope="warp")
         if with_v is True:
-            r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"), oob="zfill",
-                   vec_bytes=16, scope="warp")
+            _load_v(r, vs)
         elif with_v:
             with r.if_(with_v):
-                r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"),
-                       oob="zfill", vec_bytes=16, scope="warp")
-        r.sync("cp_async_commit")
-        r.sync("cp_async_wait", n=0)
-        r.mbar_arrive(bar("full", "s"))
+                _load_v(r, vs)
+        if copy == "bulk":
+            if with_v:          # every lane arrives once its own v rows landed (at once where it copied none)
+                r.add("cp_async_arrive", barrier=bar("full", "s"))
+        else:
+            r.sync("cp_async_commit")
+            r.sync("cp_async_wait", n=0)
+            r.mbar_arrive(bar("full", "s"))
 
 
-def _bulk_stage(r, vs: int, with_v) -> None:
-    """Stage s of the bulk-copy loader (in load_slots' loop): lane 0 announces the chunk's bytes on
-    `full[s]` (one arrival); one cp.async.bulk per workspace row (a tile's 16 rows dealt to lanes
-    0..15) completes them; v's rows go by cp.async (zero fill past the end of v), every lane arriving
-    on `full[s]` once its own copies land (it arrives at once where it copies none)."""
+def _slot_src(name: str) -> dict:
+    """Chunk c's tile `name` in the workspace (lets `row`, `srow` of load_slots)."""
+    if name == "Dec":
+        return tile("wsDec", ["srow", 0], [1, K])
+    return tile("ws" + name, ["row", 0], [C, OUTPUTS[name][1]])
+
+
+def _load_v(r, vs: int) -> None:
+    """v's V-slice of chunk c into stage s (cp.async, zero fill past the end of v)."""
+    r.copy("cp_async", tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"), oob="zfill",
+           vec_bytes=16, scope="warp")
+
+
+def _bulk_stage(r) -> None:
+    """The workspace tiles of stage s by the bulk copy (in load_slots' loop): lane 0 announces the
+    chunk's bytes on `full[s]` (one arrival), one cp.async.bulk per tile (its rows one run at the
+    bulk pitch) completes them."""
     # a bulk copy has no predication: the slot is in the workspace by construction (module docstring),
     # and this always-true guard states it for the verifier's bound proof
     with r.if_(f"srow < {SLOTS} * HV"):
         with r.if_("lane == 0"):
             r.mbar_expect_tx(bar("full", "s"), CHUNK_BYTES)
         for n in OUTPUTS:
-            cols = OUTPUTS[n][1]
-            src = tile("wsDec", ["srow", 0], [1, K]) if n == "Dec" else tile("ws" + n, ["row", 0], [C, cols])
-            r.copy("bulk_load", src, tile("s" + n, slot="s"), barrier=bar("full", "s"), scope="warp")
-    if not with_v:
-        return
-    v = (tile("v", ["t0", "hv", "c0"], [C, 1, vs]), tile("sV", slot="s"))
-    if with_v is True:
-        r.copy("cp_async", *v, oob="zfill", vec_bytes=16, scope="warp")
-    else:
-        with r.if_(with_v):
-            r.copy("cp_async", *v, oob="zfill", vec_bytes=16, scope="warp")
-    r.add("cp_async_arrive", barrier=bar("full", "s"))
+            r.copy("bulk_load", _slot_src(n), tile("s" + n, slot="s"), barrier=bar("full", "s"), scope="warp")
 
 
 def kda_two_pass(arch: str = "sm_80", vs: int = 32, safe: bool = True, warps: int = PREPARE_WARPS,
@@ -307,7 +316,7 @@ def kda_two_pass(arch: str = "sm_80", vs: int = 32, safe: bool = True, warps: in
         return kda_seq_parallel(arch, vs, safe, warps, stages, consumers, segments, copy)
     rec = kda_recurrence(arch, vs, safe, stages, consumers, copy)
     gate = "" if safe else "_softplus"
-    tag = "" if copy == COPIES[0] else f"_{copy}"
+    tag = copy_tag(copy)
     return Program(name=f"kda_two_pass_vs{vs}{gate}_w{warps}_p{stages}c{consumers}{tag}", arch=arch,
                    workspace=workspace(copy), kernels=[kda_prepare(arch, safe, warps, copy), rec],
                    note="chunked KDA prefill in two passes: prepare every chunk in parallel, then the recurrence")
