@@ -30,6 +30,9 @@ from typing import Optional
 K = V = 128
 
 
+SEQ_PARALLEL_MIN_TOKENS = 16384     # tokens per sequence from which the segments pay (T = 32768 measured)
+
+
 def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int, T: int = 0) -> tuple[str, dict]:
     """(builder, params) of the prefill kernel for a problem of T tokens in N sequences: "two_pass" with
     kda_two_pass's params (segments > 0: the sequence-parallel form), "chunked" with kda_chunk16_ws's, or
@@ -57,9 +60,6 @@ def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int, T: in
         split = {"warps": 2, "consumers": 2} if safe else {"consumers": 4}
         return "two_pass", {"vs": 32, **base, **split, **bulk}
     return "two_pass", {"vs": vs, **base, "consumers": 8 if vs == 128 else 4}
-
-
-SEQ_PARALLEL_MIN_TOKENS = 16384     # tokens per sequence from which the segments pay (T = 32768 measured)
 
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32"}

@@ -275,6 +275,7 @@ def load_initial_state(r, cwn: int) -> None:
 
 
 def store_final_state(r, cwn: int) -> None:
+    """ht <- S (either layout) of this sequence's state columns."""
     kv_tile, vk_tile = state_tiles(cwn)
     with r.if_("VK == 1"):
         r.stg(tile("S"), tile("ht", *vk_tile), trans=True, vec_bytes=4, id="store_ht_vk")
