@@ -12,6 +12,8 @@ from cake_ir import expr as E
 from cake_ir.compiler import compile_kernel
 from cake_ir.verifier import verify
 
+from test_kda_two_pass import check_on_gpu
+
 
 def _program(arch="sm_90a", **kw):
     from tasks.kda.two_pass import kda_two_pass
@@ -131,13 +133,4 @@ POINTS = [dict(safe=True, segments=2), dict(safe=False, segments=2), dict(safe=T
 @pytest.mark.parametrize("kw", POINTS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()))
 @pytest.mark.parametrize("shape", SHAPES)
 def test_seq_parallel_matches_float64_on_gpu(kw, shape):
-    from gpu_backend.driver import gpu_available
-    if not gpu_available():
-        pytest.skip("needs a CUDA GPU")
-    from cake_ir.io import dumps
-    from gpu_backend.evaluate import evaluate
-    from tasks.registry import get
-    prog = _program(**kw)
-    rec = evaluate(dumps(prog), get("kda").task, seed=11, name=prog.name,
-                   shapes=[{**shape, "SAFE": int(kw["safe"])}], profile=False, reruns=1)
-    assert rec.status == "ok", rec.message
+    check_on_gpu(_program(**kw), {**shape, "SAFE": int(kw["safe"])}, seed=11)

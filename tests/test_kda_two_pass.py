@@ -106,15 +106,18 @@ SHAPES = [
 @pytest.mark.parametrize("kw", POINTS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()))
 @pytest.mark.parametrize("shape", SHAPES)
 def test_two_pass_matches_float64_on_gpu(kw, shape):
+    check_on_gpu(_program(**kw), {**shape, "SAFE": int(kw["safe"])}, seed=9)
+
+
+def check_on_gpu(prog, shape: dict, seed: int) -> None:
+    """The evaluator's float64 check of a prefill Program at one shape (a fresh-input rerun included)."""
     from gpu_backend.driver import gpu_available
     if not gpu_available():
         pytest.skip("needs a CUDA GPU")
     from cake_ir.io import dumps
     from gpu_backend.evaluate import evaluate
     from tasks.registry import get
-    prog = _program(**kw)
-    rec = evaluate(dumps(prog), get("kda").task, seed=9, name=prog.name,
-                   shapes=[{**shape, "SAFE": int(kw["safe"])}], profile=False, reruns=1)
+    rec = evaluate(dumps(prog), get("kda").task, seed=seed, name=prog.name, shapes=[shape], profile=False, reruns=1)
     assert rec.status == "ok", rec.message
 
 
