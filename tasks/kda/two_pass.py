@@ -243,9 +243,9 @@ def full_arrivals(copy: str = COPIES[0], with_v=True) -> int:
 def load_slots(r, vs: int, P: int, first: str = "0", count: str = "nc", with_v=True, copy: str = COPIES[0]) -> None:
     """The loader warp: chunks first .. first + count - 1 of the sequence, in order, each from its
     workspace slot (and v's V-slice: always, never, or where the condition `with_v` holds) into stage
-    i % P (i counts from 0), waiting
-    `empty` before reusing a stage and arriving on `full` when the stage is in. `copy` is the copy
-    mechanism (module docstring); the `full` barrier must expect `full_arrivals(copy, with_v)`."""
+    i % P (i counts from 0), waiting `empty` before reusing a stage and arriving on `full` when the
+    stage is in. `copy` is the copy mechanism (module docstring); the `full` barrier must expect
+    `full_arrivals(copy, with_v)`."""
     why = copy_problem(copy)
     if why:
         raise ValueError(why)
