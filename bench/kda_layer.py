@@ -4,8 +4,9 @@ with random weights, checked at every step against a float64 token recurrence.
     python bench/kda_layer.py [--out DIR] [--lens 37,300,1,64,129] [--steps 16] [--no-fla]
 
 Per gate form (SAFE = 1 lower-bound gate, SAFE = 0 softplus gate):
-- prefill: N packed sequences (cu_seqlens) through the layer. CAKE prefill kernel (by default the
-  two-pass program of the gate form, tasks/kda/two_pass.py; --prefill-variant chunked for the single
+- prefill: N packed sequences (cu_seqlens) through the layer. CAKE prefill kernel (by default
+  cakelib.kda_prefill, the library call, which runs the program its prefill_plan picks; --prefill-variant
+  two_pass for the vs 32 two-pass program of tasks/kda/two_pass.py, chunked for the single
   kernel of tasks/kda/chunked.py, 8x4x32 for the recurrent
   tasks/kda/programs.py; H0 = 0 with a NaN h0 that must not be read, VK = 1: states [N, H, V, K]) against the float64
   recurrence started from zeros: layer output y [T, D], core output o, final states;
@@ -150,7 +151,10 @@ class CakeCore:
                 raise RuntimeError(f"{ir.name}: " + "; ".join(f"{d['code']} at {d['node']}: {d['message']}"
                                                               for d in comp.diagnostics[:3]))
             return CompiledKernel.from_spec(comp.spec)
-        if prefill == "two_pass":       # prepare + recurrence per gate form (tasks/kda/two_pass.py)
+        self.plan = prefill == "plan"
+        if self.plan:                   # what a user gets: cakelib.kda_prefill and its prefill_plan
+            self.pre = None
+        elif prefill == "two_pass":       # prepare + recurrence per gate form (tasks/kda/two_pass.py)
             from tasks.kda.two_pass import kda_two_pass
             self.pre = {safe: build(kda_two_pass(arch=arch, vs=32, safe=bool(safe))) for safe in (0, 1)}
         elif prefill == "chunked":        # the chunked kernels, one per gate form (tasks/kda/chunked.py)
@@ -166,6 +170,10 @@ class CakeCore:
     def prefill(self, x, A_log, dt_bias, cu, safe):
         import torch
         (T, H, _), N = x["q"].shape, cu.numel() - 1
+        if self.plan:
+            from cakelib import kda_prefill
+            return kda_prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], A_log, dt_bias, cu_seqlens=cu,
+                               safe_gate=bool(safe), state_layout="vk")
         o, ht = _nan((T, H, V), torch.bfloat16), _nan((N, H, V, K), torch.float32)
         self.pre[int(safe)]({**x, "A_log": A_log, "dt_bias": dt_bias, "h0": _nan((N, H, V, K), torch.float32),
                   "cu_seqlens": cu, "o": o, "ht": ht},
@@ -276,8 +284,9 @@ def main() -> int:
     ap.add_argument("--lens", default="37,300,1,64,129", help="packed sequence lengths")
     ap.add_argument("--steps", type=int, default=16, help="decode steps after the prefill")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prefill-variant", default="two_pass",
-                    help="'two_pass' (tasks/kda/two_pass.py), 'chunked' (tasks/kda/chunked.py), per gate form, "
+    ap.add_argument("--prefill-variant", default="plan",
+                    help="'plan' (cakelib.kda_prefill: the kernel its prefill_plan picks for the batch), "
+                         "'two_pass' (tasks/kda/two_pass.py, vs 32), 'chunked' (tasks/kda/chunked.py), per gate form, "
                          "or kda_recurrent vw x vsplit x chunk")
     ap.add_argument("--decode-variant", default="8x4", help="kda_decode vw x vsplit")
     ap.add_argument("--fla", action=argparse.BooleanOptionalAction, default=True,

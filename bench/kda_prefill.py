@@ -52,8 +52,9 @@ def summarize(rows: list, shapes: list) -> float:
     """Print the per-shape table (fla, the fastest correct CAKE kernel, speedup) and return the
     geometric-mean speedup over fla chunk_kda (nan if no shape has both)."""
     import math
-    print(f"{'T':>6} {'N':>2} {'H':>3} {'gate':>8} | {'fla ms':>7} {'best CAKE ms':>26} {'speedup':>7} | all CAKE correct")
-    logs = []
+    print(f"{'T':>6} {'N':>2} {'H':>3} {'gate':>8} | {'fla ms':>7} {'best CAKE ms':>26} {'speedup':>7} | "
+          f"{'plan ms':>7} {'plan x':>6} | all CAKE correct")
+    logs, plan_logs = [], []
     for shape in shapes:
         rs = [r for r in rows if r["shape"] == shape]
         if not rs:
@@ -65,11 +66,19 @@ def summarize(rows: list, shapes: list) -> float:
         bms = b["timing"]["ms_median"] if b else float("nan")
         if fla and b:
             logs.append(math.log(fms / bms))
+        plan = next((r for r in cake if r["impl"].startswith("cake_plan_")), None)
+        pms = plan["timing"]["ms_median"] if plan else float("nan")
+        if fla and plan:
+            plan_logs.append(math.log(fms / pms))
         allok = all(r["correct"] for r in rs if r["impl"].startswith("cake"))
         print(f"{shape['T']:>6} {shape['N']:>2} {shape['H']:>3} {'safe' if shape['SAFE'] else 'softplus':>8} | "
-              f"{fms:7.3f} {bms:9.3f} ({b['impl'][5:] if b else '-':>15}) {fms / bms:7.2f} | {allok}")
+              f"{fms:7.3f} {bms:9.3f} ({b['impl'][5:] if b else '-':>15}) {fms / bms:7.2f} | "
+              f"{pms:7.3f} {fms / pms:6.2f} | {allok}")
     if logs:
         print(f"geomean speedup over fla chunk_kda: {math.exp(sum(logs) / len(logs)):.2f}x over {len(logs)} shapes")
+    if plan_logs:
+        print(f"geomean speedup of the library's plan (cakelib.kda_prefill) over fla chunk_kda: "
+              f"{math.exp(sum(plan_logs) / len(plan_logs)):.2f}x over {len(plan_logs)} shapes")
     return math.exp(sum(logs) / len(logs)) if logs else float("nan")
 
 
@@ -90,6 +99,9 @@ def main() -> int:
                     help="two-pass points (tasks/kda/two_pass.py), vs x prepare warps x stages x consumers [x segment "
                          "chunks: the sequence-parallel form, tasks/kda/seq_parallel.py][:copy mechanism, e.g. :bulk]; "
                          "the first also times its prepare kernel alone (part_, not a candidate)")
+    ap.add_argument("--plan", action="store_true",
+                    help="also time, per shape, the program cakelib.kda_prefill picks there (prefill_plan on this "
+                         "GPU: what a user calling the library gets), as cake_plan_<program>")
     ap.add_argument("--no-baselines", action="store_true", help="CAKE kernels only (a quick check; no speedups)")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -136,6 +148,25 @@ def main() -> int:
             if i == 0:          # pass 1 alone: the recurrence's share is the difference
                 irs["part_" + prog.kernels[0].name.removeprefix("kda_")] = prog.model_copy(
                     update={"name": prog.kernels[0].name, "kernels": prog.kernels[:1]})
+    idx = [int(i) for i in args.shapes.split(",")] if args.shapes else range(len(PREFILL_BENCH))
+    shapes = [PREFILL_BENCH[i] for i in idx] if (args.shapes or not args.extra) else []
+    for spec in filter(None, args.extra.split(";")):
+        T, H, *gate = (int(v) for v in spec.split(":"))
+        shapes += [{"T": T, "N": 1, "H": H, "HV": H, "SAFE": sf, "VK": 1, "H0": 1, "PACK": 0}
+                   for sf in (gate or [1, 0])]
+    planned = {}         # shape index -> the plan's kernel name
+    if args.plan:
+        from cakelib.kda_attention import prefill_plan
+        from gpu_backend.driver import properties
+        sms = properties(0).get("sms", 132)
+        for i, shape in enumerate(shapes):
+            kind, params = prefill_plan(shape["H"], shape["HV"], shape["N"], bool(shape["SAFE"]), "sm_90a", sms,
+                                        shape["T"])
+            if kind != "two_pass":
+                raise SystemExit(f"the sm_90a plan is a two-pass program, not {kind}")
+            prog = kda_two_pass(arch="sm_90a", **params)
+            planned[i] = "cake_plan_" + prog.name.removeprefix("kda_")
+            irs[planned[i]] = prog
     kernels = compile_variants(irs)
     info = env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_prefill.py")
 
@@ -148,15 +179,9 @@ def main() -> int:
             json.dump(doc, f, indent=1, default=str)
         return path
 
-    idx = [int(i) for i in args.shapes.split(",")] if args.shapes else range(len(PREFILL_BENCH))
-    shapes = [PREFILL_BENCH[i] for i in idx] if (args.shapes or not args.extra) else []
-    for spec in filter(None, args.extra.split(";")):
-        T, H, *gate = (int(v) for v in spec.split(":"))
-        shapes += [{"T": T, "N": 1, "H": H, "HV": H, "SAFE": sf, "VK": 1, "H0": 1, "PACK": 0}
-                   for sf in (gate or [1, 0])]
     rows = []
     stream = 0
-    for shape in shapes:
+    for si, shape in enumerate(shapes):
         if time.time() - t_start > args.deadline_s:
             print("deadline reached; shapes left:", shape)
             break
@@ -167,6 +192,8 @@ def main() -> int:
         scal = task.scalars(shape)
         impls = {}
         for name, (ck, _r) in kernels.items():
+            if name.startswith("cake_plan_") and planned.get(si) != name:
+                continue                       # another shape's plan
             if (name.startswith(("cake_chunk16", "cake_two_pass", "cake_seq_parallel", "part_"))
                     and ("softplus" in name) == bool(shape["SAFE"])):
                 continue                       # one gate form per chunked kernel (its SAFE fact)

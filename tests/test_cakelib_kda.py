@@ -68,6 +68,21 @@ def _rel(a, b) -> float:
     {"T": 200, "N": 2, "H": 2, "HV": 4, "SAFE": 0, "VK": 0, "H0": 0, "PACK": 0},
     {"T": 128, "N": 1, "H": 2, "HV": 2, "SAFE": 0, "VK": 1, "H0": 1, "PACK": 0}])
 def test_prefill_matches_float64_on_gpu(shape):
+    _check_prefill_on_gpu(shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("safe", [0, 1])
+def test_sequence_parallel_plan_through_the_library_on_gpu(safe):
+    # the plan for one long sequence at small H, with 2-chunk segments so that a 700-token sequence
+    # has 22 segments and every carried state goes through M (long segments decay it to 0)
+    kind, params = prefill_plan(2, 4, 1, bool(safe), "sm_90a", 132, 32768)
+    assert kind == "two_pass" and params["segments"]
+    _check_prefill_on_gpu({"T": 700, "N": 1, "H": 2, "HV": 4, "SAFE": safe, "VK": 1, "H0": 1, "PACK": 0},
+                          (kind, {**params, "segments": 2}))
+
+
+def _check_prefill_on_gpu(shape, plan=None):
     from gpu_backend.driver import gpu_available
     if not gpu_available():
         pytest.skip("needs a CUDA GPU")
@@ -79,7 +94,7 @@ def test_prefill_matches_float64_on_gpu(shape):
     t = _torch_inputs(x, ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens"), "cuda")
     o, ht = kda_prefill(t["q"], t["k"], t["v"], t["g"], t["beta"], t["A_log"], t["dt_bias"],
                         cu_seqlens=t["cu_seqlens"], initial_state=t["h0"] if shape["H0"] else None,
-                        safe_gate=bool(shape["SAFE"]), state_layout="vk" if shape["VK"] else "kv")
+                        safe_gate=bool(shape["SAFE"]), state_layout="vk" if shape["VK"] else "kv", plan=plan)
     torch.cuda.synchronize()
     assert _rel(o, ref["o"]) <= 5e-3 and _rel(ht, ref["ht"]) <= 5e-3
 
