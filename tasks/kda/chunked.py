@@ -123,9 +123,16 @@ def kda_chunk16_ws(arch: str = "sm_80", vs: int = VS, safe: bool = True, produce
 
 # ------------------------------------------------------------------ pieces shared with two_pass.py
 PAD = 8        # 272-byte rows: the 8 rows of an ldmatrix land in distinct banks
-# what a prepared chunk is (name: rows x cols, dtype); the consumers read these from slot buffers s<name>
-OUTPUTS = {"QG": (C, K, "bf16"), "KD": (C, K, "bf16"), "W": (C, K, "bf16"), "Aqk": (C, C, "bf16"),
-           "Ainv": (C, C, "bf16"), "Dec": (1, K, "f32")}
+
+
+def outputs(chunk: int = C) -> dict:
+    """What a prepared chunk of `chunk` tokens is (name: rows x cols, dtype); the consumers read these
+    from slot buffers s<name>."""
+    return {"QG": (chunk, K, "bf16"), "KD": (chunk, K, "bf16"), "W": (chunk, K, "bf16"),
+            "Aqk": (chunk, chunk, "bf16"), "Ainv": (chunk, chunk, "bf16"), "Dec": (1, K, "f32")}
+
+
+OUTPUTS = outputs(C)
 
 
 def producer_buffers(kb, safe: bool, P: int) -> None:
@@ -168,30 +175,33 @@ def producer_buffers(kb, safe: bool, P: int) -> None:
     kb.buffer("brow", "reg", "f32", [C, 1], layout="mma_rows", scope="warp", role="prod")
 
 
-def slot_buffers(kb, vs: int, P: int, names=tuple(OUTPUTS)) -> None:
-    """The slots a prepared chunk sits in for the consumers (stage = chunk % P), and v's V-slice."""
+def slot_buffers(kb, vs: int, P: int, names=tuple(OUTPUTS), chunk: int = C) -> None:
+    """The slots a prepared chunk (of `chunk` tokens) sits in for the consumers (stage = chunk % P), and
+    v's V-slice."""
+    outs = outputs(chunk)
     for n in names:
-        rows, cols, dt = OUTPUTS[n]
+        rows, cols, dt = outs[n]
         if n == "Dec":
             kb.buffer("sDec", "smem", "f32", [1, K], stages=P)
         else:
             kb.buffer("s" + n, "smem", dt, [rows, cols], stages=P, pad=PAD)
     if vs:
-        kb.buffer("sV", "smem", "bf16", [C, 1, vs], stages=P, pad=PAD)
+        kb.buffer("sV", "smem", "bf16", [chunk, 1, vs], stages=P, pad=PAD)
 
 
-def consumer_buffers(kb, vs: int, NC: int) -> None:
-    """A consumer warp's state columns (vs / NC of them) and its staging in shared memory."""
+def consumer_buffers(kb, vs: int, NC: int, chunk: int = C) -> None:
+    """A consumer warp's state columns (vs / NC of them) and its staging in shared memory. KD^T (cT)
+    is loaded 16 tokens at a time: [K, 16] whatever the chunk."""
     cwn = vs // NC
     kb.buffer("sS", "smem", "bf16", [K, vs], pad=PAD)
-    kb.buffer("sVn", "smem", "bf16", [C, vs], pad=PAD)
+    kb.buffer("sVn", "smem", "bf16", [chunk, vs], pad=PAD)
     kb.buffer("S", "reg", "f32", [K, cwn], layout="mma_acc", scope="warp", role="cons")
     kb.buffer("dec", "reg", "f32", [K, 1], layout="mma_rows", scope="warp", role="cons")
-    kb.buffer("ca", "reg", "bf16", [C, C], layout="mma_a", scope="warp", role="cons")
-    kb.buffer("cb", "reg", "bf16", [cwn, C], layout="mma_b", scope="warp", role="cons")
-    kb.buffer("cT", "reg", "bf16", [K, C], layout="mma_a", scope="warp", role="cons")
+    kb.buffer("ca", "reg", "bf16", [chunk, chunk], layout="mma_a", scope="warp", role="cons")
+    kb.buffer("cb", "reg", "bf16", [cwn, chunk], layout="mma_b", scope="warp", role="cons")
+    kb.buffer("cT", "reg", "bf16", [K, 16], layout="mma_a", scope="warp", role="cons")
     for n in ("U", "Vn", "Oa"):
-        kb.buffer(n, "reg", "f32", [C, cwn], layout="mma_acc", scope="warp", role="cons")
+        kb.buffer(n, "reg", "f32", [chunk, cwn], layout="mma_acc", scope="warp", role="cons")
 
 
 class SlotSink:
@@ -212,10 +222,11 @@ def store_vec_bytes(src: str) -> int:
     return 4 if src in ("L", "Pm", "Inv") else 8
 
 
-def prepare_chunk(r, safe: bool, out) -> None:
+def prepare_chunk(r, safe: bool, out, w: bool = True) -> None:
     """One producer warp prepares the chunk whose raw q / k / g sit in its private wQ / wK / wG (copies
     committed, t0 the chunk's first token): beta, the gate, norms, QG, KD, e^{G_C}, Aqk, A' and W, each
-    handed to `out` (a SlotSink, or two_pass.WorkspaceSink)."""
+    handed to `out` (a SlotSink, or two_pass.WorkspaceSink). Without `w`, W is not computed: A' is left
+    in Inv and KG in wG (two_pass's 32-token chunks build their second half's W from them)."""
     # beta of token `lane` (0 past the sequence end: such tokens add nothing and see nothing)
     r.let("tb", "t0 + lane % C")
     r.ldg(tile("beta", ["tb", "hv"], [1, 1]), tile("b1"), oob="zfill", vec_bytes=2)
@@ -248,6 +259,8 @@ def prepare_chunk(r, safe: bool, out) -> None:
         r.mma_sync(tile("pa"), tile("pb"), tile("Inv"))            # Inv <- Inv (I + P)
         r.sync("syncwarp")
     out.store(r, "Ainv", "Inv", 0, C, 0, C)
+    if not w:
+        return
     # W = A' KG, 16 columns at a time (in L, free now)
     r.map("pa", "Inv")
     for qq in range(K // 16):
@@ -285,13 +298,21 @@ def store_final_state(r, cwn: int) -> None:
 
 def consume(r, vs: int, NC: int, P: int, lets: bool = True, first: str = "0", count: str = "nc",
             init=load_initial_state, u_expr: Optional[str] = None, store_o: bool = True,
-            final=store_final_state) -> None:
+            final=store_final_state, chunk: int = C) -> None:
     """A consumer warp's chunks first .. first + count - 1 of its sequence (default: the whole sequence):
     `init` the state, then per chunk (in order) U = A' V, Vn = U - W S, O = QG S + Aqk Vn (stored unless
     `store_o` is False), S = Diag(e^{G_C}) S + KD^T Vn from stage i % P (waiting `full`, releasing
     `empty`), then `final`. `u_expr` rewrites U (the segment programs zero it for their M columns).
-    With `lets` the CTA's sequence and V-slice come from sequence_lets; else the caller has set them."""
+    With `lets` the CTA's sequence and V-slice come from sequence_lets; else the caller has set them.
+    `chunk` (16 or 32) is the tokens per chunk: at 32 the row tiles are two m16 blocks (one mma_sync
+    each, independent) and the state update takes KD^T Vn as two k16 steps, 16 tokens at a time."""
     cwn = vs // NC
+    ch = chunk
+
+    def part(buf: str, rows: int, cols: int) -> dict:
+        """The leading [rows, cols] of a consumer fragment (the whole buffer at chunk 16)."""
+        return tile(buf) if (rows, cols) == {"ca": (ch, ch), "cb": (cwn, ch)}[buf] else tile(buf, [0, 0], [rows, cols])
+
     if lets:
         sequence_lets(r, "VS")
     r.let("cw", f"role_warp * {cwn}")
@@ -305,7 +326,7 @@ def consume(r, vs: int, NC: int, P: int, lets: bool = True, first: str = "0", co
         r.mbar_wait(bar("full", "s"), "(i / P) % 2")
         # U = A' V (this warp's columns)
         r.ldmatrix(tile("sAinv", slot="s"), tile("ca"))
-        r.ldmatrix(tile("sV", [0, 0, "cw"], [C, 1, cwn], slot="s"), tile("cb"), trans=True)
+        r.ldmatrix(tile("sV", [0, 0, "cw"], [ch, 1, cwn], slot="s"), tile("cb"), trans=True)
         r.fill("U", 0.0)
         r.mma_sync(tile("ca"), tile("cb"), tile("U"))
         if u_expr:
@@ -315,27 +336,32 @@ def consume(r, vs: int, NC: int, P: int, lets: bool = True, first: str = "0", co
         if store_o:
             r.fill("Oa", 0.0)
         for kk in range(K // 16):
-            r.ldmatrix(tile("sS", [kk * 16, "cw"], [16, cwn]), tile("cb"), trans=True)
-            r.ldmatrix(tile("sW", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
-            r.mma_sync(tile("ca"), tile("cb"), tile("Vn"))
+            r.ldmatrix(tile("sS", [kk * 16, "cw"], [16, cwn]), part("cb", cwn, 16), trans=True)
+            r.ldmatrix(tile("sW", [0, kk * 16], [ch, 16], slot="s"), part("ca", ch, 16))
+            r.mma_sync(part("ca", ch, 16), part("cb", cwn, 16), tile("Vn"))
             if store_o:
-                r.ldmatrix(tile("sQG", [0, kk * 16], [C, 16], slot="s"), tile("ca"))
-                r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
+                r.ldmatrix(tile("sQG", [0, kk * 16], [ch, 16], slot="s"), part("ca", ch, 16))
+                r.mma_sync(part("ca", ch, 16), part("cb", cwn, 16), tile("Oa"))
         r.map("Vn", "U - Vn")
-        r.sts(tile("Vn"), tile("sVn", [0, "cw"], [C, cwn]), vec_bytes=4)
+        r.sts(tile("Vn"), tile("sVn", [0, "cw"], [ch, cwn]), vec_bytes=4)
         r.sync("syncwarp")
         if store_o:
             r.ldmatrix(tile("sAqk", slot="s"), tile("ca"))
-        r.ldmatrix(tile("sVn", [0, "cw"], [C, cwn]), tile("cb"), trans=True)
+        r.ldmatrix(tile("sVn", [0, "cw"], [ch, cwn]), tile("cb"), trans=True)
         if store_o:
             r.mma_sync(tile("ca"), tile("cb"), tile("Oa"))
-            r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [C, 1, cwn]), oob="mask", vec_bytes=4,
+            r.stg(tile("Oa"), tile("o", ["t0", "hv", "c0 + cw"], [ch, 1, cwn]), oob="mask", vec_bytes=4,
                   row_limit="eos", id="store_o")
-        # S = Diag(e^{G_C}) S + KD^T Vn
+        # S = Diag(e^{G_C}) S + KD^T Vn, 16 tokens at a time
         r.lds(tile("sDec", slot="s"), tile("dec"), vec_bytes=4)
         r.map("S", "S * dec")
-        r.ldmatrix(tile("sKD", slot="s"), tile("cT"), trans=True)
-        r.mma_sync(tile("cT"), tile("cb"), tile("S"), id="state_update")
+        for kh in range(ch // 16):
+            if ch == 16:
+                r.ldmatrix(tile("sKD", slot="s"), tile("cT"), trans=True)
+                r.mma_sync(tile("cT"), tile("cb"), tile("S"), id="state_update")
+            else:
+                r.ldmatrix(tile("sKD", [kh * 16, 0], [16, K], slot="s"), tile("cT"), trans=True)
+                r.mma_sync(tile("cT"), tile("cb", [0, kh * 16], [cwn, 16]), tile("S"), id=f"state_update{kh}")
         r.mbar_arrive(bar("empty", "s"))
     final(r, cwn)
 
