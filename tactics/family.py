@@ -157,4 +157,15 @@ TACTICS = [
         params_doc="the family's copy parameter (copy: cp_async or bulk), values from the family's search space "
                    "that build on its arch",
     ),
+    FamilyTactic(
+        name="chunk_size",
+        kind="family",
+        description="Change the tokens per chunk of a chunked recurrence built from a seed family (e.g. 16 or 32 "
+                    "for the two-pass KDA prefill): a longer chunk halves the sequential steps of the state "
+                    "recurrence, each step a larger (more parallel, somewhat slower) tensor-core step, for a "
+                    "little more prepare work per token. Pays where the recurrence's per-step latency chain binds "
+                    "(long sequences, few heads).",
+        keywords=("latency", "serial", "recurrence", "chunk", "scan", "sequential steps", "long sequence"),
+        params_doc="the family's chunk parameter (tokens per chunk), values from the family's search space",
+    ),
 ]

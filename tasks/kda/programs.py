@@ -243,29 +243,30 @@ def _chunked_point_ok(p: dict) -> bool:
 
 
 def kda_two_pass(vs: int = 32, safe: int = 1, arch: str = "sm_90a", warps: int = 1, stages: int = 2,
-                 consumers: int = 4, segments: int = 0, copy: str = "cp_async"):
+                 consumers: int = 4, segments: int = 0, copy: str = "cp_async", chunk: int = 16):
     """The two-pass chunked prefill (tasks/kda/two_pass.py): a Program of a chunk-parallel prepare
     kernel (`warps` warps per CTA) and the recurrence (`stages` chunks in flight, `consumers` warps over
     the vs state columns), for one gate form (its SAFE fact is fixed); `segments` > 0 splits the
     recurrence into sequence-parallel segments of that many chunks (tasks/kda/seq_parallel.py); `copy`
-    is the recurrence loader's copy mechanism (cp_async, or bulk: the sm_90a bulk copy)."""
+    is the recurrence loader's copy mechanism (cp_async, or bulk: the sm_90a bulk copy); `chunk` the tokens
+    per chunk (16, or 32: half the recurrence's sequential steps, each a 32-row step)."""
     from tasks.kda.two_pass import kda_two_pass as build
     return build(arch=arch, vs=vs, safe=bool(safe), warps=warps, stages=stages, consumers=consumers,
-                 segments=segments, copy=copy)
+                 segments=segments, copy=copy, chunk=chunk)
 
 
 def _two_pass_point_ok(p: dict) -> bool:
     from tasks.kda.two_pass import two_pass_problem
     d = signature_defaults(kda_two_pass)
     return two_pass_problem(p["vs"], bool(p.get("safe", 1)), *(p.get(n, d[n]) for n in
-                            ("warps", "stages", "consumers", "segments", "copy", "arch"))) is None
+                            ("warps", "stages", "consumers", "segments", "copy", "arch", "chunk"))) is None
 
 
 # which family parameters the search's family tactics (tactics/family.py) change: the V-slice is the
 # CTA tile, the warp-role split and the pipeline depth (chunks in flight) their own axes
 CHUNKED_TACTICS = {"retile": ["vs"], "warp_split": ["consumers"], "pipeline_depth": ["producers"]}
 TWO_PASS_TACTICS = {"retile": ["vs"], "warp_split": ["warps", "consumers"], "pipeline_depth": ["stages"],
-                    "sequence_parallel": ["segments"], "copy_mechanism": ["copy"]}
+                    "sequence_parallel": ["segments"], "copy_mechanism": ["copy"], "chunk_size": ["chunk"]}
 
 SEEDS = {
     "kda_recurrent_sm80": lambda: kda_recurrent(),                     # both gates, every shape
@@ -310,7 +311,8 @@ FAMILIES = {
         "make": kda_two_pass,
         "defaults": signature_defaults(kda_two_pass),
         "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8],
-                  "segments": [0, 32, 64, 128], "copy": ["cp_async", "bulk"]},   # two_pass.COPIES
+                  "segments": [0, 32, 64, 128], "copy": ["cp_async", "bulk"],    # two_pass.COPIES
+                  "chunk": [16, 32]},                                             # two_pass.CHUNKS
         "check": _two_pass_point_ok,
         "tactics": TWO_PASS_TACTICS,
     },
@@ -318,7 +320,8 @@ FAMILIES = {
         "make": kda_two_pass,
         "defaults": {**signature_defaults(kda_two_pass), "safe": 0},
         "space": {"vs": [32, 64, 128], "warps": [1, 2], "stages": [2, 3, 4], "consumers": [2, 4, 8],
-                  "segments": [0, 32, 64, 128], "copy": ["cp_async", "bulk"]},   # two_pass.COPIES
+                  "segments": [0, 32, 64, 128], "copy": ["cp_async", "bulk"],    # two_pass.COPIES
+                  "chunk": [16, 32]},                                             # two_pass.CHUNKS
         "check": _two_pass_point_ok,
         "tactics": TWO_PASS_TACTICS,
     },
