@@ -226,6 +226,11 @@ def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: in
         # seq_parallel.py's ends / starts / outputs kernels and segment slots are written for 16-token
         # chunks (its ends kernel's M columns, segment slot arithmetic); not ported
         return f"the sequence-parallel form (segments > 0) is built for chunk {C} only, not {chunk}"
+    if chunk != C and vs // max(consumers, 1) > 16:
+        # a consumer warp's tiles at 32 rows (U, Vn, O [32, cwn] f32, the state [128, cwn]): 304 registers
+        # per thread at 32 columns (E-RES-05's budget is 255); chunk 16 fits there
+        return (f"chunk {chunk} takes at most 16 state columns per consumer warp (vs / consumers), not "
+                f"{vs // consumers}: its 32-row tiles would hold over 255 registers per thread; use more consumers")
     if segments:
         if segments < 2 or segments > 256 or segments & (segments - 1):
             return (f"segments (chunks per sequence-parallel segment) must be 0 (off) or a power of two "
