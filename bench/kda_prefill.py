@@ -97,7 +97,8 @@ def main() -> int:
                                                    "at every V-slice where they build")
     ap.add_argument("--two-pass", default="32x1x3x4,32x2x4x4,32x1x2x4,64x1x3x4,64x1x2x4,128x1x2x8",
                     help="two-pass points (tasks/kda/two_pass.py), vs x prepare warps x stages x consumers [x segment "
-                         "chunks: the sequence-parallel form, tasks/kda/seq_parallel.py][:copy mechanism, e.g. :bulk]; "
+                         "chunks: the sequence-parallel form, tasks/kda/seq_parallel.py][:copy mechanism, e.g. :bulk]"
+                         "[@chunk: tokens per chunk, 16 (default) or 32, e.g. 32x2x2x2:bulk@32 or 64x1x2x4@32]; "
                          "the first also times its prepare kernel alone (part_, not a candidate)")
     ap.add_argument("--plan", action="store_true",
                     help="also time, per shape, the program cakelib.kda_prefill picks there (prefill_plan on this "
@@ -136,14 +137,17 @@ def main() -> int:
                 irs["cake_" + ir.name.removeprefix("kda_")] = ir      # cake_chunk16_ws_vs64_softplus_p2c2
     from tasks.kda.two_pass import kda_two_pass, two_pass_problem
     for i, pt in enumerate(filter(None, args.two_pass.split(","))):
+        pt, _, chunk = pt.partition("@")
         dims, _, copy = pt.partition(":")
         vs, w, st, nc, seg = ([int(v) for v in dims.split("x")] + [0])[:5]
-        copy = copy or "cp_async"
+        copy, chunk = copy or "cp_async", int(chunk or 16)
         for safe in (True, False):
-            if two_pass_problem(vs, safe, w, st, nc, seg, copy, "sm_90a"):
+            why = two_pass_problem(vs, safe, w, st, nc, seg, copy, "sm_90a", chunk)
+            if why:
+                print(f"two-pass point {pt}@{chunk} ({'safe' if safe else 'softplus'}) skipped: {why}", flush=True)
                 continue
             prog = kda_two_pass(arch="sm_90a", vs=vs, safe=safe, warps=w, stages=st, consumers=nc, segments=seg,
-                                copy=copy)
+                                copy=copy, chunk=chunk)
             irs["cake_" + prog.name.removeprefix("kda_")] = prog
             if i == 0:          # pass 1 alone: the recurrence's share is the difference
                 irs["part_" + prog.kernels[0].name.removeprefix("kda_")] = prog.model_copy(
