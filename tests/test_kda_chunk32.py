@@ -215,3 +215,23 @@ GPU_POINTS = [dict(vs=32, safe=True), dict(vs=32, safe=False),
 def test_chunk32_matches_float64_on_gpu(kw, shape):
     from tasks.kda.two_pass import kda_two_pass
     check_on_gpu(kda_two_pass(arch="sm_90a", chunk=32, **kw), {**shape, "SAFE": int(kw["safe"])}, seed=9)
+
+
+def test_search_reaches_the_chunk_size_through_its_family_tactic():
+    """The default search moves the two-pass seeds from chunk 16 to 32 and back (tactic chunk_size);
+    the sequence-parallel points are not offered at chunk 32."""
+    import tactics as T
+    from cake_ir.io import to_dict
+    from tasks.kda.programs import FAMILIES
+    t = T.get_tactic("chunk_size")
+    for fam in ("kda_two_pass_safe_sm90a", "kda_two_pass_softplus_sm90a"):
+        f = FAMILIES[fam]
+        g = {"recipe": {"task": "kda", "family": fam, "params": dict(f["defaults"]), "steps": []},
+             "ir": to_dict(f["make"](**f["defaults"]))}
+        assert t.applicable(g) is None and t.choices(g) == [{"chunk": 32}]
+        out = t.apply(g, {"chunk": 32})
+        assert out["ir"]["name"].startswith("kda_two_pass32_vs32_") and out["recipe"]["params"]["chunk"] == 32
+        assert [k["name"].split("_")[1] for k in out["ir"]["kernels"]] == ["prepare32", "recur32"]
+        assert t.choices(out) == [{"chunk": 16}]
+        assert T.get_tactic("sequence_parallel").choices(out) == []
+        assert t.apply(out, {"chunk": 16})["ir"] == g["ir"]

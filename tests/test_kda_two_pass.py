@@ -123,13 +123,13 @@ def check_on_gpu(prog, shape: dict, seed: int) -> None:
 
 def test_search_reaches_the_two_pass_axes_through_family_tactics():
     """The default search (family tactics) moves the two-pass seed along its V-slice, warp split,
-    pipeline depth, sequence-parallel segments and copy mechanism; IR tactics, which rewrite one kernel,
+    pipeline depth, sequence-parallel segments, copy mechanism and chunk size; IR tactics, which rewrite one kernel,
     do not apply to a Program."""
     import tactics as T
     from tasks.registry import get
     g = next(g for g in get("kda").seed_genomes() if g["name"] == "kda_two_pass_safe_sm90a")
     usable = {t.name for t in T.load_tactics() if t.applicable(g) is None}
-    assert usable == {"retile", "warp_split", "pipeline_depth", "sequence_parallel", "copy_mechanism"}
+    assert usable == {"retile", "warp_split", "pipeline_depth", "sequence_parallel", "copy_mechanism", "chunk_size"}
     out = T.get_tactic("retile").apply(g, {"vs": 128})
     assert out["ir"]["name"] == "kda_two_pass_vs128_w1_p2c4" and len(out["ir"]["kernels"]) == 2
     assert out["recipe"]["params"]["vs"] == 128
