@@ -20,6 +20,11 @@ once, as fla and FlashKDA do; only the state recurrence stays sequential:
              contiguous run in both memories: a copy per row would be issued by one lane at a time (the
              bulk copy takes warp-uniform operands) and cost more instructions than cp.async.
 
+Chunk size (`chunk`, CHUNKS): 16 tokens, or 32, which halves the recurrence's sequential steps (each a
+32-row step: two m16 blocks per mma, KD^T Vn as two k16 steps). The prepare kernel builds a 32-token
+chunk from two 16-token halves, each prepared as a 16-token chunk with its own local gate, plus their
+cross terms (HalfSink, cross_terms); the workspace holds 32-row tiles, C = 32 below.
+
 Workspace layout: chunk c of sequence n sits in chunk slot sb(n) + c with sb(n) = (bos_n + n C) / C,
 so sequences never share a slot (sb(n + 1) > sb(n) + nc_n - 1, because eos_n + C > bos_n + nc_n C - C)
 and there are at most T / C + N + 1 slots. Rows of slot s for value head hv: (s HV + hv) C .. + C.
