@@ -198,8 +198,10 @@ def test_chunk32_point_verifies_and_compiles(point):
                 continue            # the bulk copy is sm_90a's
             ok, errs, resources = _compile_once(k, arch)
             assert ok, (k.name, arch, errs)
-            # the softplus prepare sits at 255 registers; at chunk 32 ptxas spills a few words there
-            assert resources["spill_store_bytes"] <= (0 if point["safe"] else 64), (k.name, arch, resources)
+            # the prepare kernels sit at 255 registers: at chunk 32 sm_90a's ptxas spills up to 144 bytes
+            # (safe gate with 2 warps; softplus 32-40; none on sm_80 and none in the recurrence)
+            limit = 160 if k is prog.kernels[0] and arch == "sm_90a" else 0
+            assert resources["spill_store_bytes"] <= limit, (k.name, arch, resources)
 
 
 # --------------------------------------------------------------------------------------- (c) GPU
