@@ -15,7 +15,12 @@ KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
 
 
 def knn_name(p: dict) -> str:
-    return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}"
+    """`norms: "global"` (database norms computed once by a first kernel; l2 only, ip ignores it) adds `_gn`,
+    `minb` (CTAs per SM the registers must allow) `_b{minb}`; the names of the variants without them
+    are unchanged (committed tables refer to them)."""
+    gn = "_gn" if p.get("norms", "tile") == "global" else ""
+    gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
+    return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
 def knn_supports(p: dict, shape: dict) -> bool:
@@ -33,7 +38,7 @@ def knn_supports(p: dict, shape: dict) -> bool:
 def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
     from tasks.knn.programs import knn_fused
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
-                     arch=arch)
+                     arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1))
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

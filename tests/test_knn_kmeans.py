@@ -150,7 +150,8 @@ def test_new_ops_lower_to_runtime_calls():
                  "cake::red_add_global(", "cake::arrive_last(", "cake::sq("):
         assert call in src, call
     src = compile_kernel(get_task("knn").seed_programs()["knn_l2_mma_sm80"], emit="cuda").cuda_source
-    assert "cake::topk_insert<10, true>" in src and "-2.0f * acc[" in src
+    assert "cake::topk_insert<10, true>" in src and "fmaf(-2.0f, acc[" in src
+    assert "cake::quad_min(cake_tv[9])" in src     # k > 1: the quad's threshold filters the insertions
 
 
 def test_topk_rule_reports_list_shape():

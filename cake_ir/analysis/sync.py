@@ -1676,7 +1676,12 @@ class Simulator:
             refs = smem_refs(st)
             for ref, write in refs:
                 if self._is_smem(ref):
-                    self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld="dst" if write else "src",
+                    # expressions are compiled and cached per (path, field): a topk's bias vectors are
+                    # fields of their own (their slots differ from the score tile's)
+                    fld = "dst" if write else "src"
+                    if isinstance(st, TopK) and not write:
+                        fld = "row_bias" if ref is st.row_bias else "col_bias" if ref is st.col_bias else fld
+                    self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld=fld,
                               sig=("ew", ref.buf, str(ref.slot), tuple(map(str, ref.offset or ())),
                                    tuple(ref.shape or ())) if isinstance(st, (Fill, Map)) else None)
                 elif write and isinstance(st, (RedAdd, ScatterAdd)) and ref.buf in self._gwritten:

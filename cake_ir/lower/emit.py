@@ -1303,6 +1303,10 @@ class Emitter:
             NT = TN // 8
             w.line("const int cake_c0 = 2 * (cake_lane & 3);")
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
+            if K > 1:
+                self.topk_acc_filtered(st, sb, vb, ib, TM, NT, K, mn, lim, path)
+                w.close()
+                return
             for slot, row in self.rows_slots(TM):
                 m, h = slot // 2, slot % 2
                 w.open("")
@@ -1344,6 +1348,80 @@ class Emitter:
         else:
             self.fail(path, f"topk reads an mma_acc or per-thread row_major score tile, not {sb.layout}")
         w.close()
+
+    def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path):
+        """topk (k > 1) over an mma_acc tile, filtered: a lane scores its 2 * NT columns of each row it
+        holds without the row bias (u = scale * acc + col_bias, one FMA, the column bias read once for
+        all rows; the scores take the accumulator's registers), takes their best per row and enters the
+        per-element insertion only when that beats the row's threshold moved by the row bias (with a
+        margin that covers the rounding of u + row_bias, so the filter never drops a score the exact
+        test would take). The row's threshold is the best of the quad's k-th entries: the 4 lanes of a
+        row's quad hold k entries each, so a score strictly worse than any lane's k-th never reaches
+        the row's top-k after topk_merge; ties and everything that passes go on to the exact (value,
+        index) test of topk_insert with the score v = u + row_bias. Most tiles then cost an FMA and a
+        min per score and one compare per row; the limit is tested on the partial tile only."""
+        w = self.w
+        n = 2 * NT
+        slots = self.rows_slots(TM)
+        S = len(slots)
+        worst = "cake::inf()" if mn == "true" else "(-cake::inf())"
+        fold = "fminf" if mn == "true" else "fmaxf"
+        passes = "<=" if mn == "true" else ">="
+        quad = "cake::quad_min" if mn == "true" else "cake::quad_max"
+        w.line(f"float cake_s[{S}][{n}];")
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_n = 0; cake_n < {NT}; ++cake_n)")
+        w.line("#pragma unroll")
+        w.open("for (int cake_j = 0; cake_j < 2; ++cake_j)")
+        if st.col_bias is not None:
+            w.line(f"const float cake_cbv = {self.smem_f32(self.vec_addr(st.col_bias, 'cake_n * 8 + cake_c0 + cake_j', path))};")
+        cb = "cake_cbv" if st.col_bias is not None else "0.0f"
+        for slot, _ in slots:
+            m, h = slot // 2, slot % 2
+            w.line(f"cake_s[{slot}][cake_n * 2 + cake_j] = fmaf({float(st.scale)!r}f, "
+                   f"{sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j], {cb});")
+        w.close()
+        w.close()
+        if lim:
+            w.line(f"const int cake_rem = {lim} - cake_cb;   // columns c < cake_rem are in range")
+            w.line("// a partial tile: columns past the limit never enter")
+            w.open(f"if (cake_rem < {8 * NT})")
+            w.line("#pragma unroll")
+            w.open(f"for (int cake_i = 0; cake_i < {n}; ++cake_i)")
+            w.open("if ((cake_i >> 1) * 8 + cake_c0 + (cake_i & 1) >= cake_rem)")
+            w.line("#pragma unroll")
+            w.line(f"for (int cake_h = 0; cake_h < {S}; ++cake_h) cake_s[cake_h][cake_i] = {worst};")
+            w.close()
+            w.close()
+            w.close()
+        for slot, row in slots:
+            w.open("")
+            w.line(f"float* cake_tv = &{vb.name}[{slot * K}];")
+            w.line(f"int* cake_ti = &{ib.name}[{slot * K}];")
+            w.line(f"const float cake_thr = {quad}(cake_tv[{K - 1}]);   // the row's threshold (whole warp here)")
+            if st.row_bias is not None:
+                w.line(f"const float cake_rb = {self.smem_f32(self.vec_addr(st.row_bias, row, path))};")
+                # fl(u + rb) passes thr => u passes thr - rb moved by half an ulp of thr; the margin
+                # (2^-20 of the magnitudes, and an absolute floor) covers that and the rounding here
+                sign = "+" if mn == "true" else "-"
+                w.line(f"const float cake_thu = (cake_thr - cake_rb) {sign} ((fabsf(cake_thr) + fabsf(cake_rb)) * 9.5367431640625e-07f + 1e-30f);")
+            else:
+                w.line("const float cake_rb = 0.0f;")
+                w.line("const float cake_thu = cake_thr;")
+            w.line(f"float cake_best = cake_s[{slot}][0];")
+            w.line("#pragma unroll")
+            w.line(f"for (int cake_i = 1; cake_i < {n}; ++cake_i) cake_best = {fold}(cake_best, cake_s[{slot}][cake_i]);")
+            w.open(f"if (cake_best {passes} cake_thu)")
+            w.line("#pragma unroll")
+            w.open(f"for (int cake_i = 0; cake_i < {n}; ++cake_i)")
+            w.line("const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);")
+            w.line(f"const float cake_v = cake_s[{slot}][cake_i] + cake_rb;")
+            guard = " && cake_c < cake_rem" if lim else ""
+            w.line(f"if (cake_v {passes} cake_thr{guard}) "
+                   f"cake::topk_insert<{K}, {mn}>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);")
+            w.close()
+            w.close()
+            w.close()
 
     @_robust
     def s_TopKMerge(self, st: TopKMerge, path):

@@ -3,6 +3,7 @@ a running top-k per query in registers (threshold test, sorted insertion), so th
 is never written. `python -m tasks.export_seeds` writes them to seeds/*.json."""
 from tasks.base import signature_defaults
 from cake_ir.builder import KernelBuilder, tile
+from cake_ir.nodes import Program, Workspace
 
 BIG = 3.0e38   # list sentinel: worse than any finite score
 
@@ -11,8 +12,33 @@ WS_ROWS = 1 << 16   # rows of the split path's partial-list workspace (the task'
 WS_TILES = 1 << 12  # query-tile counters in the workspace
 
 
+def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80"):
+    """The first kernel of the `norms="global"` Program: squared norms of the database rows, once, into
+    the workspace XN [1, M] (a row per thread, summed as the search kernel's per-tile `reduce` did)."""
+    kb = KernelBuilder(f"knn_db_norms_d{d}", arch=arch, grid=["cdiv(M, BR)"], threads=rows,
+                       note="squared norms of the database rows (read by the kNN search kernel)")
+    kb.const(BR=rows, D=d)
+    kb.scalar("M", min=1)
+    kb.tensor("Xb", "f16", ["M", "D"])
+    kb.tensor("XN", "f32", [1, "M"], access="write")
+    kb.buffer("sX", "smem", "f16", [rows, d], pad=8)
+    kb.buffer("nv", "smem", "f32", [rows])
+    kb.buffer("nr", "reg", "f32", [1, 1], layout="row_major", scope="thread")
+    with kb.role("main", warps=(0, rows // 32)) as r:
+        r.let("m0", "bid.x * BR")
+        r.copy("cp_async", tile("Xb", ["m0", 0], [rows, d]), tile("sX"), oob="zfill", id="load_rows")
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        r.reduce("sum_sq", tile("sX"), tile("nv"), id="db_norms")
+        r.sync("syncthreads")
+        r.lds(tile("nv", ["tid"], [1]), tile("nr"), vec_bytes=4)
+        r.stg(tile("nr"), tile("XN", [0, "m0 + tid"], [1, 1]), oob="mask", vec_bytes=4, id="store_norms")
+    return kb.build()
+
+
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
-              stages: int = 2, arch: str = "sm_80"):
+              stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -28,12 +54,20 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     `stages` database tiles are in flight per CTA (cp.async groups, wait(stages - 2)): a few-query
     search is a stream over the database, and one warp per SM needs several tiles in flight.
     Needs cdiv(Q, BQ) * BQ * split <= WS_ROWS and cdiv(Q, BQ) <= WS_TILES (the dispatcher's
-    `supports`)."""
+    `supports`).
+
+    norms (l2 only): "tile" computes each database tile's squared norms in smem as it arrives (every
+    CTA, every tile: a row of D products per thread and a barrier per tile); "global" returns a
+    Program whose first kernel (knn_db_norms) writes them once to the workspace XN [1, M] and whose
+    search kernel streams XN's [1, BN] slice with each database tile (same cp.async group).
+    minb: CTAs per SM the register allocation must allow (__launch_bounds__ min blocks); 1 leaves it
+    to the compiler (~180 registers at k = 10: 2 CTAs of 4 warps per SM)."""
+    gnorm = norms == "global" and metric == "l2"
     warps = bq // 16
     l2 = metric == "l2"
-    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "")
+    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") + (f"_b{minb}" if minb != 1 else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
-    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
+    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps, min_blocks_per_sm=minb,
                        note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
                             + (f", database split over {split} CTAs + last-CTA merge" if split > 1 else ""))
     kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
@@ -47,11 +81,16 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
     kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
     kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
+    if gnorm:
+        kb.tensor("XN", "f32", [1, "M"])
     kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)
     kb.buffer("sB", "smem", "f16", [bn, d], pad=8, stages=stages)
     if l2:
         kb.buffer("qn", "smem", "f32", [bq])
-        kb.buffer("cn", "smem", "f32", [bn])
+        if gnorm:
+            kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
+        else:
+            kb.buffer("cn", "smem", "f32", [bn])
     kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
     kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
@@ -77,9 +116,13 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.let("nt", "cdiv(M, BN)")
         r.copy("cp_async", tile("Xq", ["q0", 0], [bq, d]), tile("sQ"), oob="zfill", id="load_queries")
         r.copy("cp_async", tile("Xb", ["m0", 0], [bn, d]), tile("sB", slot=0), oob="zfill")
+        if gnorm:
+            r.copy("cp_async", tile("XN", [0, "m0"], [1, bn]), tile("cn", slot=0), oob="zfill")
         r.sync("cp_async_commit")
         for p in range(1, stages - 1):   # fill the pipeline (rows past the chunk are masked by `limit`)
             r.copy("cp_async", tile("Xb", [f"m0 + {p} * BN", 0], [bn, d]), tile("sB", slot=p), oob="zfill")
+            if gnorm:
+                r.copy("cp_async", tile("XN", [0, f"m0 + {p} * BN"], [1, bn]), tile("cn", slot=p), oob="zfill")
             r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=stages - 2)
         r.sync("syncthreads")
@@ -95,8 +138,11 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             with r.if_(f"t + {ahead} < nt"):
                 r.copy("cp_async", tile("Xb", [f"m0 + (t + {ahead}) * BN", 0], [bn, d]),
                        tile("sB", slot=f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch")
+                if gnorm:
+                    r.copy("cp_async", tile("XN", [0, f"m0 + (t + {ahead}) * BN"], [1, bn]),
+                           tile("cn", slot=f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch_norms")
             r.sync("cp_async_commit")                # always: one group per iteration keeps the count exact
-            if l2:
+            if l2 and not gnorm:
                 r.reduce("sum_sq", tile("sB", slot=f"t % {stages}"), tile("cn"), id="db_norms")
                 r.sync("syncthreads")
             r.fill("acc", 0.0)
@@ -108,7 +154,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             lim = "min(m0 + CH, M)" if split > 1 else "M"
             topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim)
             if l2:
-                topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [16]), col_bias=tile("cn"))
+                topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [16]),
+                            col_bias=tile("cn", slot=f"t % {stages}") if gnorm else tile("cn"))
             r.add("topk", id="select", **topk)
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
         if split == 1:
@@ -136,7 +183,11 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                         r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
                     r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
                     r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
-    return kb.build()
+    search = kb.build()
+    if not gnorm:
+        return search
+    return Program(name=search.name, arch=arch, workspace=[Workspace(name="XN", dtype="f32", shape=[1, "M"])],
+                   kernels=[knn_db_norms(d, arch=arch), search])
 
 
 # the inner-product seed is tasks/knn_ip
@@ -148,7 +199,7 @@ FAMILIES = {
         "make": knn_fused,
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
-                  "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4]},
+                  "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"]},
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0,
         "tactics": {"retile": ["bq", "bn"]},
     },

@@ -204,27 +204,59 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
        {  // /roles/0/body/12/body/21
         const int cake_c0 = 2 * (cake_lane & 3);
         const int cake_cb = (int)(m0 + t * BN);
-         {
-          const float cake_rb = 0.0f;
+        float cake_s[2][16];
+        #pragma unroll
+        for (int cake_n = 0; cake_n < 8; ++cake_n) {
           #pragma unroll
-          for (int cake_n = 0; cake_n < 8; ++cake_n) {
-            #pragma unroll
-            for (int cake_j = 0; cake_j < 2; ++cake_j) {
-              const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-              const float cake_v = 1.0f * acc[((0) * 8 + cake_n) * 4 + 0 + cake_j] + cake_rb;
-              if (cake_cb + cake_c < (int)(M)) cake::topk_insert<10, false>(&tv[0], &ti[0], cake_v, cake_cb + cake_c);
+          for (int cake_j = 0; cake_j < 2; ++cake_j) {
+            cake_s[0][cake_n * 2 + cake_j] = fmaf(1.0f, acc[((0) * 8 + cake_n) * 4 + 0 + cake_j], 0.0f);
+            cake_s[1][cake_n * 2 + cake_j] = fmaf(1.0f, acc[((0) * 8 + cake_n) * 4 + 2 + cake_j], 0.0f);
+          }
+        }
+        const int cake_rem = (int)(M) - cake_cb;   // columns c < cake_rem are in range
+        // a partial tile: columns past the limit never enter
+        if (cake_rem < 64) {
+          #pragma unroll
+          for (int cake_i = 0; cake_i < 16; ++cake_i) {
+            if ((cake_i >> 1) * 8 + cake_c0 + (cake_i & 1) >= cake_rem) {
+              #pragma unroll
+              for (int cake_h = 0; cake_h < 2; ++cake_h) cake_s[cake_h][cake_i] = (-cake::inf());
             }
           }
         }
          {
+          float* cake_tv = &tv[0];
+          int* cake_ti = &ti[0];
+          const float cake_thr = cake::quad_max(cake_tv[9]);   // the row's threshold (whole warp here)
           const float cake_rb = 0.0f;
+          const float cake_thu = cake_thr;
+          float cake_best = cake_s[0][0];
           #pragma unroll
-          for (int cake_n = 0; cake_n < 8; ++cake_n) {
+          for (int cake_i = 1; cake_i < 16; ++cake_i) cake_best = fmaxf(cake_best, cake_s[0][cake_i]);
+          if (cake_best >= cake_thu) {
             #pragma unroll
-            for (int cake_j = 0; cake_j < 2; ++cake_j) {
-              const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-              const float cake_v = 1.0f * acc[((0) * 8 + cake_n) * 4 + 2 + cake_j] + cake_rb;
-              if (cake_cb + cake_c < (int)(M)) cake::topk_insert<10, false>(&tv[10], &ti[10], cake_v, cake_cb + cake_c);
+            for (int cake_i = 0; cake_i < 16; ++cake_i) {
+              const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);
+              const float cake_v = cake_s[0][cake_i] + cake_rb;
+              if (cake_v >= cake_thr && cake_c < cake_rem) cake::topk_insert<10, false>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);
+            }
+          }
+        }
+         {
+          float* cake_tv = &tv[10];
+          int* cake_ti = &ti[10];
+          const float cake_thr = cake::quad_max(cake_tv[9]);   // the row's threshold (whole warp here)
+          const float cake_rb = 0.0f;
+          const float cake_thu = cake_thr;
+          float cake_best = cake_s[1][0];
+          #pragma unroll
+          for (int cake_i = 1; cake_i < 16; ++cake_i) cake_best = fmaxf(cake_best, cake_s[1][cake_i]);
+          if (cake_best >= cake_thu) {
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 16; ++cake_i) {
+              const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);
+              const float cake_v = cake_s[1][cake_i] + cake_rb;
+              if (cake_v >= cake_thr && cake_c < cake_rem) cake::topk_insert<10, false>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);
             }
           }
         }

@@ -227,27 +227,60 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x64(  // 
        {  // /roles/0/body/13/body/23
         const int cake_c0 = 2 * (cake_lane & 3);
         const int cake_cb = (int)(m0 + t * BN);
-         {
-          const float cake_rb = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52224u + 4u * (unsigned)((wq0) + (0 + (cake_lane >> 2)))) - cake_smem_base)));
+        float cake_s[2][16];
+        #pragma unroll
+        for (int cake_n = 0; cake_n < 8; ++cake_n) {
           #pragma unroll
-          for (int cake_n = 0; cake_n < 8; ++cake_n) {
-            #pragma unroll
-            for (int cake_j = 0; cake_j < 2; ++cake_j) {
-              const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-              const float cake_v = -2.0f * acc[((0) * 8 + cake_n) * 4 + 0 + cake_j] + cake_rb + (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52480u + 4u * (unsigned)((0) + (cake_c))) - cake_smem_base)));
-              if (cake_cb + cake_c < (int)(M)) cake::topk_insert<10, true>(&tv[0], &ti[0], cake_v, cake_cb + cake_c);
+          for (int cake_j = 0; cake_j < 2; ++cake_j) {
+            const float cake_cbv = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52480u + 4u * (unsigned)((0) + (cake_n * 8 + cake_c0 + cake_j))) - cake_smem_base)));
+            cake_s[0][cake_n * 2 + cake_j] = fmaf(-2.0f, acc[((0) * 8 + cake_n) * 4 + 0 + cake_j], cake_cbv);
+            cake_s[1][cake_n * 2 + cake_j] = fmaf(-2.0f, acc[((0) * 8 + cake_n) * 4 + 2 + cake_j], cake_cbv);
+          }
+        }
+        const int cake_rem = (int)(M) - cake_cb;   // columns c < cake_rem are in range
+        // a partial tile: columns past the limit never enter
+        if (cake_rem < 64) {
+          #pragma unroll
+          for (int cake_i = 0; cake_i < 16; ++cake_i) {
+            if ((cake_i >> 1) * 8 + cake_c0 + (cake_i & 1) >= cake_rem) {
+              #pragma unroll
+              for (int cake_h = 0; cake_h < 2; ++cake_h) cake_s[cake_h][cake_i] = cake::inf();
             }
           }
         }
          {
-          const float cake_rb = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52224u + 4u * (unsigned)((wq0) + (8 + (cake_lane >> 2)))) - cake_smem_base)));
+          float* cake_tv = &tv[0];
+          int* cake_ti = &ti[0];
+          const float cake_thr = cake::quad_min(cake_tv[9]);   // the row's threshold (whole warp here)
+          const float cake_rb = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52224u + 4u * (unsigned)((wq0) + (0 + (cake_lane >> 2)))) - cake_smem_base)));
+          const float cake_thu = (cake_thr - cake_rb) + ((fabsf(cake_thr) + fabsf(cake_rb)) * 9.5367431640625e-07f + 1e-30f);
+          float cake_best = cake_s[0][0];
           #pragma unroll
-          for (int cake_n = 0; cake_n < 8; ++cake_n) {
+          for (int cake_i = 1; cake_i < 16; ++cake_i) cake_best = fminf(cake_best, cake_s[0][cake_i]);
+          if (cake_best <= cake_thu) {
             #pragma unroll
-            for (int cake_j = 0; cake_j < 2; ++cake_j) {
-              const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-              const float cake_v = -2.0f * acc[((0) * 8 + cake_n) * 4 + 2 + cake_j] + cake_rb + (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52480u + 4u * (unsigned)((0) + (cake_c))) - cake_smem_base)));
-              if (cake_cb + cake_c < (int)(M)) cake::topk_insert<10, true>(&tv[10], &ti[10], cake_v, cake_cb + cake_c);
+            for (int cake_i = 0; cake_i < 16; ++cake_i) {
+              const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);
+              const float cake_v = cake_s[0][cake_i] + cake_rb;
+              if (cake_v <= cake_thr && cake_c < cake_rem) cake::topk_insert<10, true>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);
+            }
+          }
+        }
+         {
+          float* cake_tv = &tv[10];
+          int* cake_ti = &ti[10];
+          const float cake_thr = cake::quad_min(cake_tv[9]);   // the row's threshold (whole warp here)
+          const float cake_rb = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52224u + 4u * (unsigned)((wq0) + (8 + (cake_lane >> 2)))) - cake_smem_base)));
+          const float cake_thu = (cake_thr - cake_rb) + ((fabsf(cake_thr) + fabsf(cake_rb)) * 9.5367431640625e-07f + 1e-30f);
+          float cake_best = cake_s[1][0];
+          #pragma unroll
+          for (int cake_i = 1; cake_i < 16; ++cake_i) cake_best = fminf(cake_best, cake_s[1][cake_i]);
+          if (cake_best <= cake_thu) {
+            #pragma unroll
+            for (int cake_i = 0; cake_i < 16; ++cake_i) {
+              const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);
+              const float cake_v = cake_s[1][cake_i] + cake_rb;
+              if (cake_v <= cake_thr && cake_c < cake_rem) cake::topk_insert<10, true>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);
             }
           }
         }
