@@ -33,7 +33,7 @@ At T = 8192, H = 32 the workspace is 3 x 67 MB (QG, KD, W in bf16) plus 25 MB (A
 from contextlib import contextmanager
 from typing import Optional
 
-from cake_ir.arch import ARCHES, has
+from cake_ir.arch import ARCHES, has, spec
 from cake_ir.builder import KernelBuilder, bar, tile
 from cake_ir.dtypes import SIZE
 from cake_ir.nodes import Program, Workspace
@@ -231,6 +231,10 @@ def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: in
         # seq_parallel.py's ends / starts / outputs kernels and segment slots are written for 16-token
         # chunks (its ends kernel's M columns, segment slot arithmetic); not ported
         return f"the sequence-parallel form (segments > 0) is built for chunk {C} only, not {chunk}"
+    if chunk != C and arch is not None and recurrence_smem(vs, stages, chunk) > spec(arch).smem_per_block_max:
+        return (f"chunk {chunk} with V-slice {vs} and {stages} stages needs {recurrence_smem(vs, stages, chunk)} "
+                f"bytes of shared memory in the recurrence; {arch} allows {spec(arch).smem_per_block_max}: "
+                f"fewer stages")
     if chunk != C and vs // max(consumers, 1) > 16:
         # a consumer warp's tiles at 32 rows (U, Vn, O [32, cwn] f32, the state [128, cwn]): 304 registers
         # per thread at 32 columns (E-RES-05's budget is 255); chunk 16 fits there
@@ -255,6 +259,15 @@ def two_pass_problem(vs: int, safe: bool, warps: int, stages: int, consumers: in
     # the V-slice and consumer split rules are the single kernel's; the recurrence keeps no per-gate
     # buffers, so the softplus gate may take vs 128 too
     return point_problem(vs, True, stages, consumers)
+
+
+def recurrence_smem(vs: int, stages: int, chunk: int = C) -> int:
+    """Shared memory of the recurrence kernel (slot_buffers, consumer_buffers, two mbarriers a stage):
+    what the verifier's E-RES-01 counts."""
+    tile = lambda rows, cols, size, pad=PAD: rows * (cols + pad) * size     # noqa: E731
+    stage = sum(tile(1, K, 4, 0) if n == "Dec" else tile(rows, cols, SIZE[dt])
+                for n, (rows, cols, dt) in outputs(chunk).items()) + tile(chunk, vs, 2)
+    return stages * (stage + 16) + tile(K, vs, 2) + tile(chunk, vs, 2)
 
 
 def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WARPS, copy: str = COPIES[0],
