@@ -81,10 +81,10 @@ def test_committed_tables_load_and_reference_known_variants():
     reason="no dispatch tables committed"))])
 def test_table_variants_compile_for_sm90a(op, name, p):
     """Every variant a committed table can pick verifies and compiles for the H200 (k = 10, l2)."""
-    from cake_ir.compiler import compile_kernel
+    from cake_ir.compiler import compile_ir
     from cakelib.variants import kmeans_kernel, knn_kernel
     ir = knn_kernel(p, 10, "l2", 128, "sm_90a") if op == "knn" else kmeans_kernel(p, "sm_90a")
-    res = compile_kernel(ir, arch="sm_90a")
+    res = compile_ir(ir, arch="sm_90a")   # knn norms "global" is a Program
     assert res.ok, [d.short() for d in res.diagnostics if d.severity == "error"]
 
 
@@ -109,7 +109,11 @@ def _gpu():
                                            (37, 20000, 16, {"bq": 16, "bn": 32, "split": 8, "stages": 4}),
                                            (130, 4099, 10, {"bq": 64, "bn": 64, "split": 1, "stages": 2}),
                                            (5, 777, 1, {"bq": 32, "bn": 64, "split": 32, "stages": 3}),
-                                           (64, 100000, 10, {"bq": 16, "bn": 32, "split": 512, "stages": 4})])
+                                           (64, 100000, 10, {"bq": 16, "bn": 32, "split": 512, "stages": 4}),
+                                           (64, 100001, 10, {"bq": 16, "bn": 32, "split": 512, "stages": 4,
+                                                             "norms": "global"}),
+                                           (130, 4099, 10, {"bq": 64, "bn": 64, "split": 1, "stages": 2,
+                                                            "norms": "global", "minb": 3})])
 def test_knn_numpy_matches_float64(Q, M, k, variant):
     from cakelib import knn
     from tasks.knn.task import TASK

@@ -10,17 +10,21 @@ BIG = 3.0e38   # list sentinel: worse than any finite score
 
 WS_ROWS = 1 << 16   # rows of the split path's partial-list workspace (the task's `workspace`)
 WS_TILES = 1 << 12  # query-tile counters in the workspace
+# the norms workspace's columns: M rounded up to 16 bytes, so the search kernel's 16-byte cp.async
+# chunks of its last tile stay inside it (the norms kernel writes the padding rows' zero norms)
+XN_COLS = "cdiv(M, 4) * 4"
 
 
 def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80"):
     """The first kernel of the `norms="global"` Program: squared norms of the database rows, once, into
-    the workspace XN [1, M] (a row per thread, summed as the search kernel's per-tile `reduce` did)."""
+    the workspace XN [1, XN_COLS] (a row per thread, summed as the search kernel's per-tile `reduce`
+    did; the padding columns past M get the zero norm of the zero-filled rows)."""
     kb = KernelBuilder(f"knn_db_norms_d{d}", arch=arch, grid=["cdiv(M, BR)"], threads=rows,
                        note="squared norms of the database rows (read by the kNN search kernel)")
     kb.const(BR=rows, D=d)
     kb.scalar("M", min=1)
     kb.tensor("Xb", "f16", ["M", "D"])
-    kb.tensor("XN", "f32", [1, "M"], access="write")
+    kb.tensor("XN", "f32", [1, XN_COLS], access="write")
     kb.buffer("sX", "smem", "f16", [rows, d], pad=8)
     kb.buffer("nv", "smem", "f32", [rows])
     kb.buffer("nr", "reg", "f32", [1, 1], layout="row_major", scope="thread")
@@ -82,7 +86,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
     kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
     if gnorm:
-        kb.tensor("XN", "f32", [1, "M"])
+        kb.tensor("XN", "f32", [1, XN_COLS])
     kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)
     kb.buffer("sB", "smem", "f16", [bn, d], pad=8, stages=stages)
     if l2:
@@ -186,7 +190,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     search = kb.build()
     if not gnorm:
         return search
-    return Program(name=search.name, arch=arch, workspace=[Workspace(name="XN", dtype="f32", shape=[1, "M"])],
+    return Program(name=search.name, arch=arch, workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])],
                    kernels=[knn_db_norms(d, arch=arch), search])
 
 

@@ -1,0 +1,118 @@
+"""The faster kNN kernels on the CPU: the filtered top-k epilogue (k > 1) and the database-norms Program
+(`knn_fused(norms="global")`: a norms kernel writes XN once, the search kernel streams it) verify and
+compile with NVRTC for sm_80 and sm_90a; the sync simulator checks a topk's staged bias vector by its own
+slot. GPU runs (marked) check the new variants against float64 through the task's evaluator and cakelib."""
+import pytest
+
+from cake_ir.builder import tile
+from cake_ir.compiler import compile_ir
+from cake_ir.nodes import Program
+from cake_ir.verifier import verify
+from tasks.base import get_task
+from tasks.knn.programs import knn_db_norms, knn_fused
+
+GN = {"bq": 64, "bn": 64, "split": 1, "stages": 2, "norms": "global"}
+GN_SPLIT = {"bq": 16, "bn": 32, "split": 512, "stages": 4, "norms": "global"}
+
+
+def _errors(res):
+    return [d.short() for d in res.diagnostics if d.severity == "error"]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("metric,k,p", [
+    ("l2", 10, GN), ("l2", 16, GN_SPLIT), ("l2", 10, {**GN, "minb": 3}), ("ip", 10, GN),
+    ("l2", 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2}), ("l2", 16, {"bq": 32, "bn": 64, "split": 8, "stages": 3})])
+def test_variants_verify_and_compile(arch, metric, k, p):
+    from cakelib.variants import knn_kernel
+    ir = knn_kernel(p, k, metric, 128, arch)
+    # norms "global" makes a Program for l2; ip has no norms: a plain kernel
+    assert isinstance(ir, Program) == (metric == "l2" and p.get("norms") == "global")
+    res = compile_ir(ir, arch=arch)
+    assert res.ok, _errors(res)
+
+
+def test_norms_program_shape():
+    prog = knn_fused("l2", k=10, norms="global", arch="sm_90a")
+    assert [k.name for k in prog.kernels] == ["knn_db_norms_d128", "knn_l2_k10_d128_64x64_gn"]
+    assert [(w.name, w.dtype) for w in prog.workspace] == [("XN", "f32")]
+    search = prog.kernels[1]
+    ops = {getattr(s, "id", None) for s in _walk(search.roles[0].body)}
+    assert "db_norms" not in ops and "prefetch_norms" in ops      # no per-tile reduce in the search kernel
+    assert compile_ir(knn_db_norms(arch="sm_80"), arch="sm_80").ok
+
+
+def _walk(body):
+    for s in body:
+        yield s
+        for f in ("body", "then", "else_"):
+            sub = getattr(s, f, None)
+            if isinstance(sub, list):
+                yield from _walk(sub)
+
+
+def test_filtered_topk_lowering():
+    from cake_ir.compiler import compile_kernel
+    src = compile_kernel(knn_fused("l2", k=10, arch="sm_90a"), emit="cuda").cuda_source
+    # one FMA per score (no row bias), the quad threshold moved by the row bias with a margin, the exact
+    # insertion only behind the per-row test
+    assert "fmaf(-2.0f, acc[" in src and "cake::quad_min(cake_tv[9])" in src
+    assert "const float cake_thu = (cake_thr - cake_rb) + " in src
+    assert "if (cake_best <= cake_thu)" in src
+    ip = compile_kernel(knn_fused("ip", k=10, arch="sm_90a"), emit="cuda").cuda_source
+    assert "cake::quad_max(cake_tv[9])" in ip and "if (cake_best >= cake_thu)" in ip
+    # k = 1 (k-means' argmin) keeps the plain per-score test
+    km = compile_kernel(get_task("kmeans").seed_programs()["kmeans_fused_sm80"], emit="cuda").cuda_source
+    assert "cake_thu" not in km
+
+
+def test_staged_col_bias_read_is_checked_by_its_slot():
+    """The search kernel reads XN's slot t % stages while the prefetch fills (t + 1) % stages: clean.
+    Reading the slot being filled is a race the simulator reports (it used to evaluate the bias slot
+    as the score tile's)."""
+    prog = knn_fused("l2", k=10, norms="global", arch="sm_90a")
+    search = prog.kernels[1]
+    assert not [d for d in verify(search).diagnostics if d.code.startswith("E-SYN")]
+    doc = search.model_dump(exclude_none=True)
+    loop = next(s for s in doc["roles"][0]["body"] if s.get("id") == "db_loop")
+    sel = next(s for s in loop["body"] if s.get("id") == "select")
+    sel["col_bias"]["slot"] = "(t + 1) % 2"
+    bad = type(search).model_validate(doc)
+    assert [d for d in verify(bad).diagnostics if d.code == "E-SYN-06"]
+
+
+# ------------------------------------------------------------------ GPU
+def _gpu():
+    from gpu_backend.driver import gpu_available
+    return gpu_available()
+
+
+needs_gpu = pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("kw", [dict(norms="global"), dict(norms="global", bq=16, bn=32, split=64, stages=4),
+                                dict(norms="global", minb=3)])
+def test_knn_norms_program_passes_evaluator_on_gpu(kw):
+    from gpu_backend.evaluate import evaluate
+    t = get_task("knn")
+    rec = evaluate(knn_fused("l2", k=t.k, **kw), t, profile=False, seed=99, reruns=1)
+    assert rec.status == "ok", (rec.error_class, rec.message)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric,Q,M,k,variant", [
+    ("l2", 130, 4099, 10, GN), ("l2", 37, 20001, 16, {**GN_SPLIT, "split": 8}), ("l2", 3, 100003, 16, GN_SPLIT),
+    ("l2", 200, 5003, 32, {**GN, "minb": 3}), ("l2", 70, 9999, 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2}),
+    ("ip", 50, 7001, 10, GN), ("l2", 1, 1_000_003, 16, GN_SPLIT)])
+def test_cakelib_knn_new_variants_match_float64(metric, Q, M, k, variant):
+    from cakelib import knn
+    task = type(get_task("knn" if metric == "l2" else "knn_ip"))()
+    task.k = k
+    shape = {"Q": Q, "M": M}
+    inp = task.make_inputs(shape, seed=5)
+    I, Dv = knn(inp["Xq"], inp["Xb"], k, metric=metric, variant=variant)
+    checks = task.check({"I": I, "Dist": Dv}, task.reference(inp, shape), inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
