@@ -98,8 +98,49 @@ def inverse(Akk, fmt, how):
     return inv
 
 
-def chunked(q, k, v, g, beta, S0, scale, C, sub, policy):
-    """One sequence, all heads: q, k [L, HV, K] (normalised), v [L, HV, V], g [L, HV, K], beta [L, HV]."""
+def pieces(kk, qq, vv, gg, bb, scale, sub, op, inv_how):
+    """A chunk's prepared pieces (kk, qq [HV, C, K], vv [HV, C, V], gg the log gates [HV, C, K], bb beta
+    [HV, C, 1]), every exponent anchored at the chunk's start: A' (rows of A' applied: U), W, Aqk, QG, KD
+    and the decay e^{G_C}, each in fp32 as the prepare step leaves it."""
+    Gc = rnd(np.cumsum(gg, axis=1), "f32")
+    eG = rnd(np.exp(Gc), "f32")
+    Akk = rnd(bb * gram(kk, kk, Gc, True, sub, op), "f32")
+    A = inverse(Akk, op, inv_how)
+    Ab = rnd(A * np.swapaxes(bb, -1, -2), "f32")                 # A' = (I + Akk)^-1 Diag(beta)
+    KG = rnd(kk * eG, "f32")
+    W = mm(Ab, KG, op)
+    Aqk = rnd(scale * gram(qq, kk, Gc, False, sub, op), "f32")
+    Glast = Gc[:, -1:, :]
+    return dict(A=Ab, W=W, Aqk=Aqk, QG=rnd(scale * qq * eG, "f32"), KG=KG, KD=rnd(kk * np.exp(Glast - Gc), "f32"),
+                D=rnd(np.exp(Glast[:, 0, :]), "f32"))
+
+
+def pieces_from_halves(kk, qq, vv, gg, bb, scale, sub, op, inv_how):
+    """A 32-token chunk's pieces as the two-pass prepare kernel builds them (tasks/kda/two_pass.py
+    HalfSink / cross_terms): two 16-token halves prepared alone, then their cross terms, with the
+    kernel's roundings (KG2 D1 rounded to bf16 twice, the rest once)."""
+    h = [pieces(*(x[:, i * 16:(i + 1) * 16] for x in (kk, qq, vv, gg, bb)), scale, sub, op, inv_how)
+         for i in (0, 1)]
+    D1, D2 = h[0]["D"][:, None, :], h[1]["D"][:, None, :]
+    KD1 = h[0]["KD"]
+    G21 = mm(h[1]["KG"], np.swapaxes(KD1, -1, -2), op)
+    Aqk21 = mm(h[1]["QG"], np.swapaxes(KD1, -1, -2), op)
+    P = mm(h[1]["A"], G21, op)
+    A21 = mm(-P, h[0]["A"], op)
+    KG2 = rnd(rnd(h[1]["KG"], op) * D1, "f32")
+    W2 = rnd(mm(h[1]["A"], KG2, op) - mm(P, h[0]["W"], op), "f32")
+    z = np.zeros(A21.shape)
+    return dict(A=np.concatenate([np.concatenate([h[0]["A"], z], -1), np.concatenate([A21, h[1]["A"]], -1)], -2),
+                W=np.concatenate([h[0]["W"], W2], -2),
+                Aqk=np.concatenate([np.concatenate([h[0]["Aqk"], z], -1), np.concatenate([Aqk21, h[1]["Aqk"]], -1)], -2),
+                QG=np.concatenate([h[0]["QG"], rnd(h[1]["QG"] * D1, "f32")], -2),
+                KD=np.concatenate([rnd(KD1 * D2, "f32"), h[1]["KD"]], -2),
+                D=rnd(h[0]["D"] * h[1]["D"], "f32"))
+
+
+def chunked(q, k, v, g, beta, S0, scale, C, sub, policy, halves: bool = False):
+    """One sequence, all heads: q, k [L, HV, K] (normalised), v [L, HV, V], g [L, HV, K], beta [L, HV].
+    `halves` (C = 32): the chunk's pieces from two 16-token halves (pieces_from_halves)."""
     op = {"bf16": "bf16", "fp16": "f16", "inv_f32": "bf16", "state_tf32": "bf16", "f32": "f32"}[policy]
     sop = "tf32" if policy == "state_tf32" else op
     inv_how = "substitution" if policy == "inv_f32" else "product"
@@ -111,6 +152,16 @@ def chunked(q, k, v, g, beta, S0, scale, C, sub, policy):
         x = np.concatenate([x, np.zeros((pad,) + x.shape[1:])]) if pad else x
         return np.moveaxis(x.reshape((n, C) + x.shape[1:]), 1, 2)          # [n, HV, C, ...]
     qc, kc, vc, gc, bc = (chunks(np.asarray(x, np.float64)) for x in (q, k, v, g, beta))
+    if halves:
+        S = np.array(S0, dtype=np.float64)
+        o = np.empty((n, HV, C, V))
+        for c in range(n):
+            pc = pieces_from_halves(kc[c], qc[c], vc[c], gc[c], bc[c][:, :, None], scale, sub, op, inv_how)
+            U = mm(pc["A"], vc[c], op)
+            Vn = rnd(U - mm(pc["W"], S, sop), "f32")
+            o[c] = rnd(mm(pc["QG"], S, sop) + mm(pc["Aqk"], Vn, op), "f32")
+            S = rnd(pc["D"][:, :, None] * S + mm(np.swapaxes(pc["KD"], -1, -2), Vn, sop), "f32")
+        return np.moveaxis(o, 2, 1).reshape(n * C, HV, V)[:L], S
     G = rnd(np.cumsum(gc, axis=2), "f32")
     eG = rnd(np.exp(G), "f32")
     S = np.array(S0, dtype=np.float64)
@@ -134,7 +185,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--T", type=int, default=512)
     ap.add_argument("--H", type=int, default=4)
-    ap.add_argument("--chunks", default="16,64")
+    ap.add_argument("--chunks", default="16,64", help="chunk sizes; 32h: 32-token chunks from two 16-token "
+                    "halves as the two-pass prepare kernel builds them (tasks/kda/two_pass.py, chunk=32)")
     ap.add_argument("--policies", default="bf16,fp16,inv_f32,state_tf32")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -150,15 +202,17 @@ def main() -> int:
         q, k = R.l2norm(x["q"]), R.l2norm(x["k"])
         beta = R.sigmoid(np.asarray(x["beta"], np.float64))
         K = q.shape[-1]
-        for C in (int(c) for c in args.chunks.split(",")):
+        for ch in args.chunks.split(","):
+            C, halves = int(ch.rstrip("h")), ch.endswith("h")
             for policy in args.policies.split(","):
-                o, S = chunked(q, k, x["v"], g, beta, x["h0"][0].astype(np.float64), K ** -0.5, C, 16, policy)
+                o, S = chunked(q, k, x["v"], g, beta, x["h0"][0].astype(np.float64), K ** -0.5, C, 16, policy,
+                               halves)
                 o = round_to_bf16(o.astype(np.float32)).astype(np.float64)
                 eo = float(np.linalg.norm(o - ref["o"]) / np.linalg.norm(ref["o"]))
                 es = float(np.linalg.norm(S - ref["ht"][0]) / np.linalg.norm(ref["ht"][0]))
-                rows.append({"gate": "safe" if safe else "softplus", "chunk": C, "policy": policy,
+                rows.append({"gate": "safe" if safe else "softplus", "chunk": ch, "policy": policy,
                              "rel_rmse_o": eo, "rel_rmse_state": es, "finite": bool(np.isfinite(o).all())})
-                print(f"{rows[-1]['gate']:8s} C={C:3d} {policy:10s} o {eo:.2e}  state {es:.2e}", flush=True)
+                print(f"{rows[-1]['gate']:8s} C={ch:>4s} {policy:10s} o {eo:.2e}  state {es:.2e}", flush=True)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "kda-chunk-precision-cpu.json")
     with open(path, "w") as f:
