@@ -84,17 +84,21 @@ def kmeans_train() -> list[dict]:
 def knn_variants() -> list[dict]:
     """The unsplit kernel and the split-database path, with per-tile database norms (norms "tile", the
     original variants) and with the norms computed once by a first kernel (norms "global"); minb 3:
-    registers capped for 3 CTAs of 4 warps per SM."""
-    def v(bq, bn, split, stages, norms="global", minb=1):
+    registers capped for 3 CTAs of 4 warps per SM; merge "wide": the split path's last CTA merges with
+    all its threads, several partial lists in flight (the serial merge is most of a Q = 1 search)."""
+    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide"):
         p = {"bq": bq, "bn": bn, "split": split, "stages": stages}
         if norms != "tile":
             p["norms"] = norms
         if minb != 1:
             p["minb"] = minb
+        if split > 1 and merge != "serial":
+            p["merge"] = merge
         return p
     out = [v(64, 64, 1, 2, "tile"), v(64, 64, 1, 2), v(64, 64, 1, 2, minb=3), v(128, 64, 1, 2), v(64, 128, 1, 2),
            v(32, 64, 1, 2)]
-    out += [v(16, 32, s, 4, n) for s in (8, 32, 128, 512) for n in ("tile", "global")]
+    out += [v(16, 32, s, 4, "tile", merge="serial") for s in (8, 32, 128, 512)]       # the previous split variants
+    out += [v(16, 32, s, 4) for s in (8, 32, 128, 512)] + [v(16, 32, 512, 4, merge="serial")]
     out += [v(32, 64, s, 3) for s in (8, 32, 128)] + [v(64, 64, s, 2) for s in (8, 32)]
     out += [v(64, 64, 8, 2, minb=3)]
     return out

@@ -16,10 +16,12 @@ KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
 
 def knn_name(p: dict) -> str:
     """`norms: "global"` (database norms computed once by a first kernel; l2 only, ip ignores it) adds `_gn`,
-    `minb` (CTAs per SM the registers must allow) `_b{minb}`; the names of the variants without them
+    `minb` (CTAs per SM the registers must allow) `_b{minb}`, `merge: "wide"` (the split path's last-CTA
+    merge by all threads, several lists in flight) `_mw`; the names of the variants without them
     are unchanged (committed tables refer to them)."""
     gn = "_gn" if p.get("norms", "tile") == "global" else ""
     gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
+    gn += "_mw" if p.get("merge", "serial") == "wide" and p["split"] > 1 else ""
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -38,7 +40,8 @@ def knn_supports(p: dict, shape: dict) -> bool:
 def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
     from tasks.knn.programs import knn_fused
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
-                     arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1))
+                     arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
+                     merge=p.get("merge", "serial"))
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

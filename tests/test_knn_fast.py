@@ -12,7 +12,7 @@ from tasks.base import get_task
 from tasks.knn.programs import knn_db_norms, knn_fused
 
 GN = {"bq": 64, "bn": 64, "split": 1, "stages": 2, "norms": "global"}
-GN_SPLIT = {"bq": 16, "bn": 32, "split": 512, "stages": 4, "norms": "global"}
+GN_SPLIT = {"bq": 16, "bn": 32, "split": 512, "stages": 4, "norms": "global", "merge": "wide"}
 
 
 def _errors(res):
@@ -22,7 +22,10 @@ def _errors(res):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("metric,k,p", [
     ("l2", 10, GN), ("l2", 16, GN_SPLIT), ("l2", 10, {**GN, "minb": 3}), ("ip", 10, GN),
-    ("l2", 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2}), ("l2", 16, {"bq": 32, "bn": 64, "split": 8, "stages": 3})])
+    ("l2", 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2}), ("l2", 16, {"bq": 32, "bn": 64, "split": 8, "stages": 3}),
+    ("l2", 10, {"bq": 64, "bn": 64, "split": 32, "stages": 2, "norms": "global", "merge": "wide"}),
+    ("ip", 16, {"bq": 16, "bn": 32, "split": 128, "stages": 4, "merge": "wide"}),
+    ("l2", 1, {"bq": 32, "bn": 64, "split": 32, "stages": 3, "merge": "wide"})])
 def test_variants_verify_and_compile(arch, metric, k, p):
     from cakelib.variants import knn_kernel
     ir = knn_kernel(p, k, metric, 128, arch)
@@ -49,6 +52,15 @@ def _walk(body):
             sub = getattr(s, f, None)
             if isinstance(sub, list):
                 yield from _walk(sub)
+
+
+def test_wide_merge_covers_every_split_once():
+    """Thread (g, qq) of the wide merge reads rows j = 2 (jj U + u) + g: every split of its query once."""
+    from tasks.knn.programs import _merge_unroll
+    for split, k, bn in ((8, 10, 32), (32, 16, 64), (512, 16, 32), (128, 32, 64)):
+        U = _merge_unroll(split, k, 128, bn)
+        seen = sorted((jj * U + u) * 2 + g for g in (0, 1) for jj in range(split // (2 * U)) for u in range(U))
+        assert seen == list(range(split)), (split, U)
 
 
 def test_filtered_topk_lowering():
@@ -93,7 +105,8 @@ needs_gpu = pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("kw", [dict(norms="global"), dict(norms="global", bq=16, bn=32, split=64, stages=4),
-                                dict(norms="global", minb=3)])
+                                dict(norms="global", minb=3), dict(bq=16, bn=32, split=64, stages=4, merge="wide"),
+                                dict(norms="global", bq=32, bn=64, split=8, stages=3, merge="wide")])
 def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     from gpu_backend.evaluate import evaluate
     t = get_task("knn")
@@ -106,7 +119,9 @@ def test_knn_norms_program_passes_evaluator_on_gpu(kw):
 @pytest.mark.parametrize("metric,Q,M,k,variant", [
     ("l2", 130, 4099, 10, GN), ("l2", 37, 20001, 16, {**GN_SPLIT, "split": 8}), ("l2", 3, 100003, 16, GN_SPLIT),
     ("l2", 200, 5003, 32, {**GN, "minb": 3}), ("l2", 70, 9999, 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2}),
-    ("ip", 50, 7001, 10, GN), ("l2", 1, 1_000_003, 16, GN_SPLIT)])
+    ("ip", 50, 7001, 10, GN), ("l2", 1, 1_000_003, 16, GN_SPLIT),
+    ("l2", 1, 300_001, 10, {**GN_SPLIT, "merge": "serial"}), ("ip", 5, 200_003, 16, {**GN_SPLIT, "split": 128}),
+    ("l2", 100, 60_001, 10, {"bq": 64, "bn": 64, "split": 8, "stages": 2, "norms": "global", "merge": "wide"})])
 def test_cakelib_knn_new_variants_match_float64(metric, Q, M, k, variant):
     from cakelib import knn
     task = type(get_task("knn" if metric == "l2" else "knn_ip"))()

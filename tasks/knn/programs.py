@@ -42,7 +42,7 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80"):
 
 
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
-              stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1):
+              stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial"):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -65,11 +65,16 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     Program whose first kernel (knn_db_norms) writes them once to the workspace XN [1, M] and whose
     search kernel streams XN's [1, BN] slice with each database tile (same cp.async group).
     minb: CTAs per SM the register allocation must allow (__launch_bounds__ min blocks); 1 leaves it
-    to the compiler (~180 registers at k = 10: 2 CTAs of 4 warps per SM)."""
+    to the compiler (~180 registers at k = 10: 2 CTAs of 4 warps per SM).
+    merge (split > 1): "serial": one thread per query reads the `split` partial lists one after the
+    other (a global-load latency each: ~0.3 ms of a Q = 1, split 512 search); "wide": both halves of
+    the CTA's threads take every other split, `unroll` lists in flight per thread (their loads issued
+    together), and the second half hands its list to the first through shared memory (_merge_wide).""" 
     gnorm = norms == "global" and metric == "l2"
+    wide = split > 1 and merge == "wide"
     warps = bq // 16
     l2 = metric == "l2"
-    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") + (f"_b{minb}" if minb != 1 else "")
+    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps, min_blocks_per_sm=minb,
                        note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
@@ -100,11 +105,15 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
     kb.buffer("tv", "reg", "f32", [16, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [16, k], layout="mma_rows", scope="warp")
+    unroll = _merge_unroll(split, k, d, bn) if wide else 1
     if split > 1:
-        for n in ("pv", "mv"):
+        for n in ("pv", "mv") + tuple(f"pv{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
-        for n in ("pi", "mi"):
+        for n in ("pi", "mi") + tuple(f"pi{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
+        if wide:   # the second half's lists, handed to the first half through shared memory
+            kb.buffer("hmv", "smem", "f32", [bq, k])
+            kb.buffer("hmi", "smem", "i32", [bq, k])
     kind = "min" if l2 else "max"
     worst = -BIG if not l2 else BIG
     with kb.role("main", warps=(0, warps)) as r:
@@ -171,27 +180,78 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.stg(tile("ti"), tile("PI", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
-                with r.if_("tid < BQ && q0 + tid < Q"):
-                    r.fill("mv", worst)
-                    r.fill("mi", -1)
-                    with r.for_("j", 0, "SPLIT", id="merge_loop"):
-                        r.let("rr", "(bid.x * SPLIT + j) * BQ + tid")
-                        r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=4)
-                        r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=4)
-                        r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"),
-                              idx=tile("mi"))
-                        # leave the workspace zeroed for the next launch (each row is read by this thread only)
-                        r.fill("pv", 0.0)
-                        r.fill("pi", 0)
-                        r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
-                        r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
-                    r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
-                    r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
+                if wide:
+                    _merge_wide(r, k, kind, worst, unroll)
+                else:
+                    # every row of the tile is merged (and so zeroed), also a padded query's; only real
+                    # queries are stored
+                    with r.if_("tid < BQ"):
+                        r.fill("mv", worst)
+                        r.fill("mi", -1)
+                        with r.for_("j", 0, "SPLIT", id="merge_loop"):
+                            r.let("rr", "(bid.x * SPLIT + j) * BQ + tid")
+                            r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=4)
+                            r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=4)
+                            r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"),
+                                  idx=tile("mi"))
+                            # leave the workspace zeroed for the next launch (each row is read by this thread only)
+                            r.fill("pv", 0.0)
+                            r.fill("pi", 0)
+                            r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+                            r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+                        with r.if_("q0 + tid < Q"):
+                            r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
+                            r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
     search = kb.build()
     if not gnorm:
         return search
     return Program(name=search.name, arch=arch, workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])],
                    kernels=[knn_db_norms(d, arch=arch), search])
+
+
+def _merge_unroll(split: int, k: int, d: int, bn: int) -> int:
+    """Partial lists in flight per thread in the wide merge (each half of the threads takes split / 2):
+    up to 4, within the verifier's register budget (E-RES-05 sums every register tile of the role:
+    query fragments, accumulator, B fragments, the mma_rows lists, the merge lists)."""
+    u = 4
+    while u > 1 and ((split // 2) % u or d // 4 + bn // 2 + bn // 4 + 6 * k + 2 * k * u + 16 > 250):
+        u //= 2
+    return u
+
+
+def _merge_wide(r, k: int, kind: str, worst: float, unroll: int) -> None:
+    """The last CTA's merge of the `SPLIT` partial lists of each query (row qq of the tile), by all 2 * BQ
+    threads: thread (g, qq) = (tid / BQ, tid % BQ) merges splits j = 2 m + g, `unroll` rows per step with
+    their loads issued before the inserts; zeroes every row it read (padded queries' rows too, so the
+    workspace is left zeroed); the half g = 1 hands its list to g = 0 through smem, which merges it and
+    stores the real queries. Exact: a top-k of top-k lists of a partition."""
+    vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
+    r.let("qq", "tid % BQ")
+    r.let("g", "tid / BQ")
+    r.fill("mv", worst)
+    r.fill("mi", -1)
+    with r.for_("jj", 0, f"SPLIT / {2 * unroll}", id="merge_loop"):
+        for u in range(unroll):
+            r.let(f"rr{u}", f"(bid.x * SPLIT + (jj * {unroll} + {u}) * 2 + g) * BQ + qq")
+            r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
+            r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
+        for u in range(unroll):
+            r.add("topk", kind=kind, k=k, src=tile(f"pv{u}"), src_idx=tile(f"pi{u}"), vals=tile("mv"), idx=tile("mi"))
+        for u in range(unroll):   # leave the workspace zeroed (each row is read by this thread only)
+            r.fill(f"pv{u}", 0.0)
+            r.fill(f"pi{u}", 0)
+            r.stg(tile(f"pv{u}"), tile("PV", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
+            r.stg(tile(f"pi{u}"), tile("PI", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
+    with r.if_("g == 1"):
+        r.sts(tile("mv"), tile("hmv", ["qq", 0], [1, k]), vec_bytes=4)
+        r.sts(tile("mi"), tile("hmi", ["qq", 0], [1, k]), vec_bytes=4)
+    r.sync("syncthreads")
+    with r.if_("g == 0 && q0 + qq < Q"):
+        r.lds(tile("hmv", ["qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
+        r.lds(tile("hmi", ["qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
+        r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
+        r.stg(tile("mv"), tile("Dist", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_dist")
+        r.stg(tile("mi"), tile("I", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_idx")
 
 
 # the inner-product seed is tasks/knn_ip

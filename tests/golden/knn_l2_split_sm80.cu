@@ -277,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) knn_l2_k10_d128_16x32_s64(  
       __syncthreads();
       if (cake_last) {
         __threadfence();   // acquire: the other CTAs' writes are visible
-        if (cake_tid < BQ && q0 + cake_tid < Q) {  // /roles/0/body/20/body/0
+        if (cake_tid < BQ) {  // /roles/0/body/20/body/0
           #pragma unroll
           for (int cake_e = 0; cake_e < 10; ++cake_e) mv[cake_e] = (3e+38f);  // /roles/0/body/20/body/0/then/0
           #pragma unroll
@@ -561,134 +561,136 @@ extern "C" __global__ void __launch_bounds__(32, 1) knn_l2_k10_d128_16x32_s64(  
               }
             }
           }
-          #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/3
-            const int cake_f = (cake_s * 1 + 0) * 10;
-            const int cake_r = cake_f / 10, cake_c = cake_f % 10;
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 0];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/20/body/0/then/3
+          if (q0 + cake_tid < Q) {  // /roles/0/body/20/body/0/then/3
+            #pragma unroll
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/3/then/0
+              const int cake_f = (cake_s * 1 + 0) * 10;
+              const int cake_r = cake_f / 10, cake_c = cake_f % 10;
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 0];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 1];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 2];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 3];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 4];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 5];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 6];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 7];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 8];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
+               {
+                unsigned cake_v;
+                float* cake_h = reinterpret_cast<float*>(&cake_v);
+                cake_h[0] = mv[cake_s * 10 + 9];
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+              }
             }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 1];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 2];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 3];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 4];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 5];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 6];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 7];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 8];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-             {
-              unsigned cake_v;
-              float* cake_h = reinterpret_cast<float*>(&cake_v);
-              cake_h[0] = mv[cake_s * 10 + 9];
-              *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/20/body/0/then/3
-            }
-          }
-          #pragma unroll
-          for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/4
-            const int cake_f = (cake_s * 1 + 0) * 10;
-            const int cake_r = cake_f / 10, cake_c = cake_f % 10;
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 0];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 1];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 2];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 3];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 4];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 5];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 6];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 7];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 8];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/20/body/0/then/4
-            }
-             {
-              unsigned cake_v;
-              int* cake_h = reinterpret_cast<int*>(&cake_v);
-              cake_h[0] = mi[cake_s * 10 + 9];
-              *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/20/body/0/then/4
+            #pragma unroll
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/3/then/1
+              const int cake_f = (cake_s * 1 + 0) * 10;
+              const int cake_r = cake_f / 10, cake_c = cake_f % 10;
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 0];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 1];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 2];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 3];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 4];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 5];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 6];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 7];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 8];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
+               {
+                unsigned cake_v;
+                int* cake_h = reinterpret_cast<int*>(&cake_v);
+                cake_h[0] = mi[cake_s * 10 + 9];
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+              }
             }
           }
         }
