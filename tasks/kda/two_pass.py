@@ -118,13 +118,14 @@ class HalfSink:
     first half's last token: both factors <= 1 for either gate form, so nothing new is anchored; L21 =
     Diag(beta2) G21 and A'2 already carries Diag(beta2)). Half 0 writes its rows of QG, Aqk, A', W and
     keeps KD1l (f32), W1l, A'1 and D1 in the warp's private buffers; half 1 writes its rows scaled as
-    above (it scales QG's register rows in place, after keeping QG2l in sQG for the cross Gram) and the
+    above (it scales QG's register rows in place, the safe form after keeping QG2l in sQG for its own
+    Gram and the cross Gram; the softplus form rebuilds QG2l in cross_terms) and the
     chunk's e^{G_C}; `cross_terms` then writes the rest. D1 is read back into `dbt` (dt_bias, reloaded
     per chunk: once the second half's gate is in, its registers are free; the register budget has no
     room for another [1, K] row)."""
 
-    def __init__(self, hf: int):
-        self.hf = hf
+    def __init__(self, hf: int, safe: bool):
+        self.hf, self.safe = hf, safe
 
     def store(self, r, name: str, src: str, r0: int, rows: int, c0: int = 0, cols: int = K):
         hf, vb = self.hf, store_vec_bytes(src)
@@ -139,8 +140,9 @@ class HalfSink:
         if name == "KD" and hf == 0:          # scaled by D2 in cross_terms
             r.sts(tile(src), tile("wKD1", [r0, c0], [rows, cols], slot="p"), vec_bytes=16)
             return
-        if name == "QG":                      # both gates: the second half's cross Gram reads QG2l
-            r.sts(tile(src), tile("sQG", [r0, c0], [rows, cols], slot="p"), vec_bytes=vb)
+        if name == "QG":
+            if self.safe:                     # its Gram QG KI^T, and the second half's cross Gram
+                r.sts(tile(src), tile("sQG", [r0, c0], [rows, cols], slot="p"), vec_bytes=vb)
             if hf:
                 r.lds(tile("wD1", slot="p"), tile("dbt"), vec_bytes=16)
                 r.map(src, f"{src} * dbt")
@@ -151,18 +153,28 @@ class HalfSink:
         r.stg(tile(src), tile("ws" + name, [f"row + {r0 + 16 * hf}", c0], [rows, cols]), oob="mask", vec_bytes=vb)
 
 
-def cross_terms(r) -> None:
+def cross_terms(r, safe: bool) -> None:
     """After both halves of a 32-token chunk (HalfSink): KD's first rows (KD1l D2, D2 in GCr), Aqk's
     and A''s lower-left blocks, their zero upper-right blocks and W's second rows (A'2 in Inv, KG2l in
-    wG). KD1l goes to wK in bf16 as the cross Gram's operand."""
-    r.sync("syncwarp")                      # every lane is done with the second half's wK / wG / sQG
+    wG). KD1l goes to wK in bf16 as the cross Gram's operand. QG2l is in sQG (safe), or (softplus, whose
+    prepare keeps no sQG: 4 KB less per warp) rebuilt into wXq, free after the levels, from the second
+    half's raw q, norm factors and gate exactly as _prepare_softplus formed it."""
+    r.sync("syncwarp")                      # every lane is done with the second half's wK / wG / sQG / wXq
+    if not safe:
+        for hh in range(2):
+            r.lds(tile("wQ", [hh * HALF, 0, 0], [HALF, 1, K], slot="p"), tile("qh"), vec_bytes=8)
+            r.lds(tile("wNq", [hh * HALF, 0], [HALF, 1], slot="p"), tile("cq"), vec_bytes=4)
+            r.lds(tile("wGc", [hh * HALF, 0], [HALF, K], slot="p"), tile("gh"), vec_bytes=16)
+            r.map("qh", "qh * cq")
+            r.map("qh", "qh * exp(gh)")
+            r.sts(tile("qh"), tile("wXq", [hh * HALF, 0, 0], [HALF, 1, K], slot="p"), vec_bytes=8)
     for hh in range(2):
         r.lds(tile("wKD1", [hh * HALF, 0], [HALF, K], slot="p"), tile("qh"), vec_bytes=16)
         r.sts(tile("qh"), tile("wK", [hh * HALF, 0, 0], [HALF, 1, K], slot="p"), vec_bytes=8)
         r.map("qh", "qh * GCr")
         r.stg(tile("qh"), tile("wsKD", [f"row + {hh * HALF}", 0], [HALF, K]), oob="mask", vec_bytes=8)
     r.sync("syncwarp")
-    _grams(r, "wG", "wK", "sQG")            # L = G21 = KG2l KD1l^T, Pm = QG2l KD1l^T
+    _grams(r, "wG", "wK", "sQG" if safe else "wXq")     # L = G21 = KG2l KD1l^T, Pm = QG2l KD1l^T
     r.stg(tile("Pm"), tile("wsAqk", ["row + 16", 0], [16, 16]), oob="mask", vec_bytes=4)
     # P = A'2 G21 (G21 as B stored [K, N])
     r.sts(tile("L"), tile("wP", slot="p"), vec_bytes=4)
@@ -298,7 +310,7 @@ def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WAR
     kb.tensor("cu_seqlens", "i32", ["N + 1"])
     _ws_params(kb, "write", copy, chunk)
     producer_buffers(kb, safe, warps)
-    if safe or chunk != C:
+    if safe:
         kb.buffer("sQG", "smem", "bf16", [C, K], stages=warps, pad=PAD)
     if chunk != C:                  # the first half's pieces, kept for the cross terms (HalfSink)
         kb.buffer("wKD1", "smem", "f32", [C, K], stages=warps)
@@ -332,8 +344,8 @@ def kda_prepare(arch: str = "sm_80", safe: bool = True, warps: int = PREPARE_WAR
                 for hf in range(2):
                     with _block(r):
                         r.let("t0", f"bos + c * CH + {16 * hf}")
-                        _prepare_half(r, safe, HalfSink(hf), w=hf == 0)
-                cross_terms(r)
+                        _prepare_half(r, safe, HalfSink(hf, safe), w=hf == 0)
+                cross_terms(r, safe)
                 r.sync("syncwarp")
     return kb.build()
 
