@@ -84,10 +84,12 @@ def kmeans_train() -> list[dict]:
 def knn_variants() -> list[dict]:
     """The unsplit kernel and the split-database path, with per-tile database norms (norms "tile", the
     original variants) and with the norms computed once by a first kernel (norms "global"); minb 3:
-    registers capped for 3 CTAs of 4 warps per SM; merge "wide": the split path's last CTA merges with
+    registers capped for 3 CTAs of 4 warps per SM (minb 4 with qfrag "smem": 4); merge "wide": the split path's last CTA merges with
     all its threads, several partial lists in flight (the serial merge is most of a Q = 1 search)."""
-    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide"):
+    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide", qfrag="reg"):
         p = {"bq": bq, "bn": bn, "split": split, "stages": stages}
+        if qfrag != "reg":
+            p["qfrag"] = qfrag
         if norms != "tile":
             p["norms"] = norms
         if minb != 1:
@@ -101,6 +103,8 @@ def knn_variants() -> list[dict]:
     out += [v(16, 32, s, 4) for s in (8, 32, 128, 512)] + [v(16, 32, 512, 4, merge="serial")]
     out += [v(32, 64, s, 3) for s in (8, 32, 128)] + [v(64, 64, s, 2) for s in (8, 32)]
     out += [v(64, 64, 8, 2, minb=3)]
+    # query fragments re-read from smem: 4 CTAs of 4 warps per SM (128 registers, a few L1 spills)
+    out += [v(64, 64, 1, 2, minb=4, qfrag="smem"), v(64, 64, 8, 2, minb=4, qfrag="smem")]
     return out
 
 

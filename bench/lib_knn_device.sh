@@ -1,18 +1,20 @@
 #!/bin/bash
 # One device call on a 1-GPU slot (the caller sets CUDA_VISIBLE_DEVICES; ~8.5 min wall at most), all
 # results under $OUT/knn:
-#   1. the GPU-marked knn tests (tests/test_knn_kmeans.py, tests/test_cakelib.py -k knn), while the sweep's
-#      kernels compile in the background into the cubin cache;
+#   1. the GPU-marked knn tests (tests/test_knn_fast.py: the new variants through the task's evaluator and
+#      cakelib; tests/test_cakelib.py -k knn), while the sweep's kernels compile in the background into
+#      the cubin cache (the tests' own kernels compile one at a time: ~4 s each);
 #   2. `lib_grid.py sweep --op knn`: every knn variant x training shape, checked and timed, the dispatch
 #      table refitted into $OUT/knn/knn.json (budget ~150 s);
 #   3. `lib_grid.py grid --op knn` with that table (CAKELIB_TABLES=$OUT/knn), shapes spread so a run cut
 #      by its deadline still covers the grid; the deadline keeps the whole script under TOTAL seconds;
 #   4. the summary (`lib_grid.py summary`) printed last.
-#     OUT=/some/dir bash bench/lib_knn_device.sh [TOTAL_S=505] [SWEEP_BUDGET_S=150]
+#     OUT=/some/dir bash bench/lib_knn_device.sh [TOTAL_S=505] [SWEEP_BUDGET_S=140] [TEST_S=100]
 set -u
 T0=$(date +%s)
 TOTAL=${1:-505}
-SB=${2:-150}
+SB=${2:-140}
+TT=${3:-100}
 export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
 PY=${PYTHON:-python3}
 NP=$(nproc); NP=$(( NP > 3 ? NP - 2 : 1 ))
@@ -23,21 +25,21 @@ stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 
 # 1. tests, with the sweep's kernels compiling meanwhile (fills $CAKE_CACHE_DIR; arch of GPU 0)
 ARCH=$($PY -c "from gpu_backend.driver import arch_of, properties; print(arch_of(properties(0)))" 2>/dev/null || echo sm_90a)
-timeout 150 $PY bench/lib_grid.py compile --op knn --arch $ARCH --procs $(( NP > 2 ? NP - 1 : 1 )) > $D/compile.log 2>&1 &
+timeout $(( TT + 15 )) $PY bench/lib_grid.py compile --op knn --arch $ARCH --procs $(( NP > 2 ? NP - 1 : 1 )) > $D/compile.log 2>&1 &
 CPID=$!
-timeout 110 $PY -m pytest -q -p no:cacheprovider -m gpu -k knn tests/test_knn_kmeans.py tests/test_cakelib.py > $D/tests.log 2>&1
+timeout $TT $PY -m pytest -q -p no:cacheprovider -m gpu -k knn tests/test_knn_fast.py tests/test_cakelib.py > $D/tests.log 2>&1
 stamp "tests rc=$?: $(tail -1 $D/tests.log)"
 wait $CPID
 stamp "precompile: $(grep -E 'variant x k' $D/compile.log | tail -1)"
 
 # 2. sweep -> $D/knn.json (its own precompile now hits the cache)
-timeout $(( SB + 60 )) $PY bench/lib_grid.py sweep --op knn --out $D --procs $NP --budget-s $SB > $D/sweep.log 2>&1
+timeout $(( SB + 50 )) $PY bench/lib_grid.py sweep --op knn --out $D --procs $NP --budget-s $SB > $D/sweep.log 2>&1
 stamp "sweep rc=$?: $(grep -E 'table ->|budget' $D/sweep.log | tr '\n' ' ')"
 
 # 3. grid with the fitted table (the committed one if the sweep wrote none); the deadline leaves room
-#    for compiling the dispatched kernels (~60 s), the shape in flight and the summary
+#    for compiling the dispatched kernels (~20-40 s), the shape in flight and the summary
 [ -f $D/knn.json ] && TABLES=$D || TABLES=cakelib/tables
-GD=$(( $(left) - 100 )); [ $GD -lt 20 ] && GD=20
+GD=$(( $(left) - 70 )); [ $GD -lt 20 ] && GD=20
 CAKELIB_TABLES=$TABLES timeout $(( $(left) - 8 )) $PY bench/lib_grid.py grid --op knn --out $D --procs $NP \
   --deadline-s $GD --spread 5 > $D/grid.log 2>&1
 stamp "grid rc=$? (tables $TABLES, deadline $GD s): $(grep -E 'compiled|deadline' $D/grid.log | tr '\n' ' ')"

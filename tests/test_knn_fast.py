@@ -25,7 +25,8 @@ def _errors(res):
     ("l2", 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2}), ("l2", 16, {"bq": 32, "bn": 64, "split": 8, "stages": 3}),
     ("l2", 10, {"bq": 64, "bn": 64, "split": 32, "stages": 2, "norms": "global", "merge": "wide"}),
     ("ip", 16, {"bq": 16, "bn": 32, "split": 128, "stages": 4, "merge": "wide"}),
-    ("l2", 1, {"bq": 32, "bn": 64, "split": 32, "stages": 3, "merge": "wide"})])
+    ("l2", 1, {"bq": 32, "bn": 64, "split": 32, "stages": 3, "merge": "wide"}),
+    ("l2", 10, {**GN, "qfrag": "smem", "minb": 4}), ("ip", 16, {**GN_SPLIT, "qfrag": "smem"})])
 def test_variants_verify_and_compile(arch, metric, k, p):
     from cakelib.variants import knn_kernel
     ir = knn_kernel(p, k, metric, 128, arch)
@@ -106,7 +107,8 @@ needs_gpu = pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @needs_gpu
 @pytest.mark.parametrize("kw", [dict(norms="global"), dict(norms="global", bq=16, bn=32, split=64, stages=4),
                                 dict(norms="global", minb=3), dict(bq=16, bn=32, split=64, stages=4, merge="wide"),
-                                dict(norms="global", bq=32, bn=64, split=8, stages=3, merge="wide")])
+                                dict(norms="global", bq=32, bn=64, split=8, stages=3, merge="wide"),
+                                dict(norms="global", qfrag="smem", minb=4)])
 def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     from gpu_backend.evaluate import evaluate
     t = get_task("knn")
@@ -121,7 +123,9 @@ def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     ("l2", 200, 5003, 32, {**GN, "minb": 3}), ("l2", 70, 9999, 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2}),
     ("ip", 50, 7001, 10, GN), ("l2", 1, 1_000_003, 16, GN_SPLIT),
     ("l2", 1, 300_001, 10, {**GN_SPLIT, "merge": "serial"}), ("ip", 5, 200_003, 16, {**GN_SPLIT, "split": 128}),
-    ("l2", 100, 60_001, 10, {"bq": 64, "bn": 64, "split": 8, "stages": 2, "norms": "global", "merge": "wide"})])
+    ("l2", 100, 60_001, 10, {"bq": 64, "bn": 64, "split": 8, "stages": 2, "norms": "global", "merge": "wide"}),
+    ("l2", 300, 20_001, 10, {**GN, "qfrag": "smem", "minb": 4}),
+    ("l2", 33, 50_001, 16, {**GN_SPLIT, "split": 32, "qfrag": "smem"})])
 def test_cakelib_knn_new_variants_match_float64(metric, Q, M, k, variant):
     from cakelib import knn
     task = type(get_task("knn" if metric == "l2" else "knn_ip"))()

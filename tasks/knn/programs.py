@@ -42,7 +42,8 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80"):
 
 
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
-              stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial"):
+              stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
+              qfrag: str = "reg"):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -69,12 +70,13 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     merge (split > 1): "serial": one thread per query reads the `split` partial lists one after the
     other (a global-load latency each: ~0.3 ms of a Q = 1, split 512 search); "wide": both halves of
     the CTA's threads take every other split, `unroll` lists in flight per thread (their loads issued
-    together), and the second half hands its list to the first through shared memory (_merge_wide).""" 
+    together), and the second half hands its list to the first through shared memory (_merge_wide).
+    qfrag: "reg" keeps the query fragments in registers, "smem" re-reads them per k step (see `fa`).""" 
     gnorm = norms == "global" and metric == "l2"
     wide = split > 1 and merge == "wide"
     warps = bq // 16
     l2 = metric == "l2"
-    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "")
+    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps, min_blocks_per_sm=minb,
                        note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
@@ -100,7 +102,10 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
         else:
             kb.buffer("cn", "smem", "f32", [bn])
-    kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
+    # qfrag "reg": the warp's query A fragments for all of D stay in registers (d / 4 of them);
+    # "smem": re-read per 16-wide k step from sQ with the B fragments (8 more ldmatrix per tile at D = 128,
+    # 28 fewer registers: more CTAs per SM)
+    kb.buffer("fa", "reg", "f16", [16, d if qfrag == "reg" else 16], layout="mma_a", scope="warp")
     kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
     kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
     kb.buffer("tv", "reg", "f32", [16, k], layout="mma_rows", scope="warp")
@@ -139,7 +144,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=stages - 2)
         r.sync("syncthreads")
-        r.ldmatrix(tile("sQ", ["wq0", 0], [16, d]), tile("fa"), id="query_fragments")
+        if qfrag == "reg":
+            r.ldmatrix(tile("sQ", ["wq0", 0], [16, d]), tile("fa"), id="query_fragments")
         if l2:
             r.reduce("sum_sq", tile("sQ"), tile("qn"), id="query_norms")
         r.fill("tv", worst)
@@ -161,7 +167,11 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.fill("acc", 0.0)
             for kk in range(d // 16):
                 r.ldmatrix(tile("sB", [0, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
-                r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
+                if qfrag == "reg":
+                    r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
+                else:
+                    r.ldmatrix(tile("sQ", ["wq0", kk * 16], [16, 16]), tile("fa"))
+                    r.mma_sync(tile("fa"), tile("fb"), tile("acc"))
             # the split's last tile may run past its chunk into the next split's rows: `limit` stops
             # at the chunk end (or M), so every database row is scored by exactly one split
             lim = "min(m0 + CH, M)" if split > 1 else "M"
