@@ -152,3 +152,66 @@ def test_search_loop_static_cost():
     tile = measure(knn_fused("l2", k=10, arch="sm_90a"), "sm_90a")
     assert gn["inner_loops"] == [] and tile["inner_loops"]
     assert gn["hot"] <= 260 and gn["spills"] == 0 and gn["regs"] and gn["regs"][0] <= 200
+
+
+def _f32(x):
+    import numpy as np
+    return np.float32(x)
+
+
+def _filtered_row_topk(u_tiles, rb, k, kind="min"):
+    """A float32 model of the lowering's filtered top-k for one row: 4 quad lanes, lane q holds columns
+    n * 8 + 2 q + j of each tile, keeps its own sorted (value, index) list; per tile the lane's best u is
+    tested against the quad's best k-th value moved by the row bias (margin as emitted), then each score
+    v = u + rb against that k-th value and topk_insert's exact (value, index) test; the lanes merge."""
+    import numpy as np
+    sign = 1.0 if kind == "min" else -1.0
+    lanes = [[(sign * 3e38, -1)] * k for _ in range(4)]
+
+    def better(a, b):   # (value, index) order of cake::topk_better
+        return (a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])) if kind == "min" else \
+            (a[0] > b[0] or (a[0] == b[0] and a[1] < b[1]))
+
+    def insert(lst, c):
+        if better(c, lst[-1]):
+            lst[-1] = c
+            lst.sort(key=lambda e: ((e[0] if kind == "min" else -e[0]), e[1]))
+
+    cb = 0
+    for u in u_tiles:
+        tn = len(u)
+        thr = min(l[-1][0] for l in lanes) if kind == "min" else max(l[-1][0] for l in lanes)
+        marg = _f32(_f32(abs(thr) + abs(rb)) * _f32(9.5367431640625e-07) + _f32(1e-30))
+        thu = _f32(_f32(thr - rb) + marg) if kind == "min" else _f32(_f32(thr - rb) - marg)
+        for q in range(4):
+            cols = [n * 8 + 2 * q + j for n in range(tn // 8) for j in range(2)]
+            us = [u[c] for c in cols]
+            best = min(us) if kind == "min" else max(us)
+            if not (best <= thu if kind == "min" else best >= thu):
+                continue
+            for c, uc in zip(cols, us):
+                v = _f32(uc + rb)
+                if (v <= thr) if kind == "min" else (v >= thr):
+                    insert(lanes[q], (v, cb + c))
+        cb += tn
+    allc = sorted(sum(lanes, []), key=lambda e: ((e[0] if kind == "min" else -e[0]), e[1]))
+    return allc[:k]
+
+
+@pytest.mark.parametrize("kind", ["min", "max"])
+@pytest.mark.parametrize("seed", range(6))
+def test_filter_model_is_exact(kind, seed):
+    """The filter never drops an entry of the exact top-k (ties by index included): the model above
+    against a sort of every (u + rb, index), on scores with many exact ties and a row bias large
+    against the scores (rounding of u + rb)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    k, tn, tiles = 10, 64, 40
+    rb = _f32(rng.choice([0.0, 1e4, 3.7, -250.0]))
+    u = rng.integers(-40, 40, size=(tiles, tn)).astype(np.float32) * _f32(rng.choice([0.25, 1e-3, 7.0]))
+    if seed % 2:
+        u += _f32(1e-4) * rng.standard_normal((tiles, tn)).astype(np.float32)
+    got = _filtered_row_topk(list(u), rb, k, kind)
+    every = [(_f32(u[t, c] + rb), t * tn + c) for t in range(tiles) for c in range(tn)]
+    want = sorted(every, key=lambda e: ((e[0] if kind == "min" else -e[0]), e[1]))[:k]
+    assert [(float(a), b) for a, b in got] == [(float(a), b) for a, b in want]
