@@ -106,9 +106,9 @@ needs_gpu = pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("kw", [dict(norms="global"), dict(norms="global", bq=16, bn=32, split=64, stages=4),
-                                dict(norms="global", minb=3), dict(bq=16, bn=32, split=64, stages=4, merge="wide"),
-                                dict(norms="global", bq=32, bn=64, split=8, stages=3, merge="wide"),
-                                dict(norms="global", qfrag="smem", minb=4)])
+                                dict(bq=16, bn=32, split=64, stages=4, merge="wide"),
+                                dict(norms="global", bq=32, bn=64, split=8, stages=3, merge="wide", qfrag="smem",
+                                     minb=2)])
 def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     from gpu_backend.evaluate import evaluate
     t = get_task("knn")
@@ -119,7 +119,7 @@ def test_knn_norms_program_passes_evaluator_on_gpu(kw):
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("metric,Q,M,k,variant", [
-    ("l2", 130, 4099, 10, GN), ("l2", 37, 20001, 16, {**GN_SPLIT, "split": 8}), ("l2", 3, 100003, 16, GN_SPLIT),
+    ("l2", 130, 4099, 10, GN), ("l2", 37, 20001, 16, {**GN_SPLIT, "split": 8}),
     ("l2", 200, 5003, 32, {**GN, "minb": 3}), ("l2", 70, 9999, 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2}),
     ("ip", 50, 7001, 10, GN), ("l2", 1, 1_000_003, 16, GN_SPLIT),
     ("l2", 1, 300_001, 10, {**GN_SPLIT, "merge": "serial"}), ("ip", 5, 200_003, 16, {**GN_SPLIT, "split": 128}),
