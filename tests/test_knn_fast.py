@@ -4,7 +4,6 @@ compile with NVRTC for sm_80 and sm_90a; the sync simulator checks a topk's stag
 slot. GPU runs (marked) check the new variants against float64 through the task's evaluator and cakelib."""
 import pytest
 
-from cake_ir.builder import tile
 from cake_ir.compiler import compile_ir
 from cake_ir.nodes import Program
 from cake_ir.verifier import verify
@@ -149,8 +148,8 @@ def test_search_loop_static_cost():
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from sass_hot_path import measure
     gn = measure(knn_fused("l2", k=10, norms="global", arch="sm_90a").kernels[1], "sm_90a")
-    tile = measure(knn_fused("l2", k=10, arch="sm_90a"), "sm_90a")
-    assert gn["inner_loops"] == [] and tile["inner_loops"]
+    per_tile = measure(knn_fused("l2", k=10, arch="sm_90a"), "sm_90a")
+    assert gn["inner_loops"] == [] and per_tile["inner_loops"]
     assert gn["hot"] <= 260 and gn["spills"] == 0 and gn["regs"] and gn["regs"][0] <= 200
 
 
@@ -164,7 +163,6 @@ def _filtered_row_topk(u_tiles, rb, k, kind="min"):
     n * 8 + 2 q + j of each tile, keeps its own sorted (value, index) list; per tile the lane's best u is
     tested against the quad's best k-th value moved by the row bias (margin as emitted), then each score
     v = u + rb against that k-th value and topk_insert's exact (value, index) test; the lanes merge."""
-    import numpy as np
     sign = 1.0 if kind == "min" else -1.0
     lanes = [[(sign * 3e38, -1)] * k for _ in range(4)]
 

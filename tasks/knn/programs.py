@@ -48,14 +48,14 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
     per-lane top-k lists; the 4 lanes of each quad merge at the end. L2 scores are ||q||^2 + ||x||^2
-    - 2 q.x (squared norms from smem rows, computed as the tiles arrive); inner product keeps the k
+    - 2 q.x (squared database norms per tile or precomputed: `norms`); inner product keeps the k
     largest q.x.
 
     split = 1: one CTA per query tile owns the whole database and writes the results.
     split > 1 (few queries: the split-database path): each CTA writes its partial lists to the
     workspace PV/PI (rows (tile * split + s) * BQ + r, so padded query rows never collide); the last
-    CTA of a query tile to finish (`last_cta`) merges the `split` lists per query (one thread per
-    query, exact re-selection over the stored scores), writes I/Dist and zeroes the rows it read.
+    CTA of a query tile to finish (`last_cta`) merges the `split` lists per query (exact re-selection
+    over the stored scores; `merge` below), writes I/Dist and zeroes the rows it read.
     `stages` database tiles are in flight per CTA (cp.async groups, wait(stages - 2)): a few-query
     search is a stream over the database, and one warp per SM needs several tiles in flight.
     Needs cdiv(Q, BQ) * BQ * split <= WS_ROWS and cdiv(Q, BQ) <= WS_TILES (the dispatcher's
@@ -71,14 +71,19 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     other (a global-load latency each: ~0.3 ms of a Q = 1, split 512 search); "wide": both halves of
     the CTA's threads take every other split, `unroll` lists in flight per thread (their loads issued
     together), and the second half hands its list to the first through shared memory (_merge_wide).
-    qfrag: "reg" keeps the query fragments in registers, "smem" re-reads them per k step (see `fa`).""" 
+    qfrag: "reg" keeps the query fragments in registers, "smem" re-reads them per k step (see `fa`).
+
+    The top-k epilogue (the `topk` lowering, k > 1) filters each lane's scores against the quad's k-th
+    entry before the exact insertion (docs/ir.md `topk`)."""
     gnorm = norms == "global" and metric == "l2"
     wide = split > 1 and merge == "wide"
     warps = bq // 16
     l2 = metric == "l2"
-    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "")
+    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
+        + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
-    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps, min_blocks_per_sm=minb,
+    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
+                       min_blocks_per_sm=minb,
                        note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
                             + (f", database split over {split} CTAs + last-CTA merge" if split > 1 else ""))
     kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
