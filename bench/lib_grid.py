@@ -86,8 +86,10 @@ def knn_variants() -> list[dict]:
     original variants) and with the norms computed once by a first kernel (norms "global"); minb 3:
     registers capped for 3 CTAs of 4 warps per SM (minb 4 with qfrag "smem": 4); merge "wide": the split path's last CTA merges with
     all its threads, several partial lists in flight (the serial merge is most of a Q = 1 search)."""
-    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide", qfrag="reg"):
+    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide", qfrag="reg", wm=16):
         p = {"bq": bq, "bn": bn, "split": split, "stages": stages}
+        if wm != 16:
+            p["wm"] = wm
         if qfrag != "reg":
             p["qfrag"] = qfrag
         if norms != "tile":
@@ -107,6 +109,8 @@ def knn_variants() -> list[dict]:
     out += [v(64, 64, 8, 2, minb=3)]
     # query fragments re-read from smem: 4 CTAs of 4 warps per SM (128 registers, a few L1 spills)
     out += [v(64, 64, 1, 2, minb=4, qfrag="smem"), v(64, 64, 8, 2, minb=4, qfrag="smem")]
+    # 32 query rows per warp: each B fragment and column norm read once for twice the rows (254 registers)
+    out += [v(64, 64, 1, 2, qfrag="smem", wm=32)]
     return out
 
 

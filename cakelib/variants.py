@@ -18,12 +18,13 @@ def knn_name(p: dict) -> str:
     """`norms: "global"` (database norms computed once by a first kernel; l2 only, ip ignores it) adds `_gn`,
     `minb` (CTAs per SM the registers must allow) `_b{minb}`, `merge: "wide"` (the split path's last-CTA
     merge by all threads, several lists in flight) `_mw`, `qfrag: "smem"` (query fragments re-read per
-    k step) `_qs`; the names of the variants without them
+    k step) `_qs`, `wm` (query rows per warp) `_w{wm}`; the names of the variants without them
     are unchanged (committed tables refer to them)."""
     gn = "_gn" if p.get("norms", "tile") == "global" else ""
     gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
     gn += "_mw" if p.get("merge", "serial") == "wide" and p["split"] > 1 else ""
     gn += "_qs" if p.get("qfrag", "reg") == "smem" else ""
+    gn += f"_w{p['wm']}" if p.get("wm", 16) != 16 else ""
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -33,7 +34,7 @@ def knn_supports(p: dict, shape: dict) -> bool:
     Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
     if D not in KNN_D or k < 1 or M < k or Q < 1:
         return False
-    if knn_tile_registers(p, k, D) > 255:   # the verifier's E-RES-05 budget (e.g. bn 128 at k = 32)
+    if p["bq"] % p.get("wm", 16) or knn_tile_registers(p, k, D) > 255:   # the verifier's E-RES-05 budget (e.g. bn 128 at k = 32)
         return False
     if p["split"] == 1:
         return k <= KNN_K_MAX
@@ -43,19 +44,20 @@ def knn_supports(p: dict, shape: dict) -> bool:
 
 def knn_tile_registers(p: dict, k: int, d: int) -> int:
     """Registers per thread in the search kernel's register tiles as the verifier counts them (E-RES-05:
-    accumulator, B fragments, query fragments, the two mma_rows lists, the serial merge's lists, ~16
-    overhead; the wide merge sizes its lists to the budget)."""
-    bn = p["bn"]
-    fa = d // 4 if p.get("qfrag", "reg") == "reg" else 4
-    merge = 4 * k if p["split"] > 1 and p.get("merge", "serial") != "wide" else 0
-    return bn // 2 + bn // 4 + fa + 4 * k + merge + 16
+    accumulator, B fragments, query fragments, the two mma_rows lists, the split merge's lists, ~16
+    overhead; the wide merge sizes its extra lists in flight to the budget)."""
+    bn, wm = p["bn"], p.get("wm", 16)
+    fa = wm * d // 64 if p.get("qfrag", "reg") == "reg" else wm // 4
+    merge = 4 * k if p["split"] > 1 else 0   # the merge's lists (the wide merge: at least as many)
+    return wm * bn // 32 + bn // 4 + fa + wm * k // 4 + merge + 16
 
 
 def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
     from tasks.knn.programs import knn_fused
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
-                     merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"))
+                     merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),
+                     wm=p.get("wm", 16))
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

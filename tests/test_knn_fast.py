@@ -25,7 +25,10 @@ def _errors(res):
     ("l2", 10, {"bq": 64, "bn": 64, "split": 32, "stages": 2, "norms": "global", "merge": "wide"}),
     ("ip", 16, {"bq": 16, "bn": 32, "split": 128, "stages": 4, "merge": "wide"}),
     ("l2", 1, {"bq": 32, "bn": 64, "split": 32, "stages": 3, "merge": "wide"}),
-    ("l2", 10, {**GN, "qfrag": "smem", "minb": 4}), ("ip", 16, {**GN_SPLIT, "qfrag": "smem"})])
+    ("l2", 10, {**GN, "qfrag": "smem", "minb": 4}), ("ip", 16, {**GN_SPLIT, "qfrag": "smem"}),
+    ("l2", 10, {**GN, "qfrag": "smem", "wm": 32}),
+    ("l2", 10, {"bq": 32, "bn": 64, "split": 32, "stages": 3, "norms": "global", "qfrag": "smem", "wm": 32,
+                "merge": "wide"})])
 def test_variants_verify_and_compile(arch, metric, k, p):
     from cakelib.variants import knn_kernel
     ir = knn_kernel(p, k, metric, 128, arch)
@@ -57,9 +60,11 @@ def _walk(body):
 def test_wide_merge_covers_every_split_once():
     """Thread (g, qq) of the wide merge reads rows j = 2 (jj U + u) + g: every split of its query once."""
     from tasks.knn.programs import _merge_unroll
-    for split, k, bn in ((8, 10, 32), (32, 16, 64), (512, 16, 32), (128, 32, 64)):
-        U = _merge_unroll(split, k, 128, bn)
-        seen = sorted((jj * U + u) * 2 + g for g in (0, 1) for jj in range(split // (2 * U)) for u in range(U))
+    for split, k, bn, halves in ((8, 10, 32, 2), (32, 16, 64, 2), (512, 16, 32, 2), (128, 32, 64, 2), (32, 10, 64, 1),
+                                 (8, 16, 64, 1)):
+        U = _merge_unroll(split, k, 128, bn, 16 * halves, "smem", halves)
+        seen = sorted((jj * U + u) * halves + g for g in range(halves) for jj in range(split // (halves * U))
+                      for u in range(U))
         assert seen == list(range(split)), (split, U)
 
 
@@ -124,7 +129,10 @@ def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     ("l2", 1, 300_001, 10, {**GN_SPLIT, "merge": "serial"}), ("ip", 5, 200_003, 16, {**GN_SPLIT, "split": 128}),
     ("l2", 100, 60_001, 10, {"bq": 64, "bn": 64, "split": 8, "stages": 2, "norms": "global", "merge": "wide"}),
     ("l2", 300, 20_001, 10, {**GN, "qfrag": "smem", "minb": 4}),
-    ("l2", 33, 50_001, 16, {**GN_SPLIT, "split": 32, "qfrag": "smem"})])
+    ("l2", 33, 50_001, 16, {**GN_SPLIT, "split": 32, "qfrag": "smem"}),
+    ("l2", 90, 40_001, 10, {"bq": 32, "bn": 64, "split": 8, "stages": 3, "norms": "global", "qfrag": "smem", "wm": 32,
+                            "merge": "wide"}),
+    ("l2", 150, 30_001, 10, {**GN, "qfrag": "smem", "wm": 32})])
 def test_cakelib_knn_new_variants_match_float64(metric, Q, M, k, variant):
     from cakelib import knn
     task = type(get_task("knn" if metric == "l2" else "knn_ip"))()

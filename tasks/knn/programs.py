@@ -43,7 +43,7 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80"):
 
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
-              qfrag: str = "reg"):
+              qfrag: str = "reg", wm: int = 16):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -72,15 +72,18 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     the CTA's threads take every other split, `unroll` lists in flight per thread (their loads issued
     together), and the second half hands its list to the first through shared memory (_merge_wide).
     qfrag: "reg" keeps the query fragments in registers, "smem" re-reads them per k step (see `fa`).
+    wm: query rows per warp (16 or 32: a 32-row warp tile reads each B fragment once for two mma row
+    tiles and each column norm once for four list rows; twice the accumulator and lists).
 
     The top-k epilogue (the `topk` lowering, k > 1) filters each lane's scores against the quad's k-th
     entry before the exact insertion (docs/ir.md `topk`)."""
     gnorm = norms == "global" and metric == "l2"
     wide = split > 1 and merge == "wide"
-    warps = bq // 16
+    warps = bq // wm
     l2 = metric == "l2"
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
-        + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "")
+        + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
+        + (f"_w{wm}" if wm != 16 else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
@@ -110,25 +113,25 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     # qfrag "reg": the warp's query A fragments for all of D stay in registers (d / 4 of them);
     # "smem": re-read per 16-wide k step from sQ with the B fragments (8 more ldmatrix per tile at D = 128,
     # 28 fewer registers: more CTAs per SM)
-    kb.buffer("fa", "reg", "f16", [16, d if qfrag == "reg" else 16], layout="mma_a", scope="warp")
+    kb.buffer("fa", "reg", "f16", [wm, d if qfrag == "reg" else 16], layout="mma_a", scope="warp")
     kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
-    kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
-    kb.buffer("tv", "reg", "f32", [16, k], layout="mma_rows", scope="warp")
-    kb.buffer("ti", "reg", "i32", [16, k], layout="mma_rows", scope="warp")
-    unroll = _merge_unroll(split, k, d, bn) if wide else 1
+    kb.buffer("acc", "reg", "f32", [wm, bn], layout="mma_acc", scope="warp")
+    kb.buffer("tv", "reg", "f32", [wm, k], layout="mma_rows", scope="warp")
+    kb.buffer("ti", "reg", "i32", [wm, k], layout="mma_rows", scope="warp")
+    unroll = _merge_unroll(split, k, d, bn, wm, qfrag, 32 * warps // bq) if wide else 1
     if split > 1:
         for n in ("pv", "mv") + tuple(f"pv{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
         for n in ("pi", "mi") + tuple(f"pi{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
-        if wide:   # the second half's lists, handed to the first half through shared memory
+        if wide and 32 * warps // bq == 2:   # the second half's lists, handed to the first through smem
             kb.buffer("hmv", "smem", "f32", [bq, k])
             kb.buffer("hmi", "smem", "i32", [bq, k])
     kind = "min" if l2 else "max"
     worst = -BIG if not l2 else BIG
     with kb.role("main", warps=(0, warps)) as r:
         r.let("q0", "bid.x * BQ")
-        r.let("wq0", "role_warp * 16")
+        r.let("wq0", f"role_warp * {wm}")
         if split > 1:
             r.let("s", "bid.y")
             r.let("CH", "cdiv(cdiv(M, SPLIT), BN) * BN")
@@ -150,7 +153,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         r.sync("cp_async_wait", n=stages - 2)
         r.sync("syncthreads")
         if qfrag == "reg":
-            r.ldmatrix(tile("sQ", ["wq0", 0], [16, d]), tile("fa"), id="query_fragments")
+            r.ldmatrix(tile("sQ", ["wq0", 0], [wm, d]), tile("fa"), id="query_fragments")
         if l2:
             r.reduce("sum_sq", tile("sQ"), tile("qn"), id="query_norms")
         r.fill("tv", worst)
@@ -173,30 +176,30 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             for kk in range(d // 16):
                 r.ldmatrix(tile("sB", [0, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
                 if qfrag == "reg":
-                    r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
+                    r.mma_sync(tile("fa", [0, kk * 16], [wm, 16]), tile("fb"), tile("acc"))
                 else:
-                    r.ldmatrix(tile("sQ", ["wq0", kk * 16], [16, 16]), tile("fa"))
+                    r.ldmatrix(tile("sQ", ["wq0", kk * 16], [wm, 16]), tile("fa"))
                     r.mma_sync(tile("fa"), tile("fb"), tile("acc"))
             # the split's last tile may run past its chunk into the next split's rows: `limit` stops
             # at the chunk end (or M), so every database row is scored by exactly one split
             lim = "min(m0 + CH, M)" if split > 1 else "M"
             topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim)
             if l2:
-                topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [16]),
+                topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [wm]),
                             col_bias=tile("cn", slot=f"t % {stages}") if gnorm else tile("cn"))
             r.add("topk", id="select", **topk)
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
         if split == 1:
-            r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_dist")
-            r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_idx")
+            r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_dist")
+            r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_idx")
         else:
             r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
-            r.stg(tile("tv"), tile("PV", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
-            r.stg(tile("ti"), tile("PI", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
+            r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
+            r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
                 if wide:
-                    _merge_wide(r, k, kind, worst, unroll)
+                    _merge_wide(r, k, kind, worst, unroll, 32 * warps // bq)
                 else:
                     # every row of the tile is merged (and so zeroed), also a padded query's; only real
                     # queries are stored
@@ -224,30 +227,32 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                    kernels=[knn_db_norms(d, arch=arch), search])
 
 
-def _merge_unroll(split: int, k: int, d: int, bn: int) -> int:
-    """Partial lists in flight per thread in the wide merge (each half of the threads takes split / 2):
-    up to 4, within the verifier's register budget (E-RES-05 sums every register tile of the role:
-    query fragments, accumulator, B fragments, the mma_rows lists, the merge lists)."""
+def _merge_unroll(split: int, k: int, d: int, bn: int, wm: int = 16, qfrag: str = "reg", halves: int = 2) -> int:
+    """Partial lists in flight per thread in the wide merge (each of the `halves` thread groups takes
+    split / halves): up to 4, within the verifier's register budget (E-RES-05 sums every register tile
+    of the role: query fragments, accumulator, B fragments, the mma_rows lists, the merge lists)."""
+    fa = wm * d // 64 if qfrag == "reg" else wm // 4
+    base = fa + wm * bn // 32 + bn // 4 + wm * k // 4 + 2 * k + 16
     u = 4
-    while u > 1 and ((split // 2) % u or d // 4 + bn // 2 + bn // 4 + 6 * k + 2 * k * u + 16 > 250):
+    while u > 1 and ((split // halves) % u or base + 2 * k * u > 250):
         u //= 2
     return u
 
 
-def _merge_wide(r, k: int, kind: str, worst: float, unroll: int) -> None:
-    """The last CTA's merge of the `SPLIT` partial lists of each query (row qq of the tile), by all 2 * BQ
-    threads: thread (g, qq) = (tid / BQ, tid % BQ) merges splits j = 2 m + g, `unroll` rows per step with
-    their loads issued before the inserts; zeroes every row it read (padded queries' rows too, so the
-    workspace is left zeroed); the half g = 1 hands its list to g = 0 through smem, which merges it and
-    stores the real queries. Exact: a top-k of top-k lists of a partition."""
+def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2) -> None:
+    """The last CTA's merge of the `SPLIT` partial lists of each query (row qq of the tile), by all
+    halves * BQ threads: thread (g, qq) = (tid / BQ, tid % BQ) merges splits j = halves * m + g, `unroll`
+    rows per step with their loads issued before the inserts; zeroes every row it read (padded queries'
+    rows too, so the workspace is left zeroed); with two halves, g = 1 hands its list to g = 0 through
+    smem, which merges it and stores the real queries. Exact: a top-k of top-k lists of a partition."""
     vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
     r.let("qq", "tid % BQ")
     r.let("g", "tid / BQ")
     r.fill("mv", worst)
     r.fill("mi", -1)
-    with r.for_("jj", 0, f"SPLIT / {2 * unroll}", id="merge_loop"):
+    with r.for_("jj", 0, f"SPLIT / {halves * unroll}", id="merge_loop"):
         for u in range(unroll):
-            r.let(f"rr{u}", f"(bid.x * SPLIT + (jj * {unroll} + {u}) * 2 + g) * BQ + qq")
+            r.let(f"rr{u}", f"(bid.x * SPLIT + (jj * {unroll} + {u}) * {halves} + g) * BQ + qq")
             r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
             r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
         for u in range(unroll):
@@ -257,14 +262,16 @@ def _merge_wide(r, k: int, kind: str, worst: float, unroll: int) -> None:
             r.fill(f"pi{u}", 0)
             r.stg(tile(f"pv{u}"), tile("PV", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
             r.stg(tile(f"pi{u}"), tile("PI", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
-    with r.if_("g == 1"):
-        r.sts(tile("mv"), tile("hmv", ["qq", 0], [1, k]), vec_bytes=4)
-        r.sts(tile("mi"), tile("hmi", ["qq", 0], [1, k]), vec_bytes=4)
-    r.sync("syncthreads")
+    if halves == 2:
+        with r.if_("g == 1"):
+            r.sts(tile("mv"), tile("hmv", ["qq", 0], [1, k]), vec_bytes=4)
+            r.sts(tile("mi"), tile("hmi", ["qq", 0], [1, k]), vec_bytes=4)
+        r.sync("syncthreads")
     with r.if_("g == 0 && q0 + qq < Q"):
-        r.lds(tile("hmv", ["qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
-        r.lds(tile("hmi", ["qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
-        r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
+        if halves == 2:
+            r.lds(tile("hmv", ["qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
+            r.lds(tile("hmi", ["qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
+            r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
         r.stg(tile("mv"), tile("Dist", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_dist")
         r.stg(tile("mi"), tile("I", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_idx")
 
