@@ -7,6 +7,7 @@ dispatched library against the best baseline over a grid of 400+ shapes, checkin
     python bench/lib_grid.py shapes                                # print the grids (no GPU)
     python bench/lib_grid.py compile [--op ...] [--arch A]         # compile every sweep kernel (no GPU; fills the cache)
     python bench/lib_grid.py summary FILE [FILE ...]               # geomean / worst / slower count of grid results
+    python bench/lib_grid.py compare OLD NEW [NEW ...]             # library time new / old on the shapes both timed
 
 Honesty rules (docs/evaluation.md): seeded inputs; every library result is checked against float64
 math on the GPU (knn: recall@k = 1 with ties allowed and distances within the rounding allowance;
@@ -547,9 +548,36 @@ def summary(paths: list[str]) -> None:
         print(op, json.dumps(summarize(rows)))
 
 
+def compare(old_path: str, new_paths: list[str]) -> None:
+    """The library's time on the shapes two grid runs share: geomean new / old time per k, and of the
+    speedup over the best baseline (each run's own baselines)."""
+    def rows(paths):
+        out = {}
+        for p in paths:
+            for op, v in json.load(open(p))["ops"].items():
+                for r in v["rows"]:
+                    if r.get("cake_ms"):
+                        out[(op, json.dumps(r["shape"], sort_keys=True))] = r
+        return out
+    old, new = rows([old_path]), rows(new_paths)
+    by: dict = {}
+    for key in sorted(set(old) & set(new)):
+        k = json.loads(key[1]).get("k", json.loads(key[1]).get("K"))
+        by.setdefault((key[0], k), []).append((old[key], new[key]))
+    print("op     k  shapes  time new/old (geomean)  speedup vs best baseline old -> new")
+    for (op, k), pairs in sorted(by.items()):
+        g = math.exp(sum(math.log(n["cake_ms"] / o["cake_ms"]) for o, n in pairs) / len(pairs))
+        sp = [(o.get("speedup"), n.get("speedup")) for o, n in pairs if o.get("speedup") and n.get("speedup")]
+        so = math.exp(sum(math.log(a) for a, _ in sp) / len(sp)) if sp else float("nan")
+        sn = math.exp(sum(math.log(b) for _, b in sp) / len(sp)) if sp else float("nan")
+        print(f"{op:6s} {k!s:>3s} {len(pairs):6d}  {g:22.3f}  {so:.3f} -> {sn:.3f}")
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "summary":
         return summary(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "compare":
+        return compare(sys.argv[2], sys.argv[3:])
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["sweep", "grid", "shapes", "compile"])
     ap.add_argument("--op", default="knn,kmeans")

@@ -25,7 +25,8 @@ left() { echo $(( TOTAL - ($(date +%s) - T0) )); }
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 
 # 1. tests, with the sweep's kernels compiling meanwhile (fills $CAKE_CACHE_DIR; arch of GPU 0)
-ARCH=$($PY -c "from gpu_backend.driver import arch_of, properties; print(arch_of(properties(0)))" 2>/dev/null || echo sm_90a)
+ARCH=$($PY -c "from gpu_backend.driver import arch_of, properties; print(arch_of(properties(0)))" 2>/dev/null | tail -1)
+[ -n "$ARCH" ] || ARCH=sm_90a
 timeout $(( TT + 15 )) $PY bench/lib_grid.py compile --op knn --arch $ARCH --procs $(( NP > 2 ? NP - 1 : 1 )) > $D/compile.log 2>&1 &
 CPID=$!
 timeout $TT $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_knn_fast.py > $D/tests.log 2>&1
@@ -45,8 +46,16 @@ CAKELIB_TABLES=$TABLES timeout $(( $(left) - 8 )) $PY bench/lib_grid.py grid --o
   --deadline-s $GD --spread 5 > $D/grid.log 2>&1
 stamp "grid rc=$? (tables $TABLES, deadline $GD s): $(grep -E 'compiled|deadline' $D/grid.log | tr '\n' ' ')"
 
-# 4. summary (the final file, else the partial one a killed run leaves)
+# 4. summary (the final file, else the partial one a killed run leaves): failures, the fitted table's
+#    picks, new vs the previous H200 grid on the shapes both timed, then the grid summary
 F=$D/lib-grid-knn-h200.json; [ -f $F ] || F=$D/lib-grid-knn-h200.partial.json
-grep -E "BAD|Error|error" $D/sweep.log | head -5
-[ -f $F ] && $PY bench/lib_grid.py summary $F || echo "no grid results"
+echo "sweep failures: $(grep -c ' BAD ' $D/sweep.log)"; grep ' BAD ' $D/sweep.log | head -3
+grep -E "ok=False" $D/grid.log | head -3
+$PY -c "from cakelib.dispatch import DispatchTable as T; print('table can pick:', sorted(T.load('$D/knn.json').reachable()))" 2>/dev/null
+if [ -f $F ]; then
+  $PY bench/lib_grid.py compare bench/results/lib-grid-knn-h200.json $F
+  $PY bench/lib_grid.py summary $F
+else
+  echo "no grid results"
+fi
 stamp "done"
