@@ -16,9 +16,9 @@ lower_bound = -5; the softplus gate -exp(A_log) softplus(g + dt_bias).
 
 Which kernel runs (`prefill_plan`): on Hopper the two-pass program of the gate form (tasks/kda/two_pass.py:
 every chunk prepared in parallel, then the state recurrence), with a V-slice of 32 columns per CTA
-(or 64) when HV * N * V / vs CTAs fit the GPU in one wave, else 128 (bench/results/kda-prefill-h200.json:
-vs 32 at T = 8192, H = 32, 64 at H = 64, 128 at H = 96 and the packed batches); vs 32 loads its
-chunks with the sm_90a bulk copy; few sequences of 16k+ tokens that fill under half the GPU take the
+(2 prepare warps, 2 consumers, the sm_90a bulk-copy loader) when its HV * N * V / 32 CTAs fit the GPU
+in two waves, else 128 with 8 consumers (bench/results/kda-prefill-h200-session9-plan.json: vs 32 at
+T = 8192, H = 32 and 64, 128 at H = 96 and the packed batches; 2.41x geomean over fla there); few sequences of 16k+ tokens that fill under half the GPU take the
 sequence-parallel form (tasks/kda/seq_parallel.py); on an sm_8x part the
 safe gate's vs 32 kernel (the only one whose shared memory fits) and the recurrent kernel for the
 softplus gate. Decode: the vw 8 x vsplit 4 kernel (bench/results/kda-decode-h200.json).
@@ -51,15 +51,16 @@ def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int, T: in
     # 0.76 ms against 1.51 for the best two-pass point, measured on a shared GPU, indicative)
     if T >= SEQ_PARALLEL_MIN_TOKENS * max(N, 1) and HV * N * (V // 32) * 2 <= sms:
         return "two_pass", {"vs": 128, **base, "consumers": 8, "segments": 64, **bulk}
-    # the smallest V-slice whose CTAs fit one wave, else 128 (bench/results/kda-prefill-h200.json)
-    vs = next((vs for vs in (32, 64) if HV * N * (V // vs) <= sms), 128)
-    if vs == 32:
+    # V-slice 32 while its CTAs fit two waves, else 128 with 8 consumers (session 9,
+    # bench/results/kda-prefill-h200-session9-plan.json: at T = 8192 H = 64, two waves of vs 32, 0.811 /
+    # 1.035 ms safe / softplus against 0.859 / 1.110 for vs 64, the earlier rule's one-wave pick; at H = 96
+    # and the packed batches vs 128 c8 wins by 20-35%)
+    if HV * N * (V // 32) <= 2 * sms:
         # the bulk-copy loader (session 8: 0.554 / 0.644 ms against 0.661 / 0.789 at T = 8192, H = 32,
-        # safe / softplus; 2.17 / 2.48 against 2.59 / 3.09 at T = 32768) and, for the safe gate, the
-        # search's 2 prepare warps with 2 consumers (0.521 ms, agent run kda-safe1-h200)
-        split = {"warps": 2, "consumers": 2} if safe else {"consumers": 4}
-        return "two_pass", {"vs": 32, **base, **split, **bulk}
-    return "two_pass", {"vs": vs, **base, "consumers": 8 if vs == 128 else 4}
+        # safe / softplus) and the searches' 2 prepare warps with 2 consumers (agent runs kda-safe1-h200,
+        # 0.521 ms, and kda-safe0-h200, 0.644 ms)
+        return "two_pass", {"vs": 32, **base, "warps": 2, "consumers": 2, **bulk}
+    return "two_pass", {"vs": 128, **base, "consumers": 8}
 
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32"}

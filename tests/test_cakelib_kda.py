@@ -8,13 +8,15 @@ from cakelib.kda_attention import prefill_plan
 
 
 def test_plan_follows_the_measured_v_slices():
-    # the smallest V-slice whose CTAs fit one wave (T = 8192: vs 32 at H = 32, 64 at H = 64), else 128;
-    # vs 32 with the bulk loader (and the search's 2 + 2 warps for the safe gate)
+    # V-slice 32 while its CTAs fit two waves (T = 8192: H = 32 and 64), with the bulk loader and the
+    # searches' 2 + 2 warps; else 128 with 8 consumers
     tp = {"warps": 1, "stages": 2, "consumers": 4}
-    assert prefill_plan(32, 32, 1, True, "sm_90a", 132, 8192) == (
-        "two_pass", {"vs": 32, "safe": True, **tp, "warps": 2, "consumers": 2, "copy": "bulk"})
-    assert prefill_plan(32, 32, 1, False, "sm_90a", 132, 8192)[1] == {"vs": 32, "safe": False, **tp, "copy": "bulk"}
-    assert prefill_plan(64, 64, 1, False, "sm_90a", 132) == ("two_pass", {"vs": 64, "safe": False, **tp})
+    vs32 = {"vs": 32, **tp, "warps": 2, "consumers": 2, "copy": "bulk"}
+    assert prefill_plan(32, 32, 1, True, "sm_90a", 132, 8192) == ("two_pass", {**vs32, "safe": True})
+    assert prefill_plan(32, 32, 1, False, "sm_90a", 132, 8192)[1] == {**vs32, "safe": False}
+    assert prefill_plan(64, 64, 1, False, "sm_90a", 132) == ("two_pass", {**vs32, "safe": False})
+    assert prefill_plan(66, 66, 1, True, "sm_90a", 132)[1]["vs"] == 32         # 264 CTAs: two waves
+    assert prefill_plan(68, 68, 1, True, "sm_90a", 132)[1]["vs"] == 128
     assert prefill_plan(96, 96, 1, True, "sm_90a", 132)[1] == {"vs": 128, "safe": True, **tp, "consumers": 8}
     assert prefill_plan(64, 64, 6, True, "sm_90a", 132)[1]["vs"] == 128
     assert prefill_plan(96, 96, 8, False, "sm_90a", 132)[1]["vs"] == 128
