@@ -253,32 +253,3 @@ def test_search_reaches_the_chunk_size_through_its_family_tactic():
         assert t.choices(out) == [{"chunk": 16}]
         assert T.get_tactic("sequence_parallel").choices(out) == []
         assert t.apply(out, {"chunk": 16})["ir"] == g["ir"]
-
-
-def test_chunk32_workspace_slots_of_packed_sequences_never_collide_and_fit():
-    """sb(n) = (bos + n C) / C with C = 32 as both kernels compute it (the prepare kernel's const C is
-    the half's 16, its CH the chunk): every 32-token chunk of every sequence has its own slot inside the
-    workspace's T / 32 + N + 1, for random packs."""
-    import random
-
-    from cake_ir import expr as E
-    from tasks.kda.two_pass import kda_two_pass
-    from test_kda_two_pass import _let
-    prog = kda_two_pass("sm_90a", 32, True, chunk=32)
-    prep, rec = prog.kernels
-    sb_prep, sb_rec = _let(prep, "prod", "sb"), _let(rec, "load", "sb")
-    slots = E.parse_index(prog.workspace_tensor("wsDec").shape[0])
-    rng = random.Random(5)
-    for _ in range(200):
-        lens = [rng.randint(1, 140) for _ in range(rng.randint(1, 9))]
-        cu = [0]
-        for ln in lens:
-            cu.append(cu[-1] + ln)
-        used = set()
-        for n, ln in enumerate(lens):
-            sb = E.evaluate(sb_prep, {"bos": cu[n], "n": n, "C": 16, "CH": 32})
-            assert sb == E.evaluate(sb_rec, {"bos": cu[n], "n": n, "C": 32})
-            for c in range(-(-ln // 32)):
-                assert sb + c not in used
-                used.add(sb + c)
-        assert max(used) < E.evaluate(slots, {"T": cu[-1], "N": len(lens), "HV": 1})

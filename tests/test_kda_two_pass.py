@@ -59,26 +59,27 @@ def _let(kernel, role: str, name: str):
     raise KeyError(name)
 
 
-def test_workspace_slots_of_packed_sequences_never_collide_and_fit():
-    """sb(n) = (bos + n C) / C as the kernels compute it: every chunk of every sequence gets its own
-    slot, inside the workspace's declared slot count, for random packs (1..70-token sequences)."""
-    prog = _program()
+@pytest.mark.parametrize("chunk", [16, 32])
+def test_workspace_slots_of_packed_sequences_never_collide_and_fit(chunk):
+    """sb(n) = (bos + n C) / C as both kernels compute it (at chunk 32 the prepare kernel's const C is
+    the half's 16 and its CH the chunk): every chunk of every sequence gets its own slot, inside the
+    workspace's declared slot count, for random packs."""
+    prog = _program(chunk=chunk)
     prep, rec = prog.kernels
     sb_prep, sb_rec = _let(prep, "prod", "sb"), _let(rec, "load", "sb")
     slots = E.parse_index(prog.workspace_tensor("wsDec").shape[0])
-    rng = random.Random(3)
+    rng = random.Random(3 + chunk)
     for _ in range(200):
-        lens = [rng.randint(1, 70) for _ in range(rng.randint(1, 9))]
+        lens = [rng.randint(1, 4 * chunk + 12) for _ in range(rng.randint(1, 9))]
         cu = [0]
         for ln in lens:
             cu.append(cu[-1] + ln)
         T, N, HV = cu[-1], len(lens), 1
         used = set()
         for n, ln in enumerate(lens):
-            env = {"bos": cu[n], "n": n, "C": 16}
-            sb = E.evaluate(sb_prep, env)
-            assert sb == E.evaluate(sb_rec, env)
-            for c in range(-(-ln // 16)):
+            sb = E.evaluate(sb_prep, {"bos": cu[n], "n": n, "C": 16, "CH": chunk})
+            assert sb == E.evaluate(sb_rec, {"bos": cu[n], "n": n, "C": chunk})
+            for c in range(-(-ln // chunk)):
                 assert sb + c not in used
                 used.add(sb + c)
         assert max(used) < E.evaluate(slots, {"T": T, "N": N, "HV": HV})
