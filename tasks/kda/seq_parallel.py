@@ -28,19 +28,14 @@ from cake_ir.nodes import Program, Workspace
 from tasks.kda.chunked import C, PAD, consume, load_initial_state, store_final_state
 from tasks.kda.programs import K, V, sequence_lets
 from tasks.kda.two_pass import (COPIES, PREPARE_WARPS, STAGES, copy_tag, full_arrivals, kda_prepare,
-                                load_slots, recurrence_kernel, two_pass_problem, workspace)
+                                load_slots, recurrence_kernel, slots, two_pass_problem, workspace)
 
 SEG_CHUNKS = 64                     # L: 1024-token segments (a power of two, 2 .. 256)
-SEG_SLOTS = "(T / {seg} + N + 1)"  # segment slots (module docstring)
 STARTS_COLS = 32                    # state columns per CTA of the starts kernel (4 warps x 8)
 
 
-def _slots(seg_chunks: int) -> str:
-    return SEG_SLOTS.format(seg=seg_chunks * C)
-
-
 def segment_workspace(seg_chunks: int) -> list[Workspace]:
-    rows = f"{_slots(seg_chunks)} * HV * {K}"
+    rows = f"{slots(seg_chunks * C)} * HV * {K}"   # segment slots
     return [Workspace(name="wsE", dtype="f32", shape=[rows, V + K]),     # [B | M] per segment and head
             Workspace(name="wsS", dtype="f32", shape=[rows, V])]         # start state per segment, [K, V]
 

@@ -45,12 +45,11 @@ from tasks.kda.programs import K, V, prefill_interface, sequence_lets
 CHUNKS = (16, 32)     # tokens per chunk (module docstring); the first is the default (= chunked.C)
 
 
-def slots(chunk: int = C) -> str:
-    """The workspace's chunk slots (module docstring)."""
-    return f"(T / {chunk} + N + 1)"
-
-
-SLOTS = slots(C)
+def slots(tokens: int = C) -> str:
+    """Workspace slots for units of `tokens` tokens (a chunk here, a segment in seq_parallel.py): with
+    unit u of sequence n in slot (bos_n + n tokens) / tokens + u, at most T / tokens + N + 1 (module
+    docstring)."""
+    return f"(T / {tokens} + N + 1)"
 PREPARE_WARPS = 1     # as fast as 2 on the H200, and the finest grain for the occupancy
 COPIES = ("cp_async", "bulk")       # the loader's copy mechanism (module docstring); the first is the default
 
