@@ -6,7 +6,8 @@ outermost loop that contains HMMA / HGMMA instructions:
 - `hot`: the fewest instructions from its head to its back edge (every guarded block skipped: for the kNN
   search loop that is a database tile with no top-k insertion and no prefetch issue); inner loops
   (e.g. a per-tile norm `reduce`) count once, their bodies are listed under `inner_loops`;
-- `regs`: registers per thread (EIATTR_REGCOUNT of the cubin), `spills`: STL/LDL instructions.
+- `regs`: registers per thread and `spill_bytes` (ptxas, through the compiler), `spill_instructions`:
+  STL / LDL in the disassembly.
 
     python bench/sass_hot_path.py FILE.json [--arch sm_90a] [--kernel I]
     python bench/sass_hot_path.py --knn '{"bq": 64, "bn": 64, "split": 1, "stages": 2}' --k 10 [--arch sm_90a]
@@ -20,10 +21,7 @@ import collections
 import json
 import os
 import re
-import struct
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,30 +41,6 @@ def parse(text: str):
             t = re.search(r"`\((\.L_x_\d+)\)", m.group(4))
             ins.append((bool(m.group(2)), m.group(3), t.group(1) if t else None))
     return ins, labels
-
-
-def registers(cubin: bytes) -> list[int]:
-    """EIATTR_REGCOUNT (0x2f) values of the cubin's .nv.info sections."""
-    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3a)
-    secs = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
-    strs = secs[shstrndx]
-    out = []
-    for s in secs:
-        name = cubin[strs[4] + s[0]:].split(b"\0")[0].decode()
-        if not name.startswith(".nv.info"):
-            continue
-        d = cubin[s[4]:s[4] + s[5]]
-        i = 0
-        while i + 4 <= len(d):
-            fmt, attr, size = d[i], d[i + 1], struct.unpack_from("<H", d, i + 2)[0]
-            if fmt == 4:
-                if attr == 0x2F:
-                    out.append(struct.unpack_from("<II", d, i + 4)[1])
-                i += 4 + size
-            else:
-                i += 4
-    return out
 
 
 def loop_cost(text: str) -> dict:
@@ -108,23 +82,17 @@ def loop_cost(text: str) -> dict:
 
 
 def measure(kernel, arch: str) -> dict:
-    from cuda.core import Program as NvProgram, ProgramOptions
-
-    from cake_ir.analysis.sass import find_nvdisasm
+    """loop_cost of the kernel's cubin as the compiler builds it (cached NVRTC), with ptxas's registers
+    and spill bytes."""
+    from cake_ir.analysis.sass import disassemble
     from cake_ir.compiler import compile_kernel
-    kernel = kernel.model_copy(update={"arch": arch})
-    low = compile_kernel(kernel, emit="cuda")
-    if not low.ok:
-        return {"error": "; ".join(d.short() for d in low.diagnostics if d.severity == "error")[:400]}
-    opts = ProgramOptions(arch=arch, std="c++17", name="cake.cu", lineinfo=True)
-    cubin = bytes(NvProgram(low.cuda_source, code_type="c++", options=opts).compile("cubin").code)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([find_nvdisasm(), "-c", f.name], capture_output=True, text=True, check=True).stdout
-    out = {"kernel": kernel.name, "arch": arch, **loop_cost(text), "regs": registers(cubin),
-           "spills": len(re.findall(r"\b(STL|LDL)\b", text))}
-    return out
+    res = compile_kernel(kernel.model_copy(update={"arch": arch}))
+    if not res.ok:
+        return {"error": "; ".join(d.short() for d in res.diagnostics if d.severity == "error")[:400]}
+    text = disassemble(res.cubin)
+    return {"kernel": kernel.name, "arch": arch, **loop_cost(text), "regs": res.resources.get("registers"),
+            "spill_bytes": res.resources.get("spill_store_bytes", 0),
+            "spill_instructions": len(re.findall(r"\b(STL|LDL)\b", text))}
 
 
 def main():

@@ -156,6 +156,17 @@ def _program_profile(program, arch, nvdisasm, lowered) -> SassProfile:
                        sorted(nodes, key=lambda x: -x.count), by_role)
 
 
+def disassemble(cubin: bytes, tool: Optional[str] = None, *flags: str) -> str:
+    """nvdisasm's text of a cubin (`flags` e.g. "-gi" for line info; the code section only)."""
+    tool = tool or find_nvdisasm()
+    if tool is None:
+        raise RuntimeError("nvdisasm not found (install nvidia-cuda-nvdisasm or set CAKE_NVDISASM)")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([tool, *flags, "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
 def _charged(source: str, arch: str, tool: str) -> Counter:
     """charge_lines of the source's line-info compile, kept on disk next to the NVRTC cache (keyed by
     the source and arch: a dry run asks again for every resumed or repeated candidate)."""
@@ -173,11 +184,7 @@ def _charged(source: str, arch: str, tool: str) -> Counter:
     from cuda.core import Program, ProgramOptions
     opts = ProgramOptions(arch=arch, std="c++17", name="cake.cu", lineinfo=True)
     cubin = bytes(Program(source, code_type="c++", options=opts).compile("cubin").code)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([tool, "-gi", "-c", f.name], capture_output=True, text=True, check=True).stdout
-    charged = charge_lines(text)
+    charged = charge_lines(disassemble(cubin, tool, "-gi"))
     try:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
