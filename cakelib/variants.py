@@ -45,7 +45,9 @@ def knn_supports(p: dict, shape: dict) -> bool:
 def knn_tile_registers(p: dict, k: int, d: int) -> int:
     """Registers per thread in the search kernel's register tiles as the verifier counts them (E-RES-05:
     accumulator, B fragments, query fragments, the two mma_rows lists, the split merge's lists, ~16
-    overhead; the wide merge sizes its extra lists in flight to the budget)."""
+    overhead; the wide merge sizes its extra lists in flight to the budget). Kept by hand so that the
+    dispatcher decides without building kernels; tests/test_knn_fast.py checks that it refuses exactly
+    what the verifier refuses over every sweep variant."""
     bn, wm = p["bn"], p.get("wm", 16)
     fa = wm * d // 64 if p.get("qfrag", "reg") == "reg" else wm // 4
     merge = 4 * k if p["split"] > 1 else 0   # the merge's lists (the wide merge: at least as many)

@@ -222,3 +222,28 @@ def test_filter_model_is_exact(kind, seed):
     every = [(_f32(u[t, c] + rb), t * tn + c) for t in range(tiles) for c in range(tn)]
     want = sorted(every, key=lambda e: ((e[0] if kind == "min" else -e[0]), e[1]))[:k]
     assert [(float(a), b) for a, b in got] == [(float(a), b) for a, b in want]
+
+
+def test_supports_register_rule_agrees_with_the_verifier():
+    """cakelib.variants.knn_tile_registers is a hand-kept count of the search kernel's register tiles (the
+    dispatcher must not build kernels to decide): over every sweep variant and k it must refuse exactly
+    the kernels the verifier's E-RES-05 refuses, so the two cannot drift apart."""
+    import sys
+    from pathlib import Path
+
+    from cake_ir.verifier import verify
+    from cakelib.variants import knn_kernel, knn_supports
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from lib_grid import knn_variants
+    checked = refused = 0
+    for p in knn_variants():
+        for k in (1, 2, 8, 10, 16, 32):
+            shape = {"Q": 1 if p["split"] > 1 else 4096, "M": 1 << 20, "k": k}
+            if p["split"] > 1 and k > 16:
+                continue                    # refused for the merge lists before any register count
+            ir = knn_kernel(p, k, "l2", 128, "sm_90a")
+            over = any(d.code == "E-RES-05" for d in verify(ir).diagnostics)
+            assert knn_supports(p, shape) == (not over), (p, k)
+            checked += 1
+            refused += over
+    assert checked > 100 and refused > 0        # the rule is exercised both ways
