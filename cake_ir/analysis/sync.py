@@ -1676,11 +1676,11 @@ class Simulator:
             refs = smem_refs(st)
             for ref, write in refs:
                 if self._is_smem(ref):
-                    # expressions are compiled and cached per (path, field): a topk's bias vectors are
-                    # fields of their own (their slots differ from the score tile's)
-                    fld = "dst" if write else "src"
-                    if isinstance(st, TopK) and not write:
-                        fld = "row_bias" if ref is st.row_bias else "col_bias" if ref is st.col_bias else fld
+                    # expressions are compiled and cached per (path, field): each operand under its own
+                    # field name (a topk's bias vectors or a scatter_add's index read other slots and
+                    # offsets than the statement's src)
+                    fld = next((f for f in type(st).model_fields if getattr(st, f, None) is ref),
+                               "dst" if write else "src")
                     self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld=fld,
                               sig=("ew", ref.buf, str(ref.slot), tuple(map(str, ref.offset or ())),
                                    tuple(ref.shape or ())) if isinstance(st, (Fill, Map)) else None)
