@@ -87,10 +87,12 @@ def knn_variants() -> list[dict]:
     original variants) and with the norms computed once by a first kernel (norms "global"); minb 3:
     registers capped for 3 CTAs of 4 warps per SM (minb 4 with qfrag "smem": 4); merge "wide": the split path's last CTA merges with
     all its threads, several partial lists in flight (the serial merge is most of a Q = 1 search)."""
-    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide", qfrag="reg", wm=16):
+    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide", qfrag="reg", wm=16, ws=1):
         p = {"bq": bq, "bn": bn, "split": split, "stages": stages}
         if wm != 16:
             p["wm"] = wm
+        if ws != 1:
+            p["ws"] = ws
         if qfrag != "reg":
             p["qfrag"] = qfrag
         if norms != "tile":
@@ -112,6 +114,11 @@ def knn_variants() -> list[dict]:
     out += [v(64, 64, 1, 2, minb=4, qfrag="smem"), v(64, 64, 8, 2, minb=4, qfrag="smem")]
     # 32 query rows per warp: each B fragment and column norm read once for twice the rows (254 registers)
     out += [v(64, 64, 1, 2, qfrag="smem", wm=32)]
+    # the few-query stream: ws warps per CTA, each its own database chunk and smem ring, sharing the
+    # query tile (per-warp tile norms: no norms kernel reading the database a second time)
+    out += [v(16, 32, s, 4, "tile", ws=4) for s in (8, 32, 132)] + [v(16, 32, 132, 4, ws=4)]
+    out += [v(16, 64, 66, 2, "tile", ws=4)]
+    out += [v(32, 32, s, 3, "tile", wm=32, ws=4) for s in (8, 32, 66)]
     return out
 
 

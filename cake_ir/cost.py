@@ -893,7 +893,7 @@ def _estimate(m: _Model, rep: CostReport) -> None:
             elif isinstance(st, Reduce) and resolve_tile(k, st.src).space == "smem":
                 # an smem tile reduced row per thread: the executing threads share the elements
                 src = resolve_tile(k, st.src)
-                g = scope_work("role", 2 * src.elems)
+                g = scope_work(st.scope, 2 * src.elems)
                 raw.count = g
                 raw.simt_ops = 2 * src.elems * g
                 raw.smem_bytes = src.bytes * g

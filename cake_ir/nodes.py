@@ -375,13 +375,15 @@ class Map(Node):
 class Reduce(Node):
     """Row reduction along the last axis. Register tiles: src's scope reduces (shuffles + scratch).
     `sum_sq` (sum of squares) also reduces an smem tile [R, C] into an smem f32 vector [R] (or [1, R]),
-    the rows dealt to the executing threads (e.g. the squared norms of a staged database tile)."""
+    the rows dealt to the `scope` threads (e.g. the squared norms of a staged database tile; scope
+    "warp": each warp reduces its own tile, as a warp-private pipeline does)."""
 
     op: Literal["reduce"] = "reduce"
     kind: Literal["sum", "max", "min", "sum_sq"]
     src: TileRef
     dst: TileRef
     axis: Annotated[int, Field(ge=0, le=3)] = 1
+    scope: Scope = Field(default="role", description="smem src: the threads the rows are dealt to")
 
 
 class Scan(Node):

@@ -18,13 +18,15 @@ def knn_name(p: dict) -> str:
     """`norms: "global"` (database norms computed once by a first kernel; l2 only, ip ignores it) adds `_gn`,
     `minb` (CTAs per SM the registers must allow) `_b{minb}`, `merge: "wide"` (the split path's last-CTA
     merge by all threads, several lists in flight) `_mw`, `qfrag: "smem"` (query fragments re-read per
-    k step) `_qs`, `wm` (query rows per warp) `_w{wm}`; the names of the variants without them
-    are unchanged (committed tables refer to them)."""
+    k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
+    database chunks) `_ws{ws}`; the names of the variants without them are unchanged (committed tables
+    refer to them)."""
     gn = "_gn" if p.get("norms", "tile") == "global" else ""
     gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
     gn += "_mw" if p.get("merge", "serial") == "wide" and p["split"] > 1 else ""
     gn += "_qs" if p.get("qfrag", "reg") == "smem" else ""
     gn += f"_w{p['wm']}" if p.get("wm", 16) != 16 else ""
+    gn += f"_ws{p['ws']}" if p.get("ws", 1) != 1 else ""
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -39,7 +41,8 @@ def knn_supports(p: dict, shape: dict) -> bool:
     if p["split"] == 1:
         return k <= KNN_K_MAX
     tiles = ceil(Q / p["bq"])
-    return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * p["split"] <= WS_ROWS
+    lists = p["split"] * p.get("ws", 1)    # partial lists per query tile
+    return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * lists <= WS_ROWS
 
 
 def knn_tile_registers(p: dict, k: int, d: int) -> int:
@@ -59,7 +62,7 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),
-                     wm=p.get("wm", 16))
+                     wm=p.get("wm", 16), ws=p.get("ws", 1))
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

@@ -12,6 +12,8 @@ from tasks.knn.programs import knn_db_norms, knn_fused
 
 GN = {"bq": 64, "bn": 64, "split": 1, "stages": 2, "norms": "global"}
 GN_SPLIT = {"bq": 16, "bn": 32, "split": 512, "stages": 4, "norms": "global", "merge": "wide"}
+# the few-query stream: 4 warps per CTA, each its own database chunk, smem ring and tile norms
+WS4 = {"bq": 16, "bn": 32, "split": 132, "stages": 4, "merge": "wide", "ws": 4}
 
 
 def _errors(res):
@@ -28,7 +30,9 @@ def _errors(res):
     ("l2", 10, {**GN, "qfrag": "smem", "minb": 4}), ("ip", 16, {**GN_SPLIT, "qfrag": "smem"}),
     ("l2", 10, {**GN, "qfrag": "smem", "wm": 32}),
     ("l2", 10, {"bq": 32, "bn": 64, "split": 32, "stages": 3, "norms": "global", "qfrag": "smem", "wm": 32,
-                "merge": "wide"})])
+                "merge": "wide"}),
+    ("l2", 10, WS4), ("l2", 16, {**WS4, "norms": "global"}), ("ip", 16, {**WS4, "split": 8}),
+    ("l2", 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 66}), ("l2", 1, {**WS4, "bn": 64, "stages": 2})])
 def test_variants_verify_and_compile(arch, metric, k, p):
     from cakelib.variants import knn_kernel
     ir = knn_kernel(p, k, metric, 128, arch)
@@ -66,6 +70,54 @@ def test_wide_merge_covers_every_split_once():
         seen = sorted((jj * U + u) * halves + g for g in range(halves) for jj in range(split // (halves * U))
                       for u in range(U))
         assert seen == list(range(split)), (split, U)
+
+
+def test_stream_merge_covers_every_list_once():
+    """ws warps per CTA: SPLIT * ws partial lists per query tile, dealt to 32 * ws * (BQ / wm) / BQ
+    thread groups; every list is read once, and a split the groups cannot share evenly is refused."""
+    from tasks.knn.programs import _merge_unroll
+    for split, ws, bq, k in ((132, 4, 16, 10), (8, 4, 16, 16), (66, 4, 32, 10), (32, 4, 32, 1)):
+        lists, halves = split * ws, 32 * ws // bq
+        U = _merge_unroll(lists, k, 128, 32, bq, "reg", halves)
+        seen = sorted((jj * U + u) * halves + g for g in range(halves) for jj in range(lists // (halves * U))
+                      for u in range(U))
+        assert seen == list(range(lists)), (split, ws, U)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        knn_fused("l2", k=10, bq=16, bn=32, split=33, stages=4, merge="wide", ws=4)
+    with pytest.raises(ValueError, match="ws > 1"):
+        knn_fused("l2", k=10, bq=64, bn=32, split=32, stages=4, merge="wide", ws=4)
+
+
+def _mutate(kernel, where: str):
+    """A copy of the stream kernel with one synchronisation removed or one tile offset broken."""
+    doc = kernel.model_dump(exclude_none=True)
+    body = doc["roles"][0]["body"]
+    loop = next(s for s in body if s.get("id") == "db_loop")["body"]
+    if where == "query_norms_barrier":       # every warp reads the norms warp 0 wrote
+        i = next(i for i, s in enumerate(body) if s.get("id") == "query_norms")
+        assert body[i + 1]["op"] == "syncthreads"
+        del body[i + 1]
+    elif where == "loop_syncwarp":           # the prefetch overwrites a slot other lanes still read
+        assert loop[1]["op"] == "syncwarp"
+        del loop[1]
+    elif where == "norms_syncwarp":          # the tile's norms read before every lane wrote them
+        i = next(i for i, s in enumerate(loop) if s.get("id") == "db_norms")
+        assert loop[i + 1]["op"] == "syncwarp"
+        del loop[i + 1]
+    elif where == "shared_rows":             # every warp prefetches into warp 0's rows
+        next(s for s in loop if s.get("op") == "if")["then"][0]["dst"]["offset"] = [0, 0]
+    return type(kernel).model_validate(doc)
+
+
+@pytest.mark.parametrize("where", ["query_norms_barrier", "loop_syncwarp", "norms_syncwarp", "shared_rows"])
+def test_stream_kernel_synchronisation_is_checked(where):
+    """The warp-private pipeline (warp-scope cp.async, syncwarp, a warp-scope norms reduce) verifies
+    clean, and each missing barrier or shared slot is reported: the sync simulator runs (the trip
+    count is warp-uniform) and sees each warp's rows of sB / cn as its own (per-warp regions)."""
+    kern = knn_fused("l2", k=10, bq=16, bn=32, split=132, stages=4, merge="wide", ws=4, arch="sm_90a")
+    assert not _errors(verify(kern))
+    bad = _errors(verify(_mutate(kern, where)))
+    assert [e for e in bad if "E-SYN" in e], where
 
 
 def test_filtered_topk_lowering():
@@ -112,7 +164,8 @@ needs_gpu = pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kw", [dict(norms="global"), dict(norms="global", bq=16, bn=32, split=64, stages=4),
                                 dict(bq=16, bn=32, split=64, stages=4, merge="wide"),
                                 dict(norms="global", bq=32, bn=64, split=8, stages=3, merge="wide", qfrag="smem",
-                                     minb=2)])
+                                     minb=2),
+                                dict(bq=16, bn=32, split=32, stages=4, merge="wide", ws=4)])
 def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     from gpu_backend.evaluate import evaluate
     t = get_task("knn")
@@ -132,7 +185,11 @@ def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     ("l2", 33, 50_001, 16, {**GN_SPLIT, "split": 32, "qfrag": "smem"}),
     ("l2", 90, 40_001, 10, {"bq": 32, "bn": 64, "split": 8, "stages": 3, "norms": "global", "qfrag": "smem", "wm": 32,
                             "merge": "wide"}),
-    ("l2", 150, 30_001, 10, {**GN, "qfrag": "smem", "wm": 32})])
+    ("l2", 150, 30_001, 10, {**GN, "qfrag": "smem", "wm": 32}),
+    ("l2", 1, 1_000_003, 10, WS4), ("l2", 37, 20_001, 16, {**WS4, "split": 8}),
+    ("ip", 5, 200_003, 16, {**WS4, "split": 32}), ("l2", 3, 50_001, 16, {**WS4, "norms": "global"}),
+    ("l2", 90, 40_001, 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 8}),
+    ("l2", 2, 70_001, 1, {**WS4, "bn": 64, "stages": 2, "split": 66})])
 def test_cakelib_knn_new_variants_match_float64(metric, Q, M, k, variant):
     from cakelib import knn
     task = type(get_task("knn" if metric == "l2" else "knn_ip"))()

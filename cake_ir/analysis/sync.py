@@ -1674,6 +1674,12 @@ class Simulator:
                     coll = 1
             n, cls = self._node(p, mask, path, coll=coll)
             refs = smem_refs(st)
+            # a warp-scope smem reduce, and a topk over a warp's tile (its bias vectors), touch only the
+            # executing warp's own evaluation of the tile: per-warp regions (a warp-private ring of slots
+            # then needs a syncwarp, not a CTA barrier)
+            src_b = self._bufs.get(st.src.buf) if isinstance(st, TopK) else None
+            local = (isinstance(st, Reduce) and st.scope in ("thread", "warp")) or (
+                src_b is not None and src_b.space == "reg" and src_b.scope in ("thread", "warp"))
             for ref, write in refs:
                 if self._is_smem(ref):
                     # expressions are compiled and cached per (path, field): each operand under its own
@@ -1681,7 +1687,7 @@ class Simulator:
                     # offsets than the statement's src)
                     fld = next((f for f in type(st).model_fields if getattr(st, f, None) is ref),
                                "dst" if write else "src")
-                    self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld=fld,
+                    self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld=fld, local=local,
                               sig=("ew", ref.buf, str(ref.slot), tuple(map(str, ref.offset or ())),
                                    tuple(ref.shape or ())) if isinstance(st, (Fill, Map)) else None)
                 elif write and isinstance(st, (RedAdd, ScatterAdd)) and ref.buf in self._gwritten:

@@ -43,7 +43,7 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80"):
 
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
-              qfrag: str = "reg", wm: int = 16):
+              qfrag: str = "reg", wm: int = 16, ws: int = 1):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -74,21 +74,31 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     qfrag: "reg" keeps the query fragments in registers, "smem" re-reads them per k step (see `fa`).
     wm: query rows per warp (16 or 32: a 32-row warp tile reads each B fragment once for two mma row
     tiles and each column norm once for four list rows; twice the accumulator and lists).
+    ws (split > 1 with the wide merge, bq == wm): warps per CTA that stream the database, each its
+    own chunk with its own ring of `stages` smem slots (a warp-scope cp.async pipeline, syncwarp, no
+    CTA barrier in the loop; norms "tile": each warp sums its own tile's norms), all sharing the CTA's
+    query tile: the few-query search is a pure stream with ws warps per CTA (ws x the memory and
+    epilogue parallelism of one warp per CTA); the SPLIT * ws partial lists per query tile are merged
+    by all ws * 32 threads of the last CTA.
 
     The top-k epilogue (the `topk` lowering, k > 1) filters each lane's scores against the quad's k-th
     entry before the exact insertion (docs/ir.md `topk`)."""
     gnorm = norms == "global" and metric == "l2"
     wide = split > 1 and merge == "wide"
-    warps = bq // wm
+    if ws > 1 and (not wide or bq != wm):
+        raise ValueError("ws > 1 needs split > 1 with the wide merge and bq == wm")
+    warps = bq // wm * ws
+    lists = f"SPLIT * {ws}" if ws > 1 else "SPLIT"   # partial lists per query tile
     l2 = metric == "l2"
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
-        + (f"_w{wm}" if wm != 16 else "")
+        + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
                        note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
-                            + (f", database split over {split} CTAs + last-CTA merge" if split > 1 else ""))
+                            + (f", database split over {split} CTAs" + (f" x {ws} warps" if ws > 1 else "")
+                               + " + last-CTA merge" if split > 1 else ""))
     kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
     kb.scalar("Q", min=1)
     kb.scalar("M", min=k)
@@ -103,11 +113,13 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if gnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
     kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)
-    kb.buffer("sB", "smem", "f16", [bn, d], pad=8, stages=stages)
+    kb.buffer("sB", "smem", "f16", [ws * bn, d], pad=8, stages=stages)   # warp w's tiles at rows w * BN
     if l2:
         kb.buffer("qn", "smem", "f32", [bq])
         if gnorm:
-            kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
+            kb.buffer("cn", "smem", "f32", [1, ws * bn], stages=stages)
+        elif ws > 1:
+            kb.buffer("cn", "smem", "f32", [1, ws * bn])
         else:
             kb.buffer("cn", "smem", "f32", [bn])
     # qfrag "reg": the warp's query A fragments for all of D stay in registers (d / 4 of them);
@@ -118,37 +130,52 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("acc", "reg", "f32", [wm, bn], layout="mma_acc", scope="warp")
     kb.buffer("tv", "reg", "f32", [wm, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [wm, k], layout="mma_rows", scope="warp")
-    unroll = _merge_unroll(split, k, d, bn, wm, qfrag, 32 * warps // bq) if wide else 1
+    halves = 32 * warps // bq
+    if split > 1 and (split * ws) % halves:
+        raise ValueError(f"the merge deals the {split * ws} partial lists of a query to {halves} thread groups: "
+                         f"split * ws must be a multiple of {halves}")
+    unroll = _merge_unroll(split * ws, k, d, bn, wm, qfrag, halves) if wide else 1
     if split > 1:
         for n in ("pv", "mv") + tuple(f"pv{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
         for n in ("pi", "mi") + tuple(f"pi{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
-        if wide and 32 * warps // bq == 2:   # the second half's lists, handed to the first through smem
-            kb.buffer("hmv", "smem", "f32", [bq, k])
-            kb.buffer("hmi", "smem", "i32", [bq, k])
+        if wide and halves > 1:   # the other groups' lists, handed to the first through smem
+            kb.buffer("hmv", "smem", "f32", [(halves - 1) * bq, k])
+            kb.buffer("hmi", "smem", "i32", [(halves - 1) * bq, k])
     kind = "min" if l2 else "max"
     worst = -BIG if not l2 else BIG
+    # ws > 1: every warp has the CTA's queries and its own database chunk and smem rows
+    cscope = "warp" if ws > 1 else "role"
+    rb = "rb" if ws > 1 else 0
     with kb.role("main", warps=(0, warps)) as r:
         r.let("q0", "bid.x * BQ")
-        r.let("wq0", f"role_warp * {wm}")
+        r.let("wq0", "0" if ws > 1 else f"role_warp * {wm}")
+        if ws > 1:
+            r.let("rb", "role_warp * BN")
         if split > 1:
-            r.let("s", "bid.y")
-            r.let("CH", "cdiv(cdiv(M, SPLIT), BN) * BN")
+            r.let("s", f"bid.y * {ws} + role_warp" if ws > 1 else "bid.y")
+            r.let("CH", f"cdiv(cdiv(M, {lists}), BN) * BN")
             r.let("m0", "s * CH")
-            r.let("nt", "cdiv(max(min(CH, M - m0), 0), BN)")
+            # ws > 1: every warp runs the chunk's CH / BN tiles (a warp-uniform trip count; tiles past M
+            # are zero-filled without a global read and masked by `limit`)
+            r.let("nt", "CH / BN" if ws > 1 else "cdiv(max(min(CH, M - m0), 0), BN)")
         else:
             r.let("m0", "0")
             r.let("nt", "cdiv(M, BN)")
         r.copy("cp_async", tile("Xq", ["q0", 0], [bq, d]), tile("sQ"), oob="zfill", id="load_queries")
-        r.copy("cp_async", tile("Xb", ["m0", 0], [bn, d]), tile("sB", slot=0), oob="zfill")
+        r.copy("cp_async", tile("Xb", ["m0", 0], [bn, d]), tile("sB", [rb, 0], [bn, d], slot=0), oob="zfill",
+               scope=cscope)
         if gnorm:
-            r.copy("cp_async", tile("XN", [0, "m0"], [1, bn]), tile("cn", slot=0), oob="zfill")
+            r.copy("cp_async", tile("XN", [0, "m0"], [1, bn]), tile("cn", [0, rb], [1, bn], slot=0), oob="zfill",
+                   scope=cscope)
         r.sync("cp_async_commit")
         for p in range(1, stages - 1):   # fill the pipeline (rows past the chunk are masked by `limit`)
-            r.copy("cp_async", tile("Xb", [f"m0 + {p} * BN", 0], [bn, d]), tile("sB", slot=p), oob="zfill")
+            r.copy("cp_async", tile("Xb", [f"m0 + {p} * BN", 0], [bn, d]), tile("sB", [rb, 0], [bn, d], slot=p),
+                   oob="zfill", scope=cscope)
             if gnorm:
-                r.copy("cp_async", tile("XN", [0, f"m0 + {p} * BN"], [1, bn]), tile("cn", slot=p), oob="zfill")
+                r.copy("cp_async", tile("XN", [0, f"m0 + {p} * BN"], [1, bn]), tile("cn", [0, rb], [1, bn], slot=p),
+                       oob="zfill", scope=cscope)
             r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=stages - 2)
         r.sync("syncthreads")
@@ -156,25 +183,34 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.ldmatrix(tile("sQ", ["wq0", 0], [wm, d]), tile("fa"), id="query_fragments")
         if l2:
             r.reduce("sum_sq", tile("sQ"), tile("qn"), id="query_norms")
+            if ws > 1:   # the loop's barrier is a syncwarp: every warp reads every query norm
+                r.sync("syncthreads")
         r.fill("tv", worst)
         r.fill("ti", -1)
         ahead = stages - 1
         with r.for_("t", 0, "nt", id="db_loop"):
             r.sync("cp_async_wait", n=stages - 2)   # tile t has landed
-            r.sync("syncthreads")                    # and every warp is done with tile t - 1's slot
+            # and every warp is done with tile t - 1's slot (ws > 1: the slot is this warp's own)
+            r.sync("syncwarp" if ws > 1 else "syncthreads")
             with r.if_(f"t + {ahead} < nt"):
                 r.copy("cp_async", tile("Xb", [f"m0 + (t + {ahead}) * BN", 0], [bn, d]),
-                       tile("sB", slot=f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch")
+                       tile("sB", [rb, 0], [bn, d], slot=f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch",
+                       scope=cscope)
                 if gnorm:
                     r.copy("cp_async", tile("XN", [0, f"m0 + (t + {ahead}) * BN"], [1, bn]),
-                           tile("cn", slot=f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch_norms")
+                           tile("cn", [0, rb], [1, bn], slot=f"(t + {ahead}) % {stages}"), oob="zfill",
+                           id="prefetch_norms", scope=cscope)
             r.sync("cp_async_commit")                # always: one group per iteration keeps the count exact
-            if l2 and not gnorm:
+            if l2 and not gnorm and ws > 1:
+                r.reduce("sum_sq", tile("sB", [rb, 0], [bn, d], slot=f"t % {stages}"), tile("cn", [0, rb], [1, bn]),
+                         id="db_norms", scope="warp")
+                r.sync("syncwarp")
+            elif l2 and not gnorm:
                 r.reduce("sum_sq", tile("sB", slot=f"t % {stages}"), tile("cn"), id="db_norms")
                 r.sync("syncthreads")
             r.fill("acc", 0.0)
             for kk in range(d // 16):
-                r.ldmatrix(tile("sB", [0, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
+                r.ldmatrix(tile("sB", [rb, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
                 if qfrag == "reg":
                     r.mma_sync(tile("fa", [0, kk * 16], [wm, 16]), tile("fb"), tile("acc"))
                 else:
@@ -186,20 +222,21 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim)
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [wm]),
-                            col_bias=tile("cn", slot=f"t % {stages}") if gnorm else tile("cn"))
+                            col_bias=tile("cn", [0, rb], [1, bn], slot=f"t % {stages}") if gnorm
+                            else tile("cn", [0, rb], [1, bn]) if ws > 1 else tile("cn"))
             r.add("topk", id="select", **topk)
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
         if split == 1:
             r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_dist")
             r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_idx")
         else:
-            r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
+            r.let("pr", f"(bid.x * {lists} + s) * BQ + wq0")
             r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
             r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
                 if wide:
-                    _merge_wide(r, k, kind, worst, unroll, 32 * warps // bq)
+                    _merge_wide(r, k, kind, worst, unroll, halves, lists)
                 else:
                     # every row of the tile is merged (and so zeroed), also a padded query's; only real
                     # queries are stored
@@ -239,20 +276,21 @@ def _merge_unroll(split: int, k: int, d: int, bn: int, wm: int = 16, qfrag: str 
     return u
 
 
-def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2) -> None:
-    """The last CTA's merge of the `SPLIT` partial lists of each query (row qq of the tile), by all
-    halves * BQ threads: thread (g, qq) = (tid / BQ, tid % BQ) merges splits j = halves * m + g, `unroll`
-    rows per step with their loads issued before the inserts; zeroes every row it read (padded queries'
-    rows too, so the workspace is left zeroed); with two halves, g = 1 hands its list to g = 0 through
-    smem, which merges it and stores the real queries. Exact: a top-k of top-k lists of a partition."""
+def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2, lists: str = "SPLIT") -> None:
+    """The last CTA's merge of the `lists` (SPLIT, or SPLIT * ws) partial lists of each query (row qq of
+    the tile), by all halves * BQ threads: thread (g, qq) = (tid / BQ, tid % BQ) merges lists
+    j = halves * m + g, `unroll` rows per step with their loads issued before the inserts; zeroes every
+    row it read (padded queries' rows too, so the workspace is left zeroed); the groups g >= 1 hand their
+    lists to g = 0 through smem, which merges them and stores the real queries. Exact: a top-k of top-k
+    lists of a partition."""
     vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
     r.let("qq", "tid % BQ")
     r.let("g", "tid / BQ")
     r.fill("mv", worst)
     r.fill("mi", -1)
-    with r.for_("jj", 0, f"SPLIT / {halves * unroll}", id="merge_loop"):
+    with r.for_("jj", 0, f"{lists} / {halves * unroll}", id="merge_loop"):
         for u in range(unroll):
-            r.let(f"rr{u}", f"(bid.x * SPLIT + (jj * {unroll} + {u}) * {halves} + g) * BQ + qq")
+            r.let(f"rr{u}", f"(bid.x * {lists} + (jj * {unroll} + {u}) * {halves} + g) * BQ + qq")
             r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
             r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
         for u in range(unroll):
@@ -267,11 +305,22 @@ def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2
             r.sts(tile("mv"), tile("hmv", ["qq", 0], [1, k]), vec_bytes=4)
             r.sts(tile("mi"), tile("hmi", ["qq", 0], [1, k]), vec_bytes=4)
         r.sync("syncthreads")
+    elif halves > 2:   # group g's list at rows (g - 1) * BQ of hmv / hmi
+        with r.if_("g >= 1"):
+            r.sts(tile("mv"), tile("hmv", ["(g - 1) * BQ + qq", 0], [1, k]), vec_bytes=4)
+            r.sts(tile("mi"), tile("hmi", ["(g - 1) * BQ + qq", 0], [1, k]), vec_bytes=4)
+        r.sync("syncthreads")
     with r.if_("g == 0 && q0 + qq < Q"):
         if halves == 2:
             r.lds(tile("hmv", ["qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
             r.lds(tile("hmi", ["qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
             r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
+        elif halves > 2:
+            with r.for_("h", 0, halves - 1, id="merge_groups"):
+                r.lds(tile("hmv", ["h * BQ + qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
+                r.lds(tile("hmi", ["h * BQ + qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
+                r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"),
+                      idx=tile("mi"))
         r.stg(tile("mv"), tile("Dist", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_dist")
         r.stg(tile("mi"), tile("I", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_idx")
 
@@ -285,8 +334,11 @@ FAMILIES = {
         "make": knn_fused,
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
-                  "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"]},
-        "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0,
+                  "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"],
+                  "merge": ["serial", "wide"], "ws": [1, 4]},
+        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide merge
+        "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0 and (
+            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") == "wide")),
         "tactics": {"retile": ["bq", "bn"]},
     },
 }
