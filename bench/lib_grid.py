@@ -3,7 +3,8 @@ dispatched library against the best baseline over a grid of 400+ shapes, checkin
 
     python bench/lib_grid.py sweep [--op knn,kmeans] [--out DIR]   # variants x training shapes -> tables
     python bench/lib_grid.py grid  [--op knn,kmeans] [--out DIR]   # library vs baselines at every grid shape
-                                   [--deadline-s S] [--spread N] [--skip I]
+                                   [--deadline-s S] [--spread N] [--skip I] [--shard I/N]
+    python bench/lib_grid.py merge OUT FILE [FILE ...]             # one grid file from shards / continuations
     python bench/lib_grid.py shapes                                # print the grids (no GPU)
     python bench/lib_grid.py compile [--op ...] [--arch A]         # compile every sweep kernel (no GPU; fills the cache)
     python bench/lib_grid.py summary FILE [FILE ...]               # geomean / worst / slower count of grid results
@@ -442,7 +443,7 @@ def spread(shapes: list, n: int) -> list:
     return [shapes[i] for r in range(max(1, n)) for i in range(r, len(shapes), max(1, n))]
 
 
-def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1):
+def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1)):
     import torch
     from cakelib import kmeans, knn
     from cakelib.runtime import choose
@@ -454,6 +455,7 @@ def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1):
     summary = []
     for op in ops:
         shapes = spread(knn_grid() if op == "knn" else kmeans_grid(), spread_n)[skip:]
+        shapes = shapes[shard[0]::shard[1]]   # shard i of n: one GPU of n each takes every n-th shape
         # compile the dispatched variants in parallel first (k is a compile-time constant for knn)
         jobs = set()
         for s in shapes:
@@ -555,6 +557,27 @@ def summary(paths: list[str]) -> None:
         print(op, json.dumps(summarize(rows)))
 
 
+def merge(out_path: str, paths: list[str]) -> None:
+    """One grid result file from several (the shards of one run on several GPUs, or a run and its
+    continuation): every row once, each part's env and command kept, the summary recomputed."""
+    parts, ops = [], {}
+    for p in paths:
+        d = json.load(open(p))
+        parts.append({"file": os.path.basename(p), "env": d.get("env"), "command": d.get("command"),
+                      "truncated": d.get("truncated")})
+        for op, v in d["ops"].items():
+            ops.setdefault(op, []).extend(v["rows"])
+    out = {"mode": "grid", "parts": parts, "ops": {}}
+    for op, rows in ops.items():
+        keys = [json.dumps(r["shape"], sort_keys=True) for r in rows]
+        if len(set(keys)) != len(keys):
+            raise SystemExit(f"{op}: a shape appears in more than one part")
+        out["ops"][op] = {"summary": {"op": op, **summarize(rows)}, "rows": rows}
+        print(op, json.dumps(out["ops"][op]["summary"]))
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1, default=str)
+
+
 def compare(old_path: str, new_paths: list[str]) -> None:
     """The library's time on the shapes two grid runs share: geomean new / old time per k, and of the
     speedup over the best baseline (each run's own baselines)."""
@@ -585,6 +608,8 @@ def main():
         return summary(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "compare":
         return compare(sys.argv[2], sys.argv[3:])
+    if len(sys.argv) > 1 and sys.argv[1] == "merge":
+        return merge(sys.argv[2], sys.argv[3:])
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["sweep", "grid", "shapes", "compile"])
     ap.add_argument("--op", default="knn,kmeans")
@@ -594,6 +619,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=200.0, help="sweep: seconds per op before skipping shapes")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="grid: seconds per op before stopping")
     ap.add_argument("--skip", type=int, default=0, help="grid: start at this shape (continue a run cut by its deadline)")
+    ap.add_argument("--shard", default="0/1", help="grid: I/N, every N-th shape from the I-th (one GPU of N)")
     ap.add_argument("--spread", type=int, default=1,
                     help="grid: time every n-th shape first (a run cut by its deadline still covers the grid)")
     args = ap.parse_args()
@@ -617,7 +643,8 @@ def main():
     if args.mode == "sweep":
         sweep(ops, args.out, args.procs, args.budget_s)
     else:
-        grid(ops, args.out, args.procs, args.deadline_s, args.skip, args.spread)
+        i, n = (int(x) for x in args.shard.split("/"))
+        grid(ops, args.out, args.procs, args.deadline_s, args.skip, args.spread, (i, n))
 
 
 if __name__ == "__main__":
