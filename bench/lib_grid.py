@@ -117,9 +117,10 @@ def knn_variants() -> list[dict]:
     out += [v(64, 64, 1, 2, qfrag="smem", wm=32)]
     # the few-query stream: ws warps per CTA, each its own database chunk and smem ring, sharing the
     # query tile (per-warp tile norms: no norms kernel reading the database a second time)
-    out += [v(16, 32, s, 4, "tile", ws=4) for s in (8, 32, 132)] + [v(16, 32, 132, 4, ws=4)]
-    out += [v(16, 64, 66, 2, "tile", ws=4)]
-    out += [v(32, 32, s, 3, "tile", wm=32, ws=4) for s in (8, 32, 66)]
+    # (split: a multiple of the last CTA's 2 * ws (bq 16) or ws (bq 32) merge groups)
+    out += [v(16, 32, s, 4, "tile", ws=4) for s in (8, 32, 128)] + [v(16, 32, 128, 4, ws=4)]
+    out += [v(16, 64, 64, 2, "tile", ws=4)]
+    out += [v(32, 32, s, 3, "tile", wm=32, ws=4) for s in (8, 32, 64)]
     return out
 
 

@@ -13,7 +13,7 @@ from tasks.knn.programs import knn_db_norms, knn_fused
 GN = {"bq": 64, "bn": 64, "split": 1, "stages": 2, "norms": "global"}
 GN_SPLIT = {"bq": 16, "bn": 32, "split": 512, "stages": 4, "norms": "global", "merge": "wide"}
 # the few-query stream: 4 warps per CTA, each its own database chunk, smem ring and tile norms
-WS4 = {"bq": 16, "bn": 32, "split": 132, "stages": 4, "merge": "wide", "ws": 4}
+WS4 = {"bq": 16, "bn": 32, "split": 128, "stages": 4, "merge": "wide", "ws": 4}
 
 
 def _errors(res):
@@ -32,7 +32,7 @@ def _errors(res):
     ("l2", 10, {"bq": 32, "bn": 64, "split": 32, "stages": 3, "norms": "global", "qfrag": "smem", "wm": 32,
                 "merge": "wide"}),
     ("l2", 10, WS4), ("l2", 16, {**WS4, "norms": "global"}), ("ip", 16, {**WS4, "split": 8}),
-    ("l2", 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 66}), ("l2", 1, {**WS4, "bn": 64, "stages": 2})])
+    ("l2", 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 64}), ("l2", 1, {**WS4, "bn": 64, "stages": 2})])
 def test_variants_verify_and_compile(arch, metric, k, p):
     from cakelib.variants import knn_kernel
     ir = knn_kernel(p, k, metric, 128, arch)
@@ -73,17 +73,18 @@ def test_wide_merge_covers_every_split_once():
 
 
 def test_stream_merge_covers_every_list_once():
-    """ws warps per CTA: SPLIT * ws partial lists per query tile, dealt to 32 * ws * (BQ / wm) / BQ
-    thread groups; every list is read once, and a split the groups cannot share evenly is refused."""
+    """ws warps per CTA: each CTA merges its warps' lists first, so the last CTA deals SPLIT partial
+    lists per query to 32 * ws / BQ thread groups; every list is read once, and a split the groups
+    cannot share evenly is refused."""
     from tasks.knn.programs import _merge_unroll
-    for split, ws, bq, k in ((132, 4, 16, 10), (8, 4, 16, 16), (66, 4, 32, 10), (32, 4, 32, 1)):
-        lists, halves = split * ws, 32 * ws // bq
+    for split, ws, bq, k in ((128, 4, 16, 10), (8, 4, 16, 16), (64, 4, 32, 10), (32, 4, 32, 1)):
+        lists, halves = split, 32 * ws // bq
         U = _merge_unroll(lists, k, 128, 32, bq, "reg", halves)
         seen = sorted((jj * U + u) * halves + g for g in range(halves) for jj in range(lists // (halves * U))
                       for u in range(U))
         assert seen == list(range(lists)), (split, ws, U)
     with pytest.raises(ValueError, match="multiple of 8"):
-        knn_fused("l2", k=10, bq=16, bn=32, split=33, stages=4, merge="wide", ws=4)
+        knn_fused("l2", k=10, bq=16, bn=32, split=132, stages=4, merge="wide", ws=4)
     with pytest.raises(ValueError, match="ws > 1"):
         knn_fused("l2", k=10, bq=64, bn=32, split=32, stages=4, merge="wide", ws=4)
 
@@ -106,15 +107,20 @@ def _mutate(kernel, where: str):
         del loop[i + 1]
     elif where == "shared_rows":             # every warp prefetches into warp 0's rows
         next(s for s in loop if s.get("op") == "if")["then"][0]["dst"]["offset"] = [0, 0]
+    elif where == "warp_lists_barrier":      # thread qq merges lists other warps have not staged yet
+        i = next(i for i, s in enumerate(body) if s.get("id") == "stage_warp_lists")
+        assert body[i + 2]["op"] == "syncthreads"
+        del body[i + 2]
     return type(kernel).model_validate(doc)
 
 
-@pytest.mark.parametrize("where", ["query_norms_barrier", "loop_syncwarp", "norms_syncwarp", "shared_rows"])
+@pytest.mark.parametrize("where", ["query_norms_barrier", "loop_syncwarp", "norms_syncwarp", "shared_rows",
+                                   "warp_lists_barrier"])
 def test_stream_kernel_synchronisation_is_checked(where):
     """The warp-private pipeline (warp-scope cp.async, syncwarp, a warp-scope norms reduce) verifies
     clean, and each missing barrier or shared slot is reported: the sync simulator runs (the trip
     count is warp-uniform) and sees each warp's rows of sB / cn as its own (per-warp regions)."""
-    kern = knn_fused("l2", k=10, bq=16, bn=32, split=132, stages=4, merge="wide", ws=4, arch="sm_90a")
+    kern = knn_fused("l2", k=10, bq=16, bn=32, split=128, stages=4, merge="wide", ws=4, arch="sm_90a")
     assert not _errors(verify(kern))
     bad = _errors(verify(_mutate(kern, where)))
     assert [e for e in bad if "E-SYN" in e], where
@@ -189,7 +195,7 @@ def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     ("l2", 1, 1_000_003, 10, WS4), ("l2", 37, 20_001, 16, {**WS4, "split": 8}),
     ("ip", 5, 200_003, 16, {**WS4, "split": 32}), ("l2", 3, 50_001, 16, {**WS4, "norms": "global"}),
     ("l2", 90, 40_001, 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 8}),
-    ("l2", 2, 70_001, 1, {**WS4, "bn": 64, "stages": 2, "split": 66})])
+    ("l2", 2, 70_001, 1, {**WS4, "bn": 64, "stages": 2, "split": 64})])
 def test_cakelib_knn_new_variants_match_float64(metric, Q, M, k, variant):
     from cakelib import knn
     task = type(get_task("knn" if metric == "l2" else "knn_ip"))()

@@ -550,8 +550,6 @@ class Emitter:
         if rb.layout == "mma_rows":
             if st.op in ("ldg", "lds"):
                 return self.load_rows(st, rb, mem, path)
-            if st.op != "stg":
-                self.fail(path, "mma_rows tiles are written to global memory with stg")
             return self.store_rows(st, rb, mem, path)
         if rb.layout not in ("blocked", "row_major"):
             self.fail(path, f"{st.op} of a {rb.layout} tile is not supported (use blocked, or stg from an accumulator)")
@@ -1435,12 +1433,31 @@ class Emitter:
 
     @_robust
     def store_rows(self, st: Access, rb: Buffer, mem, path):
-        """stg of an mma_rows list tile [TM, k]: lane q of a row's quad writes columns c = q mod 4."""
+        """stg / sts of an mma_rows list tile [TM, k] (a row's quad holds one list, e.g. after topk_merge):
+        lane q of the quad writes columns c = q mod 4."""
         if st.row_limit is not None:
             self.fail(path, "row_limit is not lowered for mma_rows stores (mask with oob against the tensor)")
-        if mem.space != "global":
-            self.fail(path, "mma_rows tiles are stored to global tensors")
         TM, K = rb.shape
+        if mem.space == "smem":
+            if len(mem.shape) != 2 or list(mem.shape) != [TM, K]:
+                self.fail(path, f"an mma_rows [{TM}, {K}] sts writes an smem tile of the same shape")
+            r0, c0, _, _ = self.tile_rc(mem, path)
+            b = mem.buffer
+            w = self.w
+            w.open("", path)
+            w.line("const int cake_q = cake_lane & 3;")
+            for slot, row in self.rows_slots(TM):
+                val = self.to_storage(b.dtype, self.from_storage(rb.dtype, f"{rb.name}[{slot * K} + cake_c]"))
+                addr = self.smem_byte(b, mem.ref.slot, f"{r0} + {row}", f"{c0} + cake_c")
+                w.line("#pragma unroll")
+                w.open(f"for (int cake_c = 0; cake_c < {K}; ++cake_c)")
+                w.line(f"if ((cake_c & 3) == cake_q) *reinterpret_cast<{STORAGE[b.dtype]}*>(cake_smem + ({addr})) = {val};",
+                       path)
+                w.close()
+            w.close()
+            return
+        if mem.space != "global":
+            self.fail(path, "mma_rows tiles are stored to global tensors or shared memory")
         p = mem.param
         off = list(mem.offset)
         n = len(off)
@@ -1527,7 +1544,11 @@ class Emitter:
         vt = {16: "uint4", 8: "uint2", 4: "unsigned", 2: "unsigned short"}[V * es]
         w = self.w
         w.open(f"for (int cake_r = {t}; cake_r < {R}; cake_r += {T})", path)
-        w.line("float cake_acc = 0.0f;")
+        # a warp's own tile (scope warp / thread): four partial sums (element j of each chunk into sum
+        # j % 4), four dependent FMA chains a quarter as long as one, which a warp alone on its SM
+        # sub-partition (the kNN stream) otherwise waits on; a role's rows keep one sum (many warps hide it)
+        parts = 4 if st.scope in ("warp", "thread") else 1
+        w.line("float cake_acc4[4] = {0.0f, 0.0f, 0.0f, 0.0f};" if parts == 4 else "float cake_acc = 0.0f;")
         w.line("#pragma unroll 4")
         w.open(f"for (int cake_c = 0; cake_c < {C}; cake_c += {V})")
         addr = self.smem_byte(sb, st.src.slot, f"{row} + cake_r", f"{col} + cake_c")
@@ -1536,8 +1557,11 @@ class Emitter:
         w.line("#pragma unroll")
         x = self.from_storage(sb.dtype, "cake_h[cake_j]")
         term = f"cake::sq({x})" if st.kind == "sum_sq" else x
-        w.line(f"for (int cake_j = 0; cake_j < {V}; ++cake_j) cake_acc += {term};")
+        acc = "cake_acc4[cake_j & 3]" if parts == 4 else "cake_acc"
+        w.line(f"for (int cake_j = 0; cake_j < {V}; ++cake_j) {acc} += {term};")
         w.close()
+        if parts == 4:
+            w.line("const float cake_acc = (cake_acc4[0] + cake_acc4[1]) + (cake_acc4[2] + cake_acc4[3]);")
         w.line(f"*reinterpret_cast<float*>(cake_smem + ({self.vec_addr(st.dst, 'cake_r', path)} - cake_smem_base)) = cake_acc;")
         w.close()
 

@@ -78,8 +78,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     own chunk with its own ring of `stages` smem slots (a warp-scope cp.async pipeline, syncwarp, no
     CTA barrier in the loop; norms "tile": each warp sums its own tile's norms), all sharing the CTA's
     query tile: the few-query search is a pure stream with ws warps per CTA (ws x the memory and
-    epilogue parallelism of one warp per CTA); the SPLIT * ws partial lists per query tile are merged
-    by all ws * 32 threads of the last CTA.
+    epilogue parallelism of one warp per CTA); each CTA merges its warps' lists in smem first
+    (_merge_warps), so the last CTA merges SPLIT lists with all ws * 32 threads.
 
     The top-k epilogue (the `topk` lowering, k > 1) filters each lane's scores against the quad's k-th
     entry before the exact insertion (docs/ir.md `topk`)."""
@@ -88,7 +88,6 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if ws > 1 and (not wide or bq != wm):
         raise ValueError("ws > 1 needs split > 1 with the wide merge and bq == wm")
     warps = bq // wm * ws
-    lists = f"SPLIT * {ws}" if ws > 1 else "SPLIT"   # partial lists per query tile
     l2 = metric == "l2"
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
@@ -131,18 +130,21 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("tv", "reg", "f32", [wm, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [wm, k], layout="mma_rows", scope="warp")
     halves = 32 * warps // bq
-    if split > 1 and (split * ws) % halves:
-        raise ValueError(f"the merge deals the {split * ws} partial lists of a query to {halves} thread groups: "
-                         f"split * ws must be a multiple of {halves}")
-    unroll = _merge_unroll(split * ws, k, d, bn, wm, qfrag, halves) if wide else 1
+    if split > 1 and split % halves:
+        raise ValueError(f"the merge deals the {split} partial lists of a query to {halves} thread groups: "
+                         f"split must be a multiple of {halves}")
+    unroll = _merge_unroll(split, k, d, bn, wm, qfrag, halves) if wide else 1
     if split > 1:
         for n in ("pv", "mv") + tuple(f"pv{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
         for n in ("pi", "mi") + tuple(f"pi{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
-        if wide and halves > 1:   # the other groups' lists, handed to the first through smem
-            kb.buffer("hmv", "smem", "f32", [(halves - 1) * bq, k])
-            kb.buffer("hmi", "smem", "i32", [(halves - 1) * bq, k])
+        # the other groups' lists, handed to the first through smem (ws > 1: first the warps' lists, for
+        # the CTA's own merge)
+        hrows = max(halves - 1, ws if ws > 1 else 0) * bq
+        if wide and hrows:
+            kb.buffer("hmv", "smem", "f32", [hrows, k])
+            kb.buffer("hmi", "smem", "i32", [hrows, k])
     kind = "min" if l2 else "max"
     worst = -BIG if not l2 else BIG
     # ws > 1: every warp has the CTA's queries and its own database chunk and smem rows
@@ -155,7 +157,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.let("rb", "role_warp * BN")
         if split > 1:
             r.let("s", f"bid.y * {ws} + role_warp" if ws > 1 else "bid.y")
-            r.let("CH", f"cdiv(cdiv(M, {lists}), BN) * BN")
+            r.let("CH", f"cdiv(cdiv(M, SPLIT * {ws}), BN) * BN" if ws > 1 else "cdiv(cdiv(M, SPLIT), BN) * BN")
             r.let("m0", "s * CH")
             # ws > 1: every warp runs the chunk's CH / BN tiles (a warp-uniform trip count; tiles past M
             # are zero-filled without a global read and masked by `limit`)
@@ -229,14 +231,16 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         if split == 1:
             r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_dist")
             r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_idx")
+        elif ws > 1:
+            _merge_warps(r, k, kind, ws, bq)
         else:
-            r.let("pr", f"(bid.x * {lists} + s) * BQ + wq0")
+            r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
             r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
             r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
                 if wide:
-                    _merge_wide(r, k, kind, worst, unroll, halves, lists)
+                    _merge_wide(r, k, kind, worst, unroll, halves)
                 else:
                     # every row of the tile is merged (and so zeroed), also a padded query's; only real
                     # queries are stored
@@ -276,9 +280,28 @@ def _merge_unroll(split: int, k: int, d: int, bn: int, wm: int = 16, qfrag: str 
     return u
 
 
-def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2, lists: str = "SPLIT") -> None:
-    """The last CTA's merge of the `lists` (SPLIT, or SPLIT * ws) partial lists of each query (row qq of
-    the tile), by all halves * BQ threads: thread (g, qq) = (tid / BQ, tid % BQ) merges lists
+def _merge_warps(r, k: int, kind: str, ws: int, bq: int) -> None:
+    """ws > 1: the CTA's own merge of its warps' lists (each warp's quads hold its merged lists, [BQ, k]),
+    through smem: thread qq < BQ merges the ws lists of query qq and stores the CTA's partial list to
+    PV / PI row (bid.x * SPLIT + bid.y) * BQ + qq, so the last CTA merges SPLIT lists, not SPLIT * ws."""
+    r.sts(tile("tv"), tile("hmv", ["role_warp * BQ", 0], [bq, k]), vec_bytes=4, id="stage_warp_lists")
+    r.sts(tile("ti"), tile("hmi", ["role_warp * BQ", 0], [bq, k]), vec_bytes=4)
+    r.sync("syncthreads")
+    with r.if_("tid < BQ"):
+        r.lds(tile("hmv", ["tid", 0], [1, k]), tile("mv"), vec_bytes=4)
+        r.lds(tile("hmi", ["tid", 0], [1, k]), tile("mi"), vec_bytes=4)
+        with r.for_("w", 1, ws, id="merge_warps"):
+            r.lds(tile("hmv", ["w * BQ + tid", 0], [1, k]), tile("pv0"), vec_bytes=4)
+            r.lds(tile("hmi", ["w * BQ + tid", 0], [1, k]), tile("pi0"), vec_bytes=4)
+            r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
+        r.let("pr", "(bid.x * SPLIT + bid.y) * BQ + tid")
+        r.stg(tile("mv"), tile("PV", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
+        r.stg(tile("mi"), tile("PI", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
+
+
+def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2) -> None:
+    """The last CTA's merge of the SPLIT partial lists of each query (row qq of the tile), by all
+    halves * BQ threads: thread (g, qq) = (tid / BQ, tid % BQ) merges lists
     j = halves * m + g, `unroll` rows per step with their loads issued before the inserts; zeroes every
     row it read (padded queries' rows too, so the workspace is left zeroed); the groups g >= 1 hand their
     lists to g = 0 through smem, which merges them and stores the real queries. Exact: a top-k of top-k
@@ -288,9 +311,9 @@ def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2
     r.let("g", "tid / BQ")
     r.fill("mv", worst)
     r.fill("mi", -1)
-    with r.for_("jj", 0, f"{lists} / {halves * unroll}", id="merge_loop"):
+    with r.for_("jj", 0, f"SPLIT / {halves * unroll}", id="merge_loop"):
         for u in range(unroll):
-            r.let(f"rr{u}", f"(bid.x * {lists} + (jj * {unroll} + {u}) * {halves} + g) * BQ + qq")
+            r.let(f"rr{u}", f"(bid.x * SPLIT + (jj * {unroll} + {u}) * {halves} + g) * BQ + qq")
             r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
             r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
         for u in range(unroll):
