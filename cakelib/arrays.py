@@ -99,6 +99,21 @@ def empty_like_kind(like: Arg, shape, dtype: str) -> Arg:
     return Arg(dev, shape, like.kind, owned=dev if like.kind == "numpy" else None)
 
 
+def as_output(x, name: str, shape, dtype: str, like: Arg) -> Arg:
+    """A caller's preallocated output (`out=`): written in place, so it must already be what the kernel
+    writes: a contiguous CUDA torch tensor of that shape and dtype on the inputs' device."""
+    shape = tuple(int(s) for s in shape)
+    if not _is_torch(x) or like.kind != "torch":
+        raise TypeError(f"{name}: out= takes CUDA torch tensors (with torch inputs)")
+    import torch
+    want = {"f16": torch.float16, "f32": torch.float32, "i32": torch.int32}[dtype]
+    if tuple(x.shape) != shape or x.dtype != want or not x.is_contiguous() or x.device != like.device:
+        raise ValueError(f"{name}: expected a contiguous {want} tensor of shape {list(shape)} on {like.device}, "
+                         f"got {x.dtype} {list(x.shape)} on {x.device}"
+                         + ("" if x.is_contiguous() else " (not contiguous)"))
+    return Arg(x, shape, "torch", like.device)
+
+
 def result(arg: Arg):
     """What the caller gets back: the torch tensor / DeviceArray, or a numpy copy."""
     if arg.kind == "numpy":

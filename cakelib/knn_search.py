@@ -14,7 +14,9 @@ from .runtime import choose, runtime
 
 
 def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional[dict] = None,
-        device: Optional[int] = None):
+        device: Optional[int] = None, out: Optional[tuple] = None):
+    """out: optional (indices int32 [Q, k], distances float32 [Q, k]) CUDA torch tensors written in place
+    (and returned), for callers that keep their buffers."""
     if metric not in ("l2", "ip"):
         raise ValueError(f"metric must be 'l2' or 'ip', not {metric!r}")
     if device is None:   # a torch tensor's own device, else GPU 0
@@ -41,8 +43,12 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         from tasks.knn.programs import WS_ROWS, WS_TILES
         ws = {"PV": rt.workspace("knn.PV", (WS_ROWS, k), "f32"), "PI": rt.workspace("knn.PI", (WS_ROWS, k), "i32"),
               "WT": rt.workspace("knn.WT", (WS_TILES, 1), "i32")}
-        I = arrays.empty_like_kind(q, (Q, k), "i32")
-        Dist = arrays.empty_like_kind(q, (Q, k), "f32")
+        if out is not None:
+            I = arrays.as_output(out[0], "out[0] (indices)", (Q, k), "i32", q)
+            Dist = arrays.as_output(out[1], "out[1] (distances)", (Q, k), "f32", q)
+        else:
+            I = arrays.empty_like_kind(q, (Q, k), "i32")
+            Dist = arrays.empty_like_kind(q, (Q, k), "f32")
         outs = [I, Dist]
         rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": I.view, "Dist": Dist.view, **ws}, {"Q": Q, "M": M},
                   arrays.stream_of(q))

@@ -310,3 +310,22 @@ def test_supports_register_rule_agrees_with_the_verifier():
             checked += 1
             refused += over
     assert checked > 100 and refused > 0        # the rule is exercised both ways
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_cakelib_knn_writes_caller_outputs_in_place():
+    """out=: the kernel writes the caller's (poisoned) tensors, which come back; a wrong shape is refused."""
+    torch = pytest.importorskip("torch")
+    from cakelib import knn
+    g = torch.Generator(device="cuda").manual_seed(3)
+    xb = torch.randn(30_001, 128, device="cuda", generator=g).half()
+    xq = xb[:5].clone()
+    I0 = torch.full((5, 10), -7, dtype=torch.int32, device="cuda")
+    D0 = torch.full((5, 10), float("nan"), device="cuda")
+    I, Dv = knn(xq, xb, 10, variant=WS4, out=(I0, D0))
+    assert I.data_ptr() == I0.data_ptr() and Dv.data_ptr() == D0.data_ptr()
+    assert torch.equal(I[:, 0].cpu(), torch.arange(5, dtype=torch.int32))   # each query is a database row
+    assert not torch.isnan(Dv).any() and (I >= 0).all()
+    with pytest.raises(ValueError, match="shape"):
+        knn(xq, xb, 10, out=(I0[:, :5], D0))

@@ -231,12 +231,13 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         if split == 1:
             r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_dist")
             r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_idx")
-        elif ws > 1:
-            _merge_warps(r, k, kind, ws, bq)
         else:
-            r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
-            r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
-            r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
+            if ws > 1:
+                _merge_warps(r, k, kind, ws, bq)
+            else:
+                r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
+                r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
+                r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
                 if wide:
