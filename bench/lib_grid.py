@@ -5,6 +5,7 @@ dispatched library against the best baseline over a grid of 400+ shapes, checkin
     python bench/lib_grid.py grid  [--op knn,kmeans] [--out DIR]   # library vs baselines at every grid shape
                                    [--deadline-s S] [--spread N] [--skip I] [--shard I/N]
     python bench/lib_grid.py merge OUT FILE [FILE ...]             # one grid file from shards / continuations
+    python bench/lib_grid.py refit SWEEP.json [--out DIR] [--max-depth N] [--min-leaf N]  # tables from a sweep (no GPU)
     python bench/lib_grid.py shapes                                # print the grids (no GPU)
     python bench/lib_grid.py compile [--op ...] [--arch A]         # compile every sweep kernel (no GPU; fills the cache)
     python bench/lib_grid.py summary FILE [FILE ...]               # geomean / worst / slower count of grid results
@@ -32,6 +33,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 D = 128
 ITERS = 10
+# the dispatch trees' size: knn has ~30 training shapes over three regimes (search, batch, build) and
+# ~35 variants; depth 5 with single-shape leaves separates Q = 64 from Q = 256 (depth 4, two shapes per
+# leaf, picked one variant for both: 1.74x slower than the best at Q = 256, session 10)
+FIT = {"knn": {"max_depth": 5, "min_leaf": 1}, "kmeans": {"max_depth": 4, "min_leaf": 2}}
 
 
 # ---------------------------------------------------------------- shapes
@@ -437,7 +442,7 @@ def sweep(ops, out_dir, procs, budget_s=200):
         feats = ["log2_Q", "log2_M", "k"] if op == "knn" else ["B", "log2_N", "K", "log2_B*N"]
         meta = {"gpu": info.get("gpu"), "date": info["date"], "command": "python bench/lib_grid.py sweep",
                 "shapes": len(shapes), "measurements": len(rows)}
-        table = fit(op, rows, feats, vmap, NAMES[op](FALLBACK[op]), max_depth=4, min_leaf=2, meta=meta)
+        table = fit(op, rows, feats, vmap, NAMES[op](FALLBACK[op]), meta=meta, **FIT[op])
         path = os.path.join(out_dir, f"{op}.json")
         table.save(path)
         ev = evaluate(table, rows)
@@ -568,6 +573,26 @@ def summary(paths: list[str]) -> None:
         print(op, json.dumps(summarize(rows)))
 
 
+def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None) -> None:
+    """Fit the dispatch tables again from a sweep's measurements (lib-sweep-h200.json), no GPU: e.g. with
+    another tree depth; the table records the sweep's date and GPU and the refit command."""
+    from cakelib.dispatch import Measurement, evaluate, fit
+    from cakelib.variants import FALLBACK, NAMES
+    d = json.load(open(sweep_path))
+    for op, v in d["ops"].items():
+        rows = [Measurement(shape=r["shape"], variant=r["variant"], ms=r.get("ms"), ok=r["ok"]) for r in v["rows"]]
+        kw = {**FIT[op], **({"max_depth": max_depth} if max_depth else {}), **({"min_leaf": min_leaf} if min_leaf else {})}
+        feats = ["log2_Q", "log2_M", "k"] if op == "knn" else ["B", "log2_N", "K", "log2_B*N"]
+        meta = {"gpu": d["env"].get("gpu"), "date": d["env"]["date"], "command": " ".join(["python"] + sys.argv),
+                "sweep_command": d.get("command"), "shapes": len({json.dumps(r["shape"], sort_keys=True) for r in v["rows"]}),
+                "measurements": len(rows)}
+        table = fit(op, rows, feats, v["variants"], NAMES[op](FALLBACK[op]), meta=meta, **kw)
+        path = os.path.join(out_dir, f"{op}.json")
+        table.save(path)
+        print(f"{op}: table -> {path}; training-set geomean slowdown vs oracle "
+              f"{evaluate(table, rows)['geomean_slowdown_vs_oracle']:.3f} ({kw})")
+
+
 def merge(out_path: str, paths: list[str]) -> None:
     """One grid result file from several (the shards of one run on several GPUs, or a run and its
     continuation): every row once, each part's env and command kept, the summary recomputed."""
@@ -621,6 +646,15 @@ def main():
         return compare(sys.argv[2], sys.argv[3:])
     if len(sys.argv) > 1 and sys.argv[1] == "merge":
         return merge(sys.argv[2], sys.argv[3:])
+    if len(sys.argv) > 1 and sys.argv[1] == "refit":
+        rp = argparse.ArgumentParser()
+        rp.add_argument("mode")
+        rp.add_argument("sweep")
+        rp.add_argument("--out", default="cakelib/tables")
+        rp.add_argument("--max-depth", type=int)
+        rp.add_argument("--min-leaf", type=int)
+        a = rp.parse_args()
+        return refit(a.sweep, a.out, a.max_depth, a.min_leaf)
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["sweep", "grid", "shapes", "compile"])
     ap.add_argument("--op", default="knn,kmeans")
