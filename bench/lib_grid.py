@@ -33,10 +33,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 D = 128
 ITERS = 10
-# the dispatch trees' size: knn has ~30 training shapes over three regimes (search, batch, build) and
-# ~35 variants; depth 5 with single-shape leaves separates Q = 64 from Q = 256 (depth 4, two shapes per
-# leaf, picked one variant for both: 1.74x slower than the best at Q = 256, session 10)
-FIT = {"knn": {"max_depth": 5, "min_leaf": 1}, "kmeans": {"max_depth": 4, "min_leaf": 2}}
+# the dispatch trees' size. knn, session 10: depth 4 with two shapes per leaf picks one variant for
+# Q = 64 and Q = 256 (1.74x slower than the best at Q = 256 M = 1M); a refit at depth 5 with single-shape
+# leaves fixed that but followed three noisy M = 100K points into a variant 2-3x slower at M = 262K: on
+# the grid it measured 0.841x geomean against 0.867x (bench/results/lib-grid-knn-h200-refit-depth5.json).
+# More training shapes (Q = 128 / 512, M = 262K) are the fix, not a deeper tree.
+FIT = {"knn": {"max_depth": 4, "min_leaf": 2}, "kmeans": {"max_depth": 4, "min_leaf": 2}}
 
 
 # ---------------------------------------------------------------- shapes
