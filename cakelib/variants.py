@@ -41,8 +41,9 @@ def knn_supports(p: dict, shape: dict) -> bool:
     if p["split"] == 1:
         return k <= KNN_K_MAX
     tiles = ceil(Q / p["bq"])
-    lists = p["split"] * p.get("ws", 1)    # partial lists per query tile
-    return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * lists <= WS_ROWS
+    if p.get("merge") == "wide" and p["split"] % (32 * p.get("ws", 1) // p.get("wm", 16)):
+        return False                        # the wide merge's thread groups share the lists evenly
+    return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * p["split"] <= WS_ROWS
 
 
 def knn_tile_registers(p: dict, k: int, d: int) -> int:

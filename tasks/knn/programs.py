@@ -130,7 +130,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("tv", "reg", "f32", [wm, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [wm, k], layout="mma_rows", scope="warp")
     halves = 32 * warps // bq
-    if split > 1 and split % halves:
+    if wide and split % halves:   # (the serial merge takes any split)
         raise ValueError(f"the merge deals the {split} partial lists of a query to {halves} thread groups: "
                          f"split must be a multiple of {halves}")
     unroll = _merge_unroll(split, k, d, bn, wm, qfrag, halves) if wide else 1
