@@ -95,10 +95,11 @@ class Context:
     """What a rule sees: the kernel (expanded or source), the arch spec, facts, and a reporter."""
 
     def __init__(self, kernel: Kernel, source: Kernel, rule: Optional[Rule] = None,
-                 shared: Optional[dict] = None):
+                 shared: Optional[dict] = None, program: Optional[Program] = None):
         self.kernel = kernel
         self.source = source
         self.rule = rule
+        self.program = program   # the Program the kernel is verified as part of (None: a lone kernel)
         self.arch = _arch.spec(kernel.arch)
         # analyses of `kernel` every rule reads (sites, facts): one verify run computes them once and
         # hands the same dict to each rule's context
@@ -211,7 +212,7 @@ def verify_program(program: Program, rules: Optional[Iterable[Rule]] = None) -> 
     out = ProgramVerifyResult(program)
     diags: list[Diagnostic] = []
     for i, k in enumerate(program.kernels):
-        res = _verify_kernel(k, kernel_rules)
+        res = _verify_kernel(k, kernel_rules, program)
         out.kernels.append(res)
         diags.extend(prefix_diagnostic(d, i) for d in res.diagnostics)
     for rule in (r for r in rules if r.stage == "program"):
@@ -242,7 +243,7 @@ def _dedup(diags: list[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
-def _verify_kernel(kernel: Kernel, rules: list[Rule]) -> VerifyResult:
+def _verify_kernel(kernel: Kernel, rules: list[Rule], program: Optional[Program] = None) -> VerifyResult:
     from .passes import expand
 
     t0 = time.perf_counter()
@@ -252,7 +253,7 @@ def _verify_kernel(kernel: Kernel, rules: list[Rule]) -> VerifyResult:
     shared: dict[int, dict] = {}          # per target kernel (source or expanded): Context._shared
     for rule in rules:
         target = kernel if rule.stage == "source" or expanded is None else expanded
-        ctx = Context(target, kernel, rule, shared.setdefault(id(target), {}))
+        ctx = Context(target, kernel, rule, shared.setdefault(id(target), {}), program)
         try:
             for d in rule.check(ctx) or ():
                 if d.origin is None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cake_ir import expr as E
-from cake_ir.compiler import compile_kernel
+from cake_ir.compiler import compile_program
 from cake_ir.verifier import verify
 
 from test_kda_two_pass import check_on_gpu
@@ -51,11 +51,13 @@ def test_seq_parallel_verifies_and_compiles(kw):
     assert res.ok, [d.short() for d in res.diagnostics if d.severity == "error"]
     assert [k.name.split("_")[2] for k in prog.kernels[1:]] == ["ends", "starts", "outputs"]
     assert {w.name for w in prog.workspace} >= {"wsE", "wsS"}
-    for k in prog.kernels[1:]:            # the prepare kernel is two_pass's (tests/test_kda_two_pass.py)
-        for arch in ("sm_90a",) if kw.get("copy") == "bulk" else ("sm_80", "sm_90a"):
-            r = compile_kernel(k, arch=arch)
-            assert r.ok, (k.name, arch, [d.short() for d in r.diagnostics if d.severity == "error"])
-            assert r.resources["spill_store_bytes"] == 0, (k.name, arch)
+    for arch in ("sm_90a",) if kw.get("copy") == "bulk" else ("sm_80", "sm_90a"):
+        # the whole program, verified for `arch` (a kernel alone declares the program's output `o` that
+        # the outputs kernel writes: E-OUT-01 outside the program), then every kernel compiled
+        r = compile_program(prog, arch=arch)
+        assert r.ok, (arch, [d.short() for d in r.diagnostics if d.severity == "error"])
+        for k, kr in zip(prog.kernels[1:], r.kernels[1:]):   # the prepare kernel is two_pass's
+            assert kr.resources["spill_store_bytes"] == 0, (k.name, arch)
 
 
 def test_seq_parallel_rejects_points_it_does_not_build():

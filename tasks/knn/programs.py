@@ -147,9 +147,15 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             kb.buffer("hmi", "smem", "i32", [hrows, k])
     kind = "min" if l2 else "max"
     worst = -BIG if not l2 else BIG
-    # ws > 1: every warp has the CTA's queries and its own database chunk and smem rows
-    cscope = "warp" if ws > 1 else "role"
-    rb = "rb" if ws > 1 else 0
+    # ws > 1: every warp has the CTA's queries and its own database chunk and smem rows (ws = 1 keeps
+    # the tiles' default offsets and the copies' default scope: the IR of the other variants unchanged)
+    cscope = "warp" if ws > 1 else None
+
+    def sb(slot):      # this warp's database tile in slot `slot`
+        return tile("sB", ["rb", 0], [bn, d], slot=slot) if ws > 1 else tile("sB", slot=slot)
+
+    def cnt(slot):     # its database norms (norms "global": staged per slot)
+        return tile("cn", [0, "rb"], [1, bn], slot=slot) if ws > 1 else tile("cn", slot=slot)
     with kb.role("main", warps=(0, warps)) as r:
         r.let("q0", "bid.x * BQ")
         r.let("wq0", "0" if ws > 1 else f"role_warp * {wm}")
@@ -166,18 +172,14 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.let("m0", "0")
             r.let("nt", "cdiv(M, BN)")
         r.copy("cp_async", tile("Xq", ["q0", 0], [bq, d]), tile("sQ"), oob="zfill", id="load_queries")
-        r.copy("cp_async", tile("Xb", ["m0", 0], [bn, d]), tile("sB", [rb, 0], [bn, d], slot=0), oob="zfill",
-               scope=cscope)
+        r.copy("cp_async", tile("Xb", ["m0", 0], [bn, d]), sb(0), oob="zfill", scope=cscope)
         if gnorm:
-            r.copy("cp_async", tile("XN", [0, "m0"], [1, bn]), tile("cn", [0, rb], [1, bn], slot=0), oob="zfill",
-                   scope=cscope)
+            r.copy("cp_async", tile("XN", [0, "m0"], [1, bn]), cnt(0), oob="zfill", scope=cscope)
         r.sync("cp_async_commit")
         for p in range(1, stages - 1):   # fill the pipeline (rows past the chunk are masked by `limit`)
-            r.copy("cp_async", tile("Xb", [f"m0 + {p} * BN", 0], [bn, d]), tile("sB", [rb, 0], [bn, d], slot=p),
-                   oob="zfill", scope=cscope)
+            r.copy("cp_async", tile("Xb", [f"m0 + {p} * BN", 0], [bn, d]), sb(p), oob="zfill", scope=cscope)
             if gnorm:
-                r.copy("cp_async", tile("XN", [0, f"m0 + {p} * BN"], [1, bn]), tile("cn", [0, rb], [1, bn], slot=p),
-                       oob="zfill", scope=cscope)
+                r.copy("cp_async", tile("XN", [0, f"m0 + {p} * BN"], [1, bn]), cnt(p), oob="zfill", scope=cscope)
             r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=stages - 2)
         r.sync("syncthreads")
@@ -196,23 +198,20 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.sync("syncwarp" if ws > 1 else "syncthreads")
             with r.if_(f"t + {ahead} < nt"):
                 r.copy("cp_async", tile("Xb", [f"m0 + (t + {ahead}) * BN", 0], [bn, d]),
-                       tile("sB", [rb, 0], [bn, d], slot=f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch",
-                       scope=cscope)
+                       sb(f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch", scope=cscope)
                 if gnorm:
                     r.copy("cp_async", tile("XN", [0, f"m0 + (t + {ahead}) * BN"], [1, bn]),
-                           tile("cn", [0, rb], [1, bn], slot=f"(t + {ahead}) % {stages}"), oob="zfill",
-                           id="prefetch_norms", scope=cscope)
+                           cnt(f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch_norms", scope=cscope)
             r.sync("cp_async_commit")                # always: one group per iteration keeps the count exact
             if l2 and not gnorm and ws > 1:
-                r.reduce("sum_sq", tile("sB", [rb, 0], [bn, d], slot=f"t % {stages}"), tile("cn", [0, rb], [1, bn]),
-                         id="db_norms", scope="warp")
+                r.reduce("sum_sq", sb(f"t % {stages}"), tile("cn", [0, "rb"], [1, bn]), id="db_norms", scope="warp")
                 r.sync("syncwarp")
             elif l2 and not gnorm:
                 r.reduce("sum_sq", tile("sB", slot=f"t % {stages}"), tile("cn"), id="db_norms")
                 r.sync("syncthreads")
             r.fill("acc", 0.0)
             for kk in range(d // 16):
-                r.ldmatrix(tile("sB", [rb, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
+                r.ldmatrix(tile("sB", ["rb" if ws > 1 else 0, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
                 if qfrag == "reg":
                     r.mma_sync(tile("fa", [0, kk * 16], [wm, 16]), tile("fb"), tile("acc"))
                 else:
@@ -224,8 +223,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim)
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [wm]),
-                            col_bias=tile("cn", [0, rb], [1, bn], slot=f"t % {stages}") if gnorm
-                            else tile("cn", [0, rb], [1, bn]) if ws > 1 else tile("cn"))
+                            col_bias=cnt(f"t % {stages}") if gnorm
+                            else tile("cn", [0, "rb"], [1, bn]) if ws > 1 else tile("cn"))
             r.add("topk", id="select", **topk)
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
         if split == 1:
