@@ -5,7 +5,7 @@ dispatched library against the best baseline over a grid of 400+ shapes, checkin
     python bench/lib_grid.py grid  [--op knn,kmeans] [--out DIR]   # library vs baselines at every grid shape
                                    [--deadline-s S] [--spread N] [--skip I] [--shard I/N]
     python bench/lib_grid.py merge OUT FILE [FILE ...]             # one grid file from shards / continuations
-    python bench/lib_grid.py refit SWEEP.json [--out DIR] [--max-depth N] [--min-leaf N]  # tables from a sweep (no GPU)
+    python bench/lib_grid.py refit SWEEP.json [--out DIR] [--max-depth N] [--min-leaf N] [--cv]  # tables from a sweep (no GPU)
     python bench/lib_grid.py shapes                                # print the grids (no GPU)
     python bench/lib_grid.py compile [--op ...] [--arch A]         # compile every sweep kernel (no GPU; fills the cache)
     python bench/lib_grid.py summary FILE [FILE ...]               # geomean / worst / slower count of grid results
@@ -80,7 +80,11 @@ def knn_train() -> list[dict]:
     base = [{"Q": Q, "M": M, "k": 10} for Q in (1, 4, 16, 64, 256, 1024, 4096) for M in (100_000, 1 << 20, 4 << 20)
             if Q * M <= (1 << 32) and {"Q": Q, "M": M, "k": 10} not in mid]
     other_k = [{"Q": Q, "M": 1 << 20, "k": k} for Q in (1, 64, 1024) for k in (16, 32)]
-    return mid + base + [{"Q": 32768, "M": 32768, "k": 10}] + other_k
+    # session 10: no training shape sat at M = 256K or at Q = 128 / 512, where the grid's picks went wrong
+    # (a depth-4 leaf shared by Q = 64 and 256; a refit leaf fitted to M = 100K points)
+    between = [{"Q": Q, "M": M, "k": 10} for Q in (1, 16, 128, 512) for M in (1 << 18,)] + \
+        [{"Q": Q, "M": 1 << 20, "k": 10} for Q in (128, 512)] + [{"Q": 16, "M": 1 << 18, "k": 16}]
+    return mid + base + [{"Q": 32768, "M": 32768, "k": 10}] + other_k + between
 
 
 def kmeans_train() -> list[dict]:
@@ -575,11 +579,12 @@ def summary(paths: list[str]) -> None:
         print(op, json.dumps(summarize(rows)))
 
 
-def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None) -> None:
+def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False) -> None:
     """Fit the dispatch tables again from a sweep's measurements (lib-sweep-h200.json), no GPU: e.g. with
-    another tree depth; the table records the sweep's date and GPU and the refit command."""
-    from cakelib.dispatch import Measurement, evaluate, fit
-    from cakelib.variants import FALLBACK, NAMES
+    another tree depth; the table records the sweep's date and GPU and the refit command. cv: also the
+    leave-one-shape-out estimate (cakelib.dispatch.cross_validate) of how the fit does on unseen shapes."""
+    from cakelib.dispatch import Measurement, cross_validate, evaluate, fit
+    from cakelib.variants import FALLBACK, NAMES, SUPPORTS
     d = json.load(open(sweep_path))
     for op, v in d["ops"].items():
         rows = [Measurement(shape=r["shape"], variant=r["variant"], ms=r.get("ms"), ok=r["ok"]) for r in v["rows"]]
@@ -589,10 +594,17 @@ def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None) -> None:
                 "sweep_command": d.get("command"), "shapes": len({json.dumps(r["shape"], sort_keys=True) for r in v["rows"]}),
                 "measurements": len(rows)}
         table = fit(op, rows, feats, v["variants"], NAMES[op](FALLBACK[op]), meta=meta, **kw)
+        os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"{op}.json")
         table.save(path)
         print(f"{op}: table -> {path}; training-set geomean slowdown vs oracle "
               f"{evaluate(table, rows)['geomean_slowdown_vs_oracle']:.3f} ({kw})")
+        if cv:
+            vm = v["variants"]
+            sup = lambda name, shape, vm=vm, op=op: name in vm and SUPPORTS[op](vm[name], {**shape, "D": D})  # noqa: E731
+            ev = cross_validate(op, rows, feats, vm, NAMES[op](FALLBACK[op]), supports=sup, **kw)
+            print(f"{op}: leave-one-shape-out geomean slowdown vs oracle {ev['geomean_slowdown_vs_oracle']:.3f}, "
+                  f"worst {ev['worst_slowdown']:.2f} at {ev['worst_shape']}")
 
 
 def merge(out_path: str, paths: list[str]) -> None:
@@ -655,8 +667,9 @@ def main():
         rp.add_argument("--out", default="cakelib/tables")
         rp.add_argument("--max-depth", type=int)
         rp.add_argument("--min-leaf", type=int)
+        rp.add_argument("--cv", action="store_true", help="also the leave-one-shape-out estimate")
         a = rp.parse_args()
-        return refit(a.sweep, a.out, a.max_depth, a.min_leaf)
+        return refit(a.sweep, a.out, a.max_depth, a.min_leaf, a.cv)
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["sweep", "grid", "shapes", "compile"])
     ap.add_argument("--op", default="knn,kmeans")

@@ -302,3 +302,27 @@ def evaluate(table: DispatchTable, rows: list[Measurement],
     return {"shapes": len(times),
             "geomean_slowdown_vs_oracle": math.exp(sum(logs) / len(logs)) if logs else 1.0,
             "worst_slowdown": worst, "worst_shape": worst_shape, "picked_failed": failed}
+
+
+def cross_validate(op: str, rows: list[Measurement], features: list[str], variants: dict[str, dict], fallback: str,
+                   supports: Callable[[str, dict], bool] | None = None, **fit_kw) -> dict:
+    """Leave-one-shape-out: for each measured shape, fit on the other shapes' rows and time the held-out
+    shape's pick against its oracle. The training-set `evaluate` rewards trees that memorise noise (a
+    leaf per shape scores 1.0); this estimates how a fit generalises to shapes it has not seen, which is
+    what the grid measures."""
+    times = _times(rows)
+    logs, worst, worst_shape, failed = [], 1.0, None, 0
+    for key in sorted(times):
+        held = dict(key)
+        train = [r for r in rows if _shape_key(r.shape) != key]
+        table = fit(op, train, features, variants, fallback, **fit_kw)
+        t = times[key].get(table.pick(held, supports))
+        if t is None:
+            failed += 1
+            continue
+        slow = t / min(x for x in times[key].values() if x is not None)
+        logs.append(math.log(slow))
+        if worst_shape is None or slow > worst:
+            worst, worst_shape = slow, held
+    return {"shapes": len(times), "geomean_slowdown_vs_oracle": math.exp(sum(logs) / len(logs)) if logs else 1.0,
+            "worst_slowdown": worst, "worst_shape": worst_shape, "picked_failed": failed}

@@ -244,3 +244,24 @@ def test_evaluate_hand_computed():
     ev2 = evaluate(t, rows, supports=lambda n, s: not (n == "A" and s["Q"] == 3))
     assert ev2["geomean_slowdown_vs_oracle"] == pytest.approx(2 ** (1 / 3))
     assert ev2["worst_shape"] == {"Q": 1}
+
+
+# ------------------------------------------------------------------------------ cross-validation
+
+def test_cross_validation_scores_unseen_shapes():
+    """Leave-one-shape-out: the two-regime data generalises (every held-out shape still lands in its
+    regime); on pure noise a tree of single-shape leaves is perfect on its training set but not on the
+    held-out shapes."""
+    from cakelib.dispatch import cross_validate
+    rows = _two_regimes()
+    cv = cross_validate("knn", rows, ["log2_M", "log2_Q", "k"], VARIANTS, fallback="C", min_leaf=3)
+    assert cv["shapes"] == 33 and cv["picked_failed"] == 0
+    assert cv["geomean_slowdown_vs_oracle"] == pytest.approx(1.0)
+    rng = random.Random(7)
+    noise = [Measurement({"Q": q, "M": 1000, "k": 10}, v, rng.uniform(1.0, 2.0), True)
+             for q in range(1, 40) for v in ("A", "B")]
+    kw = dict(max_depth=8, min_leaf=1)
+    memo = fit("knn", noise, ["Q"], VARIANTS, fallback="C", **kw)
+    train = evaluate(memo, noise)["geomean_slowdown_vs_oracle"]
+    held = cross_validate("knn", noise, ["Q"], VARIANTS, fallback="C", **kw)["geomean_slowdown_vs_oracle"]
+    assert train < 1.06 and held > train + 0.08, (train, held)
