@@ -33,7 +33,9 @@ def _init_rows(x_arg, x, B: int, N: int, k: int, seed: int):
 
 
 def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Optional[dict] = None,
-           device: Optional[int] = None):
+           device: Optional[int] = None, out: Optional[tuple] = None):
+    """out: optional (centroids float32 [(B,) k, D], assignments int32 [(B,) N]) CUDA torch tensors written
+    in place (and returned)."""
     if iters < 1:
         raise ValueError("iters must be >= 1")
     if device is None:   # a torch tensor's own device, else GPU 0
@@ -61,20 +63,25 @@ def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Opt
         cast = rt.kernel(("cast_f32_f16", D), lambda arch: cast_f32_f16(D, arch=arch))
         ws = {"WS": rt.workspace("kmeans.WS", (B * k, D), "f32"), "WC": rt.workspace("kmeans.WC", (B * k, 1), "f32"),
               "WT": rt.workspace("kmeans.WT", (B, 1), "i32")}
-        A = arrays.empty_like_kind(xa, (B, N), "i32")
-        Cn = arrays.empty_like_kind(xa, (B * k, D), "f32")
+        out_shape = (B, k, D) if batched else (k, D)
+        a_shape = (B, N) if batched else (N,)
+        if out is not None:
+            Cn = arrays.as_output(out[0], "out[0] (centroids)", out_shape, "f32", xa)
+            A = arrays.as_output(out[1], "out[1] (assignments)", a_shape, "i32", xa)
+        else:
+            A = arrays.empty_like_kind(xa, (B, N), "i32")
+            Cn = arrays.empty_like_kind(xa, (B * k, D), "f32")
         C16 = arrays.empty_like_kind(xa, (B * k, D), "f16") if iters > 1 else None
         owned += [A, Cn, C16]
+        a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((B * k, D))
         X = xa.reshaped((B * N, D))
         cur = ca.reshaped((B * k, D))
         stream = arrays.stream_of(xa)
         for it in range(iters):
-            rt.launch(lloyd, {"X": X, "C": cur, "A": A.view, "Cnew": Cn.view, **ws}, {"B": B, "N": N, "K": k}, stream)
+            rt.launch(lloyd, {"X": X, "C": cur, "A": a_view, "Cnew": cn_view, **ws}, {"B": B, "N": N, "K": k}, stream)
             if it + 1 < iters:
-                rt.launch(cast, {"Src": Cn.view, "Dst": C16.view}, {"R": B * k}, stream)
+                rt.launch(cast, {"Src": cn_view, "Dst": C16.view}, {"R": B * k}, stream)
                 cur = C16.view
-        out_shape = (B, k, D) if batched else (k, D)
-        a_shape = (B, N) if batched else (N,)
         C = arrays.result(Cn)
         Aout = arrays.result(A)
         return arrays.reshape(C, out_shape), arrays.reshape(Aout, a_shape)

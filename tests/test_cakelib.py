@@ -163,6 +163,32 @@ def test_kmeans_ten_iterations_decrease_inertia():
     assert np.isfinite(c10).all() and i10 <= i1 * (1 + 1e-6)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+def test_kmeans_writes_caller_outputs_in_place():
+    """out=: one Lloyd step into the caller's poisoned tensors (returned as they are), checked against
+    float64; with iterations the last step's centroids land there too."""
+    torch = pytest.importorskip("torch")
+    from cakelib import kmeans
+    from tasks.kmeans.task import TASK
+    B, N, K = 2, 5000, 40
+    shape = {"B": B, "N": N, "K": K}
+    inp = TASK.make_inputs(shape, seed=6)
+    X = torch.as_tensor(inp["X"].reshape(B, N, 128), device="cuda")
+    C0 = torch.as_tensor(inp["C"].reshape(B, K, 128), device="cuda")
+    Cp = torch.full((B, K, 128), float("nan"), device="cuda")
+    Ap = torch.full((B, N), -7, dtype=torch.int32, device="cuda")
+    Cn, A = kmeans(X, K, 1, init=C0, out=(Cp, Ap))
+    assert Cn.data_ptr() == Cp.data_ptr() and A.data_ptr() == Ap.data_ptr()
+    checks = TASK.check({"A": A.cpu().numpy(), "Cnew": Cn.reshape(B * K, 128).cpu().numpy()},
+                        TASK.reference(inp, shape), inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+    C3, _ = kmeans(X, K, 3, init=C0, out=(Cp, Ap))
+    assert C3.data_ptr() == Cp.data_ptr() and torch.isfinite(C3).all()
+    with pytest.raises(ValueError, match="shape"):
+        kmeans(X, K, 1, init=C0, out=(Cp[:, :5], Ap))
+
+
 # ------------------------------------------------------------------ CPU: arrays and the benchmark's grid
 def test_arrays_reject_what_they_cannot_launch():
     from cakelib import arrays
