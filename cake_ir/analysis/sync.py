@@ -384,6 +384,7 @@ class KernelSync:
         self.consts = dict(kernel.consts)
         self._sim = None
         self._sim_done = False
+        self.skipped: Optional[tuple[str, Optional[str]]] = None   # (why, path) when sim() gave up
 
     def space(self, role_index) -> ThreadSpace:
         sp = self._spaces.get(role_index)
@@ -507,8 +508,9 @@ class KernelSync:
             self._sim_done = True
             try:
                 self._sim = Simulator(self).run()
-            except _Abort:  # not simulable (unknown names, thread-dependent bounds, too many steps)
+            except _Abort as e:  # not simulable (unknown names, thread-dependent bounds, too many steps)
                 self._sim = None
+                self.skipped = (e.why or "an expression the simulator cannot evaluate", e.path)
             except Exception:  # noqa: BLE001 - the analysis is best effort
                 if STRICT:
                     raise
@@ -692,7 +694,12 @@ RACE_WINDOW = 48
 
 
 class _Abort(Exception):
-    pass
+    """The kernel cannot be simulated: `why` (and the statement `path`, when one is to blame) become
+    KernelSync.skipped, which N-SYN-01 reports (the E-SYN / E-PIP race rules are silent then)."""
+
+    def __init__(self, why: str = "", path: Optional[str] = None):
+        super().__init__(why)
+        self.why, self.path = why, path
 
 
 @dataclass
@@ -1079,7 +1086,7 @@ class Simulator:
     def _step(self):
         self.steps += 1
         if self.steps > MAX_STEPS:
-            raise _Abort()
+            raise _Abort(f"more than {MAX_STEPS} statement executions at the sampled sizes")
 
     def _comp(self, path, fld, expr, tl, cond=False):
         """(node, thread-dependent?, uniform free vars) of an expression at a statement; lexical, so
@@ -1112,7 +1119,8 @@ class Simulator:
     def _uval(self, path, fld, expr, env, tl) -> int:
         node, td, fv, fn = self._comp(path, fld, expr, tl)
         if td:
-            raise _Abort()
+            raise _Abort(f"its {fld} ({expr}) differs between threads (a loop bound or trip count must be the "
+                         "same for every thread of the role to be simulated)", path)
         return self._call(fn, node, env)
 
     def _tval(self, path, fld, expr, env, tl, p: _Proc, mask):

@@ -1,0 +1,26 @@
+"""N-SYN-01: the synchronisation simulation did not run on this kernel.
+
+The race and protocol rules (E-SYN-06/07/08/10/11/12, the pipeline checks) judge a kernel on a
+simulation of its roles at sampled sizes. When the simulation cannot run -- a loop whose trip count
+differs between threads (e.g. `nt` computed from `role_warp`), an expression it cannot evaluate, or
+more than its step budget -- those rules say nothing, which reads like a clean bill. This note says
+that they did not look, and why, so that an author (or the agent) knows the barriers are unchecked:
+make the trip count uniform (mask the extra iterations instead), or accept the risk knowingly.
+"""
+from cake_ir.analysis import sync
+
+from ._syn_util import safe
+
+CODE = "N-SYN-01"
+TITLE = "synchronisation not simulated (the race rules are silent)"
+STAGE = "expanded"
+
+
+@safe
+def check(ctx):
+    ks = sync.get(ctx.kernel)
+    if ks.sim() is not None or ks.skipped is None:
+        return
+    why, path = ks.skipped
+    yield ctx.report(path or "/", f"shared-memory synchronisation was not simulated: {why}; the race and barrier "
+                                  "rules (E-SYN-*) did not check this kernel")
