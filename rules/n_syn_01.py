@@ -1,11 +1,13 @@
 """N-SYN-01: the synchronisation simulation did not run on this kernel.
 
 The race and protocol rules (E-SYN-06/07/08/10/11/12, the pipeline checks) judge a kernel on a
-simulation of its roles at sampled sizes. When the simulation cannot run -- a loop whose trip count
-differs between threads (e.g. `nt` computed from `role_warp`), an expression it cannot evaluate, or
-more than its step budget -- those rules say nothing, which reads like a clean bill. This note says
-that they did not look, and why, so that an author (or the agent) knows the barriers are unchecked:
-make the trip count uniform (mask the extra iterations instead), or accept the risk knowingly.
+simulation of its roles at sampled sizes. When the simulation cannot run -- more statement executions
+than its budget, an expression it cannot evaluate (a data-dependent value, a uniform value that
+differs between threads), no launch sizes satisfying the params' facts -- those rules say nothing,
+which reads like a clean bill. This note says that they did not look, and why, so that an author (or
+the agent) knows the barriers are unchecked: shrink the sampled sizes' work (params' `min` facts), make
+the value uniform, or accept the risk knowingly. (Loops whose bounds differ between threads, such as
+per-warp strided loops, are simulated: each iteration runs with the threads whose range holds it.)
 """
 from cake_ir.analysis import sync
 

@@ -329,3 +329,4 @@ def test_cakelib_knn_writes_caller_outputs_in_place():
     assert not torch.isnan(Dv).any() and (I >= 0).all()
     with pytest.raises(ValueError, match="shape"):
         knn(xq, xb, 10, out=(I0[:, :5], D0))
+

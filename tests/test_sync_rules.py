@@ -304,3 +304,24 @@ def test_two_warpgroups_store_their_own_halves():
     body[6]["then"][0]["dst"]["offset"] = ["m0", "n0"]
     res = _verify(k)
     assert "/roles/1/body/6/then/0" in _codes_at(res, "E-SYN-05")
+
+
+def test_per_warp_trip_count_is_simulated():
+    """The KDA prepare kernel's chunk loop strides by warp (`cz = bid.z * PW + role_warp`), so its trip
+    count differs between warps. The simulator used to give up on it silently (N-SYN-01 now says when
+    it gives up); it runs each iteration with the warps still in the loop: the kernel verifies clean,
+    and a syncwarp taken out of the loop body is reported."""
+    from cake_ir import io
+    from cake_ir.nodes import Kernel
+    prog, _ = io.load_file(str(FIX.parent.parent / "tasks" / "kda" / "seeds" / "kda_two_pass_safe_sm90a.json"))
+    prep = prog.kernels[0]
+    res = verify(prep)
+    assert not [d for d in res.diagnostics if d.severity == "error" or d.code == "N-SYN-01"], \
+        [d.short() for d in res.diagnostics]
+    doc = prep.model_dump(exclude_none=True)
+    loop = next(s for s in doc["roles"][0]["body"] if s.get("op") == "for" and "role_warp" not in str(s.get("stop")))
+    assert "nbid.z * PW" in str(loop["stop"])               # the per-warp strided loop
+    i = next(i for i, s in enumerate(loop["body"]) if s["op"] == "syncwarp")
+    del loop["body"][i]
+    bad = verify(Kernel.model_validate(doc))   # (this one orders a cp.async's landing for the other lanes)
+    assert [d for d in bad.diagnostics if d.code == "E-SYN-06"], [d.short() for d in bad.diagnostics]

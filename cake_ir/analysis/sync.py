@@ -986,10 +986,10 @@ class Simulator:
                 return None  # unexpanded sugar (unknown pipeline): E-PIP-01 reports it
         self.env0 = self._sizes()
         if self.env0 is None:
-            return None
+            raise _Abort("no launch sizes could be sampled that satisfy the scalar params' facts")
         est = self._estimate(k.prologue, self.env0) + sum(self._estimate(r.body, self.env0) for r in k.roles)
-        if est > MAX_STEPS:
-            return None  # too large to unroll: the simulation-based rules stay silent
+        if est > MAX_STEPS:   # too large to unroll
+            raise _Abort(f"about {int(est)} statement executions at the sampled sizes, over the budget of {MAX_STEPS}")
         # processes: prologue (all CTA threads) then one per role
         pro_sp = self.ks.space(None)
         pro_masks = [pro_sp.to_int(m) for s in self.ks.sites if s.role is None
@@ -1279,6 +1279,9 @@ class Simulator:
                 self._op(p, st, path, env, tl, mask)
             return
         if isinstance(st, For):
+            if self._comp(path, "start", st.start, tl)[1] or self._comp(path, "stop", st.stop, tl)[1]:
+                yield from self._for_divergent(p, st, path, env, tl, mask)
+                return
             a = self._uval(path, "start", st.start, env, tl)
             b = self._uval(path, "stop", st.stop, env, tl)
             if self._pure(st):
@@ -1319,6 +1322,35 @@ class Simulator:
             yield from self._barsync(p, st, path, env, tl, mask)
             return
         self._op(p, st, path, env, tl, mask)
+
+    def _for_divergent(self, p: _Proc, st: For, path, env, tl, mask):
+        """A loop whose bounds differ between threads (e.g. a per-warp strided loop): iteration v runs
+        with the threads whose own range holds v, as an `if` around the body would; a thread that has
+        left the loop reaches what follows it only after the last iteration in this trace, which the
+        happens-before graph (program order per thread class, barriers across) does not take as
+        ordering. A register-only body runs its first iteration only, as for uniform loops."""
+        a = self._tval(path, "start", st.start, env, tl, p, mask)
+        b = self._tval(path, "stop", st.stop, env, tl, p, mask)
+        bits = np.flatnonzero(p.sp.to_arr(mask))
+        a_arr = np.broadcast_to(np.asarray(a), bits.shape)
+        b_arr = np.broadcast_to(np.asarray(b), bits.shape)
+        lo, hi = int(a_arr.min()), int(b_arr.max())
+        if self._pure(st):
+            hi = min(hi, int(a_arr.max()) + st.step)
+        for v in range(lo, hi, st.step):
+            self._step()
+            sel = bits[(a_arr <= v) & (v < b_arr) & ((v - a_arr) % st.step == 0)]
+            if not sel.size:
+                continue
+            sub = np.zeros(p.sp.n, dtype=bool)
+            sub[sel] = True
+            env2 = env.copy()
+            env2[st.var] = v
+            tl2 = tl
+            if st.var in tl:
+                tl2 = dict(tl)
+                tl2.pop(st.var)
+            yield from self._body(p, st.body, path + "/body", env2, tl2, p.sp.to_int(sub))
 
     _IMPURE = (MbarWait, MbarArrive, MbarExpectTx, CpAsyncArrive, NamedBarSync, SimpleSync, WaitGroup, Fence,
                Copy, Wgmma, MbarInit, PipeOp)

@@ -226,6 +226,10 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                             col_bias=cnt(f"t % {stages}") if gnorm
                             else tile("cn", [0, "rb"], [1, bn]) if ws > 1 else tile("cn"))
             r.add("topk", id="select", **topk)
+        # a chunk shorter than the pipeline (small M) leaves prefetch groups in flight (zero-filled rows
+        # past the chunk): retire them before the CTA can exit (E-PIP-04, seen once the simulator ran
+        # the stream's per-warp trip counts)
+        r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
         if split == 1:
             r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_dist")

@@ -286,28 +286,29 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x64(  // 
         }
       }
     }
-    cake::topk_merge_quad<10, true>(&tv[0], &ti[0]);  // /roles/0/body/14
-    cake::topk_merge_quad<10, true>(&tv[10], &ti[10]);  // /roles/0/body/14
-     {  // /roles/0/body/15
-      const int cake_q = cake_lane & 3;
-      #pragma unroll
-      for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (q0 + wq0 + 0 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) Dist[(q0 + wq0 + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[0 + cake_c];  // /roles/0/body/15
-      }
-      #pragma unroll
-      for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (q0 + wq0 + 8 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) Dist[(q0 + wq0 + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[10 + cake_c];  // /roles/0/body/15
-      }
-    }
+    cake::cp_async_wait<0>();  // /roles/0/body/14
+    cake::topk_merge_quad<10, true>(&tv[0], &ti[0]);  // /roles/0/body/15
+    cake::topk_merge_quad<10, true>(&tv[10], &ti[10]);  // /roles/0/body/15
      {  // /roles/0/body/16
       const int cake_q = cake_lane & 3;
       #pragma unroll
       for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (q0 + wq0 + 0 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) I[(q0 + wq0 + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[0 + cake_c];  // /roles/0/body/16
+        if ((cake_c & 3) == cake_q && (q0 + wq0 + 0 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) Dist[(q0 + wq0 + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[0 + cake_c];  // /roles/0/body/16
       }
       #pragma unroll
       for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (q0 + wq0 + 8 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) I[(q0 + wq0 + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[10 + cake_c];  // /roles/0/body/16
+        if ((cake_c & 3) == cake_q && (q0 + wq0 + 8 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) Dist[(q0 + wq0 + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[10 + cake_c];  // /roles/0/body/16
+      }
+    }
+     {  // /roles/0/body/17
+      const int cake_q = cake_lane & 3;
+      #pragma unroll
+      for (int cake_c = 0; cake_c < 10; ++cake_c) {
+        if ((cake_c & 3) == cake_q && (q0 + wq0 + 0 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) I[(q0 + wq0 + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[0 + cake_c];  // /roles/0/body/17
+      }
+      #pragma unroll
+      for (int cake_c = 0; cake_c < 10; ++cake_c) {
+        if ((cake_c & 3) == cake_q && (q0 + wq0 + 8 + (cake_lane >> 2)) < (Q) && (0 + cake_c) < (KK)) I[(q0 + wq0 + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[10 + cake_c];  // /roles/0/body/17
       }
     }
   }

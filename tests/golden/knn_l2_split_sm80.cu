@@ -244,177 +244,178 @@ extern "C" __global__ void __launch_bounds__(32, 1) knn_l2_k10_d128_16x32_s64(  
         }
       }
     }
-    cake::topk_merge_quad<10, true>(&tv[0], &ti[0]);  // /roles/0/body/16
-    cake::topk_merge_quad<10, true>(&tv[10], &ti[10]);  // /roles/0/body/16
-    const int pr = (blockIdx.x * SPLIT + s) * BQ + wq0;  // /roles/0/body/17
-     {  // /roles/0/body/18
-      const int cake_q = cake_lane & 3;
-      #pragma unroll
-      for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (pr + 0 + (cake_lane >> 2)) < (WR) && (0 + cake_c) < (KK)) PV[(pr + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[0 + cake_c];  // /roles/0/body/18
-      }
-      #pragma unroll
-      for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (pr + 8 + (cake_lane >> 2)) < (WR) && (0 + cake_c) < (KK)) PV[(pr + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[10 + cake_c];  // /roles/0/body/18
-      }
-    }
+    cake::cp_async_wait<0>();  // /roles/0/body/16
+    cake::topk_merge_quad<10, true>(&tv[0], &ti[0]);  // /roles/0/body/17
+    cake::topk_merge_quad<10, true>(&tv[10], &ti[10]);  // /roles/0/body/17
+    const int pr = (blockIdx.x * SPLIT + s) * BQ + wq0;  // /roles/0/body/18
      {  // /roles/0/body/19
       const int cake_q = cake_lane & 3;
       #pragma unroll
       for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (pr + 0 + (cake_lane >> 2)) < (WR) && (0 + cake_c) < (KK)) PI[(pr + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[0 + cake_c];  // /roles/0/body/19
+        if ((cake_c & 3) == cake_q && (pr + 0 + (cake_lane >> 2)) < (WR) && (0 + cake_c) < (KK)) PV[(pr + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[0 + cake_c];  // /roles/0/body/19
       }
       #pragma unroll
       for (int cake_c = 0; cake_c < 10; ++cake_c) {
-        if ((cake_c & 3) == cake_q && (pr + 8 + (cake_lane >> 2)) < (WR) && (0 + cake_c) < (KK)) PI[(pr + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[10 + cake_c];  // /roles/0/body/19
+        if ((cake_c & 3) == cake_q && (pr + 8 + (cake_lane >> 2)) < (WR) && (0 + cake_c) < (KK)) PV[(pr + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = tv[10 + cake_c];  // /roles/0/body/19
       }
     }
      {  // /roles/0/body/20
+      const int cake_q = cake_lane & 3;
+      #pragma unroll
+      for (int cake_c = 0; cake_c < 10; ++cake_c) {
+        if ((cake_c & 3) == cake_q && (pr + 0 + (cake_lane >> 2)) < (WR) && (0 + cake_c) < (KK)) PI[(pr + 0 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[0 + cake_c];  // /roles/0/body/20
+      }
+      #pragma unroll
+      for (int cake_c = 0; cake_c < 10; ++cake_c) {
+        if ((cake_c & 3) == cake_q && (pr + 8 + (cake_lane >> 2)) < (WR) && (0 + cake_c) < (KK)) PI[(pr + 8 + (cake_lane >> 2)) * (long long)(KK) + (0 + cake_c)] = ti[10 + cake_c];  // /roles/0/body/20
+      }
+    }
+     {  // /roles/0/body/21
       __shared__ int cake_last;
       __threadfence();   // release this thread's global writes ...
       __syncthreads();   // ... and everyone's, before arriving
-      if (cake_tid == 0) cake_last = cake::arrive_last((WT + ((blockIdx.x) * (long long)(1) + (0))), (int)(SPLIT));  // /roles/0/body/20
+      if (cake_tid == 0) cake_last = cake::arrive_last((WT + ((blockIdx.x) * (long long)(1) + (0))), (int)(SPLIT));  // /roles/0/body/21
       __syncthreads();
       if (cake_last) {
         __threadfence();   // acquire: the other CTAs' writes are visible
-        if (cake_tid < BQ) {  // /roles/0/body/20/body/0
+        if (cake_tid < BQ) {  // /roles/0/body/21/body/0
           #pragma unroll
-          for (int cake_e = 0; cake_e < 10; ++cake_e) mv[cake_e] = (3e+38f);  // /roles/0/body/20/body/0/then/0
+          for (int cake_e = 0; cake_e < 10; ++cake_e) mv[cake_e] = (3e+38f);  // /roles/0/body/21/body/0/then/0
           #pragma unroll
-          for (int cake_e = 0; cake_e < 10; ++cake_e) mi[cake_e] = (int)(-1.0f);  // /roles/0/body/20/body/0/then/1
-          for (int j = 0; j < SPLIT; j += 1) {  // /roles/0/body/20/body/0/then/2
-            const int rr = (blockIdx.x * SPLIT + j) * BQ + cake_tid;  // /roles/0/body/20/body/0/then/2/body/0
+          for (int cake_e = 0; cake_e < 10; ++cake_e) mi[cake_e] = (int)(-1.0f);  // /roles/0/body/21/body/0/then/1
+          for (int j = 0; j < SPLIT; j += 1) {  // /roles/0/body/21/body/0/then/2
+            const int rr = (blockIdx.x * SPLIT + j) * BQ + cake_tid;  // /roles/0/body/21/body/0/then/2/body/0
             #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/2/body/1
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/21/body/0/then/2/body/1
               const int cake_f = (cake_s * 1 + 0) * 10;
               const int cake_r = cake_f / 10, cake_c = cake_f % 10;
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 0] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 1); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 1); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 1] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 2); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 2); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 2] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 3); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 3); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 3] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 4); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 4); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 4] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 5); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 5); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 5] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 6); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 6); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 6] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 7); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 7); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 7] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 8); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 8); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 8] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 9); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/1
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 9); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/1
                 const float* cake_h = reinterpret_cast<const float*>(&cake_v);
                 pv[cake_s * 10 + 9] = cake_h[0];
               }
             }
             #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/2/body/2
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/21/body/0/then/2/body/2
               const int cake_f = (cake_s * 1 + 0) * 10;
               const int cake_r = cake_f / 10, cake_c = cake_f % 10;
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 0); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 0] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 1); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 1); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 1] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 2); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 2); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 2] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 3); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 3); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 3] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 4); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 4); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 4] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 5); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 5); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 5] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 6); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 6); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 6] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 7); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 7); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 7] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 8); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 8); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 8] = cake_h[0];
               }
                {
                 unsigned cake_v;
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 9); else cake_v = unsigned{};  // /roles/0/body/20/body/0/then/2/body/2
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) cake_v = *reinterpret_cast<const unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 9); else cake_v = unsigned{};  // /roles/0/body/21/body/0/then/2/body/2
                 const int* cake_h = reinterpret_cast<const int*>(&cake_v);
                 pi[cake_s * 10 + 9] = cake_h[0];
               }
             }
-             {  // /roles/0/body/20/body/0/then/2/body/3
+             {  // /roles/0/body/21/body/0/then/2/body/3
               const int cake_cb = (int)(0);
               #pragma unroll
               for (int cake_r = 0; cake_r < 1; ++cake_r) {
@@ -427,269 +428,269 @@ extern "C" __global__ void __launch_bounds__(32, 1) knn_l2_k10_d128_16x32_s64(  
               }
             }
             #pragma unroll
-            for (int cake_e = 0; cake_e < 10; ++cake_e) pv[cake_e] = (0.0f);  // /roles/0/body/20/body/0/then/2/body/4
+            for (int cake_e = 0; cake_e < 10; ++cake_e) pv[cake_e] = (0.0f);  // /roles/0/body/21/body/0/then/2/body/4
             #pragma unroll
-            for (int cake_e = 0; cake_e < 10; ++cake_e) pi[cake_e] = (int)(0.0f);  // /roles/0/body/20/body/0/then/2/body/5
+            for (int cake_e = 0; cake_e < 10; ++cake_e) pi[cake_e] = (int)(0.0f);  // /roles/0/body/21/body/0/then/2/body/5
             #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/2/body/6
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/21/body/0/then/2/body/6
               const int cake_f = (cake_s * 1 + 0) * 10;
               const int cake_r = cake_f / 10, cake_c = cake_f % 10;
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 0];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 1];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 2];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 3];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 4];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 5];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 6];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 7];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 8];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = pv[cake_s * 10 + 9];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/20/body/0/then/2/body/6
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PV + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/21/body/0/then/2/body/6
               }
             }
             #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/2/body/7
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/21/body/0/then/2/body/7
               const int cake_f = (cake_s * 1 + 0) * 10;
               const int cake_r = cake_f / 10, cake_c = cake_f % 10;
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 0];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 1];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 2];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 3];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 4];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 5];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 6];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 7];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 8];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = pi[cake_s * 10 + 9];
-                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/20/body/0/then/2/body/7
+                if ((rr + cake_r) < (WR) && (0 + cake_c) < (KK)) *reinterpret_cast<unsigned*>((PI + ((rr + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/21/body/0/then/2/body/7
               }
             }
           }
-          if (q0 + cake_tid < Q) {  // /roles/0/body/20/body/0/then/3
+          if (q0 + cake_tid < Q) {  // /roles/0/body/21/body/0/then/3
             #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/3/then/0
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/21/body/0/then/3/then/0
               const int cake_f = (cake_s * 1 + 0) * 10;
               const int cake_r = cake_f / 10, cake_c = cake_f % 10;
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 0];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 1];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 2];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 3];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 4];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 5];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 6];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 7];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 8];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
                {
                 unsigned cake_v;
                 float* cake_h = reinterpret_cast<float*>(&cake_v);
                 cake_h[0] = mv[cake_s * 10 + 9];
-                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/20/body/0/then/3/then/0
+                *reinterpret_cast<unsigned*>((Dist + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/21/body/0/then/3/then/0
               }
             }
             #pragma unroll
-            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/20/body/0/then/3/then/1
+            for (int cake_s = 0; cake_s < 1; ++cake_s) {  // /roles/0/body/21/body/0/then/3/then/1
               const int cake_f = (cake_s * 1 + 0) * 10;
               const int cake_r = cake_f / 10, cake_c = cake_f % 10;
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 0];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 0) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 1];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 1) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 2];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 2) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 3];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 3) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 4];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 4) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 5];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 5) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 6];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 6) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 7];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 7) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 8];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 8) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
                {
                 unsigned cake_v;
                 int* cake_h = reinterpret_cast<int*>(&cake_v);
                 cake_h[0] = mi[cake_s * 10 + 9];
-                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/20/body/0/then/3/then/1
+                *reinterpret_cast<unsigned*>((I + ((q0 + cake_tid + cake_r) * (long long)(KK) + (0 + cake_c))) + 9) = cake_v;  // /roles/0/body/21/body/0/then/3/then/1
               }
             }
           }
