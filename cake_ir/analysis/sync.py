@@ -1119,8 +1119,7 @@ class Simulator:
     def _uval(self, path, fld, expr, env, tl) -> int:
         node, td, fv, fn = self._comp(path, fld, expr, tl)
         if td:
-            raise _Abort(f"its {fld} ({expr}) differs between threads (a loop bound or trip count must be the "
-                         "same for every thread of the role to be simulated)", path)
+            raise _Abort(f"its {fld} ({expr}) differs between threads where the simulator needs one value", path)
         return self._call(fn, node, env)
 
     def _tval(self, path, fld, expr, env, tl, p: _Proc, mask):
