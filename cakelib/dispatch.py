@@ -287,18 +287,21 @@ def evaluate(table: DispatchTable, rows: list[Measurement],
 
     picked_failed counts shapes where the pick failed or was not measured; those have no finite
     slowdown, so geomean_slowdown_vs_oracle and worst_slowdown are over the other shapes."""
-    times = _times(rows)
+    return _against_oracle(_times(rows), lambda key: table.pick(dict(key), supports))
+
+
+def _against_oracle(times: dict, pick: Callable[[tuple], str]) -> dict:
+    """Each measured shape's picked variant (`pick(shape key)`) against the shape's best ok time."""
     logs, worst, worst_shape, failed = [], 1.0, None, 0
     for key in sorted(times):
-        shape = dict(key)
-        t = times[key].get(table.pick(shape, supports))
+        t = times[key].get(pick(key))
         if t is None:
             failed += 1
             continue
         slow = t / min(x for x in times[key].values() if x is not None)
         logs.append(math.log(slow))
         if worst_shape is None or slow > worst:
-            worst, worst_shape = slow, shape
+            worst, worst_shape = slow, dict(key)
     return {"shapes": len(times),
             "geomean_slowdown_vs_oracle": math.exp(sum(logs) / len(logs)) if logs else 1.0,
             "worst_slowdown": worst, "worst_shape": worst_shape, "picked_failed": failed}
@@ -310,19 +313,7 @@ def cross_validate(op: str, rows: list[Measurement], features: list[str], varian
     shape's pick against its oracle. The training-set `evaluate` rewards trees that memorise noise (a
     leaf per shape scores 1.0); this estimates how a fit generalises to shapes it has not seen, which is
     what the grid measures."""
-    times = _times(rows)
-    logs, worst, worst_shape, failed = [], 1.0, None, 0
-    for key in sorted(times):
-        held = dict(key)
+    def held_out_pick(key):
         train = [r for r in rows if _shape_key(r.shape) != key]
-        table = fit(op, train, features, variants, fallback, **fit_kw)
-        t = times[key].get(table.pick(held, supports))
-        if t is None:
-            failed += 1
-            continue
-        slow = t / min(x for x in times[key].values() if x is not None)
-        logs.append(math.log(slow))
-        if worst_shape is None or slow > worst:
-            worst, worst_shape = slow, held
-    return {"shapes": len(times), "geomean_slowdown_vs_oracle": math.exp(sum(logs) / len(logs)) if logs else 1.0,
-            "worst_slowdown": worst, "worst_shape": worst_shape, "picked_failed": failed}
+        return fit(op, train, features, variants, fallback, **fit_kw).pick(dict(key), supports)
+    return _against_oracle(_times(rows), held_out_pick)

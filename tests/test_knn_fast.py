@@ -330,3 +330,22 @@ def test_cakelib_knn_writes_caller_outputs_in_place():
     with pytest.raises(ValueError, match="shape"):
         knn(xq, xb, 10, out=(I0[:, :5], D0))
 
+
+
+def test_supports_split_rule_agrees_with_the_builder():
+    """knn_supports' hand-kept wide-merge rule (split a multiple of the last CTA's 32 * ws / wm thread
+    groups) refuses exactly the variants knn_fused refuses to build, both ways."""
+    from cakelib.variants import knn_kernel, knn_supports
+    shape = {"Q": 1, "M": 1 << 20, "k": 10}
+    refused = 0
+    for bq, wm, ws in ((16, 16, 1), (64, 16, 1), (32, 32, 1), (16, 16, 4), (32, 32, 4)):
+        for split in (2, 4, 6, 8, 12, 16, 24, 66, 128, 132):
+            p = {"bq": bq, "bn": 32, "split": split, "stages": 3, "merge": "wide", "wm": wm, "ws": ws}
+            try:
+                knn_kernel(p, 10, "l2", 128, "sm_90a")
+                built = True
+            except ValueError:
+                built = False
+            assert knn_supports(p, shape) == built, p
+            refused += not built
+    assert refused > 5

@@ -1117,9 +1117,9 @@ class Simulator:
         return v
 
     def _uval(self, path, fld, expr, env, tl) -> int:
+        """A value the same for every thread (a loop's bounds, once `_exec` has sent loops with
+        thread-dependent bounds to `_for_divergent`)."""
         node, td, fv, fn = self._comp(path, fld, expr, tl)
-        if td:
-            raise _Abort(f"its {fld} ({expr}) differs between threads where the simulator needs one value", path)
         return self._call(fn, node, env)
 
     def _tval(self, path, fld, expr, env, tl, p: _Proc, mask):
@@ -1286,14 +1286,7 @@ class Simulator:
             if self._pure(st):
                 b = min(b, a + st.step)  # register-only loop: one iteration shows its effect
             for v in range(a, b, st.step):
-                self._step()
-                env2 = env.copy()
-                env2[st.var] = v
-                tl2 = tl
-                if st.var in tl:
-                    tl2 = dict(tl)
-                    tl2.pop(st.var)
-                yield from self._body(p, st.body, path + "/body", env2, tl2, mask)
+                yield from self._iteration(p, st, path, env, tl, v, mask)
             return
         if isinstance(st, If):
             mt, me = self._guard(st, path, env, tl, p, mask)
@@ -1337,19 +1330,24 @@ class Simulator:
         if self._pure(st):
             hi = min(hi, int(a_arr.max()) + st.step)
         for v in range(lo, hi, st.step):
-            self._step()
             sel = bits[(a_arr <= v) & (v < b_arr) & ((v - a_arr) % st.step == 0)]
             if not sel.size:
+                self._step()   # (an empty iteration still counts against the budget)
                 continue
             sub = np.zeros(p.sp.n, dtype=bool)
             sub[sel] = True
-            env2 = env.copy()
-            env2[st.var] = v
-            tl2 = tl
-            if st.var in tl:
-                tl2 = dict(tl)
-                tl2.pop(st.var)
-            yield from self._body(p, st.body, path + "/body", env2, tl2, p.sp.to_int(sub))
+            yield from self._iteration(p, st, path, env, tl, v, p.sp.to_int(sub))
+
+    def _iteration(self, p: _Proc, st: For, path, env, tl, v: int, mask):
+        """One iteration of a loop's body with its variable at `v`, run by `mask`."""
+        self._step()
+        env2 = env.copy()
+        env2[st.var] = v
+        tl2 = tl
+        if st.var in tl:
+            tl2 = dict(tl)
+            tl2.pop(st.var)
+        yield from self._body(p, st.body, path + "/body", env2, tl2, mask)
 
     _IMPURE = (MbarWait, MbarArrive, MbarExpectTx, CpAsyncArrive, NamedBarSync, SimpleSync, WaitGroup, Fence,
                Copy, Wgmma, MbarInit, PipeOp)

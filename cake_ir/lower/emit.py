@@ -1535,11 +1535,8 @@ class Emitter:
         V = max(1, 16 // es)
         if C % V:
             V = 1
-        if st.scope == "role":
-            T = self.role.threads if self.role is not None else self.k.launch.threads
-            t = "cake_role_tid" if self.role is not None else "cake_tid"
-        else:
-            T, t = self.scope_threads(st.scope), self.scope_index(st.scope)
+        T = self.scope_threads(st.scope)   # (the prologue, outside any role, indexes the CTA's threads)
+        t = "cake_tid" if st.scope == "role" and self.role is None else self.scope_index(st.scope)
         row, col, _, _ = self.tile_rc(src, path)
         vt = {16: "uint4", 8: "uint2", 4: "unsigned", 2: "unsigned short"}[V * es]
         w = self.w
