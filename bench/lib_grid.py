@@ -144,6 +144,13 @@ def kmeans_variants() -> list[dict]:
     out += [res(128, 64, 32, b, False, p) for b in (1, 8) for p in (33, 132, 264)]
     out += [res(256, 32, 16, b, False, p) for b in (1, 8) for p in (16, 33, 132)]
     out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": p} for p in (4, 33, 132)]
+    # session 11: the tensor-core update (sums += onehot^T X per tile, no shared-memory CAS per point and dim)
+    mma = {"update": "mma"}
+    out += [{"kind": "resident", "kmax": 32, "bm": 64, "bn": 64, "ctas": p, "big": 8, **mma} for p in (132, 264)]
+    out += [{"kind": "resident", "kmax": 64, "bm": 64, "bn": 64, "ctas": p, "big": 8, **mma} for p in (132, 264)]
+    out += [{"kind": "resident", "kmax": 128, "bm": 64, "bn": 64, "ctas": p, "big": 16, **mma} for p in (33, 132)]
+    out += [{"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 132, "big": 8, **mma}]
+    out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": p, **mma} for p in (33, 132)]
     return out
 
 

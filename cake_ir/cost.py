@@ -741,8 +741,8 @@ def _sane(spec: ArchSpec, arch: str) -> tuple[ArchSpec, list[str]]:
 def _estimate(m: _Model, rep: CostReport) -> None:
     from .analysis.tiles import bulk_rows, resolve_tile, threads_in_scope
     from .dtypes import SIZE
-    from .nodes import (Access, Copy, Fill, For, If, LastCta, Let, Map, MmaSync, RedAdd, Reduce, Scan, ScatterAdd,
-                        TopK, TopKMerge, Wgmma)
+    from .nodes import (Access, Copy, Fill, For, If, LastCta, Let, Map, MmaSync, OneHot, RedAdd, Reduce, Scan,
+                        ScatterAdd, TopK, TopKMerge, Wgmma)
     from .walk import statements
 
     k, spec = m.k, m.spec
@@ -924,6 +924,14 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 g = scope_work("warp", 32 * (rows // 8) * 2 * (2 * kk + kk * kk))   # 2 xor steps: shuffles + inserts
                 raw.count = g
                 raw.simt_ops = 32 * (rows // 8) * 2 * kk * kk * g
+            elif isinstance(st, OneHot):
+                # per lane: 4 target loads per 16-column block, 2 compares + select per packed register
+                dst = resolve_tile(k, st.dst)
+                cols = dst.shape[-1] if dst.shape else 16
+                g = scope_work("warp", 32 * (4 * (cols // 16) + 3 * dst.elems // 64))
+                raw.count = g
+                raw.simt_ops = 32 * 3 * dst.elems // 64 * g
+                raw.smem_bytes = 4.0 * 32 * 4 * (cols // 16) * g
             elif isinstance(st, ScatterAdd):
                 idx = resolve_tile(k, st.index)
                 dst = resolve_tile(k, st.dst)

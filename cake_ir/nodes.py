@@ -452,6 +452,22 @@ class ScatterAdd(Node):
                                "(one spin loop per add) when they often do")
 
 
+class OneHot(Node):
+    """dst[m, j] = 1 if index[j] == row0 + m (and col0 + j < limit) else 0: an `mma_a` fragment (f16 /
+    bf16) [16 i, 16 j] whose rows are target rows (clusters) and whose columns are source rows
+    (points), built from an smem i32 vector of each column's target (e.g. its cluster). With it a
+    scatter-add becomes a tensor-core product: sums[row0 : row0 + M, :] += onehot x src, src the
+    [C, N] rows as an ldmatrix.trans B operand; an f32 accumulator adds each row exactly once (the
+    one-hot factor is exact in f16 / bf16), with no atomic."""
+
+    op: Literal["onehot"] = "onehot"
+    index: TileRef
+    dst: TileRef
+    row0: IndexExpr = Field(default=0, description="target row of fragment row 0")
+    col0: IndexExpr = Field(default=0, description="source row of index element 0 (for limit)")
+    limit: Optional[IndexExpr] = Field(default=None, description="columns with col0 + j >= limit are zero")
+
+
 class RedAdd(Node):
     """dst += src element-wise with red.global.add (no return value): an smem tile [R, C] into a global
     tile of the same shape, dealt over the `scope` threads. Rows with dst row offset + r >= row_limit
@@ -480,7 +496,7 @@ class LastCta(Node):
 Stmt = Annotated[
     Union[For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
           CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-          TopK, TopKMerge, ScatterAdd, RedAdd, LastCta],
+          TopK, TopKMerge, OneHot, ScatterAdd, RedAdd, LastCta],
     Field(discriminator="op"),
 ]
 
@@ -556,7 +572,7 @@ class Kernel(Node):
 
 STMT_TYPES = (For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
               CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-              TopK, TopKMerge, ScatterAdd, RedAdd, LastCta)
+              TopK, TopKMerge, OneHot, ScatterAdd, RedAdd, LastCta)
 
 
 # ----------------------------------------------------------------------------------- programs

@@ -9,14 +9,15 @@ from cake_ir import expr as E
 from cake_ir.analysis.bounds import Prover
 from cake_ir.analysis.tiles import Tile, resolve_tile
 from cake_ir.dtypes import SIZE
-from cake_ir.nodes import (Access, Buffer, Copy, Fill, Kernel, LastCta, Map, MmaSync, RedAdd, Reduce, Scan,
+from cake_ir.nodes import (Access, Buffer, Copy, Fill, Kernel, LastCta, Map, MmaSync, OneHot, RedAdd, Reduce, Scan,
                            ScatterAdd, TensorParam, TileRef, TopK, TopKMerge, Wgmma)
 from cake_ir.passes.plan_smem import row_pitch_elems
 
 TILE_FIELDS = ((Copy, ("src", "dst")), (Access, ("src", "dst")), (MmaSync, ("a", "b", "c")),
                (Wgmma, ("a", "b", "acc")), (Fill, ("dst",)), (Map, ("dst",)), (Reduce, ("src", "dst")),
                (Scan, ("src", "dst")), (TopK, ("src", "vals", "idx", "src_idx", "row_bias", "col_bias")),
-               (TopKMerge, ("vals", "idx")), (ScatterAdd, ("index", "src", "dst")), (RedAdd, ("src", "dst")),
+               (TopKMerge, ("vals", "idx")), (OneHot, ("index", "dst")), (ScatterAdd, ("index", "src", "dst")),
+               (RedAdd, ("src", "dst")),
                (LastCta, ("counter",)))
 
 SWIZZLE_SPAN = {"swizzle_32B": 32, "swizzle_64B": 64, "swizzle_128B": 128}

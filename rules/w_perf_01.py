@@ -2,10 +2,11 @@
 
 Shared memory has 32 four-byte banks; a 128-byte wavefront serves a warp only if its addresses fall
 in distinct banks. `ldmatrix` reads 8 rows of 16 bytes per matrix, and fragment-layout lds/sts
-touch 8 rows per phase: when the row pitch is a multiple of 128 bytes (or of 64) those rows share
-banks (up to 8-way conflicts). Plain row-wise accesses conflict when a row run is shorter than 128
-bytes and the pitch is a multiple of 128. Fix: pad each row by 16 bytes (`pad` 8 for 16-bit, 4 for
-f32) or use a swizzled layout (required when TMA reads or writes the buffer).
+touch 8 rows of 16 bytes per phase (16-bit pairs), or 4 rows of 32 bytes (f32 pairs, a half-warp per
+phase): when the row pitch is a multiple of 128 bytes (or of 64) those rows share banks (up to 8-way
+conflicts). Plain row-wise accesses conflict when a row run is shorter than 128 bytes and the pitch is
+a multiple of 128. Fix: pad each row by 16 bytes (`pad` 8 for 16-bit, 4 for f32; 32 bytes, `pad` 8,
+for f32 accumulator pairs) or use a swizzled layout (required when TMA reads or writes the buffer).
 """
 from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import Access, Copy
@@ -65,7 +66,9 @@ def check(ctx):
         if op == "ldmatrix":
             seg, rows = 16, 8
         elif ob is not None and ob.space == "reg" and ob.layout in FRAGMENT_LAYOUTS:
-            seg, rows = 2 * es, 8
+            # a lane moves an element pair (2 es bytes) and a row's 4 lanes 8 es bytes; one wavefront
+            # serves 128 bytes of lanes: 8 rows for pairs up to 4 bytes, a half-warp's 4 rows for f32 pairs
+            seg, rows = 8 * es, (8 if 2 * es <= 4 else 4)
         else:
             seg = shp[-1] * es
             if seg >= 128 or pitch % 128:
@@ -79,9 +82,11 @@ def check(ctx):
             continue
         seen.add(b.name)
         bi = k.buffers.index(b)
-        pad = max(1, 16 // es)
+        # 16 bytes of pad fix 16-byte runs; 8-byte pairs over 4 rows need 32
+        pads = [p for p in (max(1, 16 // es), max(1, 32 // es)) if degree((b.shape[-1] + p) * es, seg, rows) <= 1]
+        pad = pads[0] if pads else max(1, 16 // es)
         fix = None
-        if b.name not in tma_written and degree((b.shape[-1] + pad) * es, seg, rows) <= 1:
+        if b.name not in tma_written and pads:
             fix = [{"op": "replace", "path": f"/buffers/{bi}/pad", "value": pad}]
         legal = {"layout": ["swizzle_32B", "swizzle_64B", "swizzle_128B"]}
         if b.name not in tma_written:

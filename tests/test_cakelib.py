@@ -88,6 +88,28 @@ def test_table_variants_compile_for_sm90a(op, name, p):
     assert res.ok, [d.short() for d in res.diagnostics if d.severity == "error"]
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_kmeans_mma_update_variants_compile(arch):
+    """The sweep's tensor-core-update variants verify and compile (k256 needs sm_90a's smem), and
+    their update has no shared-memory atomic on the sums: only the counts keep red.shared."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from lib_grid import kmeans_variants
+    from cake_ir.compiler import compile_kernel
+    from cakelib.variants import kmeans_kernel
+    mma = [p for p in kmeans_variants() if p.get("update") == "mma"]
+    assert len(mma) >= 6
+    for p in mma:
+        if arch == "sm_80" and p["kmax"] == 256:
+            continue                                       # 193-228 KB of smem: Hopper's 227 KB
+        r = compile_kernel(kmeans_kernel(p, arch), arch=arch)
+        assert r.ok, (p, [d.short() for d in r.diagnostics if d.severity == "error"])
+        body = r.cuda_source.split("__global__")[-1]          # the kernel, not the runtime header
+        assert body.count("cake::mma_16816_f16(&uacc[") == 8 * (p["bm"] // 16), p   # 8 n-tiles per 16 points
+        adds = [ln for ln in body.splitlines() if "red_add_shared" in ln]
+        assert len(adds) == 2 and all(", 1.0f);" in ln for ln in adds), (p, adds)   # the counts of a lane's 2 rows
+
+
 def test_cast_kernel_compiles():
     from cake_ir.compiler import compile_kernel
     from cakelib.cast import cast_f32_f16
@@ -135,7 +157,13 @@ def test_knn_numpy_matches_float64(Q, M, k, variant):
     (2, 5000, 200, {"kind": "fused", "kmax": 256, "bm": 32, "bn": 64, "ctas": 66}),
     (5, 20000, 50, {"kind": "resident", "kmax": 64, "bm": 64, "bn": 64, "ctas": 33}),
     (2, 70000, 256, {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 132}),
-    (4, 999, 100, {"kind": "resident", "kmax": 128, "bm": 32, "bn": 64, "ctas": 264})])
+    (4, 999, 100, {"kind": "resident", "kmax": 128, "bm": 32, "bn": 64, "ctas": 264}),
+    # the tensor-core update: ragged tiles at the end of each batch (the next batch's rows masked), K not a
+    # multiple of 16, one and several CTAs per batch
+    (3, 4099, 100, {"kind": "resident", "kmax": 128, "bm": 64, "bn": 64, "ctas": 33, "big": 16, "update": "mma"}),
+    (2, 70001, 250, {"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, "update": "mma"}),
+    (4, 999, 7, {"kind": "resident", "kmax": 32, "bm": 64, "bn": 64, "ctas": 264, "big": 8, "update": "mma"}),
+    (2, 5000, 256, {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 132, "big": 8, "update": "mma"})])
 def test_kmeans_one_step_matches_float64(B, N, K, variant):
     from cakelib import kmeans
     from tasks.kmeans.task import TASK

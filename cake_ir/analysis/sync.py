@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import expr as E
 from ..dtypes import SIZE
-from ..nodes import (Access, Block, LastCta, RedAdd, ScatterAdd, TopK, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
+from ..nodes import (Access, Block, LastCta, OneHot, RedAdd, ScatterAdd, TopK, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
                      MbarExpectTx, MbarInit, MbarWait, CpAsyncArrive, NamedBarSync, NamedBarrier, PipeOp,
                      Reduce, Scan, ScalarParam, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma, MmaSync)
 from ..walk import Site, statements
@@ -622,6 +622,8 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
         out += [(node.src, False), (node.vals, True), (node.idx, True)]
     elif isinstance(node, TopKMerge):
         out += [(node.vals, True), (node.idx, True)]
+    elif isinstance(node, OneHot):
+        out += [(node.index, False), (node.dst, True)]
     elif isinstance(node, ScatterAdd):
         out += [(node.index, False)] + ([(node.src, False)] if node.src is not None else []) + [(node.dst, True)]
     elif isinstance(node, RedAdd):
@@ -1701,7 +1703,7 @@ class Simulator:
         if isinstance(st, Fence):
             self._node(p, mask, path, fence=st.kind == "proxy_async")
             return
-        if isinstance(st, (Fill, Map, Reduce, Scan, TopK, TopKMerge, ScatterAdd, RedAdd)):
+        if isinstance(st, (Fill, Map, Reduce, Scan, TopK, TopKMerge, OneHot, ScatterAdd, RedAdd)):
             coll = 0
             if isinstance(st, (Reduce, Scan)):
                 b = self._bufs.get(st.src.buf)

@@ -18,7 +18,7 @@ from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
 from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, LastCta, Let, Map,
-                     RedAdd, ScatterAdd, TopK, TopKMerge,
+                     OneHot, RedAdd, ScatterAdd, TopK, TopKMerge,
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
                      PipeOp, Reduce, Role, ScalarParam, Scan, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma)
 from ..passes.plan_smem import SmemPlan, plan_smem, row_pitch_elems
@@ -541,6 +541,9 @@ class Emitter:
         rb = reg.buffer
         if rb is None or rb.space != "reg":
             self.fail(path, f"{st.op} moves a register tile")
+        if rb.layout == "mma_acc" and st.op == "lds" and not st.trans and mem.dtype == "f32" and rb.dtype == "f32" \
+                and st.vec_bytes >= 8:
+            return self.load_acc_pairs(rb, mem, path)
         if rb.layout == "mma_acc" and (st.op in ("ldg", "lds") or (st.op == "stg" and st.trans)):
             return self.acc_elementwise(st, rb, mem, path)
         if rb.layout in ("wgmma_acc", "mma_acc") and st.op in ("stg", "sts"):
@@ -689,6 +692,26 @@ class Emitter:
         else:
             store = f"{elem} = {self.to_storage(p.dtype, f'{rb.name}[cake_e]')};"
             w.line(f"if ({' && '.join(conds)}) {store}" if conds else store, path)
+        w.close()
+        w.close()
+
+    def load_acc_pairs(self, rb: Buffer, mem, path):
+        """lds of an f32 mma_acc tile from an f32 smem tile (an accumulator kept in shared memory between
+        products, e.g. the k-means sums): a lane's pairs (row, 2t..2t+1) as float2 loads (vec_bytes >= 8:
+        the pairs are 8-byte aligned), the mirror of the accumulator store."""
+        TM, TN = rb.shape
+        shape = list(mem.shape)
+        if len(shape) < 2 or prod(shape[:-1]) != TM or shape[-1] != TN or TM % 16 or TN % 8:
+            self.fail(path, f"an mma_acc [{TM}, {TN}] loads from a tile of {TM} rows x {TN} ({shape})")
+        r0, c0, _, _ = self.tile_rc(mem, path)
+        w = self.w
+        w.open("", path)
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; cake_e += 2)")
+        self.acc_coords(TN)
+        ptr = f"reinterpret_cast<const float2*>(cake_smem + ({self.smem_byte(mem.buffer, mem.ref.slot, f'{r0} + cake_row', f'{c0} + cake_col')}))"
+        w.line(f"const float2 cake_v = *{ptr};")
+        w.line(f"{rb.name}[cake_e] = cake_v.x; {rb.name}[cake_e + 1] = cake_v.y;", path)
         w.close()
         w.close()
 
@@ -1573,6 +1596,46 @@ class Emitter:
         b = t.buffer
         row, col, _, _ = self.tile_rc(t, path)
         return "shared", f"(cake_smem_base + {self.smem_byte(b, t.ref.slot, f'{row} + {r_c}', f'{col} + {c_c}')})"
+
+    @_robust
+    def s_OneHot(self, st: OneHot, path):
+        """The transposed one-hot matrix as an mma_a fragment: a lane holds rows g / g + 8 and columns
+        2t, 2t + 1 (+ 8) of each 16x16 block (register r of a block: row half r % 2, column half r / 2,
+        the ldmatrix_x4 order), so it reads the targets of its 4 columns per k-block once and compares
+        them with its rows' target numbers. 1.0 is 0x3C00 in f16 and 0x3F80 in bf16."""
+        db = self.reg_tile(st.dst, path)
+        if db.layout != "mma_a" or db.dtype not in ("f16", "bf16") or len(db.shape) != 2 \
+                or db.shape[0] % 16 or db.shape[1] % 16:
+            self.fail(path, "onehot builds an f16 / bf16 mma_a fragment [16 i, 16 j]")
+        idx = resolve_tile(self.k, st.index)
+        C = db.shape[1]
+        if not idx.known or idx.space != "smem" or idx.dtype != "i32" or prod(idx.shape) != C:
+            self.fail(path, f"onehot reads {C} i32 targets (one per fragment column) from shared memory")
+        r0, c0, rows, _ = self.tile_rc(idx, path)
+        MT, KT = db.shape[0] // 16, C // 16
+        one = "0x3C00u" if db.dtype == "f16" else "0x3F80u"
+        w = self.w
+        w.open("", path)
+        w.line("const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;")
+        w.line(f"const int cake_tr0 = (int)({ix(st.row0)});")
+        if st.limit is not None:
+            w.line(f"const int cake_cl = (int)({ix(st.limit)}) - (int)({ix(st.col0)});")
+        for kt in range(KT):
+            for h, off in enumerate((0, 1, 8, 9)):
+                j = f"{kt * 16 + off} + cake_t2"
+                rc = (f"{r0} + {j}", c0) if rows > 1 else (r0, f"{c0} + {j}")
+                val = f"(*reinterpret_cast<const int*>(cake_smem + ({self.smem_byte(idx.buffer, st.index.slot, *rc)})))"
+                if st.limit is not None:
+                    val = f"(({j}) < cake_cl ? {val} : -1)"
+                w.line(f"const int cake_j{kt}_{h} = {val};")
+            for mt in range(MT):
+                for r in range(4):
+                    row = f"cake_tr0 + {mt * 16 + (r & 1) * 8} + cake_g"
+                    h0 = 2 * (r >> 1)
+                    e = (mt * KT + kt) * 4 + r
+                    w.line(f"{db.name}[{e}] = (cake_j{kt}_{h0} == {row} ? {one} : 0u) | "
+                           f"(cake_j{kt}_{h0 + 1} == {row} ? ({one} << 16) : 0u);", path)
+        w.close()
 
     @_robust
     def s_ScatterAdd(self, st: ScatterAdd, path):

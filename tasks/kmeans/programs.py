@@ -5,7 +5,9 @@
    term does not change the argmin) feed a running argmin (`topk` k = 1) in registers, so the N x K
    distance matrix is never written;
 2. update: each CTA loops over several point tiles (persistent over N) and aggregates them in shared
-   memory (`scatter_add`: red.shared per point and dim), then flushes its per-cluster partial sums and
+   memory -- `update="atomic"`: `scatter_add`, one red.shared (a CAS loop for f32) per point and dim;
+   `update="mma"`: a tensor-core product per tile, sums[16 clusters, 64 dims] += onehot^T X, each warp
+   owning whole blocks of the sums (no atomic) -- then flushes its per-cluster partial sums and
    counts to a zeroed global workspace with one `red_add` per (cluster, dim) -- not one global atomic
    per point;
 3. finish: the last CTA of each batch (`last_cta` on a grid counter) divides sums by counts (empty
@@ -109,13 +111,64 @@ def _flush_and_finish(r, kmax: int, d: int, copies: int, levels) -> None:
         _finish(r, levels)
 
 
+UPDATE_DN = 64   # columns of the sums one warp's accumulator block holds (32 f32 registers per lane)
+
+
+def _declare_update(kb, kmax: int, d: int, bm: int, update: str, copies: int = 1) -> None:
+    """The smem sums [kmax, d] and, for the tensor-core update, its operands. The mma update pads the
+    sums' rows by 8 floats: its float2 loads / stores of an accumulator block (8 rows x 4 lane pairs
+    per half-warp) then hit 32 different banks."""
+    assert update in ("atomic", "mma"), update
+    assert update == "atomic" or copies == 1, "the mma update owns its blocks per warp: no private copies"
+    kb.buffer("ssum", "smem", "f32", [copies * kmax, d], **({"pad": 8} if update == "mma" else {}))
+    if update == "mma":
+        kb.buffer("sidx", "smem", "i32", [bm, 1])
+        kb.buffer("oh", "reg", "f16", [16, 16], layout="mma_a", scope="warp")
+        kb.buffer("xb", "reg", "f16", [UPDATE_DN, 16], layout="mma_b", scope="warp")
+        kb.buffer("uacc", "reg", "f32", [16, UPDATE_DN], layout="mma_acc", scope="warp")
+
+
+def _update_mma(r, bm: int, d: int, warps: int, slot) -> None:
+    """sums[c, :] += X[j, :] for the tile's points j of cluster c, on tensor cores: the tile's targets
+    go to shared memory; warp w owns the sums' blocks (16 clusters x UPDATE_DN dims) u = w, w + warps,
+    .. (the same blocks on every tile, so no two warps ever add into one block) and, per block, loads
+    the f32 block, adds onehot(targets)^T [16, 16 points] x X [16 points, UPDATE_DN] per 16 points
+    (X through ldmatrix.trans) and stores it back. Points past N (the next batch's rows, zero fill)
+    are masked by the onehot's limit; the assignment's -1 never matches a cluster."""
+    dn = UPDATE_DN
+    r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
+    r.sync("syncthreads")   # every warp reads every warp's targets
+    with r.for_("u", "role_warp", f"cdiv(K, 16) * {d // dn}", step=warps, id="update_blocks"):
+        r.let("ur", f"(u / {d // dn}) * 16")
+        r.let("uc", f"(u % {d // dn}) * {dn}")
+        r.lds(tile("ssum", ["ur", "uc"], [16, dn]), tile("uacc"), vec_bytes=8)
+        for p in range(bm // 16):
+            r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile("oh"), row0="ur",
+                  col0=f"n0 + {p * 16}", limit="N")
+            r.ldmatrix(tile("sX", [p * 16, "uc"], [16, dn], slot=slot), tile("xb"), trans=True)
+            r.mma_sync(tile("oh"), tile("xb"), tile("uacc"))
+        r.sts(tile("uacc"), tile("ssum", ["ur", "uc"], [16, dn]), vec_bytes=8, id="store_sums")
+
+
+def _update(r, update: str, bm: int, d: int, warps: int, sums: dict, slot, cas_batch=None) -> None:
+    """Aggregate the tile's points into the CTA's sums and counts (the counts stay one red.shared per
+    point: 1/d of the sums' adds)."""
+    if update == "mma":
+        _update_mma(r, bm, d, warps, slot)
+    else:
+        r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d], slot=slot),
+              dst=sums, row0="n0 + wm0",
+              row_limit="N", **({"batch": cas_batch} if cas_batch is not None else {}))
+    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0", row_limit="N")
+
+
 def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 64, rows: int = 8,
-                 arch: str = "sm_80"):
+                 update: str = "atomic", arch: str = "sm_80"):
     """Fused Lloyd iteration for K <= kmax (the per-CTA partial sums [kmax, d] f32 live in smem)."""
     assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
     warps = bm // 16
     threads = 32 * warps
-    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}", arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
+    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}" + ("_mma" if update == "mma" else ""), arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
                        threads=threads, note="one Lloyd iteration: fused argmin assignment + smem-aggregated update")
     kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
     levels = [("m", rows, "RB"), ("t", 1, None)]
@@ -123,7 +176,7 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
     kb.buffer("sX", "smem", "f16", [bm, d], pad=8)
     kb.buffer("sC", "smem", "f16", [bn, d], pad=8, stages=2)
     kb.buffer("cn", "smem", "f32", [bn])
-    kb.buffer("ssum", "smem", "f32", [kmax, d])
+    _declare_update(kb, kmax, d, bm, update)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     _declare_registers(kb, d, bn, levels)
     with kb.role("main", warps=(0, warps)) as r:
@@ -159,16 +212,14 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
                       col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn"))
             r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
             r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-            r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d]),
-                  dst=tile("ssum"), row0="n0 + wm0", row_limit="N")
-            r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0",
-                  row_limit="N")
+            _update(r, update, bm, d, warps, tile("ssum"), slot=None)
         _flush_and_finish(r, kmax, d, 1, levels)
     return kb.build()
 
 
 def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 132, rows: int = 8,
-                    big: int = 16, cas_batch: int = 8, private: bool = False, arch: str = "sm_80"):
+                    big: int = 16, cas_batch: int = 8, private: bool = False, update: str = "atomic",
+                    arch: str = "sm_80"):
     """Fused Lloyd iteration with the batch's centroids resident in shared memory: each CTA loads all
     K <= kmax centroids (and their squared norms) once, then streams its point tiles through a
     two-stage cp.async buffer (tile i + 1 loads while tile i is scored and aggregated). Per point
@@ -180,13 +231,15 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
     The point sums are f32 shared-memory adds, which the GPU does as compare-and-swap loops:
     `cas_batch` adds are issued together (cake.cuh red_add_shared_f32xn), and `private` gives every
     warp its own [kmax, d] sums (no CAS ever loses to another warp; the flush adds all copies), for
-    few clusters, where the warps of a CTA keep hitting the same rows."""
+    few clusters, where the warps of a CTA keep hitting the same rows. `update="mma"` replaces those
+    adds with the tensor-core product (`_update_mma`; `cas_batch` / `private` then do not apply)."""
     assert big % rows == 0
     assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
     bn = min(bn, kmax)
     warps = bm // 16
     threads = 32 * warps
-    kb = KernelBuilder(f"kmeans_resident_k{kmax}_d{d}_{bm}x{bn}_p{ctas}", arch=arch,
+    kb = KernelBuilder(f"kmeans_resident_k{kmax}_d{d}_{bm}x{bn}_p{ctas}" + ("_mma" if update == "mma" else ""),
+                       arch=arch,
                        grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: resident centroids, double-buffered points, fused argmin + "
                             "smem-aggregated update")
@@ -196,8 +249,8 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
     kb.buffer("sX", "smem", "f16", [bm, d], pad=8, stages=2)
     kb.buffer("sC", "smem", "f16", [kmax, d], pad=8)
     kb.buffer("cn", "smem", "f32", [kmax])
-    copies = warps if private else 1
-    kb.buffer("ssum", "smem", "f32", [copies * kmax, d])
+    copies = warps if private and update == "atomic" else 1
+    _declare_update(kb, kmax, d, bm, update, copies)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     _declare_registers(kb, d, bn, levels)
     with kb.role("main", warps=(0, warps)) as r:
@@ -233,11 +286,8 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
                       col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", ["t * BN"], [bn]))
             r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
             r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-            r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d], slot="it % 2"),
-                  dst=tile("ssum", ["role_warp * KMAX" if private else 0, 0], [kmax, d]), row0="n0 + wm0",
-                  row_limit="N", batch=cas_batch)
-            r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0",
-                  row_limit="N")
+            _update(r, update, bm, d, warps, tile("ssum", ["role_warp * KMAX" if copies > 1 else 0, 0], [kmax, d]),
+                    slot="it % 2", cas_batch=cas_batch)
         _flush_and_finish(r, kmax, d, copies, levels)
     return kb.build()
 
@@ -246,13 +296,15 @@ SEEDS = {
     "kmeans_fused_sm80": lambda: kmeans_fused(),
     "kmeans_fused_k256_sm90a": lambda: kmeans_fused(kmax=256, arch="sm_90a"),
     "kmeans_resident_sm80": lambda: kmeans_resident(),
+    "kmeans_resident_mma_sm80": lambda: kmeans_resident(big=16, update="mma"),
 }
 
 FAMILIES = {
     "kmeans_fused_sm80": {
         "make": kmeans_fused,
         "defaults": signature_defaults(kmeans_fused),
-        "space": {"kmax": [128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [16, 32, 64, 128, 264]},
+        "space": {"kmax": [128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [16, 32, 64, 128, 264],
+                  "update": ["atomic", "mma"]},
         "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0,
         "tactics": {"retile": ["bm", "bn"]},
     },
@@ -260,8 +312,12 @@ FAMILIES = {
         "make": kmeans_resident,
         "defaults": signature_defaults(kmeans_resident),
         "space": {"kmax": [32, 64, 128, 256], "bm": [32, 64], "bn": [32, 64, 128], "ctas": [33, 66, 132, 264],
-                  "big": [8, 16, 32]},
+                  "big": [8, 16, 32], "update": ["atomic", "mma"]},
         "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and not (p["kmax"] == 256 and p["bm"] == 64),
         "tactics": {"retile": ["bm", "bn"]},
     },
 }
+# the tensor-core update seed: the resident family with its own defaults (big 16 keeps E-RES-05's budget)
+FAMILIES["kmeans_resident_mma_sm80"] = {**FAMILIES["kmeans_resident_sm80"],
+                                        "defaults": {**FAMILIES["kmeans_resident_sm80"]["defaults"], "big": 16,
+                                                     "update": "mma"}}
