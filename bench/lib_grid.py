@@ -151,6 +151,10 @@ def kmeans_variants() -> list[dict]:
     out += [{"kind": "resident", "kmax": 128, "bm": 64, "bn": 64, "ctas": p, "big": 16, **mma} for p in (33, 132)]
     out += [{"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 132, "big": 8, **mma}]
     out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": p, **mma} for p in (33, 132)]
+    # 32 clusters per accumulator block: X is read from shared memory half as often
+    mma32 = {"update": "mma", "urows": 32}
+    out += [{"kind": "resident", "kmax": 128, "bm": 64, "bn": 64, "ctas": p, "big": 8, **mma32} for p in (33, 132)]
+    out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": p, **mma32} for p in (33, 132)]
     return out
 
 

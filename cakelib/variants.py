@@ -75,12 +75,13 @@ KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 
 
 
 def kmeans_name(p: dict) -> str:
-    """`update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`) adds `_mma`; its
+    """`update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
+    accumulator block) adds `_mma{urows}`; its
     variants carry no cas_batch / private (they only shape the atomic update)."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""
-    extra += "_mma" if p.get("update", "atomic") == "mma" else ""
+    extra += f"_mma{p.get('urows', 16)}" if p.get("update", "atomic") == "mma" else ""
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 
@@ -95,8 +96,9 @@ def kmeans_kernel(p: dict, arch: str):
     if p.get("kind", "fused") == "resident":
         return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16),
                                cas_batch=p.get("cas_batch", 8), private=p.get("private", False), update=update,
-                               arch=arch)
-    return kmeans_fused(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], update=update, arch=arch)
+                               urows=p.get("urows", 16), arch=arch)
+    return kmeans_fused(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], update=update,
+                        urows=p.get("urows", 16), arch=arch)
 
 
 SUPPORTS = {"knn": knn_supports, "kmeans": kmeans_supports}

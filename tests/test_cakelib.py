@@ -105,7 +105,8 @@ def test_kmeans_mma_update_variants_compile(arch):
         r = compile_kernel(kmeans_kernel(p, arch), arch=arch)
         assert r.ok, (p, [d.short() for d in r.diagnostics if d.severity == "error"])
         body = r.cuda_source.split("__global__")[-1]          # the kernel, not the runtime header
-        assert body.count("cake::mma_16816_f16(&uacc[") == 8 * (p["bm"] // 16), p   # 8 n-tiles per 16 points
+        # 8 n-tiles x urows / 16 m-tiles per 16 points
+        assert body.count("cake::mma_16816_f16(&uacc[") == 8 * p.get("urows", 16) // 16 * (p["bm"] // 16), p
         adds = [ln for ln in body.splitlines() if "red_add_shared" in ln]
         assert len(adds) == 2 and all(", 1.0f);" in ln for ln in adds), (p, adds)   # the counts of a lane's 2 rows
 

@@ -114,7 +114,7 @@ def _flush_and_finish(r, kmax: int, d: int, copies: int, levels) -> None:
 UPDATE_DN = 64   # columns of the sums one warp's accumulator block holds (32 f32 registers per lane)
 
 
-def _declare_update(kb, kmax: int, d: int, bm: int, update: str, copies: int = 1) -> None:
+def _declare_update(kb, kmax: int, d: int, bm: int, update: str, copies: int = 1, urows: int = 16) -> None:
     """The smem sums [kmax, d] and, for the tensor-core update, its operands. The mma update pads the
     sums' rows by 8 floats: its float2 loads / stores of an accumulator block (8 rows x 4 lane pairs
     per half-warp) then hit 32 different banks."""
@@ -123,38 +123,41 @@ def _declare_update(kb, kmax: int, d: int, bm: int, update: str, copies: int = 1
     kb.buffer("ssum", "smem", "f32", [copies * kmax, d], **({"pad": 8} if update == "mma" else {}))
     if update == "mma":
         kb.buffer("sidx", "smem", "i32", [bm, 1])
-        kb.buffer("oh", "reg", "f16", [16, 16], layout="mma_a", scope="warp")
+        kb.buffer("oh", "reg", "f16", [urows, 16], layout="mma_a", scope="warp")
         kb.buffer("xb", "reg", "f16", [UPDATE_DN, 16], layout="mma_b", scope="warp")
-        kb.buffer("uacc", "reg", "f32", [16, UPDATE_DN], layout="mma_acc", scope="warp")
+        kb.buffer("uacc", "reg", "f32", [urows, UPDATE_DN], layout="mma_acc", scope="warp")
 
 
-def _update_mma(r, bm: int, d: int, warps: int, slot) -> None:
+def _update_mma(r, bm: int, d: int, warps: int, slot, urows: int = 16) -> None:
     """sums[c, :] += X[j, :] for the tile's points j of cluster c, on tensor cores: the tile's targets
-    go to shared memory; warp w owns the sums' blocks (16 clusters x UPDATE_DN dims) u = w, w + warps,
-    .. (the same blocks on every tile, so no two warps ever add into one block) and, per block, loads
-    the f32 block, adds onehot(targets)^T [16, 16 points] x X [16 points, UPDATE_DN] per 16 points
-    (X through ldmatrix.trans) and stores it back. Points past N (the next batch's rows, zero fill)
-    are masked by the onehot's limit; the assignment's -1 never matches a cluster."""
+    go to shared memory; warp w owns the sums' blocks (`urows` clusters x UPDATE_DN dims) u = w,
+    w + warps, .. (the same blocks on every tile, so no two warps ever add into one block) and, per
+    block, loads the f32 block, adds onehot(targets)^T [urows, 16 points] x X [16 points, UPDATE_DN]
+    per 16 points (X through ldmatrix.trans) and stores it back. Shared-memory traffic per tile:
+    the sums' blocks twice (K x d x 8 bytes) and X once per block row (K / urows x bm x d x 2 bytes):
+    urows 32 halves the second for 32 more accumulator registers. Points past N (the next batch's
+    rows, zero fill) are masked by the onehot's limit; the assignment's -1 never matches a cluster."""
     dn = UPDATE_DN
     r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
     r.sync("syncthreads")   # every warp reads every warp's targets
-    with r.for_("u", "role_warp", f"cdiv(K, 16) * {d // dn}", step=warps, id="update_blocks"):
-        r.let("ur", f"(u / {d // dn}) * 16")
+    with r.for_("u", "role_warp", f"cdiv(K, {urows}) * {d // dn}", step=warps, id="update_blocks"):
+        r.let("ur", f"(u / {d // dn}) * {urows}")
         r.let("uc", f"(u % {d // dn}) * {dn}")
-        r.lds(tile("ssum", ["ur", "uc"], [16, dn]), tile("uacc"), vec_bytes=8)
+        r.lds(tile("ssum", ["ur", "uc"], [urows, dn]), tile("uacc"), vec_bytes=8)
         for p in range(bm // 16):
             r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile("oh"), row0="ur",
                   col0=f"n0 + {p * 16}", limit="N")
             r.ldmatrix(tile("sX", [p * 16, "uc"], [16, dn], slot=slot), tile("xb"), trans=True)
             r.mma_sync(tile("oh"), tile("xb"), tile("uacc"))
-        r.sts(tile("uacc"), tile("ssum", ["ur", "uc"], [16, dn]), vec_bytes=8, id="store_sums")
+        r.sts(tile("uacc"), tile("ssum", ["ur", "uc"], [urows, dn]), vec_bytes=8, id="store_sums")
 
 
-def _update(r, update: str, bm: int, d: int, warps: int, sums: dict, slot, cas_batch=None) -> None:
+def _update(r, update: str, bm: int, d: int, warps: int, sums: dict, slot, cas_batch=None,
+            urows: int = 16) -> None:
     """Aggregate the tile's points into the CTA's sums and counts (the counts stay one red.shared per
     point: 1/d of the sums' adds)."""
     if update == "mma":
-        _update_mma(r, bm, d, warps, slot)
+        _update_mma(r, bm, d, warps, slot, urows)
     else:
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d], slot=slot),
               dst=sums, row0="n0 + wm0",
@@ -163,12 +166,13 @@ def _update(r, update: str, bm: int, d: int, warps: int, sums: dict, slot, cas_b
 
 
 def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 64, rows: int = 8,
-                 update: str = "atomic", arch: str = "sm_80"):
-    """Fused Lloyd iteration for K <= kmax (the per-CTA partial sums [kmax, d] f32 live in smem)."""
+                 update: str = "atomic", urows: int = 16, arch: str = "sm_80"):
+    """Fused Lloyd iteration for K <= kmax (the per-CTA partial sums [kmax, d] f32 live in smem).
+    `update` / `urows`: see `_update_mma`."""
     assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
     warps = bm // 16
     threads = 32 * warps
-    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}" + ("_mma" if update == "mma" else ""), arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
+    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}" + (f"_mma{urows}" if update == "mma" else ""), arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
                        threads=threads, note="one Lloyd iteration: fused argmin assignment + smem-aggregated update")
     kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
     levels = [("m", rows, "RB"), ("t", 1, None)]
@@ -176,7 +180,7 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
     kb.buffer("sX", "smem", "f16", [bm, d], pad=8)
     kb.buffer("sC", "smem", "f16", [bn, d], pad=8, stages=2)
     kb.buffer("cn", "smem", "f32", [bn])
-    _declare_update(kb, kmax, d, bm, update)
+    _declare_update(kb, kmax, d, bm, update, urows=urows)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     _declare_registers(kb, d, bn, levels)
     with kb.role("main", warps=(0, warps)) as r:
@@ -212,14 +216,14 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
                       col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn"))
             r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
             r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-            _update(r, update, bm, d, warps, tile("ssum"), slot=None)
+            _update(r, update, bm, d, warps, tile("ssum"), slot=None, urows=urows)
         _flush_and_finish(r, kmax, d, 1, levels)
     return kb.build()
 
 
 def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 132, rows: int = 8,
                     big: int = 16, cas_batch: int = 8, private: bool = False, update: str = "atomic",
-                    arch: str = "sm_80"):
+                    urows: int = 16, arch: str = "sm_80"):
     """Fused Lloyd iteration with the batch's centroids resident in shared memory: each CTA loads all
     K <= kmax centroids (and their squared norms) once, then streams its point tiles through a
     two-stage cp.async buffer (tile i + 1 loads while tile i is scored and aggregated). Per point
@@ -238,7 +242,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
     bn = min(bn, kmax)
     warps = bm // 16
     threads = 32 * warps
-    kb = KernelBuilder(f"kmeans_resident_k{kmax}_d{d}_{bm}x{bn}_p{ctas}" + ("_mma" if update == "mma" else ""),
+    kb = KernelBuilder(f"kmeans_resident_k{kmax}_d{d}_{bm}x{bn}_p{ctas}" + (f"_mma{urows}" if update == "mma" else ""),
                        arch=arch,
                        grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: resident centroids, double-buffered points, fused argmin + "
@@ -250,7 +254,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
     kb.buffer("sC", "smem", "f16", [kmax, d], pad=8)
     kb.buffer("cn", "smem", "f32", [kmax])
     copies = warps if private and update == "atomic" else 1
-    _declare_update(kb, kmax, d, bm, update, copies)
+    _declare_update(kb, kmax, d, bm, update, copies, urows)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     _declare_registers(kb, d, bn, levels)
     with kb.role("main", warps=(0, warps)) as r:
@@ -287,7 +291,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
             r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
             r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
             _update(r, update, bm, d, warps, tile("ssum", ["role_warp * KMAX" if copies > 1 else 0, 0], [kmax, d]),
-                    slot="it % 2", cas_batch=cas_batch)
+                    slot="it % 2", cas_batch=cas_batch, urows=urows)
         _flush_and_finish(r, kmax, d, copies, levels)
     return kb.build()
 
