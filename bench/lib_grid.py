@@ -155,6 +155,12 @@ def kmeans_variants() -> list[dict]:
     mma32 = {"update": "mma", "urows": 32}
     out += [{"kind": "resident", "kmax": 128, "bm": 64, "bn": 64, "ctas": p, "big": 8, **mma32} for p in (33, 132)]
     out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": p, **mma32} for p in (33, 132)]
+    # 128-point tiles: 8 warps (two per scheduler to hide latency), the sums' blocks loaded and stored once
+    # per 128 points, each centroid tile (fused) scored against twice the points
+    out += [{"kind": "resident", "kmax": k, "bm": 128, "bn": 64, "ctas": 132, "big": 8, **mma} for k in (32, 64)]
+    out += [{"kind": "resident", "kmax": 128, "bm": 128, "bn": 64, "ctas": p, "big": 8, **m}
+            for p in (33, 132) for m in (mma, mma32)]
+    out += [{"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": p, **m} for p in (33, 132) for m in (mma, mma32)]
     return out
 
 

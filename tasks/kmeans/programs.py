@@ -22,8 +22,9 @@ from cake_ir.builder import KernelBuilder, tile
 BIG = 3.0e38
 
 
-def _finish_rows(r, rows: int, first: str, count: str, tag: str) -> None:
-    """Finish `count` chunks of `rows` centroids starting at centroid `first` (within the batch)."""
+def _finish_rows(r, rows: int, first: str, count: str, tag: str, barrier=None) -> None:
+    """Finish `count` chunks of `rows` centroids starting at centroid `first` (within the batch), with
+    the CTA's threads, or with warpgroup 0 synchronising on the named `barrier`."""
     with r.for_(f"f{tag}", 0, count):
         r.let(f"k{tag}", f"b * K + {first} + f{tag} * {rows}")
         r.ldg(tile("WS", [f"k{tag}", 0], [rows, 128]), tile(f"fs{tag}"), oob="zfill", vec_bytes=4)
@@ -35,14 +36,17 @@ def _finish_rows(r, rows: int, first: str, count: str, tag: str) -> None:
         # every thread reads every count of the chunk (fc is per thread) and every thread zeroes them:
         # without this barrier a fast warp zeroes WC before a slow warp has read it (that warp then keeps
         # the old centroid: seen on the H200 at B=32)
-        r.sync("syncthreads")
+        if barrier is None:
+            r.sync("syncthreads")
+        else:
+            r.add("bar_sync", barrier=barrier)
         r.fill(f"fs{tag}", 0.0)
         r.fill(f"fc{tag}", 0.0)
         r.stg(tile(f"fs{tag}"), tile("WS", [f"k{tag}", 0], [rows, 128]), oob="mask", vec_bytes=4)
         r.stg(tile(f"fc{tag}"), tile("WC", [f"k{tag}", 0], [rows, 1]), oob="mask", vec_bytes=4)
 
 
-def _finish(r, levels) -> None:
+def _finish(r, levels, barrier=None) -> None:
     """The last CTA of a batch finishes its K clusters in chunks of decreasing size: `levels` is
     [(tag, rows, const name)], the last one (tag, 1, None); each level takes what the previous left."""
     prev = None
@@ -54,7 +58,7 @@ def _finish(r, levels) -> None:
             count = f"K % {prev}"
         else:
             count = f"(K % {prev}) / {const}"
-        _finish_rows(r, rows, first, count, tag)
+        _finish_rows(r, rows, first, count, tag, barrier)
         prev = const
 
 
@@ -72,7 +76,16 @@ def _declare_io(kb, kmax: int) -> None:
     kb.tensor("WT", "i32", ["B", 1], access="readwrite")
 
 
-def _declare_registers(kb, d: int, bn: int, levels) -> None:
+def _finish_scope(kb, threads: int) -> str:
+    """The finish's thread group: the CTA up to 128 threads; beyond, warpgroup 0 alone (a row of 128
+    columns spreads over 128 threads, one element each) on a named barrier of its 128 threads."""
+    if threads <= 128:
+        return "cta"
+    kb.named_barrier("finish_bar", 1, 128)
+    return "warpgroup"
+
+
+def _declare_registers(kb, d: int, bn: int, levels, scope: str = "cta") -> None:
     """Register tiles: the zero block, the argmin's mma fragments and lists, the finish chunks."""
     kb.buffer("zero", "reg", "f32", [8, d], layout="blocked", vec=4, scope="cta")
     kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
@@ -81,8 +94,8 @@ def _declare_registers(kb, d: int, bn: int, levels) -> None:
     kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
     kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
     for tag, n, _ in levels:
-        kb.buffer(f"fs{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
-        kb.buffer(f"fo{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope="cta")
+        kb.buffer(f"fs{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope=scope)
+        kb.buffer(f"fo{tag}", "reg", "f32", [n, d], layout="blocked", vec=1, scope=scope)
         kb.buffer(f"fc{tag}", "reg", "f32", [n, 1])
 
 
@@ -97,7 +110,7 @@ def _zero_partials(r, d: int, threads: int, sum_chunks: str) -> None:
             r.sts(tile("fct"), tile("scnt", [f"z2 * {threads} + tid", 0], [1, 1]), vec_bytes=4)
 
 
-def _flush_and_finish(r, kmax: int, d: int, copies: int, levels) -> None:
+def _flush_and_finish(r, kmax: int, d: int, copies: int, levels, scope: str = "cta") -> None:
     """Add the CTA's sums (`copies` per-warp copies or one) and counts into the zeroed workspace, one
     red.global per (cluster, dim); the last CTA of the batch divides and re-zeroes it."""
     r.sync("syncthreads")
@@ -108,7 +121,11 @@ def _flush_and_finish(r, kmax: int, d: int, copies: int, levels) -> None:
     r.add("red_add", id="flush_counts", src=tile("scnt"), dst=tile("WC", ["b * K", 0], [kmax, 1]), row_limit="K")
     fin = r.add("last_cta", id="finish", counter=tile("WT", ["b", 0], [1, 1]), count="nbid.x", body=[])
     with r._nest(fin["body"]):
-        _finish(r, levels)
+        if scope == "cta":
+            _finish(r, levels)
+        else:
+            with r.if_("wg == 0"):
+                _finish(r, levels, "finish_bar")
 
 
 UPDATE_DN = 64   # columns of the sums one warp's accumulator block holds (32 f32 registers per lane)
@@ -182,7 +199,8 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
     kb.buffer("cn", "smem", "f32", [bn])
     _declare_update(kb, kmax, d, bm, update, urows=urows)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
-    _declare_registers(kb, d, bn, levels)
+    fscope = _finish_scope(kb, threads)
+    _declare_registers(kb, d, bn, levels, fscope)
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("wm0", "role_warp * 16")
@@ -217,7 +235,7 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
             r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
             r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
             _update(r, update, bm, d, warps, tile("ssum"), slot=None, urows=urows)
-        _flush_and_finish(r, kmax, d, 1, levels)
+        _flush_and_finish(r, kmax, d, 1, levels, fscope)
     return kb.build()
 
 
@@ -256,7 +274,8 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
     copies = warps if private and update == "atomic" else 1
     _declare_update(kb, kmax, d, bm, update, copies, urows)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
-    _declare_registers(kb, d, bn, levels)
+    fscope = _finish_scope(kb, threads)
+    _declare_registers(kb, d, bn, levels, fscope)
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("wm0", "role_warp * 16")
@@ -292,7 +311,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
             r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
             _update(r, update, bm, d, warps, tile("ssum", ["role_warp * KMAX" if copies > 1 else 0, 0], [kmax, d]),
                     slot="it % 2", cas_batch=cas_batch, urows=urows)
-        _flush_and_finish(r, kmax, d, copies, levels)
+        _flush_and_finish(r, kmax, d, copies, levels, fscope)
     return kb.build()
 
 
@@ -315,7 +334,7 @@ FAMILIES = {
     "kmeans_resident_sm80": {
         "make": kmeans_resident,
         "defaults": signature_defaults(kmeans_resident),
-        "space": {"kmax": [32, 64, 128, 256], "bm": [32, 64], "bn": [32, 64, 128], "ctas": [33, 66, 132, 264],
+        "space": {"kmax": [32, 64, 128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [33, 66, 132, 264],
                   "big": [8, 16, 32], "update": ["atomic", "mma"]},
         "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and not (p["kmax"] == 256 and p["bm"] == 64),
         "tactics": {"retile": ["bm", "bn"]},
