@@ -6,7 +6,7 @@
 #          in-place outputs) and knn's in-place outputs, then -- once the table is there -- grid shard 1/2;
 #   then the two shards merged into $OUT/kmeans/lib-grid-kmeans-h200.json, compared with the committed grid
 #   and summarised (printed last).
-#     OUT=/some/dir bash bench/lib_kmeans_device.sh [TOTAL_S=540] [SWEEP_BUDGET_S=170] [TEST_S=150]
+#     OUT=/some/dir [PROFILE='{variant params}'] bash bench/lib_kmeans_device.sh [TOTAL_S=540] [SWEEP_BUDGET_S=170] [TEST_S=150]
 set -u
 T0=$(date +%s)
 TOTAL=${1:-540}
@@ -37,6 +37,13 @@ grid_shard() {   # $1: shard index; the deadline leaves room for the dispatched 
    "tests/test_knn_fast.py::test_cakelib_knn_writes_caller_outputs_in_place" -k "onehot or kmeans or in_place" \
    > $D/tests.log 2>&1
  stamp "tests rc=$?: $(tail -1 $D/tests.log)"
+ # while GPU 0 sweeps: where a 64-point tile's time goes in the K = 256 tensor-core-update kernel
+ # (one launch, Nsight Compute's full set; skipped when ncu is absent)
+ if command -v ncu >/dev/null && [ -n "${PROFILE:-}" ]; then
+   timeout 100 ncu --set full -k regex:kmeans --launch-skip 2 --launch-count 1 $PY bench/profile_lib.py kmeans 1 1048576 256 \
+     "$PROFILE" > $D/ncu.txt 2>&1
+   stamp "ncu rc=$?"
+ fi
  while [ ! -f $D/sweep.done ] && [ $(left) -gt 150 ]; do sleep 3; done
  grid_shard 1) &
 wait

@@ -2,7 +2,9 @@
 
     ncu --set full -k regex:kmeans --launch-skip 2 --launch-count 1 python bench/profile_lib.py kmeans B N K
     ncu --set full -k regex:knn --launch-skip 1 --launch-count 1 python bench/profile_lib.py knn Q M k
+    (an optional 5th argument: the variant's params as JSON, instead of the dispatch table's pick)
 """
+import json
 import os
 import sys
 
@@ -13,16 +15,17 @@ def main():
     import torch
     from bench.lib_grid import kmeans_inputs, knn_inputs
     op, a, b, c = sys.argv[1], *map(int, sys.argv[2:5])
+    variant = json.loads(sys.argv[5]) if len(sys.argv) > 5 else None
     if op == "kmeans":
         from cakelib import kmeans
         x, c0 = kmeans_inputs({"B": a, "N": b, "K": c})
         for _ in range(3):
-            kmeans(x, c, 1, init=c0)
+            kmeans(x, c, 1, init=c0, variant=variant)
     else:
         from cakelib import knn
         xq, xb = knn_inputs({"Q": a, "M": b, "k": c})
         for _ in range(2):
-            knn(xq, xb, c)
+            knn(xq, xb, c, variant=variant)
     torch.cuda.synchronize()
 
 
