@@ -76,12 +76,13 @@ KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 
 
 def kmeans_name(p: dict) -> str:
     """`update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
-    accumulator block) adds `_mma{urows}`; its
+    accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update)."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""
     extra += f"_mma{p.get('urows', 16)}" if p.get("update", "atomic") == "mma" else ""
+    extra += "_n1" if p.get("norms", "tile") == "once" else ""
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 
@@ -98,7 +99,7 @@ def kmeans_kernel(p: dict, arch: str):
                                cas_batch=p.get("cas_batch", 8), private=p.get("private", False), update=update,
                                urows=p.get("urows", 16), arch=arch)
     return kmeans_fused(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], update=update,
-                        urows=p.get("urows", 16), arch=arch)
+                        urows=p.get("urows", 16), norms=p.get("norms", "tile"), arch=arch)
 
 
 SUPPORTS = {"knn": knn_supports, "kmeans": kmeans_supports}

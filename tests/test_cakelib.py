@@ -170,7 +170,10 @@ def test_knn_numpy_matches_float64(Q, M, k, variant):
     # 8 warps (the finish by warpgroup 0 on a named barrier), 32 clusters per accumulator block
     (3, 4099, 100, {"kind": "resident", "kmax": 128, "bm": 128, "bn": 64, "ctas": 33, "big": 8, "update": "mma",
                     "urows": 32}),
-    (2, 70001, 250, {"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 132, "update": "mma"})])
+    (2, 70001, 250, {"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 132, "update": "mma"}),
+    # the centroid norms once per CTA (K not a multiple of the centroid tile: the next batch's rows)
+    (3, 9999, 170, {"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 33, "update": "mma", "urows": 32,
+                    "norms": "once"})])
 def test_kmeans_one_step_matches_float64(B, N, K, variant):
     from cakelib import kmeans
     from tasks.kmeans.task import TASK

@@ -183,20 +183,24 @@ def _update(r, update: str, bm: int, d: int, warps: int, sums: dict, slot, cas_b
 
 
 def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 64, rows: int = 8,
-                 update: str = "atomic", urows: int = 16, arch: str = "sm_80"):
+                 update: str = "atomic", urows: int = 16, norms: str = "tile", arch: str = "sm_80"):
     """Fused Lloyd iteration for K <= kmax (the per-CTA partial sums [kmax, d] f32 live in smem).
-    `update` / `urows`: see `_update_mma`."""
+    `update` / `urows`: see `_update_mma`. `norms`: "tile" recomputes each centroid tile's squared
+    norms per point tile (a reduce and a CTA barrier per centroid tile); "once" computes all K norms
+    once per CTA, before the point loop, into an smem vector the argmin reads."""
+    assert norms in ("tile", "once"), norms
     assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
     warps = bm // 16
     threads = 32 * warps
-    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}" + (f"_mma{urows}" if update == "mma" else ""), arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
+    suffix = (f"_mma{urows}" if update == "mma" else "") + ("_n1" if norms == "once" else "")
+    kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}{suffix}", arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
                        threads=threads, note="one Lloyd iteration: fused argmin assignment + smem-aggregated update")
     kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
     levels = [("m", rows, "RB"), ("t", 1, None)]
     _declare_io(kb, kmax)
     kb.buffer("sX", "smem", "f16", [bm, d], pad=8)
     kb.buffer("sC", "smem", "f16", [bn, d], pad=8, stages=2)
-    kb.buffer("cn", "smem", "f32", [bn])
+    kb.buffer("cn", "smem", "f32", [kmax if norms == "once" else bn])
     _declare_update(kb, kmax, d, bm, update, urows=urows)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     fscope = _finish_scope(kb, threads)
@@ -205,6 +209,14 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
         r.let("b", "bid.y")
         r.let("wm0", "role_warp * 16")
         _zero_partials(r, d, threads, "KMAX / 8")
+        if norms == "once":
+            with r.for_("t0", 0, "cdiv(K, BN)", id="centroid_norms_once"):
+                r.sync("syncthreads")   # the previous tile's norm readers are done with slot 0
+                r.copy("cp_async", tile("C", ["b * K + t0 * BN", 0], [bn, d]), tile("sC", slot=0), oob="zfill")
+                r.sync("cp_async_commit")
+                r.sync("cp_async_wait", n=0)
+                r.sync("syncthreads")
+                r.reduce("sum_sq", tile("sC", slot=0), tile("cn", ["t0 * BN"], [bn]), id="centroid_norms")
         with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
             r.let("n0", "(bid.x + it * nbid.x) * BM")
             r.sync("syncthreads")   # the previous tile's readers of sX / sC are done
@@ -223,15 +235,17 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
                     r.copy("cp_async", tile("C", ["b * K + (t + 1) * BN", 0], [bn, d]), tile("sC", slot="(t + 1) % 2"),
                            oob="zfill")
                 r.sync("cp_async_commit")
-                r.reduce("sum_sq", tile("sC", slot="t % 2"), tile("cn"), id="centroid_norms")
-                r.sync("syncthreads")
+                if norms == "tile":
+                    r.reduce("sum_sq", tile("sC", slot="t % 2"), tile("cn"), id="centroid_norms")
+                    r.sync("syncthreads")
                 r.fill("acc", 0.0)
                 for kk in range(d // 16):
                     r.ldmatrix(tile("sC", [0, kk * 16], [bn, 16], slot="t % 2"), tile("fb"))
                     r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
                 # rows of C beyond K (the next batch's centroids or zero fill) are skipped by limit
                 r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
-                      col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn"))
+                      col="t * BN", limit="K", scale=-2.0,
+                      col_bias=tile("cn", ["t * BN"], [bn]) if norms == "once" else tile("cn"))
             r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
             r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
             _update(r, update, bm, d, warps, tile("ssum"), slot=None, urows=urows)
@@ -327,7 +341,7 @@ FAMILIES = {
         "make": kmeans_fused,
         "defaults": signature_defaults(kmeans_fused),
         "space": {"kmax": [128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [16, 32, 64, 128, 264],
-                  "update": ["atomic", "mma"]},
+                  "update": ["atomic", "mma"], "norms": ["tile", "once"]},
         "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0,
         "tactics": {"retile": ["bm", "bn"]},
     },
