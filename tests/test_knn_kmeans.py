@@ -149,6 +149,8 @@ def test_new_ops_lower_to_runtime_calls():
     for call in ("cake::topk_insert<1, true>", "cake::topk_merge_quad<1, true>", "cake::red_add_shared(",
                  "cake::red_add_global(", "cake::arrive_last(", "cake::sq("):
         assert call in src, call
+    # the argmin's score -2 x.c + ||c||^2 is one FFMA (no `+ 0.0f` row bias in between)
+    assert "__fmaf_rn(-2.0f, acc[" in src and "cake_rb" not in src
     src = compile_kernel(get_task("knn").seed_programs()["knn_l2_mma_sm80"], emit="cuda").cuda_source
     assert "cake::topk_insert<10, true>" in src and "fmaf(-2.0f, acc[" in src
     assert "cake::quad_min(cake_tv[9])" in src     # k > 1: the quad's threshold filters the insertions

@@ -704,12 +704,23 @@ class Emitter:
         if len(shape) < 2 or prod(shape[:-1]) != TM or shape[-1] != TN or TM % 16 or TN % 8:
             self.fail(path, f"an mma_acc [{TM}, {TN}] loads from a tile of {TM} rows x {TN} ({shape})")
         r0, c0, _, _ = self.tile_rc(mem, path)
+        b = mem.buffer
         w = self.w
         w.open("", path)
+        if b.layout in SWZ_BITS:
+            base = None
+        else:
+            # one base pointer, then constant element offsets: they fold into the loads' immediates (an
+            # unsigned byte offset added per element would not: its wrap-around is defined)
+            base = "cake_accp"
+            w.line(f"const float* {base} = reinterpret_cast<const float*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, r0, c0)}));")
         w.line("#pragma unroll")
         w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; cake_e += 2)")
         self.acc_coords(TN)
-        ptr = f"reinterpret_cast<const float2*>(cake_smem + ({self.smem_byte(mem.buffer, mem.ref.slot, f'{r0} + cake_row', f'{c0} + cake_col')}))"
+        if base is None:
+            ptr = f"reinterpret_cast<const float2*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, f'{r0} + cake_row', f'{c0} + cake_col')}))"
+        else:
+            ptr = f"reinterpret_cast<const float2*>({base} + cake_row * {row_pitch_elems(b)} + cake_col)"
         w.line(f"const float2 cake_v = *{ptr};")
         w.line(f"{rb.name}[cake_e] = cake_v.x; {rb.name}[cake_e + 1] = cake_v.y;", path)
         w.close()
@@ -1331,16 +1342,23 @@ class Emitter:
             for slot, row in self.rows_slots(TM):
                 m, h = slot // 2, slot % 2
                 w.open("")
-                rb = self.smem_f32(self.vec_addr(st.row_bias, row, path)) if st.row_bias is not None else "0.0f"
-                w.line(f"const float cake_rb = {rb};")
+                rbias = ""
+                if st.row_bias is not None:
+                    w.line(f"const float cake_rb = {self.smem_f32(self.vec_addr(st.row_bias, row, path))};")
+                    rbias = " + cake_rb"
                 w.line("#pragma unroll")
                 w.open(f"for (int cake_n = 0; cake_n < {NT}; ++cake_n)")
                 w.line("#pragma unroll")
                 w.open("for (int cake_j = 0; cake_j < 2; ++cake_j)")
                 w.line("const int cake_c = cake_n * 8 + cake_c0 + cake_j;")
-                cbias = f" + {self.smem_f32(self.vec_addr(st.col_bias, 'cake_c', path))}" if st.col_bias is not None else ""
-                w.line(f"const float cake_v = {float(st.scale)!r}f * {sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j]"
-                       f" + cake_rb{cbias};")
+                src = f"{sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j]"
+                if st.col_bias is not None and not rbias:
+                    # one FFMA (nvcc turns -2 x + c into two FADDs: -(x + x), then + c)
+                    cb = self.smem_f32(self.vec_addr(st.col_bias, 'cake_c', path))
+                    w.line(f"const float cake_v = __fmaf_rn({float(st.scale)!r}f, {src}, {cb});")
+                else:
+                    cbias = f" + {self.smem_f32(self.vec_addr(st.col_bias, 'cake_c', path))}" if st.col_bias is not None else ""
+                    w.line(f"const float cake_v = {float(st.scale)!r}f * {src}{rbias}{cbias};")
                 call = f"{fn}(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}], cake_v, cake_cb + cake_c);"
                 w.line(f"if (cake_cb + cake_c < {lim}) {call}" if lim else call)
                 w.close()

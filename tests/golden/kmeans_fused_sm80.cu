@@ -260,25 +260,23 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k128_d128_64x6
           const int cake_c0 = 2 * (cake_lane & 3);
           const int cake_cb = (int)(t * BN);
            {
-            const float cake_rb = 0.0f;
             #pragma unroll
             for (int cake_n = 0; cake_n < 8; ++cake_n) {
               #pragma unroll
               for (int cake_j = 0; cake_j < 2; ++cake_j) {
                 const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-                const float cake_v = -2.0f * acc[((0) * 8 + cake_n) * 4 + 0 + cake_j] + cake_rb + (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52224u + 4u * (unsigned)((0) + (cake_c))) - cake_smem_base)));
+                const float cake_v = __fmaf_rn(-2.0f, acc[((0) * 8 + cake_n) * 4 + 0 + cake_j], (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52224u + 4u * (unsigned)((0) + (cake_c))) - cake_smem_base))));
                 if (cake_cb + cake_c < (int)(K)) cake::topk_insert<1, true>(&bv[0], &bi[0], cake_v, cake_cb + cake_c);
               }
             }
           }
            {
-            const float cake_rb = 0.0f;
             #pragma unroll
             for (int cake_n = 0; cake_n < 8; ++cake_n) {
               #pragma unroll
               for (int cake_j = 0; cake_j < 2; ++cake_j) {
                 const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-                const float cake_v = -2.0f * acc[((0) * 8 + cake_n) * 4 + 2 + cake_j] + cake_rb + (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52224u + 4u * (unsigned)((0) + (cake_c))) - cake_smem_base)));
+                const float cake_v = __fmaf_rn(-2.0f, acc[((0) * 8 + cake_n) * 4 + 2 + cake_j], (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 52224u + 4u * (unsigned)((0) + (cake_c))) - cake_smem_base))));
                 if (cake_cb + cake_c < (int)(K)) cake::topk_insert<1, true>(&bv[1], &bi[1], cake_v, cake_cb + cake_c);
               }
             }

@@ -266,25 +266,23 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
           const int cake_c0 = 2 * (cake_lane & 3);
           const int cake_cb = (int)(t * BN);
            {
-            const float cake_rb = 0.0f;
             #pragma unroll
             for (int cake_n = 0; cake_n < 8; ++cake_n) {
               #pragma unroll
               for (int cake_j = 0; cake_j < 2; ++cake_j) {
                 const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-                const float cake_v = -2.0f * acc[((0) * 8 + cake_n) * 4 + 0 + cake_j] + cake_rb + (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 69632u + 4u * (unsigned)((t * BN) + (cake_c))) - cake_smem_base)));
+                const float cake_v = __fmaf_rn(-2.0f, acc[((0) * 8 + cake_n) * 4 + 0 + cake_j], (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 69632u + 4u * (unsigned)((t * BN) + (cake_c))) - cake_smem_base))));
                 if (cake_cb + cake_c < (int)(K)) cake::topk_insert<1, true>(&bv[0], &bi[0], cake_v, cake_cb + cake_c);
               }
             }
           }
            {
-            const float cake_rb = 0.0f;
             #pragma unroll
             for (int cake_n = 0; cake_n < 8; ++cake_n) {
               #pragma unroll
               for (int cake_j = 0; cake_j < 2; ++cake_j) {
                 const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-                const float cake_v = -2.0f * acc[((0) * 8 + cake_n) * 4 + 2 + cake_j] + cake_rb + (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 69632u + 4u * (unsigned)((t * BN) + (cake_c))) - cake_smem_base)));
+                const float cake_v = __fmaf_rn(-2.0f, acc[((0) * 8 + cake_n) * 4 + 2 + cake_j], (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 69632u + 4u * (unsigned)((t * BN) + (cake_c))) - cake_smem_base))));
                 if (cake_cb + cake_c < (int)(K)) cake::topk_insert<1, true>(&bv[1], &bi[1], cake_v, cake_cb + cake_c);
               }
             }
@@ -320,11 +318,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
         const int ur = u / 2 * 16;  // /roles/0/body/12/body/13/body/0
         const int uc = u % 2 * 64;  // /roles/0/body/12/body/13/body/1
          {  // /roles/0/body/12/body/13/body/2
+          const float* cake_accp = reinterpret_cast<const float*>(cake_smem + (70144u + (unsigned)(((ur)) * 544 + ((uc)) * 4)));
           #pragma unroll
           for (int cake_e = 0; cake_e < 32; cake_e += 2) {
             const int cake_row = ((cake_e >> 2) / 8) * 16 + (cake_lane >> 2) + ((cake_e & 3) >> 1) * 8;
             const int cake_col = ((cake_e >> 2) % 8) * 8 + (cake_lane & 3) * 2 + (cake_e & 1);
-            const float2 cake_v = *reinterpret_cast<const float2*>(cake_smem + (70144u + (unsigned)(((ur) + cake_row) * 544 + ((uc) + cake_col) * 4)));
+            const float2 cake_v = *reinterpret_cast<const float2*>(cake_accp + cake_row * 136 + cake_col);
             uacc[cake_e] = cake_v.x; uacc[cake_e + 1] = cake_v.y;  // /roles/0/body/12/body/13/body/2
           }
         }
