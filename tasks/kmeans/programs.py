@@ -6,7 +6,7 @@
    distance matrix is never written;
 2. update: each CTA loops over several point tiles (persistent over N) and aggregates them in shared
    memory -- `update="atomic"`: `scatter_add`, one red.shared (a CAS loop for f32) per point and dim;
-   `update="mma"`: a tensor-core product per tile, sums[16 clusters, 64 dims] += onehot^T X, each warp
+   `update="mma"`: a tensor-core product per tile, sums[urows clusters, 64 dims] += onehot^T X, each warp
    owning whole blocks of the sums (no atomic) -- then flushes its per-cluster partial sums and
    counts to a zeroed global workspace with one `red_add` per (cluster, dim) -- not one global atomic
    per point;
