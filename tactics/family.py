@@ -168,4 +168,19 @@ TACTICS = [
         keywords=("latency", "serial", "recurrence", "chunk", "scan", "sequential steps", "long sequence"),
         params_doc="the family's chunk parameter (tokens per chunk), values from the family's search space",
     ),
+    FamilyTactic(
+        name="update_mechanism",
+        kind="family",
+        description="Change how a kernel built from a seed family aggregates values by key in shared memory (a "
+                    "scatter-add: the k-means sums per cluster): f32 atomic adds (compare-and-swap loops, there "
+                    "is no native f32 shared atomic add; MIO stalls and contention) or a tensor-core product "
+                    "(`onehot` builds the transposed one-hot matrix of a tile's keys as an mma A operand, the "
+                    "values go in as an ldmatrix.trans B operand, each warp owns whole blocks of the sums in an "
+                    "f32 accumulator: no atomics). The product costs as many flops as a GEMM over the keys "
+                    "(2 x keys x rows x columns): it pays where the atomics bind (many rows, more than a few keys).",
+        keywords=("atomic", "CAS", "scatter", "scatter_add", "one-hot", "reduction by key", "segment sum",
+                  "MIO", "contention", "update", "k-means", "tensor core"),
+        params_doc="the family's update parameters (update: atomic or mma; urows: keys per accumulator block, "
+                   "16 or 32), values from the family's search space",
+    ),
 ]

@@ -82,3 +82,20 @@ def test_onehot_scatter_sums_on_gpu(dtype):
             ref[T[j, 0] - row0] += X[j]
     assert np.allclose(out, ref, rtol=1e-6, atol=1e-6), np.abs(out - ref).max()
     assert (out != 0).any(axis=1).sum() >= 8                        # the draw hits many of the block's rows
+
+
+def test_update_mechanism_tactic_switches_kmeans_to_the_tensor_core_update():
+    """The family tactic the agent (and the tactic library) sees: the atomic k-means seed becomes the
+    onehot + mma update, verified clean; from the mma seed it offers the atomic update back."""
+    from tactics.base import get_tactic
+    from tasks.registry import get
+    tac = get_tactic("update_mechanism")
+    seeds = {g["name"]: g for g in get("kmeans").seed_genomes()}
+    g = seeds["kmeans_resident_sm80"]
+    assert {"update": "mma", "urows": 16} in tac.choices(g)
+    out = tac.apply(g, {"update": "mma", "urows": 16})
+    k, _ = load(out["ir"])
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics if d.severity == "error"]
+    doc = json.dumps(out["ir"])
+    assert doc.count('"op": "onehot"') == 4 and '"sum_points"' not in doc    # one per 16 points; no CAS adds
+    assert {"update": "atomic", "urows": 16} in tac.choices(seeds["kmeans_resident_mma_sm80"])

@@ -336,22 +336,28 @@ SEEDS = {
     "kmeans_resident_mma_sm80": lambda: kmeans_resident(big=16, update="mma"),
 }
 
+def _update_ok(p: dict) -> bool:
+    """urows only shapes the tensor-core update (with atomics another value is the same program)."""
+    return p.get("update", "atomic") == "mma" or p.get("urows", 16) == 16
+
+
 FAMILIES = {
     "kmeans_fused_sm80": {
         "make": kmeans_fused,
         "defaults": signature_defaults(kmeans_fused),
         "space": {"kmax": [128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [16, 32, 64, 128, 264],
-                  "update": ["atomic", "mma"], "norms": ["tile", "once"]},
-        "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0,
-        "tactics": {"retile": ["bm", "bn"]},
+                  "update": ["atomic", "mma"], "urows": [16, 32], "norms": ["tile", "once"]},
+        "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and _update_ok(p),
+        "tactics": {"retile": ["bm", "bn"], "update_mechanism": ["update", "urows"]},
     },
     "kmeans_resident_sm80": {
         "make": kmeans_resident,
         "defaults": signature_defaults(kmeans_resident),
         "space": {"kmax": [32, 64, 128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [33, 66, 132, 264],
-                  "big": [8, 16, 32], "update": ["atomic", "mma"]},
-        "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and not (p["kmax"] == 256 and p["bm"] == 64),
-        "tactics": {"retile": ["bm", "bn"]},
+                  "big": [8, 16, 32], "update": ["atomic", "mma"], "urows": [16, 32]},
+        "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and not (p["kmax"] == 256 and p["bm"] == 64)
+        and _update_ok(p),
+        "tactics": {"retile": ["bm", "bn"], "update_mechanism": ["update", "urows"]},
     },
 }
 # the tensor-core update seed: the resident family with its own defaults (big 16 keeps E-RES-05's budget)
