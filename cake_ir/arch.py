@@ -44,6 +44,12 @@ class ArchSpec:
     # cycles per instruction of one warp's own stream when nothing else hides its dependences (the
     # cost model's serial term); modelled instructions, so it also absorbs their undercount of SASS
     warp_issue_cycles: float = 4.0
+    # warp instructions one f32 shared-memory atomic add costs the issue term: there is no native one, the
+    # GPU runs a compare-and-swap loop (load, add, CAS, test, branch; again when lanes collide). Fitted to
+    # the H200 k-means sweep (bench/results/lib-sweep-kmeans-h200.json, 798 timings): at 2 (a plain red)
+    # the model underpredicted the atomic variants 3.9x against 1.7x for the atomic-free ones and its
+    # per-shape pick was 1.40x slower than the measured best; at 24 1.8x vs 1.7x, picks 1.048x
+    smem_f32_atomic_instrs: float = 24.0
     l2_bytes: int = 40 * 2**20
 
 

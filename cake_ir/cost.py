@@ -937,7 +937,9 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 dst = resolve_tile(k, st.dst)
                 rows = idx.shape[0] if idx.shape else 16
                 cols = resolve_tile(k, st.src).shape[-1] if st.src is not None else 1
-                g = scope_work("warp", 2.0 * rows * cols)       # one red (+ one src load) per element
+                # one red (+ one src load) per element; f32 into shared memory is a CAS loop instead
+                per = spec.smem_f32_atomic_instrs if dst.space == "smem" and dst.dtype == "f32" else 2.0
+                g = scope_work("warp", per * rows * cols)
                 raw.count = g
                 if dst.space == "global":
                     raw.gbytes = 4.0 * rows * cols * g

@@ -310,3 +310,20 @@ def test_sass_counts_predict_the_two_pass_programs(vs, safe, shape_index):
     measured = _kda_measured_ms("cake_" + prog.name.removeprefix("kda_"), shape_index) * 1e-3
     assert 0.85 < r.seconds / measured < 1.15, (r.seconds, measured)
     assert len(r.kernels) == 2
+
+
+def test_f32_shared_atomics_cost_a_cas_loop():
+    """f32 shared-memory atomic adds are compare-and-swap loops (ArchSpec.smem_f32_atomic_instrs, fitted to
+    the H200 k-means sweep). Measured there at B=1, N=2M, K=64 (10 iterations): the atomic update 16.4 ms
+    (c1) / 23.4 ms (c8), the tensor-core update 5.7 ms; with a plain red per add the model ranked them
+    the other way round."""
+    from cake_ir.cost import estimate, load_constants
+    from cakelib.variants import kmeans_kernel
+    const = load_constants("h200")
+    shape = {"B": 1, "N": 1 << 21, "K": 64}
+    base = {"kind": "resident", "kmax": 128, "bm": 64, "bn": 64, "ctas": 132}
+    t = {name: estimate(kmeans_kernel({**base, **p}, "sm_90a"), shape, const).seconds
+         for name, p in (("c1", {"big": 32, "cas_batch": 1}), ("c8", {"big": 32, "cas_batch": 8}),
+                         ("mma", {"big": 16, "update": "mma"}))}
+    assert t["mma"] < min(t["c1"], t["c8"]), t
+    assert const.smem_f32_atomic_instrs > 2
