@@ -542,7 +542,7 @@ class Emitter:
         if rb is None or rb.space != "reg":
             self.fail(path, f"{st.op} moves a register tile")
         if rb.layout == "mma_acc" and st.op == "lds" and not st.trans and mem.dtype == "f32" and rb.dtype == "f32" \
-                and st.vec_bytes >= 8:
+                and st.vec_bytes >= 8 and mem.buffer.layout not in SWZ_BITS:
             return self.load_acc_pairs(rb, mem, path)
         if rb.layout == "mma_acc" and (st.op in ("ldg", "lds") or (st.op == "stg" and st.trans)):
             return self.acc_elementwise(st, rb, mem, path)
@@ -696,9 +696,11 @@ class Emitter:
         w.close()
 
     def load_acc_pairs(self, rb: Buffer, mem, path):
-        """lds of an f32 mma_acc tile from an f32 smem tile (an accumulator kept in shared memory between
-        products, e.g. the k-means sums): a lane's pairs (row, 2t..2t+1) as float2 loads (vec_bytes >= 8:
-        the pairs are 8-byte aligned), the mirror of the accumulator store."""
+        """lds of an f32 mma_acc tile from an f32 row-major smem tile (an accumulator kept in shared memory
+        between products, e.g. the k-means sums): a lane's pairs (row, 2t..2t+1) as float2 loads (vec_bytes
+        >= 8: the pairs are 8-byte aligned), the mirror of the accumulator store. One base pointer, then
+        constant element offsets: they fold into the loads' immediates (an unsigned byte offset added per
+        element would not: its wrap-around is defined). Swizzled tiles load element by element."""
         TM, TN = rb.shape
         shape = list(mem.shape)
         if len(shape) < 2 or prod(shape[:-1]) != TM or shape[-1] != TN or TM % 16 or TN % 8:
@@ -707,21 +709,11 @@ class Emitter:
         b = mem.buffer
         w = self.w
         w.open("", path)
-        if b.layout in SWZ_BITS:
-            base = None
-        else:
-            # one base pointer, then constant element offsets: they fold into the loads' immediates (an
-            # unsigned byte offset added per element would not: its wrap-around is defined)
-            base = "cake_accp"
-            w.line(f"const float* {base} = reinterpret_cast<const float*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, r0, c0)}));")
+        w.line(f"const float* cake_accp = reinterpret_cast<const float*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, r0, c0)}));")
         w.line("#pragma unroll")
         w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; cake_e += 2)")
         self.acc_coords(TN)
-        if base is None:
-            ptr = f"reinterpret_cast<const float2*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, f'{r0} + cake_row', f'{c0} + cake_col')}))"
-        else:
-            ptr = f"reinterpret_cast<const float2*>({base} + cake_row * {row_pitch_elems(b)} + cake_col)"
-        w.line(f"const float2 cake_v = *{ptr};")
+        w.line(f"const float2 cake_v = *reinterpret_cast<const float2*>(cake_accp + cake_row * {row_pitch_elems(b)} + cake_col);")
         w.line(f"{rb.name}[cake_e] = cake_v.x; {rb.name}[cake_e + 1] = cake_v.y;", path)
         w.close()
         w.close()
