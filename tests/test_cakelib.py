@@ -91,14 +91,11 @@ def test_table_variants_compile_for_sm90a(op, name, p):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kmeans_mma_update_variants_compile(arch):
     """The sweep's tensor-core-update variants verify and compile (k256 and 128-point tiles of k128 need
-    sm_90a's smem), and
-    their update has no shared-memory atomic on the sums: only the counts keep red.shared."""
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from lib_grid import kmeans_variants
+    sm_90a's smem), and their update has no shared-memory atomic on the sums: only the counts keep
+    red.shared."""
     from cake_ir.compiler import compile_kernel
     from cakelib.variants import kmeans_kernel
-    mma = [p for p in kmeans_variants() if p.get("update") == "mma"]
+    mma = [p for p in _lib_grid().kmeans_variants() if p.get("update") == "mma"]
     assert len(mma) >= 6
     for p in mma:
         r = compile_kernel(kmeans_kernel(p, arch), arch=arch)
@@ -111,6 +108,14 @@ def test_kmeans_mma_update_variants_compile(arch):
         assert body.count("cake::mma_16816_f16(&uacc[") == 8 * p.get("urows", 16) // 16 * (p["bm"] // 16), p
         adds = [ln for ln in body.splitlines() if "red_add_shared" in ln]
         assert len(adds) == 2 and all(", 1.0f);" in ln for ln in adds), (p, adds)   # the counts of a lane's 2 rows
+
+
+def _lib_grid():
+    """bench/lib_grid.py (a script folder, not a package): the sweep's variants and the grid's shapes."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import lib_grid
+    return lib_grid
 
 
 def test_cast_kernel_compiles():
@@ -246,10 +251,9 @@ def test_arrays_reject_what_they_cannot_launch():
 
 
 def test_benchmark_grid_covers_400_shapes_in_the_supported_domain():
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from lib_grid import kmeans_grid, knn_grid, summarize
-    kg, ng = kmeans_grid(), knn_grid()
+    lib_grid = _lib_grid()
+    summarize = lib_grid.summarize
+    kg, ng = lib_grid.kmeans_grid(), lib_grid.knn_grid()
     assert len(kg) + len(ng) >= 400
     for g in (kg, ng):
         assert len({tuple(sorted(s.items())) for s in g}) == len(g)   # no shape counted twice

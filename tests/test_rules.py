@@ -56,3 +56,25 @@ def test_passing_fixture(code):
     res = verify(k)
     assert not [d for d in res.diagnostics if d.severity == "error" or d.code == code], \
         [d.short() for d in res.diagnostics]
+
+
+@pytest.mark.parametrize("pad,flagged", [(0, True), (4, True), (8, False)])
+def test_w_perf_01_models_f32_accumulator_pairs_per_half_warp(pad, flagged):
+    """An f32 accumulator's lds / sts move 8-byte pairs, a half-warp (4 rows x 32 bytes) per wavefront:
+    a 132-float pitch (pad 4) still puts rows g and g + 1 in overlapping banks, a 136-float one does
+    not. The rule used to model one 8-byte run per row over 8 rows: it flagged pad 8 and proposed pad 4."""
+    from cake_ir.builder import KernelBuilder, tile
+    kb = KernelBuilder("acc_pairs", arch="sm_80", grid=[1], threads=32)
+    kb.tensor("O", "f32", [16, 64], access="write")
+    kb.buffer("s", "smem", "f32", [16, 64], **({"pad": pad} if pad else {}))
+    kb.buffer("acc", "reg", "f32", [16, 64], layout="mma_acc", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.fill("acc", 1.0)
+        r.sts(tile("acc"), tile("s"), vec_bytes=8)
+        r.sync("syncwarp")
+        r.lds(tile("s"), tile("acc"), vec_bytes=8)
+        r.stg(tile("acc"), tile("O"), vec_bytes=8)
+    hits = [d for d in verify(kb.build()).diagnostics if d.code == "W-PERF-01"]
+    assert bool(hits) == flagged, [d.short() for d in hits]
+    if flagged:
+        assert hits[0].fix == [{"op": "replace", "path": "/buffers/0/pad", "value": 8}], hits[0].fix

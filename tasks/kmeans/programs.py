@@ -76,9 +76,9 @@ def _declare_io(kb, kmax: int) -> None:
     kb.tensor("WT", "i32", ["B", 1], access="readwrite")
 
 
-def _finish_scope(kb, threads: int) -> str:
-    """The finish's thread group: the CTA up to 128 threads; beyond, warpgroup 0 alone (a row of 128
-    columns spreads over 128 threads, one element each) on a named barrier of its 128 threads."""
+def _declare_finish(kb, threads: int) -> str:
+    """The finish's thread group, declaring what it needs: the CTA up to 128 threads; beyond, warpgroup 0
+    alone (a row of 128 columns spreads over 128 threads, one element each) on a named barrier of 128."""
     if threads <= 128:
         return "cta"
     kb.named_barrier("finish_bar", 1, 128)
@@ -203,7 +203,7 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
     kb.buffer("cn", "smem", "f32", [kmax if norms == "once" else bn])
     _declare_update(kb, kmax, d, bm, update, urows=urows)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
-    fscope = _finish_scope(kb, threads)
+    fscope = _declare_finish(kb, threads)
     _declare_registers(kb, d, bn, levels, fscope)
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
@@ -288,7 +288,7 @@ def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, c
     copies = warps if private and update == "atomic" else 1
     _declare_update(kb, kmax, d, bm, update, copies, urows)
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
-    fscope = _finish_scope(kb, threads)
+    fscope = _declare_finish(kb, threads)
     _declare_registers(kb, d, bn, levels, fscope)
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
