@@ -62,7 +62,7 @@ else
 fi
 
 echo "sweep failures: $(grep -c ' BAD ' $D/sweep.log)"; grep ' BAD ' $D/sweep.log | head -5
-grep -h "ok=False" $D/grid0.log $D/grid1.log | head -3
+grep -h "ok=False" $D/grid0.log $D/grid1.log 2>/dev/null | head -3
 $PY -c "from cakelib.dispatch import DispatchTable as T; print('table can pick:', sorted(T.load('$D/kmeans.json').reachable()))" 2>/dev/null
 F=(); for i in 0 1; do
   f=$D/g$i/lib-grid-kmeans-h200.json; [ -f $f ] || f=$D/g$i/lib-grid-kmeans-h200.partial.json
