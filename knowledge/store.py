@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import sqlite3
 import time
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
@@ -42,6 +43,24 @@ def default_url(home: Optional[str] = None) -> str:
     return f"sqlite:///{os.path.abspath(d / 'cake.db')}"
 
 
+def enable_wal(cur, deadline_s: float = 30.0) -> None:  # noqa: ANN001
+    """PRAGMA journal_mode=WAL, again while another connection holds the lock.
+
+    Switching a fresh DB file to WAL takes an exclusive lock; when several new connections race for it
+    (evaluation workers opening one store), SQLite answers SQLITE_BUSY at once instead of calling the
+    busy handler (waiting there could deadlock), so the connect timeout does not cover it."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            msg = str(e).lower()
+            if ("locked" not in msg and "busy" not in msg) or time.monotonic() - t0 > deadline_s:
+                raise
+        time.sleep(random.uniform(0.001, 0.02))   # jitter: let the winner finish the switch
+
+
 def make_engine(url: str):
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
@@ -50,7 +69,7 @@ def make_engine(url: str):
         def _pragmas(dbapi_conn, _record):  # noqa: ANN001
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA journal_mode=WAL")
+            enable_wal(cur)
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()

@@ -76,3 +76,41 @@ def test_concurrent_workers_lose_and_duplicate_nothing(db_url):
         assert st.integrity_report() == []                # SQLite: integrity_check + foreign_key_check too
     finally:
         st.close()
+
+
+
+def _open_and_write(path: str, barrier, errors) -> None:  # noqa: ANN001
+    import sqlite3
+
+    from knowledge.store import enable_wal
+    try:
+        barrier.wait(timeout=60)
+        conn = sqlite3.connect(path, timeout=30)   # what make_engine's connect hook gets
+        cur = conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        enable_wal(cur)
+        cur.execute("BEGIN IMMEDIATE")             # then a write, as the migration does
+        cur.execute("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+        conn.commit()
+        conn.close()
+    except BaseException as e:  # noqa: BLE001
+        errors.put(repr(e))
+
+
+def test_connections_racing_to_switch_a_fresh_sqlite_db_to_wal_all_open(tmp_path):
+    """Several processes opening one new SQLite file at once: SQLite answers the switch to WAL with
+    SQLITE_BUSY, without waiting, for some of them (CI saw 'database is locked' from the store's
+    connect hook). Without enable_wal's retry about a quarter of these rounds fail on this machine,
+    so 30 rounds catch a regression almost surely."""
+    ctx = mp.get_context("fork")                   # cheap processes: many rounds in about a second
+    errors = ctx.Queue()
+    for r in range(30):
+        barrier = ctx.Barrier(8)
+        path = tmp_path / f"race{r}.db"
+        procs = [ctx.Process(target=_open_and_write, args=(str(path), barrier, errors)) for _ in range(8)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        assert [p.exitcode for p in procs] == [0] * 8
+        assert errors.empty(), errors.get(timeout=5)
