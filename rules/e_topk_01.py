@@ -1,7 +1,8 @@
 """E-TOPK-01: topk / topk_merge operands have the wrong layout, dtype or shape.
 
 - `topk` over an `mma_acc` score tile [TM, TN] keeps its lists in `mma_rows` tiles of shape [TM, k]
-  (values f32, indices i32); over a per-thread `row_major` tile [R, C] (scope thread) in per-thread
+  (values f32, indices i32); over a `wgmma_acc` tile [64, TN] (one warpgroup tile) in `mma_rows`
+  [16, k] lists (each warp's own 16 rows); over a per-thread `row_major` tile [R, C] (scope thread) in per-thread
   `row_major` [R, k] lists. `src_idx` (per-thread tiles only) is i32 with src's shape.
 - `row_bias` / `col_bias` are smem f32 vectors ([n] or [1, n]) with at least TM / TN elements.
 - `topk_merge` merges `mma_rows` value (f32) and index (i32) lists of one shape.
@@ -42,15 +43,19 @@ def check(ctx):
         if isinstance(n, TopK):
             src = resolve_tile(k, n.src)
             sb = src.buffer
-            if sb is None or sb.space != "reg" or not (sb.layout == "mma_acc" or
+            if sb is None or sb.space != "reg" or not (sb.layout in ("mma_acc", "wgmma_acc") or
                                                         (sb.layout == "row_major" and sb.scope == "thread")):
-                yield ctx.report(f"{p}/src/buf", "topk scores come from an mma_acc tile or a per-thread row_major tile",
-                                 legal=["mma_acc", "row_major"])
+                yield ctx.report(f"{p}/src/buf", "topk scores come from an mma_acc or wgmma_acc tile or a per-thread "
+                                 "row_major tile", legal=["mma_acc", "wgmma_acc", "row_major"])
                 continue
             vals, idx = resolve_tile(k, n.vals), resolve_tile(k, n.idx)
-            if sb.layout == "mma_acc":
+            if sb.layout in ("mma_acc", "wgmma_acc"):
                 TM, TN = sb.shape[0], sb.shape[-1]
-                yield from _lists(ctx, p, vals, idx, "mma_rows", [TM, n.k])
+                if sb.layout == "wgmma_acc" and TM != 64:
+                    yield ctx.report(f"{p}/src/buf", f"topk over a wgmma_acc tile takes one warpgroup tile [64, N]; "
+                                     f"{sb.name!r} has {TM} rows", legal=[64])
+                    continue
+                yield from _lists(ctx, p, vals, idx, "mma_rows", [16 if sb.layout == "wgmma_acc" else TM, n.k])
                 if n.src_idx is not None:
                     yield ctx.report(f"{p}/src_idx", "src_idx is for per-thread score tiles; mma_acc columns are "
                                      "numbered from `col`", fix=[{"op": "remove", "path": f"{p}/src_idx"}])

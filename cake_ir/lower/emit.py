@@ -1305,9 +1305,12 @@ class Emitter:
         """A plain (CSE-able, barrier-ordered) load of the f32 at a shared-window address."""
         return f"(*reinterpret_cast<const float*>(cake_smem + ({addr} - cake_smem_base)))"
 
-    def rows_slots(self, TM: int):
-        """(slot, row C expression) of the rows a lane holds in an [TM, *] mma_acc / mma_rows tile."""
-        return [(2 * m + h, f"{16 * m + 8 * h} + (cake_lane >> 2)") for m in range(TM // 16) for h in range(2)]
+    def rows_slots(self, TM: int, wg: bool = False):
+        """(slot, row C expression) of the rows a lane holds in an [TM, *] mma_acc / mma_rows tile (wg: in
+        its warp's 16 rows of a [64, *] wgmma_acc tile, whose row numbers start at 16 x the warp's index
+        in the warpgroup)."""
+        base = "16 * (cake_wg_tid >> 5) + " if wg else ""
+        return [(2 * m + h, f"{base}{16 * m + 8 * h} + (cake_lane >> 2)") for m in range(TM // 16) for h in range(2)]
 
     @_robust
     def s_TopK(self, st: TopK, path):
@@ -1318,20 +1321,26 @@ class Emitter:
         w = self.w
         w.open("", path)
         fn = f"cake::topk_insert<{K}, {mn}>"
-        if sb.layout == "mma_acc":
+        if sb.layout in ("mma_acc", "wgmma_acc"):
+            # a [64, N] wgmma_acc tile: each warp holds 16 of its rows in the mma_acc [16, N] register
+            # layout, so a warp keeps the lists of its own 16 rows (mma_rows [16, k])
+            wg = sb.layout == "wgmma_acc"
             TM, TN = sb.shape
+            if wg and TM != 64:
+                self.fail(path, f"topk over a wgmma_acc tile takes one warpgroup tile [64, N], not [{TM}, {TN}]")
+            TM = 16 if wg else TM
             if vb.layout != "mma_rows" or ib.layout != "mma_rows" or list(vb.shape) != [TM, K] or list(ib.shape) != [TM, K]:
-                self.fail(path, f"topk over an mma_acc [{TM}, {TN}] tile keeps mma_rows lists of shape [{TM}, {K}]")
+                self.fail(path, f"topk over an {sb.layout} [{sb.shape[0]}, {TN}] tile keeps mma_rows lists of shape [{TM}, {K}]")
             if st.src_idx is not None:
                 self.fail(path, "src_idx is for per-thread (row_major) score tiles")
             NT = TN // 8
             w.line("const int cake_c0 = 2 * (cake_lane & 3);")
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
             if K > 1:
-                self.topk_acc_filtered(st, sb, vb, ib, TM, NT, K, mn, lim, path)
+                self.topk_acc_filtered(st, sb, vb, ib, TM, NT, K, mn, lim, path, wg)
                 w.close()
                 return
-            for slot, row in self.rows_slots(TM):
+            for slot, row in self.rows_slots(TM, wg):
                 m, h = slot // 2, slot % 2
                 w.open("")
                 rbias = ""
@@ -1377,10 +1386,10 @@ class Emitter:
             w.close()
             w.close()
         else:
-            self.fail(path, f"topk reads an mma_acc or per-thread row_major score tile, not {sb.layout}")
+            self.fail(path, f"topk reads an mma_acc, wgmma_acc or per-thread row_major score tile, not {sb.layout}")
         w.close()
 
-    def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path):
+    def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path, wg: bool = False):
         """topk (k > 1) over an mma_acc tile, filtered: a lane scores its 2 * NT columns of each row it
         holds without the row bias (u = scale * acc + col_bias, one FMA, the column bias read once for
         all rows; the scores take the accumulator's registers), takes their best per row and enters the
@@ -1393,7 +1402,7 @@ class Emitter:
         min per score and one compare per row; the limit is tested on the partial tile only."""
         w = self.w
         n = 2 * NT
-        slots = self.rows_slots(TM)
+        slots = self.rows_slots(TM, wg)
         S = len(slots)
         worst = "cake::inf()" if mn == "true" else "(-cake::inf())"
         fold = "fminf" if mn == "true" else "fmaxf"
