@@ -101,8 +101,10 @@ def knn_variants() -> list[dict]:
     original variants) and with the norms computed once by a first kernel (norms "global"); minb 3:
     registers capped for 3 CTAs of 4 warps per SM (minb 4 with qfrag "smem": 4); merge "wide": the split path's last CTA merges with
     all its threads, several partial lists in flight (the serial merge is most of a Q = 1 search)."""
-    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide", qfrag="reg", wm=16, ws=1):
+    def v(bq, bn, split, stages, norms="global", minb=1, merge="wide", qfrag="reg", wm=16, ws=1, mma="sync"):
         p = {"bq": bq, "bn": bn, "split": split, "stages": stages}
+        if mma != "sync":                   # wgmma: both norms from first kernels, the wide merge
+            return {**p, "mma": mma, **({"merge": "wide"} if split > 1 else {})}
         if wm != 16:
             p["wm"] = wm
         if ws != 1:
@@ -134,6 +136,12 @@ def knn_variants() -> list[dict]:
     out += [v(16, 32, s, 4, "tile", ws=4) for s in (8, 32, 128)] + [v(16, 32, 128, 4, ws=4)]
     out += [v(16, 64, 64, 2, "tile", ws=4)]
     out += [v(32, 32, s, 3, "tile", wm=32, ws=4) for s in (8, 32, 64)]
+    # session 12 (sm_90a): the distance tile on wgmma, 64 or 128 queries per CTA sharing each database
+    # tile (tasks/knn/wgmma.py); splits that give the mid-Q searches 2-4 CTAs per SM
+    wg = {"mma": "wgmma"}
+    out += [v(64, 128, 1, 3, **wg), v(128, 128, 1, 3, **wg), v(128, 64, 1, 4, **wg)]
+    out += [v(64, 128, s, 3, **wg) for s in (8, 32, 128)] + [v(128, 128, s, 3, **wg) for s in (8, 32)]
+    out += [v(128, 64, s, 4, **wg) for s in (16, 64)]
     return out
 
 
@@ -418,7 +426,7 @@ def sweep_jobs(op: str, arch: str) -> list[tuple]:
         return [(op, p, 10, arch) for p in variants]
     shapes = knn_train()
     return [(op, p, k, arch) for k in sorted({s["k"] for s in shapes}) for p in variants
-            if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D}) for s in shapes)]
+            if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D, "arch": arch}) for s in shapes)]
 
 
 def sweep(ops, out_dir, procs, budget_s=200):

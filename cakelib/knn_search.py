@@ -36,7 +36,7 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         M = db.shape[0]
         if not 1 <= k <= M:
             raise ValueError(f"k = {k} must be in [1, M = {M}]")
-        shape = {"Q": Q, "M": M, "k": k, "D": D}
+        shape = {"Q": Q, "M": M, "k": k, "D": D, "arch": rt.arch}
         name, p = choose("knn", shape, variant)
         from .variants import knn_kernel
         kern = rt.kernel(("knn", name, k, metric, D), lambda arch: knn_kernel(p, k, metric, D, arch))

@@ -1,7 +1,8 @@
 """`topk` over a `wgmma_acc` score tile (sm_90a): a warpgroup's [64, N] wgmma accumulator, each warp
 keeping the lists of its own 16 rows (mma_rows [16, k]), the row bias indexed by the warpgroup row.
 CPU: it verifies clean, lowers with the warp's row offset and compiles for sm_90a; E-TOPK-01 names the
-wrong list shape and a tile of more than one warpgroup. GPU (marked): the lists against numpy, k = 1
+wrong list shape and a tile of more than one warpgroup; the sync simulator wants the barrier and the
+proxy fence between the cp.async fills and the wgmma. GPU (marked): the lists against numpy, k = 1
 and k = 4, with a row bias and a limit inside the tile."""
 import numpy as np
 import pytest
@@ -92,3 +93,21 @@ def test_topk_over_wgmma_acc_on_gpu(k):
     ref_i = np.argsort(S, axis=1, kind="stable")[:, :k]
     assert np.array_equal(out["I"], ref_i), np.argwhere(out["I"] != ref_i)[:5]
     np.testing.assert_allclose(out["V"], np.take_along_axis(S, ref_i, axis=1), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("drop,code", [("syncthreads", "E-SYN-06"), ("fence", "E-SYN-08")])
+def test_wgmma_after_cp_async_needs_the_barrier_and_the_proxy_fence(drop, code):
+    """cp.async writes shared memory in the generic proxy and its wait covers the waiting thread only: a
+    wgmma (async proxy, the whole warpgroup's tile) reading it needs a CTA barrier and fence.proxy.async."""
+    import json
+
+    from cake_ir.io import dumps, load
+    doc = json.loads(dumps(topk_wgmma()))
+    body = doc["roles"][0]["body"]
+    del body[next(i for i, st in enumerate(body) if st["op"] == drop)]
+    k, _ = load(doc)
+    errs = [d for d in verify(k).diagnostics if d.severity == "error"]
+    at = f"/roles/0/body/{next(i for i, st in enumerate(body) if st['op'] == 'wgmma')}"
+    for buf in ("sA", "sB"):      # reported at the wgmma (E-SYN-06) or at the copy, naming the wgmma (E-SYN-08)
+        assert any(d.code == code and f"{buf} " in d.message and at in (d.node, *d.related, d.message)
+                   for d in errs), [d.short() for d in errs]

@@ -2065,8 +2065,12 @@ class Simulator:
             return
         if not same:
             return
-        # ordered in program order of the role: different threads still need a CTA/warp barrier
-        if a1.kind in ("wgmma", "tma", "tma_store") or a2.kind in ("wgmma", "tma", "tma_store"):
+        # ordered in program order of the role: different threads still need a CTA/warp barrier (also
+        # between a wgmma and the other threads' cp.async / stores of its operand tile, either way: a
+        # wait_group, cp.async's or wgmma's, covers only the waiting threads)
+        thread_sync = (a1.kind == "cp_async" and a2.kind == "wgmma") or (
+            a1.kind == "wgmma" and a2.write and a2.kind in ("generic", "cp_async"))
+        if (a1.kind in ("wgmma", "tma", "tma_store") or a2.kind in ("wgmma", "tma", "tma_store")) and not thread_sync:
             return
         if a1.write and a2.write:
             return
@@ -2158,7 +2162,7 @@ class Simulator:
                 continue
             if best is None or a1.end > best.end:
                 best = a1
-        if best is None or best.kind != "generic":
+        if best is None or best.kind not in ("generic", "cp_async"):   # cp.async writes in the generic proxy
             return
         if (g.fenced[a2.start] >> best.end) & 1:
             return

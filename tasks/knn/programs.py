@@ -15,29 +15,32 @@ WS_TILES = 1 << 12  # query-tile counters in the workspace
 XN_COLS = "cdiv(M, 4) * 4"
 
 
-def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80"):
+def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80", src: str = "Xb", n: str = "M",
+                 dst: str = "XN"):
     """The first kernel of the `norms="global"` Program: squared norms of the database rows, once, into
     the workspace XN [1, XN_COLS] (a row per thread, summed as the search kernel's per-tile `reduce`
-    did; the padding columns past M get the zero norm of the zero-filled rows)."""
-    kb = KernelBuilder(f"knn_db_norms_d{d}", arch=arch, grid=["cdiv(M, BR)"], threads=rows,
-                       note="squared norms of the database rows (read by the kNN search kernel)")
+    did; the padding columns past M get the zero norm of the zero-filled rows). src / n / dst name
+    another row set (the wgmma search's query norms: Xq, Q, QN)."""
+    name = f"knn_db_norms_d{d}" if src == "Xb" else f"knn_{src.lower()}_norms_d{d}"
+    kb = KernelBuilder(name, arch=arch, grid=[f"cdiv({n}, BR)"], threads=rows,
+                       note=f"squared norms of the rows of {src} (read by the kNN search kernel)")
     kb.const(BR=rows, D=d)
-    kb.scalar("M", min=1)
-    kb.tensor("Xb", "f16", ["M", "D"])
-    kb.tensor("XN", "f32", [1, XN_COLS], access="write")
+    kb.scalar(n, min=1)
+    kb.tensor(src, "f16", [n, "D"])
+    kb.tensor(dst, "f32", [1, f"cdiv({n}, 4) * 4"], access="write")
     kb.buffer("sX", "smem", "f16", [rows, d], pad=8)
     kb.buffer("nv", "smem", "f32", [rows])
     kb.buffer("nr", "reg", "f32", [1, 1], layout="row_major", scope="thread")
     with kb.role("main", warps=(0, rows // 32)) as r:
         r.let("m0", "bid.x * BR")
-        r.copy("cp_async", tile("Xb", ["m0", 0], [rows, d]), tile("sX"), oob="zfill", id="load_rows")
+        r.copy("cp_async", tile(src, ["m0", 0], [rows, d]), tile("sX"), oob="zfill", id="load_rows")
         r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=0)
         r.sync("syncthreads")
         r.reduce("sum_sq", tile("sX"), tile("nv"), id="db_norms")
         r.sync("syncthreads")
         r.lds(tile("nv", ["tid"], [1]), tile("nr"), vec_bytes=4)
-        r.stg(tile("nr"), tile("XN", [0, "m0 + tid"], [1, 1]), oob="mask", vec_bytes=4, id="store_norms")
+        r.stg(tile("nr"), tile(dst, [0, "m0 + tid"], [1, 1]), oob="mask", vec_bytes=4, id="store_norms")
     return kb.build()
 
 

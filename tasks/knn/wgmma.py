@@ -1,0 +1,161 @@
+"""Exact kNN on Hopper's warpgroup MMA (sm_90a): the distance tile of 64 queries x BN database rows is
+one wgmma chain per warpgroup, both operands read from shared memory by the tensor cores.
+
+Against the mma.sync search (programs.knn_fused) per database tile and warp: no ldmatrix of the B
+fragments (8 per k step there) and no query fragments in registers (32 at D = 128), one wgmma per 64
+columns of K instead of 2 x BN / 8 HMMAs; the top-k epilogue is the same lowering (`topk` over a
+`wgmma_acc` tile: each warp keeps its 16 rows' lists). A CTA of BQ = 64 x warpgroups queries shares
+each database tile, so the database is read Q / BQ times (BQ = 128: half the traffic of the 64-query
+mma tiles; the mid-Q searches were bound by bytes in flight, docs/tasks-kmeans-knn.md).
+
+Layout: wgmma reads K-major operands in 128-byte swizzle atoms (64 f16 per row), so a [rows, D] tile is
+stored as D / 64 atoms one below the other: atom a holds columns [64 a, 64 a + 64) of every row, at rows
+[a * rows, (a + 1) * rows) of a [D / 64 * rows, 64] swizzle_128B buffer. Both squared norms come from a
+first kernel each (knn_db_norms over Xb and over Xq) into workspaces XN / QN and are staged with the
+tiles, so the search kernel never reduces a swizzled tile.
+"""
+from cake_ir.builder import KernelBuilder, tile
+from cake_ir.nodes import Program, Workspace
+
+from .programs import BIG, WS_ROWS, WS_TILES, XN_COLS, _merge_wide, knn_db_norms
+
+QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
+ATOM = 64                    # f16 elements per 128-byte swizzle row
+
+
+def wgmma_merge_unroll(split: int, k: int, bn: int) -> int:
+    """Partial lists in flight per thread in the wide merge, within E-RES-05's register budget (the
+    accumulator's BN / 2 registers, the mma_rows lists, the merge lists, ~16 overhead)."""
+    base = bn // 2 + 4 * k + 2 * k + 16
+    u = 4
+    while u > 1 and ((split // 2) % u or base + 2 * k * u > 250):
+        u //= 2
+    return u
+
+
+def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
+              stages: int = 3, minb: int = 1, arch: str = "sm_90a"):
+    """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
+    BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
+    k steps (m64 n BN k16) into its [64, BN] f32 accumulator, waits for them and folds the scores into
+    its warps' top-k lists. split > 1: partial lists to the workspace, the last CTA merges (the wide
+    merge of programs.knn_fused). l2 returns a Program: database norms, query norms, the search."""
+    if arch != "sm_90a":
+        raise ValueError("knn_wgmma needs sm_90a (wgmma)")
+    if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
+        raise ValueError(f"bq must be a multiple of 64, d of {ATOM}, bn a multiple of 16 up to 256 "
+                         f"(got bq={bq}, d={d}, bn={bn})")
+    if split > 1 and split % 2:
+        raise ValueError("the wide merge deals a query's partial lists to 2 thread groups: split must be even")
+    warps = bq // 16
+    atoms = d // ATOM
+    l2 = metric == "l2"
+    kind = "min" if l2 else "max"
+    worst = BIG if l2 else -BIG
+    tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
+        + (f"_b{minb}" if minb != 1 else "")
+    grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
+    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_wg{tag}", arch=arch, grid=grid, threads=32 * warps,
+                       min_blocks_per_sm=minb,
+                       note=f"exact kNN ({metric}), top-{k} fused into a wgmma distance GEMM"
+                            + (f", database split over {split} CTAs + last-CTA merge" if split > 1 else ""))
+    kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
+    kb.scalar("Q", min=1)
+    kb.scalar("M", min=k)
+    kb.tensor("Xq", "f16", ["Q", "D"])
+    kb.tensor("Xb", "f16", ["M", "D"])
+    kb.tensor("I", "i32", ["Q", "KK"], access="write")
+    kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
+    kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
+    kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
+    kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
+    if l2:
+        kb.tensor("XN", "f32", [1, XN_COLS])
+        kb.tensor("QN", "f32", [1, QN_COLS])
+    kb.buffer("sQ", "smem", "f16", [atoms * bq, ATOM], layout="swizzle_128B")
+    kb.buffer("sB", "smem", "f16", [atoms * bn, ATOM], layout="swizzle_128B", stages=stages)
+    if l2:
+        kb.buffer("qn", "smem", "f32", [1, bq])
+        kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
+    kb.buffer("acc", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
+    kb.buffer("tv", "reg", "f32", [16, k], layout="mma_rows", scope="warp")
+    kb.buffer("ti", "reg", "i32", [16, k], layout="mma_rows", scope="warp")
+    unroll = wgmma_merge_unroll(split, k, bn) if split > 1 else 1
+    if split > 1:
+        for n in ("mv",) + tuple(f"pv{u}" for u in range(unroll)):
+            kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
+        for n in ("mi",) + tuple(f"pi{u}" for u in range(unroll)):
+            kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
+        kb.buffer("hmv", "smem", "f32", [bq, k])      # the second thread group's lists, handed over
+        kb.buffer("hmi", "smem", "i32", [bq, k])
+
+    def load_db(r, row, slot, id=None):
+        """The database tile at `row` (its atoms) and its norms into ring slot `slot`."""
+        for a in range(atoms):
+            r.copy("cp_async", tile("Xb", [row, a * ATOM], [bn, ATOM]), tile("sB", [a * bn, 0], [bn, ATOM], slot=slot),
+                   oob="zfill", id=id if a == 0 else None)
+        if l2:
+            r.copy("cp_async", tile("XN", [0, row], [1, bn]), tile("cn", slot=slot), oob="zfill")
+
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("q0", "bid.x * BQ")
+        r.let("wq0", "role_warp * 16")        # this warp's 16 rows: 16 x its warp in warpgroup wg, + 64 wg
+        if split > 1:
+            r.let("s", "bid.y")
+            r.let("CH", "cdiv(cdiv(M, SPLIT), BN) * BN")
+            r.let("m0", "s * CH")
+            r.let("nt", "cdiv(max(min(CH, M - m0), 0), BN)")
+        else:
+            r.let("m0", "0")
+            r.let("nt", "cdiv(M, BN)")
+        for a in range(atoms):
+            r.copy("cp_async", tile("Xq", ["q0", a * ATOM], [bq, ATOM]), tile("sQ", [a * bq, 0], [bq, ATOM]),
+                   oob="zfill", id="load_queries" if a == 0 else None)
+        if l2:
+            r.copy("cp_async", tile("QN", [0, "q0"], [1, bq]), tile("qn"), oob="zfill", id="load_query_norms")
+        load_db(r, "m0", 0)
+        r.sync("cp_async_commit")
+        for p in range(1, stages - 1):      # fill the ring (rows past the chunk are masked by `limit`)
+            load_db(r, f"m0 + {p} * BN", p)
+            r.sync("cp_async_commit")
+        r.fill("tv", worst)
+        r.fill("ti", -1)
+        ahead = stages - 1
+        lim = "min(m0 + CH, M)" if split > 1 else "M"
+        with r.for_("t", 0, "nt", id="db_loop"):
+            r.sync("cp_async_wait", n=stages - 2)   # tile t has landed (this thread's copies)
+            r.fence("proxy_async")                  # ... and is visible to the tensor cores' async proxy
+            r.sync("syncthreads")                   # every thread's copies; every warp done with slot t - 1
+            with r.if_(f"t + {ahead} < nt"):
+                load_db(r, f"m0 + (t + {ahead}) * BN", f"(t + {ahead}) % {stages}", id="prefetch")
+            r.sync("cp_async_commit")               # always: one group per iteration keeps the count exact
+            r.sync("wgmma_fence")
+            for a in range(atoms):
+                r.wgmma([64, bn, 16], tile("sQ", [f"{a * bq} + 64 * wg", 0], [64, ATOM]),
+                        tile("sB", [a * bn, 0], [bn, ATOM], slot=f"t % {stages}"), tile("acc"),
+                        accumulate=a > 0, id="distances" if a == 0 else None)
+            r.sync("wgmma_commit")
+            r.sync("wgmma_wait", n=0)
+            topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim)
+            if l2:
+                topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]), col_bias=tile("cn", slot=f"t % {stages}"))
+            r.add("topk", id="select", **topk)
+        r.sync("cp_async_wait", n=0)                # retire the zero-filled prefetches of a short chunk
+        r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
+        if split == 1:
+            r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_dist")
+            r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_idx")
+        else:
+            r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
+            r.stg(tile("tv"), tile("PV", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
+            r.stg(tile("ti"), tile("PI", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
+            fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
+            with r._nest(fin["body"]):
+                _merge_wide(r, k, kind, worst, unroll, 2)
+    search = kb.build()
+    if not l2:
+        return search
+    return Program(name=search.name, arch=arch,
+                   workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS]),
+                              Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])],
+                   kernels=[knn_db_norms(d, arch=arch), knn_db_norms(d, arch=arch, src="Xq", n="Q", dst="QN"), search])

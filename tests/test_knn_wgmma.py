@@ -1,0 +1,113 @@
+"""The wgmma kNN search (tasks/knn/wgmma.py, sm_90a): every sweep variant verifies without errors
+(the sync simulator runs: the cp.async ring, the proxy fence and the per-tile barrier) and compiles
+for sm_90a without spills; the library refuses it off sm_90a and for shapes its merge cannot deal;
+the database / query norms kernels and the search form one Program. GPU (marked): cakelib.knn with
+each wgmma variant against float64 through the task's checks (partial query and database tiles,
+the split path, inner product, k = 1 / 10 / 16 / 32)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from cake_ir.compiler import compile_ir, compiled_parts
+from cake_ir.nodes import Program
+from cake_ir.verifier import verify
+from tasks.base import get_task
+from tasks.knn.wgmma import knn_wgmma
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from lib_grid import knn_variants  # noqa: E402
+
+WG = [p for p in knn_variants() if p.get("mma") == "wgmma"]
+
+
+def test_sweep_has_wgmma_variants_with_distinct_names():
+    from cakelib.variants import knn_name
+    names = [knn_name(p) for p in WG]
+    assert len(WG) >= 8 and len(set(names)) == len(names) and all(n.endswith("_wg") for n in names)
+    assert len({knn_name(p) for p in knn_variants()}) == len(knn_variants())
+
+
+@pytest.mark.parametrize("p", WG, ids=lambda p: f"bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p['stages']}")
+def test_wgmma_variants_verify_and_compile_without_spills(p):
+    from cakelib.variants import knn_kernel
+    k = 16 if p["split"] > 1 else 10
+    ir = knn_kernel(p, k, "l2", 128, "sm_90a")
+    assert isinstance(ir, Program) and [x.name for x in ir.kernels][:2] == ["knn_db_norms_d128", "knn_xq_norms_d128"]
+    v = verify(ir)
+    assert not [d for d in v.diagnostics if d.severity == "error"], [d.short() for d in v.diagnostics]
+    assert not [d for d in v.diagnostics if d.code == "N-SYN-01"], "the sync simulation must run"
+    res = compile_ir(ir, arch="sm_90a")
+    assert res.ok, [d.short() for d in res.diagnostics if d.severity == "error"]
+    notes = [d.message for part in compiled_parts(res) for d in part.diagnostics if d.code == "N-BACKEND-RESOURCES"]
+    assert len(notes) == 3 and all("0 B spill stores" in n for n in notes), notes
+    assert "wgmma.mma_async" in compiled_parts(res)[-1].cuda_source
+
+
+def test_wgmma_search_needs_sm90a_and_whole_warpgroups():
+    from cakelib.variants import knn_supports
+    p = WG[0]
+    assert knn_supports(p, {"Q": 256, "M": 1 << 20, "k": 10, "arch": "sm_90a"})
+    assert not knn_supports(p, {"Q": 256, "M": 1 << 20, "k": 10, "arch": "sm_80"})
+    assert not knn_supports({**p, "bq": 32}, {"Q": 256, "M": 1 << 20, "k": 10, "arch": "sm_90a"})
+    with pytest.raises(ValueError, match="sm_90a"):
+        knn_wgmma(arch="sm_80")
+    with pytest.raises(ValueError, match="multiple of 64"):
+        knn_wgmma(bq=32)
+    with pytest.raises(ValueError, match="even"):
+        knn_wgmma(split=3)
+
+
+def test_inner_product_search_is_one_kernel():
+    ir = knn_wgmma(metric="ip", bq=128, bn=64, stages=4)
+    assert not isinstance(ir, Program)
+    assert not [d for d in verify(ir).diagnostics if d.severity == "error"]
+
+
+def test_removing_the_loop_barrier_is_reported():
+    """Without the loop's syncthreads the simulator reports both races of the ring: the prefetch overwrites
+    the slot another warpgroup's wgmma read in the previous tile, and a wgmma reads a tile other threads'
+    cp.async filled (both were invisible to it before this session: wgmma accesses skipped the
+    same-role barrier check)."""
+    import json
+
+    from cake_ir.io import dumps, load
+    ir = knn_wgmma(bq=128, bn=64, stages=3, split=8)
+    assert not [d for d in verify(ir).diagnostics if d.severity == "error"]
+    doc = json.loads(dumps(ir))
+    body = doc["kernels"][2]["roles"][0]["body"]
+    loop = next(st for st in body if st.get("id") == "db_loop")
+    i = next(i for i, st in enumerate(loop["body"]) if st["op"] == "syncthreads")
+    del loop["body"][i]
+    bad, _ = load(doc)
+    errs = [d for d in verify(bad).diagnostics if d.severity == "error"]
+    short = [d.short() for d in errs]
+    # the prefetch overwrites the slot the other warpgroup's wgmma read (write-after-read) ...
+    assert any(d.code == "E-SYN-11" and d.node.endswith("/then/0") and "write-after-read hazard on sB" in d.message
+               for d in errs), short
+    # ... and the wgmma reads tiles the other threads' cp.async filled (their wait covers only them)
+    assert any(d.code == "E-SYN-06" and "reads sB" in d.message and "[distances]" in d.short() for d in errs), short
+
+
+needs_gpu = pytest.mark.skipif("not __import__('gpu_backend.driver', fromlist=['x']).gpu_available()",
+                               reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric,Q,M,k,variant", [
+    ("l2", 130, 4099, 10, WG[0]), ("l2", 200, 20_001, 32, WG[1]), ("ip", 70, 9_999, 10, WG[2]),
+    ("l2", 37, 60_001, 16, WG[3]), ("l2", 300, 100_003, 10, WG[4]), ("l2", 1, 300_001, 1, WG[5]),
+    ("ip", 129, 50_001, 16, WG[6]), ("l2", 257, 70_001, 10, WG[-1]), ("l2", 64, 1000, 16, WG[-2])])
+def test_cakelib_knn_wgmma_variants_match_float64(metric, Q, M, k, variant):
+    from gpu_backend.driver import arch_of, properties
+    if arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    from cakelib import knn
+    task = type(get_task("knn" if metric == "l2" else "knn_ip"))()
+    task.k = k
+    shape = {"Q": Q, "M": M}
+    inp = task.make_inputs(shape, seed=9)
+    I, Dv = knn(inp["Xq"], inp["Xb"], k, metric=metric, variant=variant)
+    checks = task.check({"I": I, "Dist": Dv}, task.reference(inp, shape), inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
