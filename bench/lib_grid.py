@@ -174,6 +174,12 @@ def kmeans_variants() -> list[dict]:
     # the centroid norms once per CTA instead of per centroid tile and point tile (a reduce and a barrier less)
     out += [{"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": p, **m, "norms": "once"} for p in (33, 132)
             for m in (mma, mma32)]
+    # session 12 (sm_90a): the assignment on wgmma (tasks/kmeans/wgmma.py), one CTA per SM (smem)
+    wg = {"mma": "wgmma"}
+    out += [{"kind": "fused", "kmax": 256, "bm": bm, "bn": bn, "ctas": 132, **m, **wg}
+            for bm, bn in ((64, 128), (128, 64)) for m in (mma, mma32)]
+    out += [{"kind": "resident", "kmax": 128, "bm": bm, "bn": bn, "ctas": 132, **m, **wg}
+            for bm, bn, m in ((64, 128, mma), (64, 128, mma32), (128, 128, mma), (128, 64, mma32))]
     return out
 
 
@@ -423,7 +429,7 @@ def sweep_jobs(op: str, arch: str) -> list[tuple]:
     from cakelib.variants import SUPPORTS
     variants = knn_variants() if op == "knn" else kmeans_variants()
     if op != "knn":
-        return [(op, p, 10, arch) for p in variants]
+        return [(op, p, 10, arch) for p in variants if SUPPORTS[op](p, {"B": 1, "N": 1, "K": 1, "D": D, "arch": arch})]
     shapes = knn_train()
     return [(op, p, k, arch) for k in sorted({s["k"] for s in shapes}) for p in variants
             if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D, "arch": arch}) for s in shapes)]

@@ -2,7 +2,8 @@
 # One device call on a 1-GPU slot (the caller sets CUDA_VISIBLE_DEVICES; ~8.5 min wall at most), all
 # results under $OUT/knn:
 #   1. the GPU-marked tests of the new knn variants (tests/test_knn_fast.py: through the task's evaluator,
-#      workspace left zeroed, and through cakelib against float64), while the sweep's kernels compile in
+#      workspace left zeroed, and through cakelib against float64; tests/test_knn_wgmma.py and
+#      test_topk_wgmma.py: the sm_90a wgmma search and its top-k lowering), while the sweep's kernels compile in
 #      the background into the cubin cache (the tests' own kernels compile one at a time: ~5 s each; the
 #      previous variants are checked against float64 by every sweep and grid measurement anyway);
 #   2. `lib_grid.py sweep --op knn`: every knn variant x training shape, checked and timed, the dispatch
@@ -29,7 +30,8 @@ ARCH=$($PY -c "from gpu_backend.driver import arch_of, properties; print(arch_of
 [ -n "$ARCH" ] || ARCH=sm_90a
 timeout $(( TT + 15 )) $PY bench/lib_grid.py compile --op knn --arch $ARCH --procs $(( NP > 2 ? NP - 1 : 1 )) > $D/compile.log 2>&1 &
 CPID=$!
-timeout $TT $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_knn_fast.py > $D/tests.log 2>&1
+timeout $TT $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_knn_fast.py tests/test_knn_wgmma.py \
+  tests/test_topk_wgmma.py > $D/tests.log 2>&1
 stamp "tests rc=$?: $(tail -1 $D/tests.log)"
 wait $CPID
 stamp "precompile: $(grep -E 'variant x k' $D/compile.log | tail -1)"

@@ -120,9 +120,11 @@ class _Body:
     def map(self, dst, expr, id: str | None = None):
         return self.add("map", dst=dst if isinstance(dst, dict) else tile(dst), expr=expr, id=id)
 
-    def reduce(self, kind: str, src, dst, axis: int = 1, id: str | None = None, scope: str | None = None):
+    def reduce(self, kind: str, src, dst, axis: int = 1, id: str | None = None, scope: str | None = None,
+               accumulate: bool = False):
         return self.add("reduce", kind=kind, src=src if isinstance(src, dict) else tile(src),
-                        dst=dst if isinstance(dst, dict) else tile(dst), axis=axis, id=id, scope=scope)
+                        dst=dst if isinstance(dst, dict) else tile(dst), axis=axis, id=id, scope=scope,
+                        accumulate=accumulate or None)
 
     def scan(self, kind: str, src, dst, axis: int = 1, exclusive: bool = False):
         return self.add("scan", kind=kind, src=src if isinstance(src, dict) else tile(src),

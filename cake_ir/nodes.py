@@ -384,6 +384,9 @@ class Reduce(Node):
     dst: TileRef
     axis: Annotated[int, Field(ge=0, le=3)] = 1
     scope: Scope = Field(default="role", description="smem src: the threads the rows are dealt to")
+    accumulate: bool = Field(default=False, description="smem src: add the row sums to dst instead of "
+                             "overwriting it (rows are dealt to the same threads for equal R and scope: a "
+                             "[rows, D] tile stored as D / 64 swizzle atoms sums atom by atom)")
 
 
 class Scan(Node):

@@ -50,7 +50,7 @@ def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Opt
         B, N, D = (xa.shape if batched else (1, *xa.shape))
         if not 1 <= k:
             raise ValueError("k must be >= 1")
-        shape = {"B": B, "N": N, "K": k, "D": D}
+        shape = {"B": B, "N": N, "K": k, "D": D, "arch": rt.arch}
         name, p = choose("kmeans", shape, variant)
         c0 = init if init is not None else _init_rows(xa, x, B, N, k, seed)
         ca = arrays.as_input(c0, "init")

@@ -94,16 +94,24 @@ def kmeans_name(p: dict) -> str:
     extra += "_priv" if p.get("private") else ""
     extra += f"_mma{p.get('urows', 16)}" if p.get("update", "atomic") == "mma" else ""
     extra += "_n1" if p.get("norms", "tile") == "once" else ""
+    extra += "_wg" if p.get("mma", "sync") == "wgmma" else ""
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 
 def kmeans_supports(p: dict, shape: dict) -> bool:
-    """shape: B, N, K, D."""
+    """shape: B, N, K, D (arch: the GPU's, for the sm_90a-only wgmma variants; a shape without it is
+    taken to allow them)."""
+    if p.get("mma", "sync") == "wgmma" and shape.get("arch", "sm_90a") != "sm_90a":
+        return False
     return shape.get("D", 128) == KMEANS_D and 1 <= shape["K"] <= p["kmax"] and shape["N"] >= 1 and shape["B"] >= 1
 
 
 def kmeans_kernel(p: dict, arch: str):
     from tasks.kmeans.programs import kmeans_fused, kmeans_resident
+    if p.get("mma", "sync") == "wgmma":     # the tensor-core update only (tasks/kmeans/wgmma.py)
+        from tasks.kmeans.wgmma import kmeans_wgmma
+        return kmeans_wgmma(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], urows=p.get("urows", 16),
+                            resident=p.get("kind", "fused") == "resident", arch=arch)
     update = p.get("update", "atomic")
     if p.get("kind", "fused") == "resident":
         return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16),

@@ -616,7 +616,8 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
     elif isinstance(node, (Fill, Map)):
         out += [(node.dst, True)]
     elif isinstance(node, (Reduce, Scan)):
-        out += [(node.src, False), (node.dst, True)]
+        out += [(node.src, False)] + ([(node.dst, False)] if getattr(node, "accumulate", False) else []) \
+            + [(node.dst, True)]
     elif isinstance(node, TopK):
         out += [(r, False) for r in (node.row_bias, node.col_bias) if r is not None]
         out += [(node.src, False), (node.vals, True), (node.idx, True)]
@@ -1726,9 +1727,13 @@ class Simulator:
                     # offsets than the statement's src)
                     fld = next((f for f in type(st).model_fields if getattr(st, f, None) is ref),
                                "dst" if write else "src")
-                    self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld=fld, local=local,
-                              sig=("ew", ref.buf, str(ref.slot), tuple(map(str, ref.offset or ())),
-                                   tuple(ref.shape or ())) if isinstance(st, (Fill, Map)) else None)
+                    # the same threads touch the same elements: element-wise ops on one tile, and an smem
+                    # reduce's dst rows (row r by thread r mod the scope's size, for equal tiles and scope:
+                    # `accumulate` reads what the previous reduce of the rows wrote, same thread)
+                    tkey = (str(ref.slot), tuple(map(str, ref.offset or ())), tuple(ref.shape or ()))
+                    sig = ("ew", ref.buf, *tkey) if isinstance(st, (Fill, Map)) else \
+                        ("rd", ref.buf, *tkey, st.scope) if isinstance(st, Reduce) and ref is st.dst else None
+                    self._acc(ref, write, "generic", n, n, p, mask, path, env, tl, fld=fld, local=local, sig=sig)
                 elif write and isinstance(st, (RedAdd, ScatterAdd)) and ref.buf in self._gwritten:
                     src = self._bufs.get(st.src.buf) if st.src is not None else None
                     hint = (st.src.shape or (src.shape if src is not None else None)) if isinstance(st, RedAdd) else None
@@ -2026,6 +2031,8 @@ class Simulator:
 
     def _pair(self, a1: Acc, a2: Acc, xwarp: bool):
         g = self.g
+        if a1.sig is not None and a1.sig == a2.sig and a1.start == a2.start:
+            return      # one statement reading and writing its own elements (an accumulating reduce)
         anc2 = g.anc[a2.start]
         same = a1.proc == a2.proc
         if not (anc2 >> a1.end) & 1:

@@ -1143,6 +1143,8 @@ class Emitter:
         b0 = self.buf(st.src.buf, path)
         if b0.space == "smem":
             return self.reduce_smem(st, path)
+        if st.accumulate:
+            self.fail(path, "accumulate is for shared-memory reductions (an smem src tile)")
         sb, db = self.reg_tile(st.src, path), self.reg_tile(st.dst, path)
         if sb.layout != "blocked" and not (sb.layout == "row_major" and sb.scope == "thread"):
             self.fail(path, f"reduce over a {sb.layout} tile is not lowered yet (blocked or per-thread tiles)")
@@ -1601,7 +1603,8 @@ class Emitter:
         w.close()
         if parts == 4:
             w.line("const float cake_acc = (cake_acc4[0] + cake_acc4[1]) + (cake_acc4[2] + cake_acc4[3]);")
-        w.line(f"*reinterpret_cast<float*>(cake_smem + ({self.vec_addr(st.dst, 'cake_r', path)} - cake_smem_base)) = cake_acc;")
+        op = "+=" if st.accumulate else "="
+        w.line(f"*reinterpret_cast<float*>(cake_smem + ({self.vec_addr(st.dst, 'cake_r', path)} - cake_smem_base)) {op} cake_acc;")
         w.close()
 
     def elem_ptr(self, t, r_c: str, c_c: str, path) -> tuple[str, str]:

@@ -85,12 +85,16 @@ def _declare_finish(kb, threads: int) -> str:
     return "warpgroup"
 
 
-def _declare_registers(kb, d: int, bn: int, levels, scope: str = "cta") -> None:
-    """Register tiles: the zero block, the argmin's mma fragments and lists, the finish chunks."""
+def _declare_registers(kb, d: int, bn: int, levels, scope: str = "cta", mma: str = "sync") -> None:
+    """Register tiles: the zero block, the argmin's mma fragments (mma "wgmma": only the warpgroup's
+    [64, bn] accumulator; the operands stay in smem) and lists, the finish chunks."""
     kb.buffer("zero", "reg", "f32", [8, d], layout="blocked", vec=4, scope="cta")
-    kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
-    kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
-    kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
+    if mma == "wgmma":
+        kb.buffer("acc", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
+    else:
+        kb.buffer("fa", "reg", "f16", [16, d], layout="mma_a", scope="warp")
+        kb.buffer("fb", "reg", "f16", [bn, 16], layout="mma_b", scope="warp")
+        kb.buffer("acc", "reg", "f32", [16, bn], layout="mma_acc", scope="warp")
     kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
     kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
     for tag, n, _ in levels:
@@ -145,7 +149,7 @@ def _declare_update(kb, kmax: int, d: int, bm: int, update: str, copies: int = 1
         kb.buffer("uacc", "reg", "f32", [urows, UPDATE_DN], layout="mma_acc", scope="warp")
 
 
-def _update_mma(r, bm: int, d: int, warps: int, slot, urows: int = 16) -> None:
+def _update_mma(r, bm: int, d: int, warps: int, slot, urows: int = 16, x_block=None) -> None:
     """sums[c, :] += X[j, :] for the tile's points j of cluster c, on tensor cores: the tile's targets
     go to shared memory; warp w owns the sums' blocks (`urows` clusters x UPDATE_DN dims) u = w,
     w + warps, .. (the same blocks on every tile, so no two warps ever add into one block) and, per
@@ -153,7 +157,9 @@ def _update_mma(r, bm: int, d: int, warps: int, slot, urows: int = 16) -> None:
     per 16 points (X through ldmatrix.trans) and stores it back. Shared-memory traffic per tile:
     the sums' blocks twice (K x d x 8 bytes) and X once per block row (K / urows x bm x d x 2 bytes):
     urows 32 halves the second for 32 more accumulator registers. Points past N (the next batch's
-    rows, zero fill) are masked by the onehot's limit; the assignment's -1 never matches a cluster."""
+    rows, zero fill) are masked by the onehot's limit; the assignment's -1 never matches a cluster.
+    x_block(p): the tile of points [16 p, 16 p + 16) x columns [uc, uc + UPDATE_DN) (default: sX
+    row-major; the wgmma kernels store X as 64-column swizzle atoms)."""
     dn = UPDATE_DN
     r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
     r.sync("syncthreads")   # every warp reads every warp's targets
@@ -164,17 +170,18 @@ def _update_mma(r, bm: int, d: int, warps: int, slot, urows: int = 16) -> None:
         for p in range(bm // 16):
             r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile("oh"), row0="ur",
                   col0=f"n0 + {p * 16}", limit="N")
-            r.ldmatrix(tile("sX", [p * 16, "uc"], [16, dn], slot=slot), tile("xb"), trans=True)
+            r.ldmatrix(x_block(p) if x_block else tile("sX", [p * 16, "uc"], [16, dn], slot=slot), tile("xb"),
+                       trans=True)
             r.mma_sync(tile("oh"), tile("xb"), tile("uacc"))
         r.sts(tile("uacc"), tile("ssum", ["ur", "uc"], [urows, dn]), vec_bytes=8, id="store_sums")
 
 
 def _update(r, update: str, bm: int, d: int, warps: int, sums: dict, slot, cas_batch=None,
-            urows: int = 16) -> None:
+            urows: int = 16, x_block=None) -> None:
     """Aggregate the tile's points into the CTA's sums and counts (the counts stay one red.shared per
     point: 1/d of the sums' adds)."""
     if update == "mma":
-        _update_mma(r, bm, d, warps, slot, urows)
+        _update_mma(r, bm, d, warps, slot, urows, x_block)
     else:
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d], slot=slot),
               dst=sums, row0="n0 + wm0",

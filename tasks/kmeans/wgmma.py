@@ -1,0 +1,151 @@
+"""One Lloyd iteration with the assignment on Hopper's warpgroup MMA (sm_90a).
+
+The mma.sync kernels (programs.py) spend most of a K = 256 iteration issuing the assignment: per 16
+points and 8 centroids a k16 HMMA, plus the ldmatrix of every centroid fragment (32 HMMA per point at
+K = 256, D = 128: about flashlib's time, session 11's profile: 70% of the cycles no eligible warp).
+Here a warpgroup scores its 64 points against BN centroids with one wgmma chain per centroid tile,
+both operands read from shared memory by the tensor cores, and the argmin is `topk` k = 1 over the
+`wgmma_acc` tile (each warp its 16 points). The update is the tensor-core one-hot product of
+programs._update_mma, reading the points from the same swizzled tile.
+
+X and C tiles are stored as D / 64 swizzle atoms (128-byte rows, what wgmma reads K-major): atom a of a
+[rows, D] tile holds its columns [64 a, 64 a + 64) at rows [a * rows, (a + 1) * rows). Centroid norms
+are summed atom by atom (`reduce ... accumulate`) once per CTA.
+
+resident=True (kmax <= 128): the batch's centroids are loaded once per CTA and the point tiles are
+double-buffered; resident=False: centroid tiles of BN stream past each point tile (2-stage ring), for
+K up to 256 where the smem sums leave no room for resident centroids.
+"""
+from cake_ir.builder import KernelBuilder, tile
+
+from .programs import (BIG, UPDATE_DN, _declare_finish, _declare_io, _declare_registers, _declare_update,
+                       _flush_and_finish, _update, _zero_partials)
+
+ATOM = 64   # f16 elements per 128-byte swizzle row
+
+
+def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, ctas: int = 132, rows: int = 8,
+                 urows: int = 16, resident: bool = False, arch: str = "sm_90a"):
+    """Fused Lloyd iteration for K <= kmax: wgmma assignment (64 points per warpgroup, bm / 64
+    warpgroups), tensor-core one-hot update (`urows` clusters per accumulator block), smem sums
+    flushed once per CTA, the last CTA of a batch finishes (programs.kmeans_fused)."""
+    if arch != "sm_90a":
+        raise ValueError("kmeans_wgmma needs sm_90a (wgmma)")
+    if d != 128:
+        raise ValueError("the finishing pass is written for D = 128")
+    if bm % 64 or bn % 16 or not 16 <= bn <= 256 or kmax % bn:
+        raise ValueError(f"bm must be a multiple of 64, bn a multiple of 16 up to 256 dividing kmax "
+                         f"(got bm={bm}, bn={bn}, kmax={kmax})")
+    if resident and kmax > 128:
+        raise ValueError("resident centroids fit for kmax <= 128 (the smem sums take the rest)")
+    assert UPDATE_DN == ATOM, "the update's X blocks are whole swizzle atoms"
+    warps = bm // 16
+    threads = 32 * warps
+    atoms = d // ATOM
+    crow = kmax if resident else bn            # rows of one centroid atom in sC
+    kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}_d{d}_{bm}x{bn}_wg_mma{urows}",
+                       arch=arch, grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
+                       note="one Lloyd iteration: wgmma argmin assignment + tensor-core one-hot update"
+                            + (", resident centroids" if resident else ", streamed centroid tiles"))
+    kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
+    levels = [("m", rows, "RB"), ("t", 1, None)]
+    _declare_io(kb, kmax)
+    kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B", **({"stages": 2} if resident else {}))
+    kb.buffer("sC", "smem", "f16", [atoms * crow, ATOM], layout="swizzle_128B", **({} if resident else {"stages": 2}))
+    kb.buffer("cn", "smem", "f32", [kmax])
+    _declare_update(kb, kmax, d, bm, "mma", urows=urows)
+    kb.buffer("scnt", "smem", "f32", [kmax, 1])
+    fscope = _declare_finish(kb, threads)
+    _declare_registers(kb, d, bn, levels, fscope, mma="wgmma")
+
+    def load_c(r, row0: str, n: int, dst_row0: str, slot):
+        for a in range(atoms):
+            r.copy("cp_async", tile("C", [row0, a * ATOM], [n, ATOM]),
+                   tile("sC", [f"{a * crow} + {dst_row0}", 0], [n, ATOM], slot=slot), oob="zfill")
+
+    def load_x(r, row0: str, slot, id=None):
+        for a in range(atoms):
+            r.copy("cp_async", tile("X", [row0, a * ATOM], [bm, ATOM]), tile("sX", [a * bm, 0], [bm, ATOM], slot=slot),
+                   oob="zfill", id=id if a == 0 else None)
+
+    def norms(r, row0: str, slot):
+        """cn[row0 .. row0 + n) = squared norms of the staged centroid rows, atom by atom."""
+        n = kmax if resident else bn
+        for a in range(atoms):
+            r.reduce("sum_sq", tile("sC", [a * crow, 0], [n, ATOM], slot=slot), tile("cn", [row0], [n]),
+                     accumulate=a > 0, id="centroid_norms" if a == 0 else None)
+
+    def assign(r, xslot, cslot, t: str):
+        """acc = X tile . C tile t (this warpgroup's 64 points), then the running argmin."""
+        r.sync("wgmma_fence")
+        for a in range(atoms):
+            r.wgmma([64, bn, 16], tile("sX", [f"{a * bm} + 64 * wg", 0], [64, ATOM], slot=xslot),
+                    tile("sC", [f"{a * crow} + " + (f"{t} * BN" if resident else "0"), 0], [bn, ATOM], slot=cslot),
+                    tile("acc"), accumulate=a > 0, id="distances" if a == 0 else None)
+        r.sync("wgmma_commit")
+        r.sync("wgmma_wait", n=0)
+        # rows of C beyond K (the next batch's centroids or zero fill) are skipped by limit
+        r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
+              col=f"{t} * BN", limit="K", scale=-2.0, col_bias=tile("cn", [f"{t} * BN"], [bn]))
+
+    def x_block(slot):
+        # the update's [16 points, 64 dims] block: dims [uc, uc + 64) are atom uc / 64
+        return lambda p: tile("sX", [f"(uc / {ATOM}) * BM + {p * 16}", 0], [16, ATOM], slot=slot)
+
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("b", "bid.y")
+        r.let("wm0", "role_warp * 16")
+        _zero_partials(r, d, threads, "KMAX / 8")
+        if resident:
+            # rows of C beyond K (the next batch's centroids or zero fill) are never chosen: topk's limit
+            load_c(r, "b * K", kmax, "0", None)
+            r.let("ntile", "cdiv(cdiv(N, BM) - bid.x, nbid.x)")
+            load_x(r, "b * N + bid.x * BM", 0, id="load_first_points")
+            r.sync("cp_async_commit")
+            r.sync("cp_async_wait", n=0)
+            r.sync("syncthreads")
+            norms(r, "0", None)
+            with r.for_("it", 0, "ntile", id="point_tiles"):
+                r.let("n0", "(bid.x + it * nbid.x) * BM")
+                r.sync("cp_async_wait", n=0)     # tile it has landed (this thread's copies) ...
+                r.fence("proxy_async")           # ... visible to the tensor cores' async proxy
+                r.sync("syncthreads")            # every thread's copies; every warp done with tile it - 1
+                with r.if_("it + 1 < ntile"):
+                    load_x(r, "b * N + n0 + nbid.x * BM", "(it + 1) % 2", id="prefetch_points")
+                r.sync("cp_async_commit")
+                r.fill("bv", BIG)
+                r.fill("bi", -1)
+                with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+                    assign(r, "it % 2", None, "t")
+                r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
+                r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+                _update(r, "mma", bm, d, warps, tile("ssum"), slot="it % 2", urows=urows, x_block=x_block("it % 2"))
+        else:
+            with r.for_("t0", 0, "cdiv(K, BN)", id="centroid_norms_once"):
+                r.sync("syncthreads")   # the previous tile's norm readers are done with slot 0
+                load_c(r, "b * K + t0 * BN", bn, "0", 0)
+                r.sync("cp_async_commit")
+                r.sync("cp_async_wait", n=0)
+                r.sync("syncthreads")
+                norms(r, "t0 * BN", 0)
+            with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
+                r.let("n0", "(bid.x + it * nbid.x) * BM")
+                r.sync("syncthreads")   # the previous tile's readers of sX / sC are done
+                load_x(r, "b * N + n0", None, id="load_points")
+                load_c(r, "b * K", bn, "0", 0)
+                r.sync("cp_async_commit")
+                r.fill("bv", BIG)
+                r.fill("bi", -1)
+                with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+                    r.sync("cp_async_wait", n=0)
+                    r.fence("proxy_async")
+                    r.sync("syncthreads")
+                    with r.if_("t + 1 < cdiv(K, BN)"):
+                        load_c(r, "b * K + (t + 1) * BN", bn, "0", "(t + 1) % 2")
+                    r.sync("cp_async_commit")
+                    assign(r, None, "t % 2", "t")
+                r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
+                r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+                _update(r, "mma", bm, d, warps, tile("ssum"), slot=None, urows=urows, x_block=x_block(None))
+        _flush_and_finish(r, kmax, d, 1, levels, fscope)
+    return kb.build()

@@ -1,0 +1,130 @@
+"""k-means with the assignment on wgmma (tasks/kmeans/wgmma.py, sm_90a) and the accumulating smem
+reduce its centroid norms use. CPU: every sweep variant verifies without errors (the sync simulation
+runs) and compiles for sm_90a without spills; the library refuses it off sm_90a; `reduce accumulate`
+lowers to an add and the simulator orders it by its rows' threads (same rows and scope: no barrier
+needed; another row split: the race is reported). GPU (marked): cakelib.kmeans with each wgmma variant
+against float64 (ragged batches, K not a multiple of the centroid tile)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from cake_ir.builder import KernelBuilder, tile
+from cake_ir.compiler import compile_ir, compile_kernel
+from cake_ir.verifier import verify
+from tasks.kmeans.wgmma import kmeans_wgmma
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from lib_grid import kmeans_variants  # noqa: E402
+
+WG = [p for p in kmeans_variants() if p.get("mma") == "wgmma"]
+
+
+@pytest.mark.parametrize("p", WG, ids=lambda p: f"{p['kind']}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_u{p.get('urows', 16)}")
+def test_wgmma_variants_verify_and_compile_without_spills(p):
+    from cakelib.variants import kmeans_kernel, kmeans_name
+    assert kmeans_name(p).endswith("_wg") and "_mma" in kmeans_name(p)
+    k = kmeans_kernel(p, "sm_90a")
+    v = verify(k)
+    assert not [d for d in v.diagnostics if d.severity == "error" or d.code == "N-SYN-01"], \
+        [d.short() for d in v.diagnostics]
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    notes = [d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES"]
+    assert notes and "0 B spill stores" in notes[0], notes
+    src = r.cuda_source
+    assert "wgmma.mma_async" in src and "fence_proxy_async" in src
+    adds = [ln for ln in src.split("__global__")[-1].splitlines() if "red_add_shared" in ln]
+    assert len(adds) == 2 and all(", 1.0f);" in ln for ln in adds), adds   # only the counts: no CAS on the sums
+
+
+def test_wgmma_kmeans_needs_sm90a_and_fitting_tiles():
+    from cakelib.variants import kmeans_supports
+    p = WG[0]
+    assert kmeans_supports(p, {"B": 1, "N": 1 << 20, "K": 256, "arch": "sm_90a"})
+    assert not kmeans_supports(p, {"B": 1, "N": 1 << 20, "K": 256, "arch": "sm_80"})
+    with pytest.raises(ValueError, match="sm_90a"):
+        kmeans_wgmma(arch="sm_80")
+    with pytest.raises(ValueError, match="kmax <= 128"):
+        kmeans_wgmma(kmax=256, resident=True)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        kmeans_wgmma(bm=32)
+
+
+def _norms(second_scope=None, accumulate=True):
+    """Row norms of a [64, 128] tile stored as two 64-column swizzle atoms, summed atom by atom."""
+    kb = KernelBuilder("atom_norms", arch="sm_90a", grid=[1], threads=128)
+    kb.tensor("X", "f16", [64, 128])
+    kb.tensor("NRM", "f32", [1, 64], access="write")
+    kb.buffer("sX", "smem", "f16", [128, 64], layout="swizzle_128B")
+    kb.buffer("nv", "smem", "f32", [1, 64])
+    kb.buffer("nr", "reg", "f32", [1, 1], layout="row_major", scope="thread")
+    with kb.role("main", warps=(0, 4)) as r:
+        for a in range(2):
+            r.copy("cp_async", tile("X", [0, 64 * a], [64, 64]), tile("sX", [64 * a, 0], [64, 64]))
+        r.sync("cp_async_commit")
+        r.sync("cp_async_wait", n=0)
+        r.sync("syncthreads")
+        r.reduce("sum_sq", tile("sX", [0, 0], [64, 64]), tile("nv", [0, 0], [1, 64]))
+        r.reduce("sum_sq", tile("sX", [64, 0], [64, 64]), tile("nv", [0, 0], [1, 64]), accumulate=accumulate,
+                 scope=second_scope)
+        r.sync("syncthreads")
+        with r.if_("tid < 64"):
+            r.lds(tile("nv", [0, "tid"], [1, 1]), tile("nr"), vec_bytes=4)
+            r.stg(tile("nr"), tile("NRM", [0, "tid"], [1, 1]), vec_bytes=4)
+    return kb.build()
+
+
+def test_accumulating_reduce_lowers_to_an_add_and_keeps_its_rows_threads():
+    k = _norms()
+    assert not [d for d in verify(k).diagnostics if d.severity == "error"], [d.short() for d in verify(k).diagnostics]
+    r = compile_kernel(k, arch="sm_90a")
+    assert r.ok
+    stores = [ln for ln in r.cuda_source.splitlines() if "cake_acc;" in ln and "reinterpret_cast<float*>" in ln]
+    assert len(stores) == 2 and " = cake_acc;" in stores[0] and " += cake_acc;" in stores[1], stores
+    # the second reduce dealing the rows another way (each warp all of them) reads other threads' sums
+    bad = [d for d in verify(_norms(second_scope="warp")).diagnostics if d.severity == "error"]
+    assert any(d.code == "E-SYN-11" and "nv" in d.message for d in bad), [d.short() for d in bad]
+
+
+def test_accumulate_is_refused_for_register_reductions():
+    kb = KernelBuilder("reg_acc", arch="sm_80", grid=[1], threads=32)
+    kb.tensor("O", "f32", [16, 1], access="write")
+    kb.buffer("t", "reg", "f32", [16, 8], layout="mma_acc", scope="warp")
+    kb.buffer("s", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.fill("t", 1.0)
+        r.reduce("sum", tile("t"), tile("s"), accumulate=True)
+        r.stg(tile("s"), tile("O"), vec_bytes=4)
+    r = compile_kernel(kb.build(), arch="sm_80")
+    assert not r.ok and any("accumulate is for shared-memory" in d.message for d in r.diagnostics)
+
+
+def _gpu():
+    try:
+        from gpu_backend.driver import gpu_available
+        return gpu_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B,N,K,i", [(2, 70001, 250, 0), (3, 9999, 170, 1), (2, 5000, 256, 2), (1, 20000, 7, 3),
+                                     (3, 4099, 100, 4), (4, 999, 128, 5), (2, 30001, 60, 6), (3, 9999, 127, 7)])
+def test_kmeans_wgmma_one_step_matches_float64(B, N, K, i):
+    from gpu_backend.driver import arch_of, properties
+    if arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    from cakelib import kmeans
+    from tasks.kmeans.task import TASK
+    variant = WG[i % len(WG)]
+    if K > variant["kmax"]:
+        pytest.skip("K above the variant's kmax")
+    shape = {"B": B, "N": N, "K": K}
+    inp = TASK.make_inputs(shape, seed=5)
+    X = inp["X"].reshape(B, N, 128)
+    C0 = inp["C"].reshape(B, K, 128)
+    Cn, A = kmeans(X, K, 1, init=C0, variant=variant)
+    checks = TASK.check({"A": A, "Cnew": Cn.reshape(B * K, 128)}, TASK.reference(inp, shape), inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
