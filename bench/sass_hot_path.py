@@ -61,21 +61,27 @@ def loop_cost(text: str) -> dict:
     if not main:
         return {"error": "no loop with tensor-core instructions"}
     head, back = max(main, key=lambda x: x[1] - x[0])
-    dist, prev, q = {head: 1}, {}, collections.deque([head])
-    while q:
-        u = q.popleft()
-        if u == back:
-            break
-        for v in succ[u]:
-            if v not in dist:
-                dist[v], prev[v] = dist[u] + 1, u
-                q.append(v)
-    path = [back]
-    while path[-1] != head:
-        path.append(prev[path[-1]])
+
+    def shortest(head: int, back: int) -> list[int]:
+        """The fewest instructions from a loop's head to its back edge (guarded blocks skipped)."""
+        dist, prev, q = {head: 1}, {}, collections.deque([head])
+        while q:
+            u = q.popleft()
+            if u == back:
+                break
+            for v in succ[u]:
+                if v not in dist and head <= v <= back:
+                    dist[v], prev[v] = dist[u] + 1, u
+                    q.append(v)
+        path = [back]
+        while path[-1] != head:
+            path.append(prev[path[-1]])
+        return path
+    path = shortest(head, back)
     hot = collections.Counter(ins[i][1].split(".")[0] for i in path)
-    inner = [{"static": b - a + 1, "ops": dict(collections.Counter(ins[i][1].split(".")[0]
-                                                                  for i in range(a, b + 1)).most_common(4))}
+    # inner loops (a centroid loop inside the point loop): all their instructions and their own hot path
+    inner = [{"static": b - a + 1, "hot": len(shortest(a, b)),
+              "ops": dict(collections.Counter(ins[i][1].split(".")[0] for i in range(a, b + 1)).most_common(4))}
              for a, b in loops if head < a and b < back]
     return {"loop_static": back - head + 1, "hot": len(path), "hot_ops": dict(hot.most_common(10)),
             "inner_loops": inner}

@@ -287,6 +287,51 @@ def test_filter_model_is_exact(kind, seed):
     assert [(float(a), b) for a, b in got] == [(float(a), b) for a, b in want]
 
 
+
+def _scan_row_argmin(u_tiles, limit, kind="min"):
+    """A model of the k = 1 lowering over an accumulator tile for one row (Emitter.topk1_acc): lane q of
+    the quad scans its columns n * 8 + 2 q + j in increasing order with a strict compare (columns at or
+    past `limit` skipped), enters its best with the exact (value, index) test into its running entry;
+    the quad merges by the same test."""
+    worst = 3e38 if kind == "min" else -3e38
+    lanes = [(worst, -1)] * 4
+
+    def better(a, b):
+        return (a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])) if kind == "min" else \
+            (a[0] > b[0] or (a[0] == b[0] and a[1] < b[1]))
+    cb = 0
+    for u in u_tiles:
+        tn = len(u)
+        for q in range(4):
+            bu, bc = (float("inf") if kind == "min" else float("-inf")), 0
+            for c in (n * 8 + 2 * q + j for n in range(tn // 8) for j in range(2)):
+                if cb + c < limit and ((u[c] < bu) if kind == "min" else (u[c] > bu)):
+                    bu, bc = u[c], c
+            if better((bu, cb + bc), lanes[q]):
+                lanes[q] = (bu, cb + bc)
+        cb += tn
+    best = lanes[0]
+    for e in lanes[1:]:
+        best = e if better(e, best) else best
+    return best
+
+
+@pytest.mark.parametrize("kind", ["min", "max"])
+@pytest.mark.parametrize("seed", range(6))
+def test_argmin_scan_model_is_exact(kind, seed):
+    """k = 1: the per-lane strict scan + one exact insertion per row and tile equals the exact argmin
+    with ties broken by the smaller index, on scores with many exact ties and a limit inside a tile."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    tn, tiles = 64, 12
+    u = rng.integers(-6, 6, size=(tiles, tn)).astype(np.float32)
+    limit = int(rng.integers(tn * (tiles - 1) + 1, tn * tiles))
+    got = _scan_row_argmin(list(u), limit, kind)
+    flat = u.reshape(-1)[:limit]
+    want_v = flat.min() if kind == "min" else flat.max()
+    assert got == (want_v, int(np.flatnonzero(flat == want_v)[0]))
+
+
 def test_supports_register_rule_agrees_with_the_verifier():
     """cakelib.variants.knn_tile_registers is a hand-kept count of the search kernel's register tiles (the
     dispatcher must not build kernels to decide): over every sweep variant and k it must refuse exactly

@@ -137,10 +137,14 @@ def test_kmeans_workspace_declared_and_in_seed_interface():
     # knn: the split-database path's partial lists and counters; every knn seed declares them
     kt = get_task("knn")
     assert [w.name for w in workspace_specs(kt, {"Q": 1, "M": 10})] == ["PV", "PI", "WT"]
-    for name, kk in kt.seed_programs().items():
-        r = compile_kernel(kk)
+    from cake_ir.compiler import compile_program
+    from cake_ir.nodes import Program
+    from gpu_backend.runner import spec_from_program
+    for name, kk in kt.seed_programs().items():   # a Program (the wgmma search) keeps its XN / QN inside
+        r = compile_program(kk) if isinstance(kk, Program) else compile_kernel(kk)
         assert r.ok, name
-        assert interface_problem(spec_from_kernel(kk, r), kt, {"Q": 1, "M": 10}) is None, name
+        spec = spec_from_program(kk, r) if isinstance(kk, Program) else spec_from_kernel(kk, r)
+        assert interface_problem(spec, kt, {"Q": 1, "M": 10}) is None, name
 
 
 def test_new_ops_lower_to_runtime_calls():

@@ -59,7 +59,7 @@ def test_topk_over_wgmma_acc_verifies_lowers_and_compiles(k):
     r = compile_kernel(kern, arch="sm_90a")
     assert r.ok, [d.short() for d in r.diagnostics]
     # the row bias of the warp's rows: 16 x (warp in the warpgroup) + the lane's row in the fragment
-    rows = [ln for ln in r.cuda_source.splitlines() if "cake_rb" in ln and "16 * (cake_wg_tid >> 5)" in ln]
+    rows = [ln for ln in r.cuda_source.splitlines() if "16 * (cake_wg_tid >> 5)" in ln and "cake_lane >> 2" in ln]
     assert len(rows) == 2, rows                                            # two row halves per lane
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in r.cuda_source
 

@@ -1342,31 +1342,7 @@ class Emitter:
                 self.topk_acc_filtered(st, sb, vb, ib, TM, NT, K, mn, lim, path, wg)
                 w.close()
                 return
-            for slot, row in self.rows_slots(TM, wg):
-                m, h = slot // 2, slot % 2
-                w.open("")
-                rbias = ""
-                if st.row_bias is not None:
-                    w.line(f"const float cake_rb = {self.smem_f32(self.vec_addr(st.row_bias, row, path))};")
-                    rbias = " + cake_rb"
-                w.line("#pragma unroll")
-                w.open(f"for (int cake_n = 0; cake_n < {NT}; ++cake_n)")
-                w.line("#pragma unroll")
-                w.open("for (int cake_j = 0; cake_j < 2; ++cake_j)")
-                w.line("const int cake_c = cake_n * 8 + cake_c0 + cake_j;")
-                src = f"{sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j]"
-                if st.col_bias is not None and not rbias:
-                    # one FFMA (nvcc turns -2 x + c into two FADDs: -(x + x), then + c)
-                    cb = self.smem_f32(self.vec_addr(st.col_bias, 'cake_c', path))
-                    w.line(f"const float cake_v = __fmaf_rn({float(st.scale)!r}f, {src}, {cb});")
-                else:
-                    cbias = f" + {self.smem_f32(self.vec_addr(st.col_bias, 'cake_c', path))}" if st.col_bias is not None else ""
-                    w.line(f"const float cake_v = {float(st.scale)!r}f * {src}{rbias}{cbias};")
-                call = f"{fn}(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}], cake_v, cake_cb + cake_c);"
-                w.line(f"if (cake_cb + cake_c < {lim}) {call}" if lim else call)
-                w.close()
-                w.close()
-                w.close()
+            self.topk1_acc(st, sb, vb, ib, TM, NT, mn, lim, path, wg)
         elif sb.layout == "row_major" and sb.scope == "thread":
             R, C = prod(sb.shape[:-1]), sb.shape[-1]
             if vb.layout != "row_major" or ib.layout != "row_major" or prod(vb.shape) != R * K or prod(ib.shape) != R * K:
@@ -1390,6 +1366,62 @@ class Emitter:
         else:
             self.fail(path, f"topk reads an mma_acc, wgmma_acc or per-thread row_major score tile, not {sb.layout}")
         w.close()
+
+    def topk1_acc(self, st: TopK, sb, vb, ib, TM: int, NT: int, mn: str, lim, path, wg: bool = False):
+        """topk k = 1 (a running argmin / argmax) over an mma_acc / wgmma_acc tile: per row the lane scans
+        its 2 * NT columns in increasing index order with a strict compare (the first, smallest index
+        wins a tie among them), u = scale * acc + col_bias (one FMA), then enters its best, plus the row
+        bias, with the exact (value, index) test. Per score an FMA, a compare and two selects; the
+        limit is tested on the partial tile only (a separate scan). The same result as testing every
+        score exactly: within a lane the columns ascend, across lanes and calls the exact test breaks
+        ties by index."""
+        w = self.w
+        better = "<" if mn == "true" else ">"
+        worst = "cake::inf()" if mn == "true" else "(-cake::inf())"
+        slots = self.rows_slots(TM, wg)
+        cb_v = (lambda c: self.smem_f32(self.vec_addr(st.col_bias, c, path))) if st.col_bias is not None else None
+
+        def scan(guard: bool):
+            w.line("#pragma unroll")
+            w.open(f"for (int cake_n = 0; cake_n < {NT}; ++cake_n)")
+            w.line("#pragma unroll")
+            w.open("for (int cake_j = 0; cake_j < 2; ++cake_j)")
+            w.line("const int cake_c = cake_n * 8 + cake_c0 + cake_j;")
+            if cb_v is not None:
+                w.line(f"const float cake_cbv = {cb_v('cake_c')};")
+            for slot, _ in slots:
+                m, h = slot // 2, slot % 2
+                src = f"{sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j]"
+                u = (f"__fmaf_rn({float(st.scale)!r}f, {src}, cake_cbv)" if cb_v is not None
+                     else f"{float(st.scale)!r}f * {src}")
+                cond = f"cake_u < cake_bu[{slot}]".replace("<", better)
+                if guard:
+                    cond = f"cake_c < cake_rem && {cond}"
+                w.open("")
+                w.line(f"const float cake_u = {u};")
+                w.line(f"if ({cond}) {{ cake_bu[{slot}] = cake_u; cake_bc[{slot}] = cake_c; }}")
+                w.close()
+            w.close()
+            w.close()
+        S = len(slots)
+        w.line(f"float cake_bu[{S}]; int cake_bc[{S}];")
+        w.line("#pragma unroll")
+        w.line(f"for (int cake_h = 0; cake_h < {S}; ++cake_h) {{ cake_bu[cake_h] = {worst}; cake_bc[cake_h] = 0; }}")
+        if lim:
+            w.line(f"const int cake_rem = {lim} - cake_cb;   // columns c < cake_rem are in range")
+            w.open(f"if (cake_rem >= {8 * NT})")
+            scan(False)
+            w.close()
+            w.open("else")
+            scan(True)
+            w.close()
+        else:
+            scan(False)
+        for slot, row in slots:
+            rb = f" + {self.smem_f32(self.vec_addr(st.row_bias, row, path))}" if st.row_bias is not None else ""
+            # a row with no column in range keeps its list: its best is the worst value (never better)
+            w.line(f"cake::topk_insert<1, {mn}>(&{vb.name}[{slot}], &{ib.name}[{slot}], cake_bu[{slot}]{rb}, "
+                   f"cake_cb + cake_bc[{slot}]);")
 
     def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path, wg: bool = False):
         """topk (k > 1) over an mma_acc tile, filtered: a lane scores its 2 * NT columns of each row it

@@ -372,16 +372,6 @@ FAMILIES["kmeans_resident_mma_sm80"] = {**FAMILIES["kmeans_resident_sm80"],
                                         "defaults": {**FAMILIES["kmeans_resident_sm80"]["defaults"], "big": 16,
                                                      "update": "mma"}}
 
-# the wgmma assignment (sm_90a, tasks/kmeans/wgmma.py; imported last: it builds on this module's helpers)
-from .wgmma import kmeans_wgmma  # noqa: E402
-
-SEEDS["kmeans_wgmma_sm90a"] = lambda: kmeans_wgmma()
-FAMILIES["kmeans_wgmma_sm90a"] = {
-    "make": kmeans_wgmma,
-    "defaults": signature_defaults(kmeans_wgmma),
-    "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
-              "resident": [False, True]},
-    # resident centroids fit for kmax <= 128; a centroid tile divides kmax; wgmma tiles of 64 points
-    "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0 and (not p["resident"] or p["kmax"] <= 128),
-    "tactics": {"retile": ["bm", "bn"]},
-}
+# the wgmma kernels (sm_90a, tasks/kmeans/wgmma.py) register their seed and family in SEEDS / FAMILIES;
+# imported last: they build on this module's helpers
+from . import wgmma  # noqa: E402,F401

@@ -17,7 +17,9 @@ double-buffered; resident=False: centroid tiles of BN stream past each point til
 K up to 256 where the smem sums leave no room for resident centroids.
 """
 from cake_ir.builder import KernelBuilder, tile
+from tasks.base import signature_defaults
 
+from . import programs
 from .programs import (BIG, UPDATE_DN, _declare_finish, _declare_io, _declare_registers, _declare_update,
                        _flush_and_finish, _update, _zero_partials)
 
@@ -149,3 +151,16 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                 _update(r, "mma", bm, d, warps, tile("ssum"), slot=None, urows=urows, x_block=x_block(None))
         _flush_and_finish(r, kmax, d, 1, levels, fscope)
     return kb.build()
+
+
+# the agent's seed and family (tasks/<task>/programs.py SEEDS / FAMILIES)
+programs.SEEDS["kmeans_wgmma_sm90a"] = lambda: kmeans_wgmma()
+programs.FAMILIES["kmeans_wgmma_sm90a"] = {
+    "make": kmeans_wgmma,
+    "defaults": signature_defaults(kmeans_wgmma),
+    "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
+              "resident": [False, True]},
+    # resident centroids fit for kmax <= 128; a centroid tile divides kmax; wgmma tiles of 64 points
+    "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0 and (not p["resident"] or p["kmax"] <= 128),
+    "tactics": {"retile": ["bm", "bn"]},
+}

@@ -373,15 +373,6 @@ FAMILIES = {
     },
 }
 
-# the wgmma search (sm_90a, tasks/knn/wgmma.py; imported last: it builds on this module's helpers)
-from .wgmma import knn_wgmma  # noqa: E402
-
-SEEDS["knn_l2_wgmma_sm90a"] = lambda: knn_wgmma("l2")
-FAMILIES["knn_l2_wgmma_sm90a"] = {
-    "make": knn_wgmma,
-    "defaults": {**signature_defaults(knn_wgmma), "metric": "l2"},
-    "space": {"bq": [64, 128], "bn": [64, 128, 256], "k": [1, 10, 32], "d": [64, 128], "split": [1, 8, 32, 128],
-              "stages": [2, 3, 4]},
-    "check": lambda p: p["bq"] % 64 == 0 and p["bn"] % 16 == 0,
-    "tactics": {"retile": ["bq", "bn"]},
-}
+# the wgmma kernels (sm_90a, tasks/knn/wgmma.py) register their seed and family in SEEDS / FAMILIES;
+# imported last: they build on this module's helpers
+from . import wgmma  # noqa: E402,F401

@@ -16,7 +16,9 @@ tiles, so the search kernel never reduces a swizzled tile.
 """
 from cake_ir.builder import KernelBuilder, tile
 from cake_ir.nodes import Program, Workspace
+from tasks.base import signature_defaults
 
+from . import programs
 from .programs import BIG, WS_ROWS, WS_TILES, XN_COLS, _merge_wide, knn_db_norms
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
@@ -159,3 +161,15 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                    workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS]),
                               Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])],
                    kernels=[knn_db_norms(d, arch=arch), knn_db_norms(d, arch=arch, src="Xq", n="Q", dst="QN"), search])
+
+
+# the agent's seed and family (tasks/<task>/programs.py SEEDS / FAMILIES)
+programs.SEEDS["knn_l2_wgmma_sm90a"] = lambda: knn_wgmma("l2")
+programs.FAMILIES["knn_l2_wgmma_sm90a"] = {
+    "make": knn_wgmma,
+    "defaults": {**signature_defaults(knn_wgmma), "metric": "l2"},
+    "space": {"bq": [64, 128], "bn": [64, 128, 256], "k": [1, 10, 32], "d": [64, 128], "split": [1, 8, 32, 128],
+              "stages": [2, 3, 4]},
+    "check": lambda p: p["bq"] % 64 == 0 and p["bn"] % 16 == 0,
+    "tactics": {"retile": ["bq", "bn"]},
+}
