@@ -7,6 +7,7 @@ header (cake_ir/runtime/cake.cuh) for every instruction and generates wgmma wrap
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field, replace
 from math import prod
 from pathlib import Path
@@ -1667,6 +1668,8 @@ class Emitter:
             self.fail(path, f"onehot reads {C} i32 targets (one per fragment column) from shared memory")
         r0, c0, rows, _ = self.tile_rc(idx, path)
         MT, KT = db.shape[0] // 16, C // 16
+        if MT * 16 <= 256:
+            return self.onehot_f16x2(st, db, idx, r0, c0, rows, MT, KT, path)
         one = "0x3C00u" if db.dtype == "f16" else "0x3F80u"
         w = self.w
         w.open("", path)
@@ -1689,6 +1692,39 @@ class Emitter:
                     e = (mt * KT + kt) * 4 + r
                     w.line(f"{db.name}[{e}] = (cake_j{kt}_{h0} == {row} ? {one} : 0u) | "
                            f"(cake_j{kt}_{h0 + 1} == {row} ? ({one} << 16) : 0u);", path)
+        w.close()
+
+    def onehot_f16x2(self, st: OneHot, db, idx, r0, c0, rows: int, MT: int, KT: int, path):
+        """onehot with one f16x2 compare per register: a lane turns its 4 column targets per 16-column
+        block into targets relative to its first row (target - row0 - g; -1 for a column past `limit`)
+        and packs them as two f16x2 pairs once; register r of row tile mt (two columns of the row
+        R = 16 mt + 8 (r & 1) below the lane's first) is then set.eq.f16x2 of its pair against the
+        constant R: 1.0 where equal, the f16 one-hot pair (bf16: 1.0's bits by a shift and a LOP).
+        Exact for row offsets R < 256: the relative targets are integers, f16 holds them exactly up to
+        2048 and rounds larger magnitudes to values >= 2048, never onto an R; -1 is below every R."""
+        w = self.w
+        w.open("", path)
+        w.line("const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;")
+        w.line(f"const int cake_tr0 = (int)({ix(st.row0)}) + cake_g;   // the target of the lane's first row")
+        if st.limit is not None:
+            w.line(f"const int cake_cl = (int)({ix(st.limit)}) - (int)({ix(st.col0)});")
+        for kt in range(KT):
+            for h, off in enumerate((0, 1, 8, 9)):
+                j = f"{kt * 16 + off} + cake_t2"
+                rc = (f"{r0} + {j}", c0) if rows > 1 else (r0, f"{c0} + {j}")
+                val = f"(*reinterpret_cast<const int*>(cake_smem + ({self.smem_byte(idx.buffer, st.index.slot, *rc)})))"
+                rel = f"({j}) < cake_cl ? {val} - cake_tr0 : -1" if st.limit is not None else f"{val} - cake_tr0"
+                w.line(f"const int cake_d{kt}_{h} = {rel};")
+            w.line(f"const unsigned cake_p{kt}_0 = cake::i2h2(cake_d{kt}_0, cake_d{kt}_1);   // columns 2t, 2t + 1")
+            w.line(f"const unsigned cake_p{kt}_1 = cake::i2h2(cake_d{kt}_2, cake_d{kt}_3);   // columns 2t + 8, 2t + 9")
+            for mt in range(MT):
+                for r in range(4):
+                    R = mt * 16 + (r & 1) * 8
+                    rbits = struct.unpack("<H", struct.pack("<e", float(R)))[0]
+                    cmp = f"cake::heq2(cake_p{kt}_{r >> 1}, 0x{rbits | rbits << 16:08X}u)"
+                    if db.dtype == "bf16":
+                        cmp = f"cake::h1_to_bf1({cmp})"
+                    w.line(f"{db.name}[{(mt * KT + kt) * 4 + r}] = {cmp};   // row {R} + g", path)
         w.close()
 
     @_robust

@@ -28,6 +28,18 @@ __device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
   unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 __device__ __forceinline__ float sq(float x) { return x * x; }
+// onehot: two ints as an f16x2 pair (nearest), an f16x2 equality as 1.0 / 0.0 halves (one HSET2: the
+// f16 one-hot pair), and f16's 1.0 (0x3C00) turned into bf16's (0x3F80) in both halves
+__device__ __forceinline__ unsigned i2h2(int lo, int hi) {
+  unsigned short l, h;
+  asm("cvt.rn.f16.s32 %0, %1;" : "=h"(l) : "r"(lo));
+  asm("cvt.rn.f16.s32 %0, %1;" : "=h"(h) : "r"(hi));
+  return (unsigned)l | ((unsigned)h << 16);
+}
+__device__ __forceinline__ unsigned heq2(unsigned a, unsigned b) {
+  unsigned d; asm("set.eq.f16x2.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b)); return d;
+}
+__device__ __forceinline__ unsigned h1_to_bf1(unsigned x) { return x | ((x >> 3) & 0x03800380u); }
 // Fast forms, within a few ulp: exp / 1/x / 1/sqrt(x) as one MUFU op each, flushing subnormal results
 // to 0 (.ftz). The non-ftz forms (__expf, rsqrtf) add a range test and two rescaling multiplies per
 // call, and IEEE 1/x or log1pf are slow-path calls of ~30 instructions: in the SASS of the KDA kernels
