@@ -144,6 +144,10 @@ def knn_variants() -> list[dict]:
     out += [v(64, 128, 1, 3, **wg), v(128, 128, 1, 3, **wg), v(128, 64, 1, 4, **wg)]
     out += [v(64, 128, s, 3, **wg) for s in (8, 32, 128)] + [v(128, 128, s, 3, **wg) for s in (8, 32)]
     out += [v(128, 64, s, 4, **wg) for s in (16, 64)]
+    # the next tile's wgmma in flight during this tile's top-k (two accumulators; bn 64: at 128 the two
+    # accumulators and the top-k's scores spill)
+    out += [{**v(128, 64, s, 4, **wg), "overlap": True} for s in (1, 8, 32)]
+    out += [{**v(64, 64, s, 4, **wg), "overlap": True} for s in (8, 128)]
     return out
 
 

@@ -28,6 +28,7 @@ def knn_name(p: dict) -> str:
     gn += f"_w{p['wm']}" if p.get("wm", 16) != 16 else ""
     gn += f"_ws{p['ws']}" if p.get("ws", 1) != 1 else ""
     gn += "_wg" if p.get("mma", "sync") == "wgmma" else ""
+    gn += "_ov" if p.get("overlap") else ""
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -39,7 +40,8 @@ def knn_supports(p: dict, shape: dict) -> bool:
     if D not in KNN_D or k < 1 or M < k or Q < 1:
         return False
     if p.get("mma", "sync") == "wgmma" and (shape.get("arch", "sm_90a") != "sm_90a" or p["bq"] % 64
-                                            or (p["split"] > 1 and p["split"] % 2)):
+                                            or (p["split"] > 1 and p["split"] % 2)
+                                            or (p.get("overlap") and p.get("stages", 2) < 3)):
         return False
     if p["bq"] % p.get("wm", 16) or knn_tile_registers(p, k, D) > 255:   # the verifier's E-RES-05 budget (e.g. bn 128 at k = 32)
         return False
@@ -59,8 +61,8 @@ def knn_tile_registers(p: dict, k: int, d: int) -> int:
     what the verifier refuses over every sweep variant."""
     bn, wm = p["bn"], p.get("wm", 16)
     merge = 4 * k if p["split"] > 1 else 0   # the merge's lists (the wide merge: at least as many)
-    if p.get("mma", "sync") == "wgmma":      # a [64, BN] accumulator per warpgroup, no fragments
-        return bn // 2 + 4 * k + merge + 16
+    if p.get("mma", "sync") == "wgmma":      # a [64, BN] accumulator per warpgroup (two: overlap), no fragments
+        return (2 if p.get("overlap") else 1) * bn // 2 + 4 * k + merge + 16
     fa = wm * d // 64 if p.get("qfrag", "reg") == "reg" else wm // 4
     return wm * bn // 32 + bn // 4 + fa + wm * k // 4 + merge + 16
 
@@ -70,7 +72,7 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
     if p.get("mma", "sync") == "wgmma":
         from tasks.knn.wgmma import knn_wgmma
         return knn_wgmma(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"],
-                         stages=p.get("stages", 2), minb=p.get("minb", 1), arch=arch)
+                         stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False), arch=arch)
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),

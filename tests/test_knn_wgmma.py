@@ -24,11 +24,13 @@ WG = [p for p in knn_variants() if p.get("mma") == "wgmma"]
 def test_sweep_has_wgmma_variants_with_distinct_names():
     from cakelib.variants import knn_name
     names = [knn_name(p) for p in WG]
-    assert len(WG) >= 8 and len(set(names)) == len(names) and all(n.endswith("_wg") for n in names)
+    assert len(WG) >= 8 and len(set(names)) == len(names) and all(n.endswith(("_wg", "_wg_ov")) for n in names)
+    assert sum(n.endswith("_ov") for n in names) >= 4
     assert len({knn_name(p) for p in knn_variants()}) == len(knn_variants())
 
 
-@pytest.mark.parametrize("p", WG, ids=lambda p: f"bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p['stages']}")
+@pytest.mark.parametrize("p", WG, ids=lambda p: f"bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p['stages']}"
+                         + ("_ov" if p.get("overlap") else ""))
 def test_wgmma_variants_verify_and_compile_without_spills(p):
     from cakelib.variants import knn_kernel
     k = 16 if p["split"] > 1 else 10
@@ -98,7 +100,9 @@ needs_gpu = pytest.mark.skipif("not __import__('gpu_backend.driver', fromlist=['
 @pytest.mark.parametrize("metric,Q,M,k,variant", [
     ("l2", 130, 4099, 10, WG[0]), ("l2", 200, 20_001, 32, WG[1]), ("ip", 70, 9_999, 10, WG[2]),
     ("l2", 37, 60_001, 16, WG[3]), ("l2", 300, 100_003, 10, WG[4]), ("l2", 1, 300_001, 1, WG[5]),
-    ("ip", 129, 50_001, 16, WG[6]), ("l2", 257, 70_001, 10, WG[-1]), ("l2", 64, 1000, 16, WG[-2])])
+    ("ip", 129, 50_001, 16, WG[6]), ("l2", 257, 70_001, 10, WG[-1]), ("l2", 64, 1000, 16, WG[-2]),
+    # the overlapped ones (two accumulators): odd tile counts, a chunk of one tile, k = 1
+    ("l2", 333, 77_777, 10, WG[-5]), ("ip", 65, 5_000, 1, WG[-4]), ("l2", 7, 300, 16, WG[-3])])
 def test_cakelib_knn_wgmma_variants_match_float64(metric, Q, M, k, variant):
     from gpu_backend.driver import arch_of, properties
     if arch_of(properties(0)) != "sm_90a":

@@ -25,10 +25,10 @@ QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byt
 ATOM = 64                    # f16 elements per 128-byte swizzle row
 
 
-def wgmma_merge_unroll(split: int, k: int, bn: int) -> int:
+def wgmma_merge_unroll(split: int, k: int, bn: int, accs: int = 1) -> int:
     """Partial lists in flight per thread in the wide merge, within E-RES-05's register budget (the
-    accumulator's BN / 2 registers, the mma_rows lists, the merge lists, ~16 overhead)."""
-    base = bn // 2 + 4 * k + 2 * k + 16
+    accumulators' BN / 2 registers each, the mma_rows lists, the merge lists, ~16 overhead)."""
+    base = accs * bn // 2 + 4 * k + 2 * k + 16
     u = 4
     while u > 1 and ((split // 2) % u or base + 2 * k * u > 250):
         u //= 2
@@ -36,12 +36,14 @@ def wgmma_merge_unroll(split: int, k: int, bn: int) -> int:
 
 
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
-              stages: int = 3, minb: int = 1, arch: str = "sm_90a"):
+              stages: int = 3, minb: int = 1, overlap: bool = False, arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
     k steps (m64 n BN k16) into its [64, BN] f32 accumulator, waits for them and folds the scores into
     its warps' top-k lists. split > 1: partial lists to the workspace, the last CTA merges (the wide
-    merge of programs.knn_fused). l2 returns a Program: database norms, query norms, the search."""
+    merge of programs.knn_fused). l2 returns a Program: database norms, query norms, the search.
+    overlap: two accumulators, tile t's wgmma issued before tile t - 1's top-k (stages >= 3: one tile
+    fewer in flight ahead, the slot an in-flight wgmma reads is never reloaded)."""
     if arch != "sm_90a":
         raise ValueError("knn_wgmma needs sm_90a (wgmma)")
     if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
@@ -49,13 +51,15 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                          f"(got bq={bq}, d={d}, bn={bn})")
     if split > 1 and split % 2:
         raise ValueError("the wide merge deals a query's partial lists to 2 thread groups: split must be even")
+    if overlap and stages < 3:
+        raise ValueError("overlap needs stages >= 3 (the in-flight wgmma's slot stays loaded)")
     warps = bq // 16
     atoms = d // ATOM
     l2 = metric == "l2"
     kind = "min" if l2 else "max"
     worst = BIG if l2 else -BIG
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
-        + (f"_b{minb}" if minb != 1 else "")
+        + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_wg{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
@@ -80,9 +84,11 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         kb.buffer("qn", "smem", "f32", [1, bq])
         kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
     kb.buffer("acc", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
+    if overlap:
+        kb.buffer("acc1", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
     kb.buffer("tv", "reg", "f32", [16, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [16, k], layout="mma_rows", scope="warp")
-    unroll = wgmma_merge_unroll(split, k, bn) if split > 1 else 1
+    unroll = wgmma_merge_unroll(split, k, bn, 2 if overlap else 1) if split > 1 else 1
     if split > 1:
         for n in ("mv",) + tuple(f"pv{u}" for u in range(unroll)):
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
@@ -117,31 +123,65 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.copy("cp_async", tile("QN", [0, "q0"], [1, bq]), tile("qn"), oob="zfill", id="load_query_norms")
         load_db(r, "m0", 0)
         r.sync("cp_async_commit")
-        for p in range(1, stages - 1):      # fill the ring (rows past the chunk are masked by `limit`)
+        ahead = stages - 2 if overlap else stages - 1   # tiles in flight past the current one
+        for p in range(1, ahead):           # fill the ring (rows past the chunk are masked by `limit`)
             load_db(r, f"m0 + {p} * BN", p)
             r.sync("cp_async_commit")
         r.fill("tv", worst)
         r.fill("ti", -1)
-        ahead = stages - 1
         lim = "min(m0 + CH, M)" if split > 1 else "M"
-        with r.for_("t", 0, "nt", id="db_loop"):
-            r.sync("cp_async_wait", n=stages - 2)   # tile t has landed (this thread's copies)
+
+        def arrive(t: str):
+            """Tile t has landed, for every thread and the async proxy; tile t + ahead starts loading."""
+            r.sync("cp_async_wait", n=ahead - 1)    # tile t has landed (this thread's copies)
             r.fence("proxy_async")                  # ... and is visible to the tensor cores' async proxy
-            r.sync("syncthreads")                   # every thread's copies; every warp done with slot t - 1
-            with r.if_(f"t + {ahead} < nt"):
-                load_db(r, f"m0 + (t + {ahead}) * BN", f"(t + {ahead}) % {stages}", id="prefetch")
-            r.sync("cp_async_commit")               # always: one group per iteration keeps the count exact
+            r.sync("syncthreads")                   # every thread's copies; every warp done with the slot reloaded next
+            with r.if_(f"{t} + {ahead} < nt"):
+                load_db(r, f"m0 + ({t} + {ahead}) * BN", f"({t} + {ahead}) % {stages}", id="prefetch")
+            r.sync("cp_async_commit")               # always: one group per tile keeps the count exact
+
+        def distances(t: str, acc: str):
             r.sync("wgmma_fence")
             for a in range(atoms):
                 r.wgmma([64, bn, 16], tile("sQ", [f"{a * bq} + 64 * wg", 0], [64, ATOM]),
-                        tile("sB", [a * bn, 0], [bn, ATOM], slot=f"t % {stages}"), tile("acc"),
-                        accumulate=a > 0, id="distances" if a == 0 else None)
+                        tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({t}) % {stages}"), tile(acc),
+                        accumulate=a > 0, id="distances" if a == 0 and acc == "acc" else None)
             r.sync("wgmma_commit")
-            r.sync("wgmma_wait", n=0)
-            topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim)
+
+        def select(t: str, acc: str):
+            topk = dict(kind=kind, k=k, src=tile(acc), vals=tile("tv"), idx=tile("ti"), col=f"m0 + ({t}) * BN",
+                        limit=lim)
             if l2:
-                topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]), col_bias=tile("cn", slot=f"t % {stages}"))
-            r.add("topk", id="select", **topk)
+                topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]),
+                            col_bias=tile("cn", slot=f"({t}) % {stages}"))
+            r.add("topk", id="select" if acc == "acc" else None, **topk)
+
+        if not overlap:
+            with r.for_("t", 0, "nt", id="db_loop"):
+                arrive("t")
+                distances("t", "acc")
+                r.sync("wgmma_wait", n=0)
+                select("t", "acc")
+        else:
+            # two accumulators: tile u's wgmma runs while tile u - 1's scores are selected. The prefetch of
+            # step u overwrites slot (u - 2) % stages: tile u - 2's wgmma was retired (wait 1) at step u - 1,
+            # before this step's barrier, and tile u - 1's (in flight) reads another slot
+            with r.if_("0 < nt"):
+                arrive("0")
+                distances("0", "acc")
+
+            def step(u: str, nxt: str, cur: str):
+                with r.if_(f"{u} < nt"):
+                    arrive(u)
+                    distances(u, nxt)
+                    r.sync("wgmma_wait", n=1)       # tile u - 1's wgmma is done; tile u's runs on
+                with r.if_(f"{u} >= nt"):
+                    r.sync("wgmma_wait", n=0)
+                select(f"{u} - 1", cur)
+            with r.for_("t", 0, "nt", step=2, id="db_loop"):
+                step("t + 1", "acc1", "acc")
+                with r.if_("t + 1 < nt"):
+                    step("t + 2", "acc", "acc1")
         r.sync("cp_async_wait", n=0)                # retire the zero-filled prefetches of a short chunk
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
         if split == 1:
