@@ -115,3 +115,18 @@ def test_cakelib_knn_wgmma_variants_match_float64(metric, Q, M, k, variant):
     I, Dv = knn(inp["Xq"], inp["Xb"], k, metric=metric, variant=variant)
     checks = task.check({"I": I, "Dist": Dv}, task.reference(inp, shape), inp, shape)
     assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+
+
+def test_overlap_reloading_the_in_flight_slot_is_reported(monkeypatch):
+    """Overlapped, the prefetch must skip the slot the still-running wgmma of the previous tile reads:
+    with one tile more in flight (the plain kernel's distance) the simulator reports the prefetch's race
+    with that wgmma (E-SYN-10) and the top-k reading a column-norm slot still loading (E-SYN-06)."""
+    import tasks.knn.wgmma as W
+    ok = W.knn_wgmma(overlap=True, bq=128, bn=64, stages=4, split=8)
+    assert not [d for d in verify(ok).diagnostics if d.severity == "error"]
+    monkeypatch.setattr(W, "prefetch_distance", lambda stages, overlap: stages - 1)
+    errs = [d for d in verify(W.knn_wgmma(overlap=True, bq=128, bn=64, stages=4, split=8)).diagnostics
+            if d.severity == "error"]
+    assert any(d.code == "E-SYN-10" and "race on sB" in d.message and "wgmma" in d.message for d in errs), \
+        [d.short() for d in errs]
+    assert any(d.code == "E-SYN-06" and "reads cn" in d.message for d in errs), [d.short() for d in errs]

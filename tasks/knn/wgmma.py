@@ -35,6 +35,12 @@ def wgmma_merge_unroll(split: int, k: int, bn: int, accs: int = 1) -> int:
     return u
 
 
+def prefetch_distance(stages: int, overlap: bool) -> int:
+    """Tiles loading past the current one: all other slots of the ring, less the slot of the wgmma still
+    in flight when overlapped."""
+    return stages - 2 if overlap else stages - 1
+
+
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
               stages: int = 3, minb: int = 1, overlap: bool = False, arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
@@ -123,7 +129,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.copy("cp_async", tile("QN", [0, "q0"], [1, bq]), tile("qn"), oob="zfill", id="load_query_norms")
         load_db(r, "m0", 0)
         r.sync("cp_async_commit")
-        ahead = stages - 2 if overlap else stages - 1   # tiles in flight past the current one
+        ahead = prefetch_distance(stages, overlap)   # tiles in flight past the current one
         for p in range(1, ahead):           # fill the ring (rows past the chunk are masked by `limit`)
             load_db(r, f"m0 + {p} * BN", p)
             r.sync("cp_async_commit")
