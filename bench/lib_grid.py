@@ -464,7 +464,7 @@ def sweep(ops, out_dir, procs, budget_s=200):
             if time.time() - t_op > budget_s:
                 print(f"{op}: sweep budget of {budget_s} s spent; remaining shapes skipped", flush=True)
                 break
-            sh = {**shape, "D": D}
+            sh = {**shape, "D": D, "arch": arch}   # the wgmma variants run on sm_90a only
             if op == "knn":
                 xq, xb = knn_inputs(shape)
                 ref = knn_reference(xq, xb, shape["k"])

@@ -1680,8 +1680,7 @@ class Emitter:
         for kt in range(KT):
             for h, off in enumerate((0, 1, 8, 9)):
                 j = f"{kt * 16 + off} + cake_t2"
-                rc = (f"{r0} + {j}", c0) if rows > 1 else (r0, f"{c0} + {j}")
-                val = f"(*reinterpret_cast<const int*>(cake_smem + ({self.smem_byte(idx.buffer, st.index.slot, *rc)})))"
+                val = self.onehot_target(st, idx, r0, c0, rows, j)
                 if st.limit is not None:
                     val = f"(({j}) < cake_cl ? {val} : -1)"
                 w.line(f"const int cake_j{kt}_{h} = {val};")
@@ -1693,6 +1692,11 @@ class Emitter:
                     w.line(f"{db.name}[{e}] = (cake_j{kt}_{h0} == {row} ? {one} : 0u) | "
                            f"(cake_j{kt}_{h0 + 1} == {row} ? ({one} << 16) : 0u);", path)
         w.close()
+
+    def onehot_target(self, st: OneHot, idx, r0, c0, rows: int, j: str) -> str:
+        """The i32 target of fragment column j (a [C, 1] or [1, C] smem index tile)."""
+        rc = (f"{r0} + {j}", c0) if rows > 1 else (r0, f"{c0} + {j}")
+        return f"(*reinterpret_cast<const int*>(cake_smem + ({self.smem_byte(idx.buffer, st.index.slot, *rc)})))"
 
     def onehot_f16x2(self, st: OneHot, db, idx, r0, c0, rows: int, MT: int, KT: int, path):
         """onehot with one f16x2 compare per register: a lane turns its 4 column targets per 16-column
@@ -1711,8 +1715,7 @@ class Emitter:
         for kt in range(KT):
             for h, off in enumerate((0, 1, 8, 9)):
                 j = f"{kt * 16 + off} + cake_t2"
-                rc = (f"{r0} + {j}", c0) if rows > 1 else (r0, f"{c0} + {j}")
-                val = f"(*reinterpret_cast<const int*>(cake_smem + ({self.smem_byte(idx.buffer, st.index.slot, *rc)})))"
+                val = self.onehot_target(st, idx, r0, c0, rows, j)
                 rel = f"({j}) < cake_cl ? {val} - cake_tr0 : -1" if st.limit is not None else f"{val} - cake_tr0"
                 w.line(f"const int cake_d{kt}_{h} = {rel};")
             w.line(f"const unsigned cake_p{kt}_0 = cake::i2h2(cake_d{kt}_0, cake_d{kt}_1);   // columns 2t, 2t + 1")

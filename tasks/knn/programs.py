@@ -44,6 +44,21 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80", src: str = 
     return kb.build()
 
 
+def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int) -> None:
+    """The search kernels' constants, scalars and tensors (the task's interface, tasks/knn/task.py)."""
+    kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
+    kb.scalar("Q", min=1)
+    kb.scalar("M", min=k)
+    kb.tensor("Xq", "f16", ["Q", "D"])
+    kb.tensor("Xb", "f16", ["M", "D"])
+    kb.tensor("I", "i32", ["Q", "KK"], access="write")
+    kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
+    # the split path's scratch (declared by every variant: the task passes it to all of them)
+    kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
+    kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
+    kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
+
+
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
               qfrag: str = "reg", wm: int = 16, ws: int = 1):
@@ -101,17 +116,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                        note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
                             + (f", database split over {split} CTAs" + (f" x {ws} warps" if ws > 1 else "")
                                + " + last-CTA merge" if split > 1 else ""))
-    kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
-    kb.scalar("Q", min=1)
-    kb.scalar("M", min=k)
-    kb.tensor("Xq", "f16", ["Q", "D"])
-    kb.tensor("Xb", "f16", ["M", "D"])
-    kb.tensor("I", "i32", ["Q", "KK"], access="write")
-    kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
-    # the split path's scratch (declared by every variant: the task passes it to all of them)
-    kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
-    kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
-    kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
+    declare_search_io(kb, bq, bn, d, k, split)
     if gnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
     kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)

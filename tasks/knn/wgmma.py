@@ -19,7 +19,7 @@ from cake_ir.nodes import Program, Workspace
 from tasks.base import signature_defaults
 
 from . import programs
-from .programs import BIG, WS_ROWS, WS_TILES, XN_COLS, _merge_wide, knn_db_norms
+from .programs import BIG, XN_COLS, _merge_wide, declare_search_io, knn_db_norms
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
 ATOM = 64                    # f16 elements per 128-byte swizzle row
@@ -71,16 +71,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                        min_blocks_per_sm=minb,
                        note=f"exact kNN ({metric}), top-{k} fused into a wgmma distance GEMM"
                             + (f", database split over {split} CTAs + last-CTA merge" if split > 1 else ""))
-    kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
-    kb.scalar("Q", min=1)
-    kb.scalar("M", min=k)
-    kb.tensor("Xq", "f16", ["Q", "D"])
-    kb.tensor("Xb", "f16", ["M", "D"])
-    kb.tensor("I", "i32", ["Q", "KK"], access="write")
-    kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
-    kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
-    kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
-    kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
+    declare_search_io(kb, bq, bn, d, k, split)
     if l2:
         kb.tensor("XN", "f32", [1, XN_COLS])
         kb.tensor("QN", "f32", [1, QN_COLS])
