@@ -1,7 +1,7 @@
 """E-SYN-08: generic-proxy writes of shared memory read by the async proxy need `fence proxy_async`.
 
-What: shared memory written by ordinary instructions (sts, a sync copy, fill/map into an smem tile)
-and then read by the async proxy -- a `tma_store` source or a `wgmma` A/B operand -- needs a
+What: shared memory written by ordinary instructions (sts, a sync copy, fill/map into an smem tile,
+and cp.async, which also writes through the generic proxy) and then read by the async proxy -- a `tma_store` source or a `wgmma` A/B operand -- needs a
 `fence proxy_async` executed by the writing threads after their writes and before the barrier that
 hands the tile to the issuing thread (typical epilogue: sts; fence proxy_async; bar_sync; one thread
 tma_store). Checked on the protocol simulation: the last write of the region before the async read
