@@ -186,6 +186,11 @@ def kmeans_variants() -> list[dict]:
             for bm, bn in ((64, 128), (128, 64)) for m in (mma, mma32)]
     out += [{"kind": "resident", "kmax": 128, "bm": bm, "bn": bn, "ctas": 132, **m, **wg}
             for bm, bn, m in ((64, 128, mma), (64, 128, mma32), (128, 128, mma), (128, 64, mma32))]
+    # the streamed (fused) kernels with the next point tile loading during this one's last centroid tile
+    # (one CTA per SM: each point tile's loads were exposed); 64-point tiles for the second sX buffer
+    x2 = {"norms": "once", "xstages": 2}
+    out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, **m, **x2} for m in (mma, mma32)]
+    out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, **m, **wg, "xstages": 2} for m in (mma, mma32)]
     return out
 
 

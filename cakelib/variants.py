@@ -90,13 +90,15 @@ KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 
 def kmeans_name(p: dict) -> str:
     """`update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
-    variants carry no cas_batch / private (they only shape the atomic update)."""
+    variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
+    assignment on wgmma, sm_90a) adds `_wg`, `xstages: 2` (fused: the next point tile prefetched) `_x2`."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""
     extra += f"_mma{p.get('urows', 16)}" if p.get("update", "atomic") == "mma" else ""
     extra += "_n1" if p.get("norms", "tile") == "once" else ""
     extra += "_wg" if p.get("mma", "sync") == "wgmma" else ""
+    extra += "_x2" if p.get("xstages", 1) == 2 else ""
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 
@@ -113,14 +115,14 @@ def kmeans_kernel(p: dict, arch: str):
     if p.get("mma", "sync") == "wgmma":     # the tensor-core update only (tasks/kmeans/wgmma.py)
         from tasks.kmeans.wgmma import kmeans_wgmma
         return kmeans_wgmma(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], urows=p.get("urows", 16),
-                            resident=p.get("kind", "fused") == "resident", arch=arch)
+                            resident=p.get("kind", "fused") == "resident", xstages=p.get("xstages", 1), arch=arch)
     update = p.get("update", "atomic")
     if p.get("kind", "fused") == "resident":
         return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16),
                                cas_batch=p.get("cas_batch", 8), private=p.get("private", False), update=update,
                                urows=p.get("urows", 16), arch=arch)
     return kmeans_fused(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], update=update,
-                        urows=p.get("urows", 16), norms=p.get("norms", "tile"), arch=arch)
+                        urows=p.get("urows", 16), norms=p.get("norms", "tile"), xstages=p.get("xstages", 1), arch=arch)
 
 
 SUPPORTS = {"knn": knn_supports, "kmeans": kmeans_supports}

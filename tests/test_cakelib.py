@@ -180,7 +180,13 @@ def test_knn_numpy_matches_float64(Q, M, k, variant):
     (2, 70001, 250, {"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 132, "update": "mma"}),
     # the centroid norms once per CTA (K not a multiple of the centroid tile: the next batch's rows)
     (3, 9999, 170, {"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 33, "update": "mma", "urows": 32,
-                    "norms": "once"})])
+                    "norms": "once"}),
+    # the next point tile prefetched (several point tiles per CTA; K below, at and past a centroid tile)
+    (2, 70001, 250, {"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, "update": "mma", "norms": "once",
+                     "xstages": 2}),
+    (1, 100003, 64, {"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 33, "update": "mma", "urows": 32,
+                     "norms": "once", "xstages": 2}),
+    (3, 20001, 30, {"kind": "fused", "kmax": 128, "bm": 64, "bn": 64, "ctas": 16, "norms": "once", "xstages": 2})])
 def test_kmeans_one_step_matches_float64(B, N, K, variant):
     from cakelib import kmeans
     from tasks.kmeans.task import TASK

@@ -20,10 +20,11 @@ from lib_grid import kmeans_variants  # noqa: E402
 WG = [p for p in kmeans_variants() if p.get("mma") == "wgmma"]
 
 
-@pytest.mark.parametrize("p", WG, ids=lambda p: f"{p['kind']}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_u{p.get('urows', 16)}")
+@pytest.mark.parametrize("p", WG, ids=lambda p: f"{p['kind']}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_u{p.get('urows', 16)}"
+                         f"_x{p.get('xstages', 1)}")
 def test_wgmma_variants_verify_and_compile_without_spills(p):
     from cakelib.variants import kmeans_kernel, kmeans_name
-    assert kmeans_name(p).endswith("_wg") and "_mma" in kmeans_name(p)
+    assert "_wg" in kmeans_name(p) and "_mma" in kmeans_name(p)
     k = kmeans_kernel(p, "sm_90a")
     v = verify(k)
     assert not [d for d in v.diagnostics if d.severity == "error" or d.code == "N-SYN-01"], \
@@ -49,6 +50,38 @@ def test_wgmma_kmeans_needs_sm90a_and_fitting_tiles():
         kmeans_wgmma(kmax=256, resident=True)
     with pytest.raises(ValueError, match="multiple of 64"):
         kmeans_wgmma(bm=32)
+
+
+@pytest.mark.parametrize("form", ["mma", "wgmma"])
+def test_prefetched_point_tiles_are_checked_across_point_tiles(form, monkeypatch):
+    """xstages 2: the next point tile loads into the other sX slot during this tile's last centroid tile.
+    The simulator's default sizes give each CTA one point tile, so this runs it at 3 per CTA: clean as
+    built, and the prefetch aimed at the current tile's slot (which the update still reads) is reported."""
+    import json
+
+    import cake_ir.analysis.sync as S
+    from cake_ir.io import dumps, load
+    from cakelib.variants import kmeans_kernel
+    p = {"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, "update": "mma", "norms": "once", "xstages": 2,
+         **({"mma": "wgmma"} if form == "wgmma" else {})}
+    k = kmeans_kernel(p, "sm_90a")
+    monkeypatch.setattr(S.Simulator, "_sizes", lambda self: self._base_env({"B": 1, "N": 3 * 132 * 64 - 5, "K": 200}))
+    assert not [d for d in verify(k).diagnostics if d.severity == "error" or d.code == "N-SYN-01"]
+    doc = json.loads(dumps(k))
+
+    def prefetches(node):
+        if isinstance(node, dict):
+            if node.get("id") == "prefetch_points":
+                yield node
+            for v in node.values():
+                yield from prefetches(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from prefetches(v)
+    pre = next(prefetches(doc))
+    pre["dst"]["slot"] = "it % 2"
+    bad = [d for d in verify(load(doc)[0]).diagnostics if d.severity == "error"]
+    assert any(d.code == "E-SYN-06" and "reads sX" in d.message for d in bad), [d.short() for d in bad]
 
 
 def _norms(second_scope=None, accumulate=True):
@@ -111,7 +144,9 @@ def _gpu():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("B,N,K,i", [(2, 70001, 250, 0), (3, 9999, 170, 1), (2, 5000, 256, 2), (1, 20000, 7, 3),
-                                     (3, 4099, 100, 4), (4, 999, 128, 5), (2, 30001, 60, 6), (3, 9999, 127, 7)])
+                                     (3, 4099, 100, 4), (4, 999, 128, 5), (2, 30001, 60, 6), (3, 9999, 127, 7),
+                                     # the prefetched point tiles: several per CTA, K not a multiple of BN
+                                     (2, 70001, 250, 8), (1, 100003, 65, 9)])
 def test_kmeans_wgmma_one_step_matches_float64(B, N, K, i):
     from gpu_backend.driver import arch_of, properties
     if arch_of(properties(0)) != "sm_90a":

@@ -190,22 +190,27 @@ def _update(r, update: str, bm: int, d: int, warps: int, sums: dict, slot, cas_b
 
 
 def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 64, rows: int = 8,
-                 update: str = "atomic", urows: int = 16, norms: str = "tile", arch: str = "sm_80"):
+                 update: str = "atomic", urows: int = 16, norms: str = "tile", xstages: int = 1, arch: str = "sm_80"):
     """Fused Lloyd iteration for K <= kmax (the per-CTA partial sums [kmax, d] f32 live in smem).
     `update` / `urows`: see `_update_mma`. `norms`: "tile" recomputes each centroid tile's squared
     norms per point tile (a reduce and a CTA barrier per centroid tile); "once" computes all K norms
-    once per CTA, before the point loop, into an smem vector the argmin reads."""
+    once per CTA, before the point loop, into an smem vector the argmin reads.
+    `xstages` 2 (norms "once"): the next point tile and its first centroid tile load during the last
+    centroid tile of this one (sX double-buffered), so no point tile waits for its own loads (with 1,
+    each point tile's loads are exposed: one CTA per SM has nothing else to run meanwhile)."""
     assert norms in ("tile", "once"), norms
+    assert xstages in (1, 2) and (xstages == 1 or norms == "once"), "xstages 2 needs norms 'once'"
     assert d == 128, "the finishing pass is written for D = 128 (one element per thread per row)"
     warps = bm // 16
     threads = 32 * warps
-    suffix = (f"_mma{urows}" if update == "mma" else "") + ("_n1" if norms == "once" else "")
+    suffix = (f"_mma{urows}" if update == "mma" else "") + ("_n1" if norms == "once" else "") \
+        + ("_x2" if xstages == 2 else "")
     kb = KernelBuilder(f"kmeans_fused_k{kmax}_d{d}_{bm}x{bn}{suffix}", arch=arch, grid=["min(P, cdiv(N, BM))", "B"],
                        threads=threads, note="one Lloyd iteration: fused argmin assignment + smem-aggregated update")
     kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
     levels = [("m", rows, "RB"), ("t", 1, None)]
     _declare_io(kb, kmax)
-    kb.buffer("sX", "smem", "f16", [bm, d], pad=8)
+    kb.buffer("sX", "smem", "f16", [bm, d], pad=8, **({"stages": 2} if xstages == 2 else {}))
     kb.buffer("sC", "smem", "f16", [bn, d], pad=8, stages=2)
     kb.buffer("cn", "smem", "f32", [kmax if norms == "once" else bn])
     _declare_update(kb, kmax, d, bm, update, urows=urows)
@@ -224,40 +229,84 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
                 r.sync("cp_async_wait", n=0)
                 r.sync("syncthreads")
                 r.reduce("sum_sq", tile("sC", slot=0), tile("cn", ["t0 * BN"], [bn]), id="centroid_norms")
-        with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
-            r.let("n0", "(bid.x + it * nbid.x) * BM")
-            r.sync("syncthreads")   # the previous tile's readers of sX / sC are done
-            r.copy("cp_async", tile("X", ["b * N + n0", 0], [bm, d]), tile("sX"), oob="zfill", id="load_points")
-            r.copy("cp_async", tile("C", ["b * K", 0], [bn, d]), tile("sC", slot=0), oob="zfill")
-            r.sync("cp_async_commit")
-            r.sync("cp_async_wait", n=0)
-            r.sync("syncthreads")
-            r.ldmatrix(tile("sX", ["wm0", 0], [16, d]), tile("fa"))
-            r.fill("bv", BIG)
-            r.fill("bi", -1)
-            with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+        if xstages == 2:
+            _point_loop_prefetched(r, bm, bn, d, warps, urows, update)
+        else:
+            with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
+                r.let("n0", "(bid.x + it * nbid.x) * BM")
+                r.sync("syncthreads")   # the previous tile's readers of sX / sC are done
+                r.copy("cp_async", tile("X", ["b * N + n0", 0], [bm, d]), tile("sX"), oob="zfill", id="load_points")
+                r.copy("cp_async", tile("C", ["b * K", 0], [bn, d]), tile("sC", slot=0), oob="zfill")
+                r.sync("cp_async_commit")
                 r.sync("cp_async_wait", n=0)
                 r.sync("syncthreads")
-                with r.if_("t + 1 < cdiv(K, BN)"):
-                    r.copy("cp_async", tile("C", ["b * K + (t + 1) * BN", 0], [bn, d]), tile("sC", slot="(t + 1) % 2"),
-                           oob="zfill")
-                r.sync("cp_async_commit")
-                if norms == "tile":
-                    r.reduce("sum_sq", tile("sC", slot="t % 2"), tile("cn"), id="centroid_norms")
+                r.ldmatrix(tile("sX", ["wm0", 0], [16, d]), tile("fa"))
+                r.fill("bv", BIG)
+                r.fill("bi", -1)
+                with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+                    r.sync("cp_async_wait", n=0)
                     r.sync("syncthreads")
-                r.fill("acc", 0.0)
-                for kk in range(d // 16):
-                    r.ldmatrix(tile("sC", [0, kk * 16], [bn, 16], slot="t % 2"), tile("fb"))
-                    r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
-                # rows of C beyond K (the next batch's centroids or zero fill) are skipped by limit
-                r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
-                      col="t * BN", limit="K", scale=-2.0,
-                      col_bias=tile("cn", ["t * BN"], [bn]) if norms == "once" else tile("cn"))
-            r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
-            r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-            _update(r, update, bm, d, warps, tile("ssum"), slot=None, urows=urows)
+                    with r.if_("t + 1 < cdiv(K, BN)"):
+                        r.copy("cp_async", tile("C", ["b * K + (t + 1) * BN", 0], [bn, d]), tile("sC", slot="(t + 1) % 2"),
+                               oob="zfill")
+                    r.sync("cp_async_commit")
+                    if norms == "tile":
+                        r.reduce("sum_sq", tile("sC", slot="t % 2"), tile("cn"), id="centroid_norms")
+                        r.sync("syncthreads")
+                    r.fill("acc", 0.0)
+                    for kk in range(d // 16):
+                        r.ldmatrix(tile("sC", [0, kk * 16], [bn, 16], slot="t % 2"), tile("fb"))
+                        r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
+                    # rows of C beyond K (the next batch's centroids or zero fill) are skipped by limit
+                    r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
+                          col="t * BN", limit="K", scale=-2.0,
+                          col_bias=tile("cn", ["t * BN"], [bn]) if norms == "once" else tile("cn"))
+                r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
+                r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+                _update(r, update, bm, d, warps, tile("ssum"), slot=None, urows=urows)
         _flush_and_finish(r, kmax, d, 1, levels, fscope)
     return kb.build()
+
+
+def _point_loop_prefetched(r, bm: int, bn: int, d: int, warps: int, urows: int, update: str) -> None:
+    """kmeans_fused's point loop with sX double-buffered: centroid tiles are numbered across point tiles
+    (it * T + t, T = cdiv(K, BN): their ring slot alternates whatever T is); at a point tile's last centroid tile the next
+    point tile's X and its first centroid tile start loading, so the next point tile finds them landed.
+    One commit per centroid tile keeps wait_group 0 exact."""
+    r.let("ntile", "cdiv(cdiv(N, BM) - bid.x, nbid.x)")
+    r.sync("syncthreads")       # the norm pass's readers of slot 0 are done
+    r.copy("cp_async", tile("X", ["b * N + bid.x * BM", 0], [bm, d]), tile("sX", slot=0), oob="zfill",
+           id="load_first_points")
+    r.copy("cp_async", tile("C", ["b * K", 0], [bn, d]), tile("sC", slot=0), oob="zfill")
+    r.sync("cp_async_commit")
+    with r.for_("it", 0, "ntile", id="point_tiles"):
+        r.let("n0", "(bid.x + it * nbid.x) * BM")
+        r.let("g0", "it * cdiv(K, BN)")
+        r.fill("bv", BIG)
+        r.fill("bi", -1)
+        with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):   # (the bounds prover reads the stop)
+            r.sync("cp_async_wait", n=0)
+            r.sync("syncthreads")   # tile t (and at t = 0 the points) landed; slot (g0 + t + 1) % 2 is free
+            with r.if_("t + 1 < cdiv(K, BN)"):
+                r.copy("cp_async", tile("C", ["b * K + (t + 1) * BN", 0], [bn, d]), tile("sC", slot="(g0 + t + 1) % 2"),
+                       oob="zfill")
+            with r.if_("t + 1 == cdiv(K, BN) && it + 1 < ntile"):    # the next point tile's loads
+                r.copy("cp_async", tile("X", ["b * N + n0 + nbid.x * BM", 0], [bm, d]), tile("sX", slot="(it + 1) % 2"),
+                       oob="zfill", id="prefetch_points")
+                r.copy("cp_async", tile("C", ["b * K", 0], [bn, d]), tile("sC", slot="(g0 + t + 1) % 2"), oob="zfill")
+            r.sync("cp_async_commit")
+            with r.if_("t == 0"):
+                r.ldmatrix(tile("sX", ["wm0", 0], [16, d], slot="it % 2"), tile("fa"))
+            r.fill("acc", 0.0)
+            for kk in range(d // 16):
+                r.ldmatrix(tile("sC", [0, kk * 16], [bn, 16], slot="(g0 + t) % 2"), tile("fb"))
+                r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
+            r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
+                  col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", ["t * BN"], [bn]))
+        r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
+        r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+        _update(r, update, bm, d, warps, tile("ssum"), slot="it % 2", urows=urows)
+    r.sync("cp_async_wait", n=0)
 
 
 def kmeans_resident(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas: int = 132, rows: int = 8,
@@ -353,8 +402,9 @@ FAMILIES = {
         "make": kmeans_fused,
         "defaults": signature_defaults(kmeans_fused),
         "space": {"kmax": [128, 256], "bm": [32, 64, 128], "bn": [32, 64, 128], "ctas": [16, 32, 64, 128, 264],
-                  "update": ["atomic", "mma"], "urows": [16, 32], "norms": ["tile", "once"]},
-        "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and _update_ok(p),
+                  "update": ["atomic", "mma"], "urows": [16, 32], "norms": ["tile", "once"], "xstages": [1, 2]},
+        "check": lambda p: p["bm"] % 16 == 0 and p["bn"] % 16 == 0 and _update_ok(p)
+        and (p.get("xstages", 1) == 1 or p.get("norms") == "once"),
         "tactics": {"retile": ["bm", "bn"], "update_mechanism": ["update", "urows"]},
     },
     "kmeans_resident_sm80": {

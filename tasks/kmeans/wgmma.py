@@ -27,10 +27,11 @@ ATOM = 64   # f16 elements per 128-byte swizzle row
 
 
 def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, ctas: int = 132, rows: int = 8,
-                 urows: int = 16, resident: bool = False, arch: str = "sm_90a"):
+                 urows: int = 16, resident: bool = False, xstages: int = 1, arch: str = "sm_90a"):
     """Fused Lloyd iteration for K <= kmax: wgmma assignment (64 points per warpgroup, bm / 64
     warpgroups), tensor-core one-hot update (`urows` clusters per accumulator block), smem sums
-    flushed once per CTA, the last CTA of a batch finishes (programs.kmeans_fused)."""
+    flushed once per CTA, the last CTA of a batch finishes (programs.kmeans_fused). xstages 2 (streamed
+    form): the next point tile loads during this one's last centroid tile (programs.kmeans_fused)."""
     if arch != "sm_90a":
         raise ValueError("kmeans_wgmma needs sm_90a (wgmma)")
     if d != 128:
@@ -38,6 +39,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     if bm % 64 or bn % 16 or not 16 <= bn <= 256 or kmax % bn:
         raise ValueError(f"bm must be a multiple of 64, bn a multiple of 16 up to 256 dividing kmax "
                          f"(got bm={bm}, bn={bn}, kmax={kmax})")
+    if xstages not in (1, 2) or (xstages == 2 and resident):
+        raise ValueError("xstages 2 is for the streamed form (the resident one double-buffers its points)")
     if resident and kmax > 128:
         raise ValueError("resident centroids fit for kmax <= 128 (the smem sums take the rest)")
     assert UPDATE_DN == ATOM, "the update's X blocks are whole swizzle atoms"
@@ -45,14 +48,16 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     threads = 32 * warps
     atoms = d // ATOM
     crow = kmax if resident else bn            # rows of one centroid atom in sC
-    kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}_d{d}_{bm}x{bn}_wg_mma{urows}",
+    kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}_d{d}_{bm}x{bn}_wg_mma{urows}"
+                       + ("_x2" if xstages == 2 else ""),
                        arch=arch, grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: wgmma argmin assignment + tensor-core one-hot update"
                             + (", resident centroids" if resident else ", streamed centroid tiles"))
     kb.const(BM=bm, BN=bn, D=d, KMAX=kmax, P=ctas, RB=rows)
     levels = [("m", rows, "RB"), ("t", 1, None)]
     _declare_io(kb, kmax)
-    kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B", **({"stages": 2} if resident else {}))
+    kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B",
+              **({"stages": 2} if resident or xstages == 2 else {}))
     kb.buffer("sC", "smem", "f16", [atoms * crow, ATOM], layout="swizzle_128B", **({} if resident else {"stages": 2}))
     kb.buffer("cn", "smem", "f32", [kmax])
     _declare_update(kb, kmax, d, bm, "mma", urows=urows)
@@ -130,6 +135,10 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                 r.sync("cp_async_wait", n=0)
                 r.sync("syncthreads")
                 norms(r, "t0 * BN", 0)
+            if xstages == 2:
+                _point_loop_prefetched(r, load_x, load_c, assign, x_block, bm, d, warps, urows, bn)
+                _flush_and_finish(r, kmax, d, 1, levels, fscope)
+                return kb.build()
             with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
                 r.let("n0", "(bid.x + it * nbid.x) * BM")
                 r.sync("syncthreads")   # the previous tile's readers of sX / sC are done
@@ -153,14 +162,48 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     return kb.build()
 
 
+def _point_loop_prefetched(r, load_x, load_c, assign, x_block, bm: int, d: int, warps: int, urows: int,
+                           bn: int) -> None:
+    """The streamed form's point loop with sX double-buffered (programs._point_loop_prefetched, on
+    wgmma): centroid tiles numbered across point tiles (slot (it * T + t) % 2), the next point tile and
+    its first centroid tile loading during this one's last centroid tile."""
+    r.let("ntile", "cdiv(cdiv(N, BM) - bid.x, nbid.x)")
+    r.sync("syncthreads")       # the norm pass's readers of slot 0 are done
+    load_x(r, "b * N + bid.x * BM", 0, id="load_first_points")
+    load_c(r, "b * K", bn, "0", 0)
+    r.sync("cp_async_commit")
+    with r.for_("it", 0, "ntile", id="point_tiles"):
+        r.let("n0", "(bid.x + it * nbid.x) * BM")
+        r.let("g0", "it * cdiv(K, BN)")
+        r.fill("bv", BIG)
+        r.fill("bi", -1)
+        with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+            r.sync("cp_async_wait", n=0)
+            r.fence("proxy_async")
+            r.sync("syncthreads")   # tile t (and at t = 0 the points) landed; slot (g0 + t + 1) % 2 is free
+            with r.if_("t + 1 < cdiv(K, BN)"):
+                load_c(r, "b * K + (t + 1) * BN", bn, "0", "(g0 + t + 1) % 2")
+            with r.if_("t + 1 == cdiv(K, BN) && it + 1 < ntile"):    # the next point tile's loads
+                load_x(r, "b * N + n0 + nbid.x * BM", "(it + 1) % 2", id="prefetch_points")
+                load_c(r, "b * K", bn, "0", "(g0 + t + 1) % 2")
+            r.sync("cp_async_commit")
+            assign(r, "it % 2", "(g0 + t) % 2", "t")
+        r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
+        r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+        _update(r, "mma", bm, d, warps, tile("ssum"), slot="it % 2", urows=urows, x_block=x_block("it % 2"))
+    r.sync("cp_async_wait", n=0)
+
+
 # the agent's seed and family (tasks/<task>/programs.py SEEDS / FAMILIES)
 programs.SEEDS["kmeans_wgmma_sm90a"] = lambda: kmeans_wgmma()
 programs.FAMILIES["kmeans_wgmma_sm90a"] = {
     "make": kmeans_wgmma,
     "defaults": signature_defaults(kmeans_wgmma),
     "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
-              "resident": [False, True]},
-    # resident centroids fit for kmax <= 128; a centroid tile divides kmax; wgmma tiles of 64 points
-    "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0 and (not p["resident"] or p["kmax"] <= 128),
+              "resident": [False, True], "xstages": [1, 2]},
+    # resident centroids fit for kmax <= 128; a centroid tile divides kmax; wgmma tiles of 64 points; the
+    # prefetched point tile is for the streamed form
+    "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0 and (not p["resident"] or p["kmax"] <= 128)
+    and (p.get("xstages", 1) == 1 or not p["resident"]),
     "tactics": {"retile": ["bm", "bn"]},
 }
