@@ -52,20 +52,24 @@ def test_wgmma_kmeans_needs_sm90a_and_fitting_tiles():
         kmeans_wgmma(bm=32)
 
 
-@pytest.mark.parametrize("form", ["mma", "wgmma"])
+@pytest.mark.parametrize("form", ["mma", "wgmma", "resident"])
 def test_prefetched_point_tiles_are_checked_across_point_tiles(form, monkeypatch):
-    """xstages 2: the next point tile loads into the other sX slot during this tile's last centroid tile.
-    The simulator's default sizes give each CTA one point tile, so this runs it at 3 per CTA: clean as
-    built, and the prefetch aimed at the current tile's slot (which the update still reads) is reported."""
+    """The next point tile loads into the other sX slot during this one (xstages 2; the resident kernel
+    always). The simulator now picks sizes at which a persistent CTA runs its point loop twice or more
+    (it used to run it once: N below the grid's reach), so a prefetch aimed at the current tile's slot,
+    which the update still reads, is reported with the default sizes; it is also checked at 3 point
+    tiles per CTA."""
     import json
 
     import cake_ir.analysis.sync as S
     from cake_ir.io import dumps, load
     from cakelib.variants import kmeans_kernel
-    p = {"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, "update": "mma", "norms": "once", "xstages": 2,
-         **({"mma": "wgmma"} if form == "wgmma" else {})}
+    if form == "resident":
+        p = {"kind": "resident", "kmax": 128, "bm": 64, "bn": 64, "ctas": 132, "big": 16, "update": "mma"}
+    else:
+        p = {"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, "update": "mma", "norms": "once",
+             "xstages": 2, **({"mma": "wgmma"} if form == "wgmma" else {})}
     k = kmeans_kernel(p, "sm_90a")
-    monkeypatch.setattr(S.Simulator, "_sizes", lambda self: self._base_env({"B": 1, "N": 3 * 132 * 64 - 5, "K": 200}))
     assert not [d for d in verify(k).diagnostics if d.severity == "error" or d.code == "N-SYN-01"]
     doc = json.loads(dumps(k))
 
@@ -80,6 +84,13 @@ def test_prefetched_point_tiles_are_checked_across_point_tiles(form, monkeypatch
                 yield from prefetches(v)
     pre = next(prefetches(doc))
     pre["dst"]["slot"] = "it % 2"
+    bad = [d for d in verify(load(doc)[0]).diagnostics if d.severity == "error"]
+    assert any(d.code == "E-SYN-06" and "reads sX" in d.message for d in bad), [d.short() for d in bad]
+    sim = next(d.message for d in bad if "simulated with" in d.message)
+    n = int(sim.split("N=")[1].split(",")[0].split(")")[0])
+    assert n > 132 * 64, sim                                   # more point tiles than CTAs
+    monkeypatch.setattr(S.Simulator, "_sizes", lambda self: self._base_env({"B": 1, "N": 3 * 132 * 64 - 5, "K": 100}))
+    assert not [d for d in verify(k).diagnostics if d.severity == "error" or d.code == "N-SYN-01"]
     bad = [d for d in verify(load(doc)[0]).diagnostics if d.severity == "error"]
     assert any(d.code == "E-SYN-06" and "reads sX" in d.message for d in bad), [d.short() for d in bad]
 
