@@ -446,6 +446,101 @@ def sweep_jobs(op: str, arch: str) -> list[tuple]:
             if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D, "arch": arch}) for s in shapes)]
 
 
+# A small shape per op on which the probe checks every variant once (Q not a multiple of a query tile,
+# M not of a database tile, several point tiles per CTA, K past a centroid tile).
+PROBE_SHAPES = {"knn": [{"Q": 300, "M": 40_003, "k": 10}, {"Q": 37, "M": 40_003, "k": 16}],
+                "kmeans": [{"B": 2, "N": 60_001, "K": 100}, {"B": 1, "N": 60_001, "K": 250}]}
+
+
+def probe_child(op: str, start: int) -> None:
+    """In a child process: check each variant (from index `start`) once on the probe shapes it supports,
+    printing `START i` before and `OK i` / `BAD i why` after, so that the parent knows which variant
+    killed the process (an illegal address poisons the CUDA context for everything after it)."""
+    from cakelib.variants import SUPPORTS
+    from gpu_backend.driver import arch_of, properties
+    arch = arch_of(properties(0))
+    variants = knn_variants() if op == "knn" else kmeans_variants()
+    cases = []
+    for shape in PROBE_SHAPES[op]:
+        if op == "knn":
+            xq, xb = knn_inputs(shape)
+            cases.append((shape, (xq, xb, knn_reference(xq, xb, shape["k"]))))
+        else:
+            cases.append((shape, kmeans_inputs(shape)))
+    for i in range(start, len(variants)):
+        p = variants[i]
+        print(f"START {i}", flush=True)
+        why = ""
+        for shape, data in cases:
+            if not SUPPORTS[op](p, {**shape, "D": D, "arch": arch}):
+                continue
+            if op == "knn":
+                from cakelib import knn
+                xq, xb, ref = data
+                I, Dv = knn(xq, xb, shape["k"], variant=p, out=poisoned_outputs(xq, shape["k"]))
+                ok, w = knn_check(xq, xb, I, Dv, shape["k"], ref)
+            else:
+                ok, w, _ = _kmeans_checked(data, p)
+            if not ok:
+                why = f"{shape}: {w}"[:300]
+                break
+        print(f"BAD {i} {why}" if why else f"OK {i}", flush=True)
+
+
+def _kmeans_checked(data, p):
+    from cakelib import kmeans
+    x, c = data
+    Cn, A = kmeans(x, c.shape[1], 1, init=c, variant=p, out=poisoned_kmeans_outputs(x, c))
+    ok, why = kmeans_check(x, c, A, Cn)
+    return ok, why, None
+
+
+def probe(op: str, timeout_s: float = 300.0) -> dict:
+    """{variant index: why} for the variants that failed their check or killed the probing process:
+    children check the variants in order; one that dies (crash, sticky CUDA error, hang past the
+    timeout) takes the variant it was on with it and a new child resumes after it."""
+    import subprocess
+    n = len(knn_variants() if op == "knn" else kmeans_variants())
+    bad, start, t0 = {}, 0, time.time()
+    while start < n and time.time() - t0 < timeout_s:
+        cmd = [sys.executable, os.path.abspath(__file__), "probe-child", op, str(start)]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, timeout_s - (time.time() - t0)))
+            lines, rc, err = out.stdout.splitlines(), out.returncode, out.stderr
+        except subprocess.TimeoutExpired as e:
+            lines, rc, err = (e.stdout or b"").decode(errors="replace").splitlines(), "timeout", ""
+        nxt = probe_step(lines, rc, err, start, n, bad)
+        if nxt == start:                 # no progress (the child cannot start here): probe nothing more
+            last = err.strip().splitlines()[-1] if err.strip() else ""
+            print(f"{op}: probe: the probing process made no progress (rc {rc}): {last[:200]}", flush=True)
+            break
+        start = nxt
+    return bad
+
+
+def probe_step(lines: list, rc, err: str, start: int, n: int, bad: dict) -> int:
+    """Read one probing child's output (from variant `start`): record its BAD variants and the one it
+    died on into `bad`; return where the next child starts (n: done; `start` again: it made no
+    progress, e.g. it cannot start on this machine, and the caller stops probing)."""
+    cur, done = None, start
+    for ln in lines:
+        kind, _, rest = ln.partition(" ")
+        idx, _, why = rest.partition(" ")
+        if kind == "START":
+            cur = int(idx)
+        elif kind in ("OK", "BAD"):
+            done, cur = int(idx) + 1, None
+            if kind == "BAD":
+                bad[int(idx)] = why
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    if cur is not None:                  # the child died on this variant
+        bad[cur] = f"the probing process died on it (rc {rc}): {last}"[:300]
+        return cur + 1
+    if done >= n or rc == 0:
+        return n
+    return done                          # died between variants: resume there (no progress: the caller stops)
+
+
 def sweep(ops, out_dir, procs, budget_s=200):
     import torch
     from cakelib.dispatch import Measurement, evaluate, fit
@@ -463,6 +558,14 @@ def sweep(ops, out_dir, procs, budget_s=200):
         fails = precompile(jobs, procs)
         bad = {(NAMES[op](j[1]), j[2]) for j in jobs if str(j) in fails}   # (variant, k) that did not compile
         print(f"{op}: compiled {len(jobs)} variant x k kernels in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
+        # variants that fail a small check or kill their process are kept out: one illegal address
+        # would poison this process's CUDA context for every variant after it
+        probed = probe(op)
+        for i, why in sorted(probed.items()):
+            print(f"{op}: probe: {NAMES[op](variants[i])} left out: {why}", flush=True)
+            bad |= {(NAMES[op](variants[i]), k) for k in (1, 2, 8, 10, 16, 32)}
+            fails[f"probe {NAMES[op](variants[i])}"] = why
+        print(f"{op}: probed {len(variants)} variants in {time.time() - t0:.1f} s, {len(probed)} left out", flush=True)
         rows, raw = [], []
         t_op = time.time()
         for shape in shapes:
@@ -709,6 +812,8 @@ def compare(old_path: str, new_paths: list[str]) -> None:
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "probe-child":
+        return probe_child(sys.argv[2], int(sys.argv[3]))
     if len(sys.argv) > 1 and sys.argv[1] == "summary":
         return summary(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "compare":

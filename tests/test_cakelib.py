@@ -276,3 +276,19 @@ def test_benchmark_grid_covers_400_shapes_in_the_supported_domain():
     s = summarize(rows)
     assert s["geomean_speedup"] == pytest.approx(1.0) and s["worst_speedup"] == 0.5 and s["worst_shape"] == {"Q": 2}
     assert s["correct"] == 2 and s["slower_than_0.95"] == 1 and s["timed"] == 2
+
+
+def test_sweep_probe_isolates_a_variant_that_kills_its_process():
+    """bench/lib_grid.py probe: a child checks the variants in order; the parent reads its output. A
+    variant the child died on (an illegal address poisons the CUDA context of the whole sweep) and the
+    ones that failed their check are left out; a new child resumes after the dead one; a child that
+    dies at start-up makes no progress (the caller stops probing: nothing is left out for it)."""
+    lg = _lib_grid()
+    bad = {}
+    lines = ["START 0", "OK 0", "START 1", "BAD 1 {'Q': 300}: wrong indices", "START 2"]
+    assert lg.probe_step(lines, -11, "CUDA_ERROR_ILLEGAL_ADDRESS\n", 0, 5, bad) == 3
+    assert sorted(bad) == [1, 2] and "wrong indices" in bad[1] and "died" in bad[2] and "ILLEGAL_ADDRESS" in bad[2]
+    assert lg.probe_step(["START 3", "OK 3", "START 4", "OK 4"], 0, "", 3, 5, bad) == 5 and sorted(bad) == [1, 2]
+    assert lg.probe_step([], 1, "ImportError: no torch", 3, 5, bad) == 3 and sorted(bad) == [1, 2]
+    assert lg.probe_step(["START 3", "OK 3"], 1, "", 3, 5, bad) == 4 and sorted(bad) == [1, 2]
+    assert lg.probe_step(["START 4", "OK 4"], 0, "", 4, 5, bad) == 5
