@@ -449,7 +449,8 @@ def sweep_jobs(op: str, arch: str) -> list[tuple]:
 # A small shape per op on which the probe checks every variant once (Q not a multiple of a query tile,
 # M not of a database tile, several point tiles per CTA, K past a centroid tile).
 PROBE_SHAPES = {"knn": [{"Q": 300, "M": 40_003, "k": 10}, {"Q": 37, "M": 40_003, "k": 16}],
-                "kmeans": [{"B": 2, "N": 60_001, "K": 100}, {"B": 1, "N": 60_001, "K": 250}]}
+                "kmeans": [{"B": 2, "N": 60_001, "K": 30}, {"B": 2, "N": 60_001, "K": 100},
+                           {"B": 1, "N": 60_001, "K": 250}]}   # every kmax (32 .. 256) is probed
 
 
 def probe_child(op: str, start: int) -> None:
