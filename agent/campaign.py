@@ -34,7 +34,7 @@ def _spec(target: str):
 def _saver():
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from knowledge.store import enable_wal
+    from knowledge.sqlite_wal import enable_wal
     conn = sqlite3.connect(str(C.checkpoint_path()), check_same_thread=False, timeout=30)
     enable_wal(conn.cursor())          # two runs starting at once may race for the switch
     saver = SqliteSaver(conn)

@@ -561,11 +561,10 @@ def sweep(ops, out_dir, procs, budget_s=200):
         print(f"{op}: compiled {len(jobs)} variant x k kernels in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
         # variants that fail a small check or kill their process are kept out: one illegal address
         # would poison this process's CUDA context for every variant after it
-        probed = probe(op)
-        for i, why in sorted(probed.items()):
-            print(f"{op}: probe: {NAMES[op](variants[i])} left out: {why}", flush=True)
-            bad |= {(NAMES[op](variants[i]), k) for k in (1, 2, 8, 10, 16, 32)}
-            fails[f"probe {NAMES[op](variants[i])}"] = why
+        probed = {NAMES[op](variants[i]): why for i, why in probe(op).items()}
+        for name, why in sorted(probed.items()):
+            print(f"{op}: probe: {name} left out: {why}", flush=True)
+        bad |= {(name, s.get("k", 10)) for name in probed for s in shapes}
         print(f"{op}: probed {len(variants)} variants in {time.time() - t0:.1f} s, {len(probed)} left out", flush=True)
         rows, raw = [], []
         t_op = time.time()
@@ -611,7 +610,7 @@ def sweep(ops, out_dir, procs, budget_s=200):
         path = os.path.join(out_dir, f"{op}.json")
         table.save(path)
         ev = evaluate(table, rows)
-        result["ops"][op] = {"variants": vmap, "fails_compile": fails, "rows": raw, "fit_eval": ev}
+        result["ops"][op] = {"variants": vmap, "fails_compile": fails, "fails_probe": probed, "rows": raw, "fit_eval": ev}
         print(f"{op}: table -> {path}; training-set geomean slowdown vs oracle {ev['geomean_slowdown_vs_oracle']:.3f}",
               flush=True)
         with open(os.path.join(out_dir, "lib-sweep-h200.json"), "w") as f:

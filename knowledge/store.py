@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import sqlite3
 import time
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
@@ -26,6 +25,7 @@ from sqlmodel import Session, SQLModel, create_engine, select
 
 from . import home as cake_home
 from .migrate import migrate
+from .sqlite_wal import enable_wal
 from .models import CandidateRow, EvaluationRow, FailureRow, RunRow, TaskRow, now
 
 T = TypeVar("T")
@@ -41,24 +41,6 @@ def default_url(home: Optional[str] = None) -> str:
     d = cake_home(home)
     d.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{os.path.abspath(d / 'cake.db')}"
-
-
-def enable_wal(cur, deadline_s: float = 30.0) -> None:  # noqa: ANN001
-    """PRAGMA journal_mode=WAL, again while another connection holds the lock.
-
-    Switching a fresh DB file to WAL takes an exclusive lock; when several new connections race for it
-    (evaluation workers opening one store), SQLite answers SQLITE_BUSY at once instead of calling the
-    busy handler (waiting there could deadlock), so the connect timeout does not cover it."""
-    t0 = time.monotonic()
-    while True:
-        try:
-            cur.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as e:
-            msg = str(e).lower()
-            if ("locked" not in msg and "busy" not in msg) or time.monotonic() - t0 > deadline_s:
-                raise
-        time.sleep(random.uniform(0.001, 0.02))   # jitter: let the winner finish the switch
 
 
 def make_engine(url: str):

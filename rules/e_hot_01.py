@@ -1,7 +1,8 @@
 """E-HOT-01: onehot operands have the wrong space, layout, dtype or shape.
 
-- `dst` is an `mma_a` register fragment [16 i, 16 j] of f16 or bf16 (the one-hot factor of a
-  tensor-core scatter-add: rows are target rows, columns source rows);
+- `dst` is an `mma_a` register fragment [16 i, 16 j] of f16 or bf16, at most 256 rows (the one-hot
+  factor of a tensor-core scatter-add: rows are target rows, columns source rows; the lowering
+  compares targets relative to a row as f16, exact for row offsets below 256);
 - `index` is an smem i32 vector ([j], [j, 1] or [1, j]) with exactly one target per fragment column.
 
 What goes wrong on hardware: the lowering packs two 16-bit ones per register in the m16n8k16 A
@@ -31,9 +32,9 @@ def check(ctx):
             yield ctx.report(f"{p}/dst/buf", f"onehot builds an f16 / bf16 mma_a register fragment; "
                              f"{n.dst.buf!r} is {what}", legal=["reg mma_a f16", "reg mma_a bf16"])
             continue
-        if len(db.shape) != 2 or db.shape[0] % 16 or db.shape[1] % 16:
-            yield ctx.report(f"{p}/dst/buf", f"mma_a fragments are [16 i, 16 j], not {list(db.shape)}",
-                             legal=["[16 i, 16 j]"])
+        if len(db.shape) != 2 or db.shape[0] % 16 or db.shape[1] % 16 or db.shape[0] > 256:
+            yield ctx.report(f"{p}/dst/buf", f"onehot fragments are [16 i, 16 j] with 16 i <= 256, not "
+                             f"{list(db.shape)}", legal=["[16 i, 16 j], 16 i <= 256"])
             continue
         idx = resolve_tile(k, n.index)
         cols = db.shape[1]

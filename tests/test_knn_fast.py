@@ -197,11 +197,16 @@ def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     ("l2", 90, 40_001, 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 8}),
     ("l2", 2, 70_001, 1, {**WS4, "bn": 64, "stages": 2, "split": 64})])
 def test_cakelib_knn_new_variants_match_float64(metric, Q, M, k, variant):
+    check_cakelib_knn(metric, Q, M, k, variant, seed=5)
+
+
+def check_cakelib_knn(metric: str, Q: int, M: int, k: int, variant: dict, seed: int) -> None:
+    """cakelib.knn with `variant` on the task's inputs, through the task's float64 checks."""
     from cakelib import knn
     task = type(get_task("knn" if metric == "l2" else "knn_ip"))()
     task.k = k
     shape = {"Q": Q, "M": M}
-    inp = task.make_inputs(shape, seed=5)
+    inp = task.make_inputs(shape, seed=seed)
     I, Dv = knn(inp["Xq"], inp["Xb"], k, metric=metric, variant=variant)
     checks = task.check({"I": I, "Dist": Dv}, task.reference(inp, shape), inp, shape)
     assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]

@@ -12,7 +12,6 @@ import pytest
 from cake_ir.compiler import compile_ir, compiled_parts
 from cake_ir.nodes import Program
 from cake_ir.verifier import verify
-from tasks.base import get_task
 from tasks.knn.wgmma import knn_wgmma
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -107,14 +106,8 @@ def test_cakelib_knn_wgmma_variants_match_float64(metric, Q, M, k, variant):
     from gpu_backend.driver import arch_of, properties
     if arch_of(properties(0)) != "sm_90a":
         pytest.skip("wgmma needs sm_90a")
-    from cakelib import knn
-    task = type(get_task("knn" if metric == "l2" else "knn_ip"))()
-    task.k = k
-    shape = {"Q": Q, "M": M}
-    inp = task.make_inputs(shape, seed=9)
-    I, Dv = knn(inp["Xq"], inp["Xb"], k, metric=metric, variant=variant)
-    checks = task.check({"I": I, "Dist": Dv}, task.reference(inp, shape), inp, shape)
-    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+    from test_knn_fast import check_cakelib_knn
+    check_cakelib_knn(metric, Q, M, k, variant, seed=9)
 
 
 def test_overlap_reloading_the_in_flight_slot_is_reported(monkeypatch):

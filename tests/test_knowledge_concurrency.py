@@ -82,7 +82,7 @@ def test_concurrent_workers_lose_and_duplicate_nothing(db_url):
 def _open_and_write(path: str, barrier, errors) -> None:  # noqa: ANN001
     import sqlite3
 
-    from knowledge.store import enable_wal
+    from knowledge.sqlite_wal import enable_wal
     try:
         barrier.wait(timeout=60)
         conn = sqlite3.connect(path, timeout=30)   # what make_engine's connect hook gets

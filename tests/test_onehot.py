@@ -56,6 +56,14 @@ def test_onehot_lowers_and_compiles(arch, dtype):
     assert {ln.split("0x")[1][:8] for ln in packs} == {"00000000", "48004800", "4C004C00", "4E004E00"}  # 0, 8, 16, 24
 
 
+def test_onehot_fragment_rows_are_bounded_by_the_f16_compare():
+    """The lowering compares row offsets as f16 (exact below 256): E-HOT-01 names a taller fragment."""
+    k = scatter_mma("sm_80", "f16", rows=272)
+    hits = [d for d in verify(k).diagnostics if d.code == "E-HOT-01"]
+    assert hits and hits[0].node.endswith("/dst/buf") and "256" in hits[0].message, [d.short() for d in verify(k).diagnostics]
+    assert not [d for d in verify(scatter_mma("sm_80", "f16", rows=256)).diagnostics if d.code == "E-HOT-01"]
+
+
 def test_onehot_index_read_needs_the_barrier():
     doc = json.loads(FIX.read_text())["kernel"]
     k, _ = load(doc)

@@ -616,7 +616,7 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
     elif isinstance(node, (Fill, Map)):
         out += [(node.dst, True)]
     elif isinstance(node, (Reduce, Scan)):
-        out += [(node.src, False)] + ([(node.dst, False)] if getattr(node, "accumulate", False) else []) \
+        out += [(node.src, False)] + ([(node.dst, False)] if isinstance(node, Reduce) and node.accumulate else []) \
             + [(node.dst, True)]
     elif isinstance(node, TopK):
         out += [(r, False) for r in (node.row_bias, node.col_bias) if r is not None]

@@ -1395,7 +1395,7 @@ class Emitter:
                 src = f"{sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j]"
                 u = (f"__fmaf_rn({float(st.scale)!r}f, {src}, cake_cbv)" if cb_v is not None
                      else f"{float(st.scale)!r}f * {src}")
-                cond = f"cake_u < cake_bu[{slot}]".replace("<", better)
+                cond = f"cake_u {better} cake_bu[{slot}]"
                 if guard:
                     cond = f"cake_c < cake_rem && {cond}"
                 w.open("")
@@ -1657,41 +1657,17 @@ class Emitter:
         """The transposed one-hot matrix as an mma_a fragment: a lane holds rows g / g + 8 and columns
         2t, 2t + 1 (+ 8) of each 16x16 block (register r of a block: row half r % 2, column half r / 2,
         the ldmatrix_x4 order), so it reads the targets of its 4 columns per k-block once and compares
-        them with its rows' target numbers. 1.0 is 0x3C00 in f16 and 0x3F80 in bf16."""
+        them with its rows' target numbers (onehot_f16x2)."""
         db = self.reg_tile(st.dst, path)
         if db.layout != "mma_a" or db.dtype not in ("f16", "bf16") or len(db.shape) != 2 \
-                or db.shape[0] % 16 or db.shape[1] % 16:
-            self.fail(path, "onehot builds an f16 / bf16 mma_a fragment [16 i, 16 j]")
+                or db.shape[0] % 16 or db.shape[1] % 16 or db.shape[0] > 256:
+            self.fail(path, "onehot builds an f16 / bf16 mma_a fragment [16 i, 16 j] of at most 256 rows")
         idx = resolve_tile(self.k, st.index)
         C = db.shape[1]
         if not idx.known or idx.space != "smem" or idx.dtype != "i32" or prod(idx.shape) != C:
             self.fail(path, f"onehot reads {C} i32 targets (one per fragment column) from shared memory")
         r0, c0, rows, _ = self.tile_rc(idx, path)
-        MT, KT = db.shape[0] // 16, C // 16
-        if MT * 16 <= 256:
-            return self.onehot_f16x2(st, db, idx, r0, c0, rows, MT, KT, path)
-        one = "0x3C00u" if db.dtype == "f16" else "0x3F80u"
-        w = self.w
-        w.open("", path)
-        w.line("const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;")
-        w.line(f"const int cake_tr0 = (int)({ix(st.row0)});")
-        if st.limit is not None:
-            w.line(f"const int cake_cl = (int)({ix(st.limit)}) - (int)({ix(st.col0)});")
-        for kt in range(KT):
-            for h, off in enumerate((0, 1, 8, 9)):
-                j = f"{kt * 16 + off} + cake_t2"
-                val = self.onehot_target(st, idx, r0, c0, rows, j)
-                if st.limit is not None:
-                    val = f"(({j}) < cake_cl ? {val} : -1)"
-                w.line(f"const int cake_j{kt}_{h} = {val};")
-            for mt in range(MT):
-                for r in range(4):
-                    row = f"cake_tr0 + {mt * 16 + (r & 1) * 8} + cake_g"
-                    h0 = 2 * (r >> 1)
-                    e = (mt * KT + kt) * 4 + r
-                    w.line(f"{db.name}[{e}] = (cake_j{kt}_{h0} == {row} ? {one} : 0u) | "
-                           f"(cake_j{kt}_{h0 + 1} == {row} ? ({one} << 16) : 0u);", path)
-        w.close()
+        self.onehot_f16x2(st, db, idx, r0, c0, rows, db.shape[0] // 16, C // 16, path)
 
     def onehot_target(self, st: OneHot, idx, r0, c0, rows: int, j: str) -> str:
         """The i32 target of fragment column j (a [C, 1] or [1, C] smem index tile)."""
@@ -1704,8 +1680,9 @@ class Emitter:
         and packs them as two f16x2 pairs once; register r of row tile mt (two columns of the row
         R = 16 mt + 8 (r & 1) below the lane's first) is then set.eq.f16x2 of its pair against the
         constant R: 1.0 where equal, the f16 one-hot pair (bf16: 1.0's bits by a shift and a LOP).
-        Exact for row offsets R < 256: the relative targets are integers, f16 holds them exactly up to
-        2048 and rounds larger magnitudes to values >= 2048, never onto an R; -1 is below every R."""
+        Exact for row offsets R < 256 (E-HOT-01 holds fragments to 256 rows): the relative targets are
+        integers, f16 holds them exactly up to 2048 and rounds larger magnitudes to values >= 2048, never
+        onto an R; -1 is below every R."""
         w = self.w
         w.open("", path)
         w.line("const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;")

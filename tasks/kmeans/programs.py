@@ -230,7 +230,23 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
                 r.sync("syncthreads")
                 r.reduce("sum_sq", tile("sC", slot=0), tile("cn", ["t0 * BN"], [bn]), id="centroid_norms")
         if xstages == 2:
-            _point_loop_prefetched(r, bm, bn, d, warps, urows, update)
+            def load_x(row, slot, id=None):
+                r.copy("cp_async", tile("X", [row, 0], [bm, d]), tile("sX", slot=slot), oob="zfill", id=id)
+
+            def load_c(row, slot):
+                r.copy("cp_async", tile("C", [row, 0], [bn, d]), tile("sC", slot=slot), oob="zfill")
+
+            def score(t, xslot, cslot):
+                with r.if_(f"{t} == 0"):
+                    r.ldmatrix(tile("sX", ["wm0", 0], [16, d], slot=xslot), tile("fa"))
+                r.fill("acc", 0.0)
+                for kk in range(d // 16):
+                    r.ldmatrix(tile("sC", [0, kk * 16], [bn, 16], slot=cslot), tile("fb"))
+                    r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
+                r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
+                      col=f"{t} * BN", limit="K", scale=-2.0, col_bias=tile("cn", [f"{t} * BN"], [bn]))
+            point_loop_prefetched(r, load_x, load_c, score,
+                                  lambda slot: _update(r, update, bm, d, warps, tile("ssum"), slot=slot, urows=urows))
         else:
             with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
                 r.let("n0", "(bid.x + it * nbid.x) * BM")
@@ -268,16 +284,17 @@ def kmeans_fused(kmax: int = 128, d: int = 128, bm: int = 64, bn: int = 64, ctas
     return kb.build()
 
 
-def _point_loop_prefetched(r, bm: int, bn: int, d: int, warps: int, urows: int, update: str) -> None:
-    """kmeans_fused's point loop with sX double-buffered: centroid tiles are numbered across point tiles
-    (it * T + t, T = cdiv(K, BN): their ring slot alternates whatever T is); at a point tile's last centroid tile the next
-    point tile's X and its first centroid tile start loading, so the next point tile finds them landed.
-    One commit per centroid tile keeps wait_group 0 exact."""
+def point_loop_prefetched(r, load_x, load_c, score, update, fence: bool = False) -> None:
+    """A streamed k-means kernel's point loop with sX double-buffered (xstages 2): centroid tiles are
+    numbered across point tiles (it * T + t, T = cdiv(K, BN): their ring slot alternates whatever T is);
+    at a point tile's last centroid tile the next point tile's X and its first centroid tile start
+    loading, so the next point tile finds them landed. One commit per centroid tile keeps wait_group 0
+    exact. The kernel supplies load_x(row, slot, id), load_c(row, slot), score(t, x slot, c slot) (the
+    distances and the argmin), update(x slot); `fence`: the tiles are read by wgmma (async proxy)."""
     r.let("ntile", "cdiv(cdiv(N, BM) - bid.x, nbid.x)")
     r.sync("syncthreads")       # the norm pass's readers of slot 0 are done
-    r.copy("cp_async", tile("X", ["b * N + bid.x * BM", 0], [bm, d]), tile("sX", slot=0), oob="zfill",
-           id="load_first_points")
-    r.copy("cp_async", tile("C", ["b * K", 0], [bn, d]), tile("sC", slot=0), oob="zfill")
+    load_x("b * N + bid.x * BM", 0, "load_first_points")
+    load_c("b * K", 0)
     r.sync("cp_async_commit")
     with r.for_("it", 0, "ntile", id="point_tiles"):
         r.let("n0", "(bid.x + it * nbid.x) * BM")
@@ -286,26 +303,19 @@ def _point_loop_prefetched(r, bm: int, bn: int, d: int, warps: int, urows: int, 
         r.fill("bi", -1)
         with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):   # (the bounds prover reads the stop)
             r.sync("cp_async_wait", n=0)
+            if fence:
+                r.fence("proxy_async")
             r.sync("syncthreads")   # tile t (and at t = 0 the points) landed; slot (g0 + t + 1) % 2 is free
             with r.if_("t + 1 < cdiv(K, BN)"):
-                r.copy("cp_async", tile("C", ["b * K + (t + 1) * BN", 0], [bn, d]), tile("sC", slot="(g0 + t + 1) % 2"),
-                       oob="zfill")
+                load_c("b * K + (t + 1) * BN", "(g0 + t + 1) % 2")
             with r.if_("t + 1 == cdiv(K, BN) && it + 1 < ntile"):    # the next point tile's loads
-                r.copy("cp_async", tile("X", ["b * N + n0 + nbid.x * BM", 0], [bm, d]), tile("sX", slot="(it + 1) % 2"),
-                       oob="zfill", id="prefetch_points")
-                r.copy("cp_async", tile("C", ["b * K", 0], [bn, d]), tile("sC", slot="(g0 + t + 1) % 2"), oob="zfill")
+                load_x("b * N + n0 + nbid.x * BM", "(it + 1) % 2", "prefetch_points")
+                load_c("b * K", "(g0 + t + 1) % 2")
             r.sync("cp_async_commit")
-            with r.if_("t == 0"):
-                r.ldmatrix(tile("sX", ["wm0", 0], [16, d], slot="it % 2"), tile("fa"))
-            r.fill("acc", 0.0)
-            for kk in range(d // 16):
-                r.ldmatrix(tile("sC", [0, kk * 16], [bn, 16], slot="(g0 + t) % 2"), tile("fb"))
-                r.mma_sync(tile("fa", [0, kk * 16], [16, 16]), tile("fb"), tile("acc"))
-            r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
-                  col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", ["t * BN"], [bn]))
+            score("t", "it % 2", "(g0 + t) % 2")
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _update(r, update, bm, d, warps, tile("ssum"), slot="it % 2", urows=urows)
+        update("it % 2")
     r.sync("cp_async_wait", n=0)
 
 

@@ -21,7 +21,7 @@ from tasks.base import signature_defaults
 
 from . import programs
 from .programs import (BIG, UPDATE_DN, _declare_finish, _declare_io, _declare_registers, _declare_update,
-                       _flush_and_finish, _update, _zero_partials)
+                       _flush_and_finish, _update, _zero_partials, point_loop_prefetched)
 
 ATOM = 64   # f16 elements per 128-byte swizzle row
 
@@ -136,7 +136,11 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                 r.sync("syncthreads")
                 norms(r, "t0 * BN", 0)
             if xstages == 2:
-                _point_loop_prefetched(r, load_x, load_c, assign, x_block, bm, d, warps, urows, bn)
+                point_loop_prefetched(
+                    r, lambda row, slot, id=None: load_x(r, row, slot, id=id), lambda row, slot: load_c(r, row, bn, "0", slot),
+                    lambda t, xslot, cslot: assign(r, xslot, cslot, t),
+                    lambda slot: _update(r, "mma", bm, d, warps, tile("ssum"), slot=slot, urows=urows, x_block=x_block(slot)),
+                    fence=True)
                 _flush_and_finish(r, kmax, d, 1, levels, fscope)
                 return kb.build()
             with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
@@ -160,38 +164,6 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                 _update(r, "mma", bm, d, warps, tile("ssum"), slot=None, urows=urows, x_block=x_block(None))
         _flush_and_finish(r, kmax, d, 1, levels, fscope)
     return kb.build()
-
-
-def _point_loop_prefetched(r, load_x, load_c, assign, x_block, bm: int, d: int, warps: int, urows: int,
-                           bn: int) -> None:
-    """The streamed form's point loop with sX double-buffered (programs._point_loop_prefetched, on
-    wgmma): centroid tiles numbered across point tiles (slot (it * T + t) % 2), the next point tile and
-    its first centroid tile loading during this one's last centroid tile."""
-    r.let("ntile", "cdiv(cdiv(N, BM) - bid.x, nbid.x)")
-    r.sync("syncthreads")       # the norm pass's readers of slot 0 are done
-    load_x(r, "b * N + bid.x * BM", 0, id="load_first_points")
-    load_c(r, "b * K", bn, "0", 0)
-    r.sync("cp_async_commit")
-    with r.for_("it", 0, "ntile", id="point_tiles"):
-        r.let("n0", "(bid.x + it * nbid.x) * BM")
-        r.let("g0", "it * cdiv(K, BN)")
-        r.fill("bv", BIG)
-        r.fill("bi", -1)
-        with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
-            r.sync("cp_async_wait", n=0)
-            r.fence("proxy_async")
-            r.sync("syncthreads")   # tile t (and at t = 0 the points) landed; slot (g0 + t + 1) % 2 is free
-            with r.if_("t + 1 < cdiv(K, BN)"):
-                load_c(r, "b * K + (t + 1) * BN", bn, "0", "(g0 + t + 1) % 2")
-            with r.if_("t + 1 == cdiv(K, BN) && it + 1 < ntile"):    # the next point tile's loads
-                load_x(r, "b * N + n0 + nbid.x * BM", "(it + 1) % 2", id="prefetch_points")
-                load_c(r, "b * K", bn, "0", "(g0 + t + 1) % 2")
-            r.sync("cp_async_commit")
-            assign(r, "it % 2", "(g0 + t) % 2", "t")
-        r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
-        r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _update(r, "mma", bm, d, warps, tile("ssum"), slot="it % 2", urows=urows, x_block=x_block("it % 2"))
-    r.sync("cp_async_wait", n=0)
 
 
 # the agent's seed and family (tasks/<task>/programs.py SEEDS / FAMILIES)
