@@ -38,7 +38,7 @@ ITERS = 10
 # leaves fixed that but followed three noisy M = 100K points into a variant 2-3x slower at M = 262K: on
 # the grid it measured 0.841x geomean against 0.867x (bench/results/lib-grid-knn-h200-refit-depth5.json).
 # More training shapes (Q = 128 / 512, M = 262K) are the fix, not a deeper tree.
-FIT = {"knn": {"max_depth": 4, "min_leaf": 2}, "kmeans": {"max_depth": 4, "min_leaf": 2}}
+FEATURES = {"knn": ["log2_Q", "log2_M", "k"], "kmeans": ["B", "log2_N", "K", "log2_B*N"]}
 
 
 # ---------------------------------------------------------------- shapes
@@ -544,7 +544,7 @@ def probe_step(lines: list, rc, err: str, start: int, n: int, bad: dict) -> int:
 
 def sweep(ops, out_dir, procs, budget_s=200):
     import torch
-    from cakelib.dispatch import Measurement, evaluate, fit
+    from cakelib.dispatch import Measurement, evaluate, fit_by_cross_validation
     from cakelib.variants import FALLBACK, NAMES, SUPPORTS
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
@@ -603,10 +603,10 @@ def sweep(ops, out_dir, procs, budget_s=200):
                       flush=True)
             torch.cuda.empty_cache()
         vmap = {NAMES[op](p): p for p in variants}
-        feats = ["log2_Q", "log2_M", "k"] if op == "knn" else ["B", "log2_N", "K", "log2_B*N"]
         meta = {"gpu": info.get("gpu"), "date": info["date"], "command": "python bench/lib_grid.py sweep",
                 "shapes": len(shapes), "measurements": len(rows)}
-        table = fit(op, rows, feats, vmap, NAMES[op](FALLBACK[op]), meta=meta, **FIT[op])
+        table = fit_by_cross_validation(op, rows, FEATURES[op], vmap, NAMES[op](FALLBACK[op]),
+                                        supports=_supports(op, vmap, arch), meta=meta)
         path = os.path.join(out_dir, f"{op}.json")
         table.save(path)
         ev = evaluate(table, rows)
@@ -737,30 +737,38 @@ def summary(paths: list[str]) -> None:
         print(op, json.dumps(summarize(rows)))
 
 
+def _supports(op: str, vmap: dict, arch: str = "sm_90a"):
+    """supports(variant name, shape) for picking among measured variants (D and the GPU's arch added)."""
+    from cakelib.variants import SUPPORTS
+    return lambda name, shape: name in vmap and SUPPORTS[op](vmap[name], {**shape, "D": D, "arch": arch})
+
+
 def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False) -> None:
-    """Fit the dispatch tables again from a sweep's measurements (lib-sweep-h200.json), no GPU: e.g. with
-    another tree depth; the table records the sweep's date and GPU and the refit command. cv: also the
-    leave-one-shape-out estimate (cakelib.dispatch.cross_validate) of how the fit does on unseen shapes."""
-    from cakelib.dispatch import Measurement, cross_validate, evaluate, fit
-    from cakelib.variants import FALLBACK, NAMES, SUPPORTS
+    """Fit the dispatch tables again from a sweep's measurements (lib-sweep-h200.json), no GPU; the tree
+    size is chosen by leave-one-shape-out cross-validation like the sweep's, unless max_depth / min_leaf
+    fix it. The table records the sweep's date and GPU and the refit command. cv: also print the
+    leave-one-shape-out estimate (cakelib.dispatch.cross_validate) for the fitted size."""
+    from cakelib.dispatch import Measurement, cross_validate, evaluate, fit, fit_by_cross_validation
+    from cakelib.variants import FALLBACK, NAMES
     d = json.load(open(sweep_path))
     for op, v in d["ops"].items():
         rows = [Measurement(shape=r["shape"], variant=r["variant"], ms=r.get("ms"), ok=r["ok"]) for r in v["rows"]]
-        kw = {**FIT[op], **({"max_depth": max_depth} if max_depth else {}), **({"min_leaf": min_leaf} if min_leaf else {})}
-        feats = ["log2_Q", "log2_M", "k"] if op == "knn" else ["B", "log2_N", "K", "log2_B*N"]
+        vm, fb, sup = v["variants"], NAMES[op](FALLBACK[op]), _supports(op, v["variants"])
         meta = {"gpu": d["env"].get("gpu"), "date": d["env"]["date"], "command": " ".join(["python"] + sys.argv),
                 "sweep_command": d.get("command"), "shapes": len({json.dumps(r["shape"], sort_keys=True) for r in v["rows"]}),
                 "measurements": len(rows)}
-        table = fit(op, rows, feats, v["variants"], NAMES[op](FALLBACK[op]), meta=meta, **kw)
+        if max_depth or min_leaf:
+            table = fit(op, rows, FEATURES[op], vm, fb, meta=meta, max_depth=max_depth or 4, min_leaf=min_leaf or 2)
+        else:
+            table = fit_by_cross_validation(op, rows, FEATURES[op], vm, fb, supports=sup, meta=meta)
+        kw = {k: table.meta["fit"][k] for k in ("max_depth", "min_leaf")}
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"{op}.json")
         table.save(path)
         print(f"{op}: table -> {path}; training-set geomean slowdown vs oracle "
               f"{evaluate(table, rows)['geomean_slowdown_vs_oracle']:.3f} ({kw})")
         if cv:
-            vm = v["variants"]
-            sup = lambda name, shape, vm=vm, op=op: name in vm and SUPPORTS[op](vm[name], {**shape, "D": D})  # noqa: E731
-            ev = cross_validate(op, rows, feats, vm, NAMES[op](FALLBACK[op]), supports=sup, **kw)
+            ev = cross_validate(op, rows, FEATURES[op], vm, fb, supports=sup, **kw)
             print(f"{op}: leave-one-shape-out geomean slowdown vs oracle {ev['geomean_slowdown_vs_oracle']:.3f}, "
                   f"worst {ev['worst_slowdown']:.2f} at {ev['worst_shape']}")
 

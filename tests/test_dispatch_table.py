@@ -265,3 +265,25 @@ def test_cross_validation_scores_unseen_shapes():
     train = evaluate(memo, noise)["geomean_slowdown_vs_oracle"]
     held = cross_validate("knn", noise, ["Q"], VARIANTS, fallback="C", **kw)["geomean_slowdown_vs_oracle"]
     assert train < 1.06 and held > train + 0.08, (train, held)
+
+
+def test_fit_by_cross_validation_chooses_the_tree_size_the_data_needs():
+    """Four regimes along Q (6 shapes each; a neighbour regime's variant is 1.2x slower, the other half's
+    3x) need depth 2: a depth-1 tree leaves half the shapes 1.2x slower, on the training set and held
+    out alike; the held-out estimate picks depth 2 and records every size tried. On two regimes both
+    sizes are exact and the simpler one is kept."""
+    from cakelib.dispatch import fit_by_cross_validation
+    names = ["R0", "R1", "R2", "R3"]
+    cost = lambda q, j: 1.0 if j == q // 6 else 1.2 if j // 2 == q // 12 else 3.0  # noqa: E731
+    rows = [Measurement({"Q": q}, n, cost(q, j), True) for q in range(24) for j, n in enumerate(names)]
+    sizes = ({"max_depth": 1, "min_leaf": 2}, {"max_depth": 2, "min_leaf": 2}, {"max_depth": 4, "min_leaf": 2})
+    t = fit_by_cross_validation("knn", rows, ["Q"], {n: {} for n in names}, fallback="R0", sizes=sizes)
+    chosen = t.meta["fit"]["chosen_by"]
+    assert [{k: s[k] for k in ("max_depth", "min_leaf")} for s in chosen["tried"]] == list(sizes)
+    # held out, a regime's edge shape can land with its neighbour (1.2x): depth 2 scores 1.06, depth 1 1.25
+    assert chosen["tried"][1]["cv_geomean_slowdown"] < chosen["tried"][0]["cv_geomean_slowdown"] - 0.1
+    assert t.meta["fit"]["max_depth"] == 2                     # depth 4 is no better: the simpler size wins
+    assert chosen["leave_one_shape_out"]["geomean_slowdown_vs_oracle"] == chosen["tried"][1]["cv_geomean_slowdown"]
+    assert all(t.pick({"Q": q}) == names[q // 6] for q in range(24))
+    simple = fit_by_cross_validation("knn", _two_regimes(), ["log2_M", "log2_Q", "k"], VARIANTS, fallback="C", sizes=sizes)
+    assert simple.meta["fit"]["max_depth"] == 1
