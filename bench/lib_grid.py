@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -105,7 +106,7 @@ def knn_variants() -> list[dict]:
     def v(bq, bn, split, stages, norms="global", minb=1, merge="wide", qfrag="reg", wm=16, ws=1, mma="sync"):
         p = {"bq": bq, "bn": bn, "split": split, "stages": stages}
         if mma != "sync":                   # wgmma: both norms from first kernels, the wide merge
-            return {**p, "mma": mma, **({"merge": "wide"} if split > 1 else {})}
+            return {**p, "mma": mma, **({"merge": "wide"} if split > 1 else {}), **({"minb": minb} if minb != 1 else {})}
         if wm != 16:
             p["wm"] = wm
         if ws != 1:
@@ -148,6 +149,10 @@ def knn_variants() -> list[dict]:
     # accumulators and the top-k's scores spill)
     out += [{**v(128, 64, s, 4, **wg), "overlap": True} for s in (1, 8, 32)]
     out += [{**v(64, 64, s, 4, **wg), "overlap": True} for s in (8, 128)]
+    # session 13: at k = 16 the lists' 24 more registers per thread cost these variants a CTA per SM
+    # (wgmma bq 128: 124 -> 144 registers, 2 -> 1 CTAs of 256 threads; the ws4 stream 126 -> 150) and
+    # 1.7-2.4x the k = 10 time; capped at 128 registers they build without spills (ptxas)
+    out += [v(128, 64, s, 4, minb=2, **wg) for s in (16, 64)] + [v(16, 32, 128, 4, "tile", ws=4, minb=4)]
     return out
 
 
@@ -435,13 +440,26 @@ def run_kmeans_variant(timer, x, c, p):
     return ok, why, t
 
 
-def sweep_jobs(op: str, arch: str) -> list[tuple]:
-    """(op, params, k, arch) of every kernel the sweep runs: each variant at each training k it supports."""
+def shape_filter(spec: str | None):
+    """"k=16" or "Q=1,k=16" -> a predicate on shapes (every named dimension equal); None: all shapes."""
+    want = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(","))} if spec else {}
+    return lambda shape: all(shape.get(k) == v for k, v in want.items())
+
+
+def variant_filter(op: str, pattern: str | None):
+    """A predicate on variant params: the variant's name matches the regular expression (None: all)."""
+    from cakelib.variants import NAMES
+    return lambda p: pattern is None or re.search(pattern, NAMES[op](p)) is not None
+
+
+def sweep_jobs(op: str, arch: str, only: str | None = None, pattern: str | None = None) -> list[tuple]:
+    """(op, params, k, arch) of every kernel the sweep runs: each variant at each training k it supports
+    (only / pattern: the training shapes and variants the sweep is restricted to)."""
     from cakelib.variants import SUPPORTS
-    variants = knn_variants() if op == "knn" else kmeans_variants()
+    variants = [p for p in (knn_variants() if op == "knn" else kmeans_variants()) if variant_filter(op, pattern)(p)]
     if op != "knn":
         return [(op, p, 10, arch) for p in variants if SUPPORTS[op](p, {"B": 1, "N": 1, "K": 1, "D": D, "arch": arch})]
-    shapes = knn_train()
+    shapes = [s for s in knn_train() if shape_filter(only)(s)]
     return [(op, p, k, arch) for k in sorted({s["k"] for s in shapes}) for p in variants
             if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D, "arch": arch}) for s in shapes)]
 
@@ -542,7 +560,11 @@ def probe_step(lines: list, rc, err: str, start: int, n: int, bad: dict) -> int:
     return done                          # died between variants: resume there (no progress: the caller stops)
 
 
-def sweep(ops, out_dir, procs, budget_s=200):
+def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None):
+    """Time every variant at every training shape (only / pattern: a subset of shapes / variant names)
+    and fit the dispatch table; prior: an earlier sweep's JSON whose measurements join the fit (this
+    sweep's replace those of the same shape and variant), for timing a few new variants without
+    re-timing the rest."""
     import torch
     from cakelib.dispatch import Measurement, evaluate, fit_by_cross_validation
     from cakelib.variants import FALLBACK, NAMES, SUPPORTS
@@ -553,9 +575,9 @@ def sweep(ops, out_dir, procs, budget_s=200):
     result = {"mode": "sweep", "env": info, "command": " ".join(sys.argv), "ops": {}}
     for op in ops:
         variants = knn_variants() if op == "knn" else kmeans_variants()
-        shapes = knn_train() if op == "knn" else kmeans_train()
+        shapes = [s for s in (knn_train() if op == "knn" else kmeans_train()) if shape_filter(only)(s)]
         t0 = time.time()
-        jobs = sweep_jobs(op, arch)
+        jobs = sweep_jobs(op, arch, only, pattern)
         fails = precompile(jobs, procs)
         bad = {(NAMES[op](j[1]), j[2]) for j in jobs if str(j) in fails}   # (variant, k) that did not compile
         print(f"{op}: compiled {len(jobs)} variant x k kernels in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
@@ -566,6 +588,7 @@ def sweep(ops, out_dir, procs, budget_s=200):
             print(f"{op}: probe: {name} left out: {why}", flush=True)
         bad |= {(name, s.get("k", 10)) for name in probed for s in shapes}
         print(f"{op}: probed {len(variants)} variants in {time.time() - t0:.1f} s, {len(probed)} left out", flush=True)
+        variants = [p for p in variants if variant_filter(op, pattern)(p)]
         rows, raw = [], []
         t_op = time.time()
         for shape in shapes:
@@ -603,7 +626,16 @@ def sweep(ops, out_dir, procs, budget_s=200):
                       flush=True)
             torch.cuda.empty_cache()
         vmap = {NAMES[op](p): p for p in variants}
-        meta = {"gpu": info.get("gpu"), "date": info["date"], "command": "python bench/lib_grid.py sweep",
+        if prior:
+            old = json.load(open(prior))["ops"][op]
+            new = {(json.dumps(r["shape"], sort_keys=True), r["variant"]) for r in raw}
+            kept = [r for r in old["rows"] if (json.dumps(r["shape"], sort_keys=True), r["variant"]) not in new]
+            raw = kept + raw
+            rows = [Measurement(shape=r["shape"], variant=r["variant"], ms=r.get("ms"), ok=r["ok"]) for r in raw]
+            vmap = {**old["variants"], **vmap}
+            result["prior"] = {"file": prior, "rows_kept": len(kept), "env": json.load(open(prior)).get("env")}
+            shapes = list({json.dumps(r["shape"], sort_keys=True): r["shape"] for r in raw}.values())
+        meta = {"gpu": info.get("gpu"), "date": info["date"], "command": " ".join(["python"] + sys.argv),
                 "shapes": len(shapes), "measurements": len(rows)}
         table = fit_by_cross_validation(op, rows, FEATURES[op], vmap, NAMES[op](FALLBACK[op]),
                                         supports=_supports(op, vmap, arch), meta=meta)
@@ -623,7 +655,7 @@ def spread(shapes: list, n: int) -> list:
     return [shapes[i] for r in range(max(1, n)) for i in range(r, len(shapes), max(1, n))]
 
 
-def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1)):
+def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), only=None):
     import torch
     from cakelib import kmeans, knn
     from cakelib.runtime import choose
@@ -634,7 +666,7 @@ def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1)):
     result = {"mode": "grid", "env": info, "command": " ".join(sys.argv), "ops": {}}
     summary = []
     for op in ops:
-        shapes = spread(knn_grid() if op == "knn" else kmeans_grid(), spread_n)[skip:]
+        shapes = [s for s in spread(knn_grid() if op == "knn" else kmeans_grid(), spread_n)[skip:] if shape_filter(only)(s)]
         shapes = shapes[shard[0]::shard[1]]   # shard i of n: one GPU of n each takes every n-th shape
         # compile the dispatched variants in parallel first (k is a compile-time constant for knn)
         jobs = set()
@@ -850,6 +882,9 @@ def main():
     ap.add_argument("--shard", default="0/1", help="grid: I/N, every N-th shape from the I-th (one GPU of N)")
     ap.add_argument("--spread", type=int, default=1,
                     help="grid: time every n-th shape first (a run cut by its deadline still covers the grid)")
+    ap.add_argument("--only", help="sweep / grid: only the shapes with these dimensions, e.g. k=16")
+    ap.add_argument("--variants", help="sweep / compile: only the variants whose name matches this regex")
+    ap.add_argument("--prior", help="sweep: an earlier sweep JSON whose measurements join the fit")
     args = ap.parse_args()
     ops = [o for o in args.op.split(",") if o]
     os.makedirs(args.out, exist_ok=True)
@@ -861,7 +896,7 @@ def main():
         return
     if args.mode == "compile":
         for op in ops:
-            jobs = sweep_jobs(op, args.arch)   # what the sweep compiles (fills the cubin cache for it)
+            jobs = sweep_jobs(op, args.arch, args.only, args.variants)   # what the sweep compiles (fills the cubin cache for it)
             t0 = time.time()
             fails = precompile(jobs, args.procs)
             print(f"{op}: {len(jobs)} variant x k kernels, {len(fails)} failed, {time.time() - t0:.1f} s")
@@ -869,10 +904,10 @@ def main():
                 print("  ", j, e)
         return
     if args.mode == "sweep":
-        sweep(ops, args.out, args.procs, args.budget_s)
+        sweep(ops, args.out, args.procs, args.budget_s, args.only, args.variants, args.prior)
     else:
         i, n = (int(x) for x in args.shard.split("/"))
-        grid(ops, args.out, args.procs, args.deadline_s, args.skip, args.spread, (i, n))
+        grid(ops, args.out, args.procs, args.deadline_s, args.skip, args.spread, (i, n), args.only)
 
 
 if __name__ == "__main__":
