@@ -459,7 +459,8 @@ def sweep_jobs(op: str, arch: str, only: str | None = None, pattern: str | None 
     variants = [p for p in (knn_variants() if op == "knn" else kmeans_variants()) if variant_filter(op, pattern)(p)]
     if op != "knn":
         return [(op, p, 10, arch) for p in variants if SUPPORTS[op](p, {"B": 1, "N": 1, "K": 1, "D": D, "arch": arch})]
-    shapes = [s for s in knn_train() if shape_filter(only)(s)]
+    # the training shapes and the probe's (a restricted sweep still probes its variants at every probe k)
+    shapes = [s for s in knn_train() if shape_filter(only)(s)] + PROBE_SHAPES[op]
     return [(op, p, k, arch) for k in sorted({s["k"] for s in shapes}) for p in variants
             if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D, "arch": arch}) for s in shapes)]
 
@@ -471,10 +472,11 @@ PROBE_SHAPES = {"knn": [{"Q": 300, "M": 40_003, "k": 10}, {"Q": 37, "M": 40_003,
                            {"B": 1, "N": 60_001, "K": 250}]}   # every kmax (32 .. 256) is probed
 
 
-def probe_child(op: str, start: int) -> None:
-    """In a child process: check each variant (from index `start`) once on the probe shapes it supports,
-    printing `START i` before and `OK i` / `BAD i why` after, so that the parent knows which variant
-    killed the process (an illegal address poisons the CUDA context for everything after it)."""
+def probe_child(op: str, start: int, pattern: str | None = None) -> None:
+    """In a child process: check each variant (from index `start`; those whose name matches `pattern`)
+    once on the probe shapes it supports, printing `START i` before and `OK i` / `BAD i why` after, so
+    that the parent knows which variant killed the process (an illegal address poisons the CUDA context
+    for everything after it)."""
     from cakelib.variants import SUPPORTS
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
@@ -486,8 +488,12 @@ def probe_child(op: str, start: int) -> None:
             cases.append((shape, (xq, xb, knn_reference(xq, xb, shape["k"]))))
         else:
             cases.append((shape, kmeans_inputs(shape)))
+    wanted = variant_filter(op, pattern)
     for i in range(start, len(variants)):
         p = variants[i]
+        if not wanted(p):                # not swept: nothing to check (and nothing compiled for it)
+            print(f"OK {i}", flush=True)
+            continue
         print(f"START {i}", flush=True)
         why = ""
         for shape, data in cases:
@@ -514,7 +520,7 @@ def _kmeans_checked(data, p):
     return ok, why, None
 
 
-def probe(op: str, timeout_s: float = 300.0) -> dict:
+def probe(op: str, timeout_s: float = 300.0, pattern: str | None = None) -> dict:
     """{variant index: why} for the variants that failed their check or killed the probing process:
     children check the variants in order; one that dies (crash, sticky CUDA error, hang past the
     timeout) takes the variant it was on with it and a new child resumes after it."""
@@ -522,7 +528,7 @@ def probe(op: str, timeout_s: float = 300.0) -> dict:
     n = len(knn_variants() if op == "knn" else kmeans_variants())
     bad, start, t0 = {}, 0, time.time()
     while start < n and time.time() - t0 < timeout_s:
-        cmd = [sys.executable, os.path.abspath(__file__), "probe-child", op, str(start)]
+        cmd = [sys.executable, os.path.abspath(__file__), "probe-child", op, str(start)] + ([pattern] if pattern else [])
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, timeout_s - (time.time() - t0)))
             lines, rc, err = out.stdout.splitlines(), out.returncode, out.stderr
@@ -583,7 +589,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
         print(f"{op}: compiled {len(jobs)} variant x k kernels in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
         # variants that fail a small check or kill their process are kept out: one illegal address
         # would poison this process's CUDA context for every variant after it
-        probed = {NAMES[op](variants[i]): why for i, why in probe(op).items()}
+        probed = {NAMES[op](variants[i]): why for i, why in probe(op, pattern=pattern).items()}
         for name, why in sorted(probed.items()):
             print(f"{op}: probe: {name} left out: {why}", flush=True)
         bad |= {(name, s.get("k", 10)) for name in probed for s in shapes}
@@ -853,7 +859,7 @@ def compare(old_path: str, new_paths: list[str]) -> None:
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "probe-child":
-        return probe_child(sys.argv[2], int(sys.argv[3]))
+        return probe_child(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
     if len(sys.argv) > 1 and sys.argv[1] == "summary":
         return summary(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "compare":

@@ -1,0 +1,29 @@
+"""bench/lib_grid.py's restricted sweeps: the shape and variant filters and the kernels such a sweep
+compiles (its training shapes' ks and the probe's, for the matching variants only)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import lib_grid  # noqa: E402
+
+
+def test_shape_filter_matches_every_named_dimension():
+    f = lib_grid.shape_filter("Q=1,k=16")
+    assert f({"Q": 1, "M": 10, "k": 16}) and not f({"Q": 2, "M": 10, "k": 16}) and not f({"Q": 1, "k": 10})
+    assert lib_grid.shape_filter(None)({"anything": 3})
+    with pytest.raises(ValueError):
+        lib_grid.shape_filter("k16")
+
+
+def test_restricted_sweep_compiles_the_matching_variants_at_the_training_and_probe_ks():
+    jobs = lib_grid.sweep_jobs("knn", "sm_90a", only="k=16", pattern="_b2_mw_wg$")
+    from cakelib.variants import knn_name
+    names = sorted({knn_name(p) for _, p, _, _ in jobs})
+    assert names == ["knn_bq128_bn64_s16_p4_b2_mw_wg", "knn_bq128_bn64_s64_p4_b2_mw_wg"]
+    assert sorted({k for _, _, k, _ in jobs}) == [10, 16]          # k = 16 trains, the probe also runs k = 10
+    full = lib_grid.sweep_jobs("knn", "sm_90a")
+    assert len(full) > len(jobs) and {j[2] for j in full} == {10, 16, 32}
+    # k = 32 is no split variant's: the capped variants are compiled at 10 and 16 only
+    assert not any(knn_name(p).endswith("_b2_mw_wg") and k == 32 for _, p, k, _ in full)
