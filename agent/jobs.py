@@ -61,7 +61,7 @@ def _sass_cost(kernel, want: dict, compiled) -> dict:
         from cake_ir.cost import estimate, load_constants
         prof = sass_profile(kernel, lowered=compiled)      # its CUDA source: no second lowering
         rep = estimate(kernel, want.get("shape") or {}, load_constants(want.get("target") or kernel.arch),
-                       sass={n.path: n.count for n in prof.nodes})
+                       sass={n.path: n.count for n in prof.nodes}, compiled=compiled)   # ptxas's registers
         return {"sass_instructions": prof.total, "predicted_sass_s": rep.seconds}
     except Exception as e:  # noqa: BLE001
         return {"sass_error": f"{type(e).__name__}: {e}"[:200]}

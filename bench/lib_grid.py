@@ -152,7 +152,7 @@ def knn_variants() -> list[dict]:
     # session 13: at k = 16 the lists' 24 more registers per thread cost these variants a CTA per SM
     # (wgmma bq 128: 124 -> 144 registers, 2 -> 1 CTAs of 256 threads; the ws4 stream 126 -> 150) and
     # 1.7-2.4x the k = 10 time; capped at 128 registers they build without spills (ptxas)
-    out += [v(128, 64, s, 4, minb=2, **wg) for s in (16, 64)] + [v(16, 32, 128, 4, "tile", ws=4, minb=4)]
+    out += [v(128, 64, s, 4, minb=2, **wg) for s in (16, 64)] + [v(16, 32, s, 4, "tile", ws=4, minb=4) for s in (32, 128)]
     return out
 
 

@@ -51,6 +51,8 @@ class ArchSpec:
     # per-shape pick was 1.40x slower than the measured best; at 24 1.8x vs 1.7x, picks 1.048x
     smem_f32_atomic_instrs: float = 24.0
     l2_bytes: int = 40 * 2**20
+    # registers are allocated per warp in units of 256, i.e. a thread's count rounds up to a multiple of 8
+    reg_alloc_unit: int = 8
 
 
 # Features: cp_async (sm_80+), ldmatrix, mma_sync_bf16, tma, mbarrier_tx, wgmma, setmaxnreg,

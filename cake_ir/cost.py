@@ -395,6 +395,7 @@ class _Model:
         self.spec = spec
         self.ev = _Evaluator()
         self.sass: Optional[dict] = None      # IR node path -> static SASS instructions (estimate(sass=))
+        self.ptxas_regs: Optional[int] = None  # registers per thread of the compiled kernel (estimate(compiled=))
         self.assumptions: list[str] = []
         self._seen_assumptions: set[str] = set()
         self.shapes_used: dict[str, Any] = {}
@@ -652,18 +653,21 @@ def _value_ops(expr_text) -> tuple[int, int]:
 
 # ----------------------------------------------------------------------------------- estimate
 def estimate(kernel, shapes: Optional[Mapping[str, int]] = None,
-             constants: Optional[ArchSpec] = None, sass: Optional[Mapping[str, int]] = None) -> CostReport:
+             constants: Optional[ArchSpec] = None, sass: Optional[Mapping[str, int]] = None,
+             compiled=None) -> CostReport:
     """Predict one launch of `kernel`; see the module docstring for the model. `sass` (IR node path ->
     static SASS instructions, `cake_ir.analysis.sass`) replaces the modelled instruction counts of the
-    issue and serial terms by the compiled code's, times each node's executions per warp.
+    issue and serial terms by the compiled code's, times each node's executions per warp. `compiled`
+    (the kernel's `compile_kernel` result) replaces the register estimate by ptxas's count.
     A Program is estimated with `estimate_program` (sass paths then start with /kernels/{i})."""
     from .nodes import Program
     if isinstance(kernel, Program):
-        return estimate_program(kernel, shapes, constants, sass)
+        return estimate_program(kernel, shapes, constants, sass, compiled)
     spec = constants if constants is not None else _arch.spec(kernel.arch)
     spec, fixed = _sane(spec, kernel.arch)
     m = _Model(kernel, shapes, spec)
     m.sass = dict(sass) if sass else None
+    m.ptxas_regs = (getattr(compiled, "resources", None) or {}).get("registers")
     for f in fixed:
         m.assume(f"constant {f} is not positive; the arch table's value is used")
     rep = CostReport(kernel=kernel.name, arch=kernel.arch, spec=spec.name)
@@ -679,7 +683,8 @@ def estimate(kernel, shapes: Optional[Mapping[str, int]] = None,
 
 
 def estimate_program(program, shapes: Optional[Mapping[str, int]] = None,
-                     constants: Optional[ArchSpec] = None, sass: Optional[Mapping[str, int]] = None) -> CostReport:
+                     constants: Optional[ArchSpec] = None, sass: Optional[Mapping[str, int]] = None,
+                     compiled=None) -> CostReport:
     """One run of a Program: its kernels one after another (stream order, no overlap), so times,
     terms and bytes add up; shared memory is the largest kernel's (they never co-reside)."""
     from dataclasses import replace
@@ -690,7 +695,8 @@ def estimate_program(program, shapes: Optional[Mapping[str, int]] = None,
     for i, k in enumerate(program.kernels):
         pre = f"/kernels/{i}"
         ksass = {p[len(pre):]: n for p, n in sass.items() if p.startswith(pre + "/")} if sass else None
-        reps.append(estimate(k, shapes, constants, ksass or None))
+        kc = compiled.kernels[i] if compiled is not None and i < len(getattr(compiled, "kernels", [])) else None
+        reps.append(estimate(k, shapes, constants, ksass or None, kc))
     slow = max(range(len(reps)), key=lambda i: reps[i].seconds)
     top = reps[slow]
 
@@ -1189,6 +1195,11 @@ def _registers(m: _Model) -> tuple[int, float]:
     from .walk import role_statements
 
     k, spec = m.k, m.spec
+    if m.ptxas_regs:
+        # ptxas gives every thread of the kernel the same count, allocated per warp in whole units
+        regs = -(-int(m.ptxas_regs) // spec.reg_alloc_unit) * spec.reg_alloc_unit
+        m.assume(f"registers from ptxas: {m.ptxas_regs}/thread (allocated {regs})")
+        return regs * k.launch.threads, float(regs)
     total = 0
     covered = 0
     estimated = []

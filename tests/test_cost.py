@@ -327,3 +327,30 @@ def test_f32_shared_atomics_cost_a_cas_loop():
                          ("mma", {"big": 16, "update": "mma"}))}
     assert t["mma"] < min(t["c1"], t["c8"]), t
     assert const.smem_f32_atomic_instrs > 2
+
+
+def test_ptxas_registers_set_the_occupancy():
+    """estimate(compiled=...) takes the compiled kernel's registers (rounded up to the per-warp allocation
+    unit) instead of the register-tile estimate: 124 registers leave room for 2 CTAs of 256 threads on
+    an SM, 144 for 1 (the kNN lists at k = 16, session 13), and the occupancy and time follow."""
+    from types import SimpleNamespace
+    from cake_ir.nodes import Program
+    from cakelib.variants import knn_kernel
+    p = {"bq": 128, "bn": 64, "split": 64, "stages": 4, "mma": "wgmma", "merge": "wide"}
+    prog = knn_kernel(p, 10, "l2", 128, "sm_90a")
+    assert isinstance(prog, Program)                    # the norms kernels, then the search
+    search = prog.kernels[-1]
+    shape = {"Q": 1024, "M": 1 << 20}
+    lean = estimate(search, shape, compiled=SimpleNamespace(resources={"registers": 124}))
+    fat = estimate(search, shape, compiled=SimpleNamespace(resources={"registers": 144}))
+    assert search.launch.threads == 256
+    assert (lean.regs_per_thread, fat.regs_per_thread) == (128, 144)
+    assert lean.blocks_per_sm == 2 and fat.blocks_per_sm == 1 and fat.occupancy_limit == "registers"
+    assert any("registers from ptxas: 124/thread (allocated 128)" in a for a in lean.assumptions)
+    assert fat.seconds > lean.seconds
+    modelled = estimate(search, shape)                  # without it: the register-tile estimate
+    assert not any("ptxas" in a for a in modelled.assumptions)
+    # a Program passes each kernel its own compile result
+    parts = [SimpleNamespace(resources={"registers": 40})] * (len(prog.kernels) - 1)
+    both = estimate(prog, shape, compiled=SimpleNamespace(kernels=parts + [SimpleNamespace(resources={"registers": 144})]))
+    assert both.kernels[-1].blocks_per_sm == 1 and both.kernels[0].regs_per_thread == 40
