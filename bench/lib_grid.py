@@ -34,11 +34,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 D = 128
 ITERS = 10
-# the dispatch trees' size. knn, session 10: depth 4 with two shapes per leaf picks one variant for
-# Q = 64 and Q = 256 (1.74x slower than the best at Q = 256 M = 1M); a refit at depth 5 with single-shape
-# leaves fixed that but followed three noisy M = 100K points into a variant 2-3x slower at M = 262K: on
-# the grid it measured 0.841x geomean against 0.867x (bench/results/lib-grid-knn-h200-refit-depth5.json).
-# More training shapes (Q = 128 / 512, M = 262K) are the fix, not a deeper tree.
+# The dispatch trees' features. Their size is chosen per fit by leave-one-shape-out cross-validation
+# (cakelib.dispatch.fit_by_cross_validation). History: session 10's depth 4 shared a leaf between Q = 64
+# and 256 and a hand-picked depth 5 followed noisy shapes (0.841x vs 0.867x on the grid,
+# lib-grid-knn-h200-refit-depth5.json); session 13's 40-variant kNN sweep needed depth 8 (a fixed depth 4
+# measured 0.36x on the grid, the cross-validated depth 8 1.03x).
 FEATURES = {"knn": ["log2_Q", "log2_M", "k"], "kmeans": ["B", "log2_N", "K", "log2_B*N"]}
 
 
