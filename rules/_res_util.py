@@ -3,12 +3,15 @@ the launch register count, and blocks-per-SM occupancy."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
+
+from pydantic import BaseModel
 
 from cake_ir import expr as E
 from cake_ir.analysis.tiles import per_thread_elems
 from cake_ir.dtypes import SIZE
-from cake_ir.nodes import If, Kernel, Map, Role
+from cake_ir.nodes import If, Kernel, Map, Role, TileRef
 from cake_ir.passes.plan_smem import plan_smem
 from cake_ir.walk import role_statements
 
@@ -82,12 +85,77 @@ def _exclusive_saving(k: Kernel, ri: int, parts: list) -> int:
     return best
 
 
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names_in(node) -> set:
+    """Every identifier a statement mentions outside its nested bodies: tile references' buffers and the
+    names in its expressions (a superset of the buffers it touches, so live ranges err long)."""
+    out: set = set()
+
+    def walk(v):
+        if isinstance(v, TileRef):
+            out.add(v.buf)
+        elif isinstance(v, BaseModel):
+            for f in type(v).model_fields:
+                if f not in ("body", "then", "else_"):
+                    walk(getattr(v, f, None))
+        elif isinstance(v, str):
+            out.update(_IDENT.findall(v))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+    walk(node)
+    return out
+
+
+def _live_peak(k: Kernel, ri: int, parts: list) -> int:
+    """The most tile registers live at once over the role's statements in program order. A tile lives
+    from its first to its last use, stretched over every loop one of its uses sits in (the back edge
+    keeps it live across iterations) and over every if/else that holds some of its uses but not all (on
+    the other branch it flows through unused); a tile with no use found lives throughout. E.g. a split
+    search's top-k lists die before the last CTA's merge lists are born, so ptxas gives both the same
+    registers."""
+    sites = list(role_statements(k, ri))
+    if not sites:
+        return sum(r for _, r in parts)
+    index = {s.path: i for i, s in enumerate(sites)}
+    end: dict = {}                      # loop / if path -> index of its last nested statement
+    for i, s in enumerate(sites):
+        for p in (*s.loop_paths, *(g.path for g in s.guards)):
+            end[p] = i
+    regs = {k.buffers[bi].name: r for bi, r in parts}
+    uses: dict = {}
+    for i, s in enumerate(sites):
+        for n in _names_in(s.node) & regs.keys():
+            uses.setdefault(n, []).append(i)
+    last = len(sites) - 1
+    span = {}
+    for n, idx in uses.items():
+        a, b = min(idx), max(idx)
+        for i in idx:
+            s = sites[i]
+            for lp in s.loop_paths:
+                a, b = min(a, index[lp]), max(b, end.get(lp, index[lp]))
+            for g in s.guards:
+                lo, hi = index[g.path], end.get(g.path, index[g.path])
+                if any(not lo <= j <= hi for j in idx):
+                    a, b = min(a, lo), max(b, hi)
+        span[n] = (a, b)
+    return max(sum(r for n, r in regs.items() if span.get(n, (0, last))[0] <= i <= span.get(n, (0, last))[1])
+               for i in range(len(sites)))
+
+
 def role_tile_regs(k: Kernel, ri: int) -> tuple[int, list]:
-    """(32-bit registers per thread held in reg tiles, [(buffer index, regs)]). Tiles of the two sides of
-    an if/else count once (the larger side), see `_exclusive_saving`."""
+    """(32-bit registers per thread held in reg tiles, [(buffer index, regs)]): the smaller of two upper
+    bounds, the sum with the tiles of an if/else's two sides counted once (the larger side, see
+    `_exclusive_saving`) and the peak over live ranges (`_live_peak`)."""
     role = k.roles[ri]
     parts = [(bi, buffer_regs(k, k.buffers[bi], role)) for bi in role_reg_buffers(k, ri)]
-    return sum(r for _, r in parts) - _exclusive_saving(k, ri, parts), parts
+    return min(sum(r for _, r in parts) - _exclusive_saving(k, ri, parts), _live_peak(k, ri, parts)), parts
 
 
 def launch_regs(k: Kernel, arch) -> int:

@@ -1,11 +1,14 @@
 """E-RES-05: a role's register tiles do not fit its register budget.
 
 Each reg buffer a role holds costs per-thread registers by its layout (`tiles.per_thread_elems`,
-counted in 32-bit registers: two bf16 per register). Their sum plus ~16 registers of overhead
-(addresses, counters, predicates) must fit the role's budget (`regs`, else the per-thread maximum:
+counted in 32-bit registers: two bf16 per register). The most of them live at once (a tile lives from
+its first to its last use, across every loop it is used in; the two sides of an if/else count once)
+plus ~16 registers of overhead (addresses, counters, predicates) must fit the role's budget (`regs`, else the per-thread maximum:
 255, or regs_per_sm / threads for large blocks, e.g. 64 at 1024 threads), or the compiler
 spills to local memory (wgmma accumulators cannot spill at all). Example: a wgmma_acc [64, 256] f32
-is 128 registers per thread, more than a role with regs = 96 can hold.
+is 128 registers per thread, more than a role with regs = 96 can hold. Tiles that are never live
+together share registers (ptxas allocates by live range): a split kNN search's top-k lists die before
+its last CTA's merge lists are born (at k = 32 their sum was ~300 registers, ptxas used 254, no spills).
 
 setmaxnreg moves registers between roles at run time, but ptxas still compiles every instruction
 under the launch cap (`__launch_bounds__(threads, min_blocks)`: regs_per_sm / threads). A wgmma's

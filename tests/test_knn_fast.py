@@ -165,6 +165,41 @@ def _gpu():
 needs_gpu = pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 
 
+K32_SPLITS = [("sync", dict(bq=16, bn=32, split=32, stages=4, merge="wide", ws=4)),
+              ("sync", dict(bq=64, bn=64, split=32, stages=2, norms="global", merge="wide")),
+              ("wgmma", dict(bq=128, bn=64, split=16, stages=4))]
+
+
+def _k32_split(kind, kw, arch):
+    from tasks.knn.wgmma import knn_wgmma
+    return knn_fused("l2", k=32, arch=arch, **kw) if kind == "sync" else knn_wgmma(metric="l2", k=32, d=128, arch=arch, **kw)
+
+
+@pytest.mark.parametrize("kind, kw", K32_SPLITS)
+def test_split_search_at_k32_builds_without_spills(kind, kw):
+    """The k = 32 split kernels the GPU test below runs verify and ptxas builds them for sm_90a without
+    spills (the ws4 stream's 4-stage ring at k = 32 is over sm_80's shared memory)."""
+    from cake_ir.compiler import compiled_parts
+    res = compile_ir(_k32_split(kind, kw, "sm_90a"))
+    assert res.ok, [d.short() for d in res.diagnostics if d.severity == "error"]
+    assert all(p.resources.get("spill_store_bytes", 0) == 0 for p in compiled_parts(res)), \
+        [p.resources for p in compiled_parts(res)]
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("kind, kw", K32_SPLITS)
+def test_split_search_at_k32_passes_evaluator_on_gpu(kind, kw):
+    """The split path at k = 32 (verified since E-RES-05 counts live ranges; built by ptxas without spills,
+    session 13) against the float64 reference, through the task's evaluator: what must pass before
+    cakelib.variants.KNN_K_MAX_SPLIT lets the library and the sweep use it."""
+    from gpu_backend.evaluate import evaluate
+    t = type(get_task("knn"))()
+    t.k = 32
+    rec = evaluate(_k32_split(kind, kw, "sm_90a"), t, profile=False, seed=7, reruns=1)
+    assert rec.status == "ok", (rec.error_class, rec.message)
+
+
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("kw", [dict(norms="global"), dict(norms="global", bq=16, bn=32, split=64, stages=4),
@@ -338,32 +373,32 @@ def test_argmin_scan_model_is_exact(kind, seed):
 
 
 def test_supports_register_rule_agrees_with_the_verifier():
-    """cakelib.variants.knn_tile_registers is a hand-kept count of the search kernel's register tiles (the
-    dispatcher must not build kernels to decide): over every sweep variant and k it must refuse exactly
-    the kernels the verifier's E-RES-05 refuses, so the two cannot drift apart."""
+    """cakelib.variants.knn_registers_fit (a hand-kept sum of the search kernel's register tiles, the
+    verifier asked only when that sum is over the budget) must accept exactly the kernels the verifier's
+    E-RES-05 accepts, over every sweep variant and k, so the two cannot drift apart; knn_supports follows it
+    wherever its k limits allow the variant."""
     import sys
     from pathlib import Path
 
     from cake_ir.verifier import verify
-    from cakelib.variants import knn_kernel, knn_supports
+    from cakelib.variants import knn_kernel, knn_registers_fit, knn_supports, knn_tile_registers
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from lib_grid import knn_variants
-    checked = refused = 0
+    checked = refused = by_liveness = 0
     for p in knn_variants():
         for k in (1, 2, 8, 10, 16, 32):
-            shape = {"Q": 1 if p["split"] > 1 else 4096, "M": 1 << 20, "k": k}
-            if p["split"] > 1 and k > 16:
-                continue                    # refused for the merge lists before any register count
             ir = knn_kernel(p, k, "l2", 128, "sm_90a")
             over = any(d.code == "E-RES-05" for d in verify(ir).diagnostics)
-            assert knn_supports(p, shape) == (not over), (p, k)
+            assert knn_registers_fit(p, k, 128) == (not over), (p, k)
+            if p["split"] == 1 or k <= 16:  # (the split path stops at k = 16 before any register count)
+                shape = {"Q": 1 if p["split"] > 1 else 4096, "M": 1 << 20, "k": k}
+                assert knn_supports(p, shape) == (not over), (p, k)
             checked += 1
             refused += over
-    assert checked > 100 and refused > 0        # the rule is exercised both ways
+            by_liveness += not over and knn_tile_registers(p, k, 128) > 255
+    assert checked > 200 and refused > 0 and by_liveness > 0    # the rule is exercised every way
 
 
-@pytest.mark.gpu
-@needs_gpu
 def test_cakelib_knn_writes_caller_outputs_in_place():
     """out=: the kernel writes the caller's (poisoned) tensors, which come back; a wrong shape is refused."""
     torch = pytest.importorskip("torch")
