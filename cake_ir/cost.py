@@ -387,6 +387,9 @@ class _Raw:
     sfu_ops: float = 0.0
     warp_instrs: float = 0.0
     execs_per_warp: float = 0.0     # mean executions per warp of its role (SASS-based counts)
+    # a loop inside the node runs a data-dependent number of times (the f32 shared-memory atomic's
+    # compare-and-swap retries): its static SASS undercounts it, so SASS-based counts keep the model's
+    retries: bool = False
 
 
 class _Model:
@@ -944,7 +947,9 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 rows = idx.shape[0] if idx.shape else 16
                 cols = resolve_tile(k, st.src).shape[-1] if st.src is not None else 1
                 # one red (+ one src load) per element; f32 into shared memory is a CAS loop instead
-                per = spec.smem_f32_atomic_instrs if dst.space == "smem" and dst.dtype == "f32" else 2.0
+                cas = dst.space == "smem" and dst.dtype == "f32"
+                per = spec.smem_f32_atomic_instrs if cas else 2.0
+                raw.retries = cas
                 g = scope_work("warp", per * rows * cols)
                 raw.count = g
                 if dst.space == "global":
@@ -1028,9 +1033,12 @@ def _estimate(m: _Model, rep: CostReport) -> None:
     else:   # compiled code: each node's static SASS x its executions per warp; code outside nodes once
         seen = set()
         for r in raws:
-            n = m.sass.get(r.path, 0)
+            n = m.sass.get(r.path, 0) * r.execs_per_warp
             seen.add(r.path)
-            by_role[r.role] = by_role.get(r.role, 0.0) + n * r.execs_per_warp
+            if r.retries:   # the calibrated per-element cost where the static code runs more than once
+                warps = math.ceil((k.roles[r.role].threads if r.role is not None else cta_threads) / 32)
+                n = max(n, r.warp_instrs / max(1, warps))
+            by_role[r.role] = by_role.get(r.role, 0.0) + n
         shared = by_role.pop(None, 0.0) + sum(n for p, n in m.sass.items() if p not in seen)
         per_warp = {k.roles[ri].name: v + shared for ri, v in by_role.items()} or {"cta": shared}
         cta["instrs"] = sum(per_warp[k.roles[ri].name] * math.ceil(k.roles[ri].threads / 32) for ri in by_role) \
