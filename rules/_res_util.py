@@ -13,7 +13,7 @@ from cake_ir.analysis.tiles import per_thread_elems
 from cake_ir.dtypes import SIZE
 from cake_ir.nodes import If, Kernel, Map, Role, TileRef
 from cake_ir.passes.plan_smem import plan_smem
-from cake_ir.walk import role_statements
+from cake_ir.walk import role_statements, statements
 
 REG_OVERHEAD = 16          # addresses, loop counters, predicates beyond the tiles
 RESERVED_SMEM_PER_BLOCK = 1024  # the driver reserves 1 KiB per resident block (sm_80+)
@@ -112,11 +112,16 @@ def _names_in(node) -> set:
     return out
 
 
+def _walk_prologue(k: Kernel):
+    return (s for s in statements(k) if s.role is None)
+
+
 def _live_peak(k: Kernel, ri: int, parts: list) -> int:
     """The most tile registers live at once over the role's statements in program order. A tile lives
     from its first to its last use, stretched over every loop one of its uses sits in (the back edge
     keeps it live across iterations) and over every if/else that holds some of its uses but not all (on
-    the other branch it flows through unused); a tile with no use found lives throughout. E.g. a split
+    the other branch it flows through unused); a tile the prologue mentions lives from the role's start,
+    one with no use found throughout. E.g. a split
     search's top-k lists die before the last CTA's merge lists are born, so ptxas gives both the same
     registers."""
     sites = list(role_statements(k, ri))
@@ -132,6 +137,9 @@ def _live_peak(k: Kernel, ri: int, parts: list) -> int:
     for i, s in enumerate(sites):
         for n in _names_in(s.node) & regs.keys():
             uses.setdefault(n, []).append(i)
+    for s in _walk_prologue(k):         # set before the role's first statement: live from its start
+        for n in _names_in(s.node) & regs.keys():
+            uses.setdefault(n, []).insert(0, 0)
     last = len(sites) - 1
     span = {}
     for n, idx in uses.items():

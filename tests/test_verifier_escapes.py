@@ -75,3 +75,10 @@ def test_register_tiles_with_disjoint_live_ranges_share_registers(tmp_path, monk
     wide = knn_fused(metric="l2", k=32, d=128, bq=32, bn=32, split=64, stages=3, arch="sm_90a", norms="tile",
                      merge="wide", wm=32, ws=4)
     assert [d for d in verify(wide).diagnostics if d.code == "E-RES-05"]
+    # merge lists touched before the search loop are live across it: the tiles add up again
+    doc = json.loads(search.model_dump_json(by_alias=True, exclude_none=True))
+    for buf in ("mv", "mi", "pv0", "pi0"):
+        doc["roles"][0]["body"].insert(0, {"op": "fill", "dst": {"buf": buf}, "value": 0.0})
+    early, diags = load(doc)
+    assert early is not None, diags
+    assert [d for d in verify(early).diagnostics if d.code == "E-RES-05"]
