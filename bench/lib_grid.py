@@ -91,11 +91,12 @@ def knn_train() -> list[dict]:
 
 def kmeans_train() -> list[dict]:
     """Session 11: the refit picked the K <= 64 variant for K = 16 at N = 4M (25% slower than the K <= 32
-    one) with no training shape of K < 32 above 256K points: N = 4M, K = 16 is one now (for the next sweep)."""
+    one) with no training shape of K < 32 above 256K points: N = 4M, K = 16 is one now. Session 13: B = 16,
+    N = 262K, K = 160, one of the batched shapes still slower than flashlib (0.68x)."""
     return [{"B": B, "N": N, "K": K} for B in (1, 4, 32) for N in (16384, 262144) for K in (32, 100, 256)
             if B * N <= (4 << 20)] + [{"B": 1, "N": 1 << 21, "K": K} for K in (64, 256)] + [
         {"B": 2, "N": 262144, "K": 8}, {"B": 4, "N": 65536, "K": 16}, {"B": 16, "N": 65536, "K": 64},
-        {"B": 4, "N": 262144, "K": 128}, {"B": 1, "N": 1 << 22, "K": 16}]
+        {"B": 4, "N": 262144, "K": 128}, {"B": 1, "N": 1 << 22, "K": 16}, {"B": 16, "N": 262144, "K": 160}]
 
 
 def knn_variants() -> list[dict]:
@@ -196,6 +197,11 @@ def kmeans_variants() -> list[dict]:
     x2 = {"norms": "once", "xstages": 2}
     out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, **m, **x2} for m in (mma, mma32)]
     out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, **m, **wg, "xstages": 2} for m in (mma, mma32)]
+    # session 13: batches of B >= 8 at K >= 100 kept the mma.sync p33 picks (0.58-0.93x of flashlib); the
+    # wgmma kernels were swept at 132 CTAs per batch only (16-32 waves at B = 16-32). The cost model
+    # (ptxas registers) puts 33 per batch 17% (B = 16, N = 262K, K = 160) to 41% (B = 32, N = 65K) ahead
+    out += [{"kind": k, "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **mma32, **wg}
+            for k, kmax in (("fused", 256), ("resident", 128)) for p in (16, 33)]
     return out
 
 
