@@ -447,9 +447,10 @@ def run_kmeans_variant(timer, x, c, p):
 
 
 def shape_filter(spec: str | None):
-    """"k=16" or "Q=1,k=16" -> a predicate on shapes (every named dimension equal); None: all shapes."""
-    want = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(","))} if spec else {}
-    return lambda shape: all(shape.get(k) == v for k, v in want.items())
+    """"k=16", "Q=1,k=16" or "B=16|32,K=160" -> a predicate on shapes (every named dimension one of its
+    values); None: all shapes."""
+    want = {k: {int(x) for x in v.split("|")} for k, v in (kv.split("=") for kv in spec.split(","))} if spec else {}
+    return lambda shape: all(shape.get(k) in v for k, v in want.items())
 
 
 def variant_filter(op: str, pattern: str | None):

@@ -12,13 +12,13 @@ PY=${PYTHON:-python3}
 NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
 D=$OUT/$OP; mkdir -p $D
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-$PY bench/lib_grid.py sweep --op $OP --out $D --procs $NP --budget-s 60 --only $ONLY --variants "$PAT" \
+$PY bench/lib_grid.py sweep --op $OP --out $D --procs $NP --budget-s 60 --only "$ONLY" --variants "$PAT" \
   --prior bench/results/lib-sweep-$OP-h200.json > $D/sweep.log 2>&1
 stamp "sweep rc=$?: $(grep -E 'probed|table ->' $D/sweep.log | tr '\n' ' ')"
 grep -E "BAD|left out" $D/sweep.log | head -5
 grep -E "^$OP \{" $D/sweep.log
 [ -f $D/$OP.json ] && TABLES=$D || TABLES=cakelib/tables
-CAKELIB_TABLES=$TABLES timeout $(( GD + 60 )) $PY bench/lib_grid.py grid --op $OP --out $D --procs $NP --only $ONLY \
+CAKELIB_TABLES=$TABLES timeout $(( GD + 60 )) $PY bench/lib_grid.py grid --op $OP --out $D --procs $NP --only "$ONLY" \
   --deadline-s $GD > $D/grid.log 2>&1
 stamp "grid rc=$? (tables $TABLES): $(grep -E 'compiled|deadline' $D/grid.log | tr '\n' ' ')"
 grep "ok=False" $D/grid.log | head -3

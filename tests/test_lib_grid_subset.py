@@ -13,6 +13,8 @@ def test_shape_filter_matches_every_named_dimension():
     f = lib_grid.shape_filter("Q=1,k=16")
     assert f({"Q": 1, "M": 10, "k": 16}) and not f({"Q": 2, "M": 10, "k": 16}) and not f({"Q": 1, "k": 10})
     assert lib_grid.shape_filter(None)({"anything": 3})
+    g = lib_grid.shape_filter("B=16|32,K=160")
+    assert g({"B": 32, "N": 1, "K": 160}) and not g({"B": 4, "N": 1, "K": 160}) and not g({"B": 16, "K": 100})
     with pytest.raises(ValueError):
         lib_grid.shape_filter("k16")
 
