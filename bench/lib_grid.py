@@ -463,7 +463,7 @@ def sweep_jobs(op: str, arch: str, only: str | None = None, pattern: str | None 
     """(op, params, k, arch) of every kernel the sweep runs: each variant at each training k it supports
     (only / pattern: the training shapes and variants the sweep is restricted to)."""
     from cakelib.variants import SUPPORTS
-    variants = [p for p in (knn_variants() if op == "knn" else kmeans_variants()) if variant_filter(op, pattern)(p)]
+    variants = list(filter(variant_filter(op, pattern), knn_variants() if op == "knn" else kmeans_variants()))
     if op != "knn":
         return [(op, p, 10, arch) for p in variants if SUPPORTS[op](p, {"B": 1, "N": 1, "K": 1, "D": D, "arch": arch})]
     # the training shapes and the probe's (a restricted sweep still probes its variants at every probe k)
@@ -601,7 +601,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
             print(f"{op}: probe: {name} left out: {why}", flush=True)
         bad |= {(name, s.get("k", 10)) for name in probed for s in shapes}
         print(f"{op}: probed {len(variants)} variants in {time.time() - t0:.1f} s, {len(probed)} left out", flush=True)
-        variants = [p for p in variants if variant_filter(op, pattern)(p)]
+        variants = list(filter(variant_filter(op, pattern), variants))
         rows, raw = [], []
         t_op = time.time()
         for shape in shapes:
@@ -793,7 +793,7 @@ def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False
     size is chosen by leave-one-shape-out cross-validation like the sweep's, unless max_depth / min_leaf
     fix it. The table records the sweep's date and GPU and the refit command. cv: also print the
     leave-one-shape-out estimate (cakelib.dispatch.cross_validate) for the fitted size."""
-    from cakelib.dispatch import Measurement, cross_validate, evaluate, fit, fit_by_cross_validation
+    from cakelib.dispatch import TREE_SIZES, Measurement, cross_validate, evaluate, fit, fit_by_cross_validation
     from cakelib.variants import FALLBACK, NAMES
     d = json.load(open(sweep_path))
     for op, v in d["ops"].items():
@@ -802,8 +802,10 @@ def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False
         meta = {"gpu": d["env"].get("gpu"), "date": d["env"]["date"], "command": " ".join(["python"] + sys.argv),
                 "sweep_command": d.get("command"), "shapes": len({json.dumps(r["shape"], sort_keys=True) for r in v["rows"]}),
                 "measurements": len(rows)}
-        if max_depth or min_leaf:
-            table = fit(op, rows, FEATURES[op], vm, fb, meta=meta, max_depth=max_depth or 4, min_leaf=min_leaf or 2)
+        if max_depth or min_leaf:        # a fixed size: the given parts over the simplest one tried
+            size = {**TREE_SIZES[0], **({"max_depth": max_depth} if max_depth else {}),
+                    **({"min_leaf": min_leaf} if min_leaf else {})}
+            table = fit(op, rows, FEATURES[op], vm, fb, meta=meta, **size)
         else:
             table = fit_by_cross_validation(op, rows, FEATURES[op], vm, fb, supports=sup, meta=meta)
         kw = {k: table.meta["fit"][k] for k in ("max_depth", "min_leaf")}

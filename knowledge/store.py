@@ -25,8 +25,8 @@ from sqlmodel import Session, SQLModel, create_engine, select
 
 from . import home as cake_home
 from .migrate import migrate
-from .sqlite_wal import enable_wal
 from .models import CandidateRow, EvaluationRow, FailureRow, RunRow, TaskRow, now
+from .sqlite_wal import enable_wal
 
 T = TypeVar("T")
 _ATTEMPTS = 12

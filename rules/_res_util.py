@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from cake_ir import expr as E
 from cake_ir.analysis.tiles import per_thread_elems
 from cake_ir.dtypes import SIZE
-from cake_ir.nodes import If, Kernel, Map, Role, TileRef
+from cake_ir.nodes import If, Kernel, Role, TileRef
 from cake_ir.passes.plan_smem import plan_smem
 from cake_ir.walk import role_statements, statements
 
@@ -23,19 +23,40 @@ def round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _statement_names(node) -> set:
+    """Every identifier a statement mentions outside its nested bodies: tile references' buffers and the
+    names in its expressions: a superset of the buffers it touches (a role holds more, live ranges err
+    long, an if/else side saves less)."""
+    out: set = set()
+
+    def walk(v):
+        if isinstance(v, TileRef):
+            out.add(v.buf)
+        elif isinstance(v, BaseModel):
+            for f in type(v).model_fields:
+                if f not in ("body", "then", "else_"):
+                    walk(getattr(v, f, None))
+        elif isinstance(v, str):
+            out.update(_IDENT.findall(v))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+    walk(node)
+    return out
+
+
 def role_reg_buffers(k: Kernel, ri: int) -> list:
     """Indices of reg buffers a role holds: owned by it, or used by its statements without an owner."""
-    from ._cpy_util import tile_refs
     role = k.roles[ri]
     names: set = set()
     for s in role_statements(k, ri):
-        for _, ref in tile_refs(s.node):
-            names.add(ref.buf)
-        if isinstance(s.node, Map):
-            try:
-                names |= E.free_vars(E.parse_value(s.node.expr))
-            except (E.ExprError, RecursionError):
-                pass
+        names |= _statement_names(s.node)
     out = []
     for bi, b in enumerate(k.buffers):
         if b.space != "reg":
@@ -53,16 +74,9 @@ def buffer_regs(k: Kernel, b, role: Role) -> int:
 
 def _buffer_uses(k: Kernel, ri: int) -> dict:
     """reg buffer name -> paths of the role's statements that name it."""
-    from ._cpy_util import tile_refs
     uses: dict = {}
     for s in role_statements(k, ri):
-        names = {ref.buf for _, ref in tile_refs(s.node)}
-        if isinstance(s.node, Map):
-            try:
-                names |= E.free_vars(E.parse_value(s.node.expr))
-            except (E.ExprError, RecursionError):
-                pass
-        for n in names:
+        for n in _statement_names(s.node):
             uses.setdefault(n, []).append(s.path)
     return uses
 
@@ -85,45 +99,13 @@ def _exclusive_saving(k: Kernel, ri: int, parts: list) -> int:
     return best
 
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _names_in(node) -> set:
-    """Every identifier a statement mentions outside its nested bodies: tile references' buffers and the
-    names in its expressions (a superset of the buffers it touches, so live ranges err long)."""
-    out: set = set()
-
-    def walk(v):
-        if isinstance(v, TileRef):
-            out.add(v.buf)
-        elif isinstance(v, BaseModel):
-            for f in type(v).model_fields:
-                if f not in ("body", "then", "else_"):
-                    walk(getattr(v, f, None))
-        elif isinstance(v, str):
-            out.update(_IDENT.findall(v))
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-    walk(node)
-    return out
-
-
-def _walk_prologue(k: Kernel):
-    return (s for s in statements(k) if s.role is None)
-
-
 def _live_peak(k: Kernel, ri: int, parts: list) -> int:
     """The most tile registers live at once over the role's statements in program order. A tile lives
     from its first to its last use, stretched over every loop one of its uses sits in (the back edge
     keeps it live across iterations) and over every if/else that holds some of its uses but not all (on
     the other branch it flows through unused); a tile the prologue mentions lives from the role's start,
-    one with no use found throughout. E.g. a split
-    search's top-k lists die before the last CTA's merge lists are born, so ptxas gives both the same
-    registers."""
+    one with no use found throughout. E.g. a split search's top-k lists die before the last CTA's merge
+    lists are born, so ptxas gives both the same registers."""
     sites = list(role_statements(k, ri))
     if not sites:
         return sum(r for _, r in parts)
@@ -135,10 +117,12 @@ def _live_peak(k: Kernel, ri: int, parts: list) -> int:
     regs = {k.buffers[bi].name: r for bi, r in parts}
     uses: dict = {}
     for i, s in enumerate(sites):
-        for n in _names_in(s.node) & regs.keys():
+        for n in _statement_names(s.node) & regs.keys():
             uses.setdefault(n, []).append(i)
-    for s in _walk_prologue(k):         # set before the role's first statement: live from its start
-        for n in _names_in(s.node) & regs.keys():
+    for s in statements(k):             # the prologue's: set before the role's first statement
+        if s.role is not None:
+            break
+        for n in _statement_names(s.node) & regs.keys():
             uses.setdefault(n, []).insert(0, 0)
     last = len(sites) - 1
     span = {}
