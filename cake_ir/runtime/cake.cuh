@@ -2,7 +2,7 @@
 // Self-contained (NVRTC has no CUDA headers): no includes, bf16/f16 kept as raw 16-bit storage.
 // Shared-memory addresses are 32-bit shared-window addresses throughout.
 #pragma once
-#define CAKE_RUNTIME_VERSION 3
+#define CAKE_RUNTIME_VERSION 4
 
 namespace cake {
 
@@ -322,14 +322,19 @@ template <bool MIN> __device__ __forceinline__ bool topk_better(float v, int i, 
 }
 template <int K, bool MIN> __device__ __forceinline__ void topk_insert(float* vals, int* idx, float v, int i) {
   if (!topk_better<MIN>(v, i, vals[K - 1], idx[K - 1])) return;   // the threshold test: one compare
-  vals[K - 1] = v; idx[K - 1] = i;
+  // A shift, not a bubble: each slot compares the new entry with the entry above it as it was (slots
+  // are rewritten from the bottom up, so vals[q - 1] is still unchanged when slot q reads it). The K - 1
+  // compares are independent, where the bubble's swaps were one dependent chain (a divergent insert runs
+  // on one lane, so its latency was the warp's), and a slot costs 4 selects instead of 8.
+  bool below = true;   // the new entry beats the entry now in slot q
 #pragma unroll
   for (int q = K - 1; q > 0; --q) {
-    const bool s = topk_better<MIN>(vals[q], idx[q], vals[q - 1], idx[q - 1]);
-    const float tv = vals[q - 1]; const int ti = idx[q - 1];
-    vals[q - 1] = s ? vals[q] : tv; idx[q - 1] = s ? idx[q] : ti;
-    vals[q] = s ? tv : vals[q]; idx[q] = s ? ti : idx[q];
+    const bool up = topk_better<MIN>(v, i, vals[q - 1], idx[q - 1]);   // it also beats slot q - 1's
+    vals[q] = up ? vals[q - 1] : (below ? v : vals[q]);
+    idx[q] = up ? idx[q - 1] : (below ? i : idx[q]);
+    below = up;
   }
+  if (below) { vals[0] = v; idx[0] = i; }
 }
 // Merge the lists of the lanes `lane ^ 1` and `lane ^ 2` (a quad) into every lane of the quad.
 template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float* vals, int* idx) {

@@ -1,0 +1,85 @@
+"""cake::topk_insert, the runtime's sorted insertion, compiled for the host with the system C++ compiler
+and fed random streams with ties: after every stream each list must equal the best k (value, index)
+pairs of the stream, best first, for k = 1..32 and both directions. The GPU tests check it inside the
+kernels; this checks the insertion itself without a GPU (skipped when there is no C++ compiler)."""
+import random
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from cake_ir.lower.emit import header_text
+
+CXX = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+KS = (1, 2, 3, 8, 10, 16, 32)
+
+
+def _selection_source() -> str:
+    """topk_better and topk_insert as the header has them, with the CUDA qualifiers defined away."""
+    h = header_text()
+    m = re.search(r"template <bool MIN> __device__ __forceinline__ bool topk_better.*?\n}\n"
+                  r"template <int K, bool MIN> __device__ __forceinline__ void topk_insert.*?\n}\n", h, re.S)
+    assert m, "topk_better / topk_insert not found in cake.cuh"
+    return m.group(0)
+
+
+def _driver() -> str:
+    calls = "\n".join(f"    case {k}: run<{k}>(mn, n); break;" for k in KS)
+    return f"""#include <cstdio>
+#include <cmath>
+#define __device__
+#define __forceinline__ inline
+namespace cake {{
+{_selection_source()}
+}}
+template <int K> void run(int mn, int n) {{
+  float v[K]; int ix[K];
+  for (int q = 0; q < K; ++q) {{ v[q] = mn ? INFINITY : -INFINITY; ix[q] = 2147483647; }}
+  for (int t = 0; t < n; ++t) {{
+    float x; int i;
+    if (scanf("%f %d", &x, &i) != 2) return;
+    if (mn) cake::topk_insert<K, true>(v, ix, x, i); else cake::topk_insert<K, false>(v, ix, x, i);
+  }}
+  for (int q = 0; q < K; ++q) printf("%.9g %d\\n", v[q], ix[q]);
+}}
+int main() {{
+  int k, mn, n;
+  while (scanf("%d %d %d", &k, &mn, &n) == 3) {{
+    switch (k) {{
+{calls}
+    }}
+    printf("end\\n");
+  }}
+}}
+"""
+
+
+@pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
+def test_topk_insert_keeps_the_best_k_sorted(tmp_path):
+    src, exe = tmp_path / "topk.cpp", tmp_path / "topk"
+    src.write_text(_driver())
+    subprocess.run([CXX, "-O1", "-std=c++14", str(src), "-o", str(exe)], check=True, capture_output=True, timeout=120)
+    rng = random.Random(5)
+    cases, lines = [], []
+    for k in KS:
+        for mn in (1, 0):
+            for n in (k - 1, k, 3 * k + 7, 400):
+                n = max(n, 0)
+                # few distinct values: many exact ties, broken by the index; indices in random order
+                vals = [float(rng.randint(-20, 20)) / 4 for _ in range(n)]
+                idx = rng.sample(range(10 * n + 10), n)
+                cases.append((k, mn, list(zip(vals, idx))))
+                lines.append(f"{k} {mn} {n}")
+                lines += [f"{x!r} {i}" for x, i in zip(vals, idx)]
+    out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True,
+                         timeout=60).stdout.split("end\n")
+    assert len(out) == len(cases) + 1
+    for (k, mn, stream), got in zip(cases, out):
+        key = (lambda p: (p[0], p[1])) if mn else (lambda p: (-p[0], p[1]))
+        want = sorted(stream, key=key)[:k]
+        rows = [ln.split() for ln in got.strip().splitlines()]
+        assert len(rows) == k
+        got_pairs = [(float(a), int(b)) for a, b in rows]
+        fill = (float("inf") if mn else float("-inf"), 2147483647)
+        assert got_pairs == want + [fill] * (k - len(want)), (k, mn, len(stream))
