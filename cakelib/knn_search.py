@@ -1,8 +1,8 @@
 """`knn(queries, database, k)`: exact brute-force k nearest neighbours (squared L2 or inner product)
 on the GPU, through a CAKE IR kernel picked per shape by the dispatch table (cakelib/tables/knn.json).
 
-Inputs are read as fp16 (fp32 accumulation on tensor cores); D must be 64 or 128, k <= 32 (<= 16 on
-the split-database path, which the dispatcher only picks when it applies). Returns (indices [Q, k]
+Inputs are read as fp16 (fp32 accumulation on tensor cores); D must be 64 or 128, k <= 32 (the
+split-database path where its registers allow, which the dispatcher only picks when it applies). Returns (indices [Q, k]
 int32, distances [Q, k] float32), best first: smallest squared distance for "l2", largest q.x for "ip".
 """
 from __future__ import annotations

@@ -19,7 +19,8 @@ def test_knn_domain():
     assert not knn_supports(fb, {"Q": 5, "M": 8, "k": 10, "D": 128})         # M < k
     split = {"bq": 16, "bn": 64, "split": 128, "stages": 4}
     assert knn_supports(split, {"Q": 16, "M": 10**6, "k": 16, "D": 128})
-    assert not knn_supports(split, {"Q": 16, "M": 10**6, "k": 32, "D": 128})  # merge lists: k <= 16
+    assert knn_supports(split, {"Q": 16, "M": 10**6, "k": 32, "D": 128})      # split path up to k = 32
+    assert not knn_supports(split, {"Q": 16, "M": 10**6, "k": 33, "D": 128})  # lists in registers: k <= 32
     assert not knn_supports(split, {"Q": 1024, "M": 10**6, "k": 10, "D": 128})  # 1024 * 128 rows > workspace
 
 

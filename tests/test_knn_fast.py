@@ -390,9 +390,8 @@ def test_supports_register_rule_agrees_with_the_verifier():
             ir = knn_kernel(p, k, "l2", 128, "sm_90a")
             over = any(d.code == "E-RES-05" for d in verify(ir).diagnostics)
             assert knn_registers_fit(p, k, 128) == (not over), (p, k)
-            if p["split"] == 1 or k <= 16:  # (the split path stops at k = 16 before any register count)
-                shape = {"Q": 1 if p["split"] > 1 else 4096, "M": 1 << 20, "k": k}
-                assert knn_supports(p, shape) == (not over), (p, k)
+            shape = {"Q": 1 if p["split"] > 1 else 4096, "M": 1 << 20, "k": k}
+            assert knn_supports(p, shape) == (not over), (p, k)
             checked += 1
             refused += over
             by_liveness += not over and knn_tile_registers(p, k, 128) > 255
