@@ -81,6 +81,10 @@ def knn_train() -> list[dict]:
     base = [{"Q": Q, "M": M, "k": 10} for Q in (1, 4, 16, 64, 256, 1024, 4096) for M in (100_000, 1 << 20, 4 << 20)
             if Q * M <= (1 << 32) and {"Q": Q, "M": M, "k": 10} not in mid]
     other_k = [{"Q": Q, "M": 1 << 20, "k": k} for Q in (1, 64, 1024) for k in (16, 32)]
+    # session 14: no training shape had k = 1 (the depth-6 refit moved the k = 1 grid shapes from 1.64x to
+    # 1.45x of the best baseline) or k >= 16 with more than 1024 queries (the build shapes at 0.3-0.7x)
+    other_k += [{"Q": Q, "M": 1 << 20, "k": 1} for Q in (1, 64, 1024)] + [{"Q": 16384, "M": 16384, "k": k} for k in (2, 32)]
+    other_k += [{"Q": 4096, "M": 1 << 18, "k": 16}, {"Q": 32768, "M": 32768, "k": 16}]
     # session 10: no training shape sat at M = 256K or at Q = 128 / 512, where the grid's picks went wrong
     # (a depth-4 leaf shared by Q = 64 and 256; a refit leaf fitted to M = 100K points)
     between = [{"Q": Q, "M": M, "k": 10} for Q in (1, 16, 128, 512) for M in (1 << 18,)] + \
@@ -154,6 +158,10 @@ def knn_variants() -> list[dict]:
     # (wgmma bq 128: 124 -> 144 registers, 2 -> 1 CTAs of 256 threads; the ws4 stream 126 -> 150) and
     # 1.7-2.4x the k = 10 time; capped at 128 registers they build without spills (ptxas)
     out += [v(128, 64, s, 4, minb=2, **wg) for s in (16, 64)] + [v(16, 32, s, 4, "tile", ws=4, minb=4) for s in (32, 128)]
+    # session 14 (ncu, Q = M = 32768): at k = 16 the unsplit bq 128 kernel runs one CTA per SM (139
+    # registers; 12.5% occupancy, no eligible warp 75% of cycles; k = 8: 107 registers, two CTAs, 57%):
+    # capped at 128 it builds without spills at k = 16 (k = 32 spills 8.9 KB)
+    out += [v(128, 64, 1, 4, minb=2, **wg)]
     return out
 
 
@@ -448,9 +456,12 @@ def run_kmeans_variant(timer, x, c, p):
 
 def shape_filter(spec: str | None):
     """"k=16", "Q=1,k=16" or "B=16|32,K=160" -> a predicate on shapes (every named dimension one of its
-    values); None: all shapes."""
-    want = {k: {int(x) for x in v.split("|")} for k, v in (kv.split("=") for kv in spec.split(","))} if spec else {}
-    return lambda shape: all(shape.get(k) in v for k, v in want.items())
+    values); alternatives joined by ";" ("k=1;Q=4096|32768,k=16": either); None: all shapes."""
+    if not spec:
+        return lambda shape: True
+    alts = [{k: {int(x) for x in v.split("|")} for k, v in (kv.split("=") for kv in part.split(","))}
+            for part in spec.split(";")]
+    return lambda shape: any(all(shape.get(k) in v for k, v in want.items()) for want in alts)
 
 
 def variant_filter(op: str, pattern: str | None):

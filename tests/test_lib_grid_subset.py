@@ -13,6 +13,8 @@ def test_shape_filter_matches_every_named_dimension():
     f = lib_grid.shape_filter("Q=1,k=16")
     assert f({"Q": 1, "M": 10, "k": 16}) and not f({"Q": 2, "M": 10, "k": 16}) and not f({"Q": 1, "k": 10})
     assert lib_grid.shape_filter(None)({"anything": 3})
+    h = lib_grid.shape_filter("k=1;Q=4096|32768,k=16")
+    assert h({"Q": 7, "M": 9, "k": 1}) and h({"Q": 4096, "M": 9, "k": 16}) and not h({"Q": 4096, "M": 9, "k": 10})
     g = lib_grid.shape_filter("B=16|32,K=160")
     assert g({"B": 32, "N": 1, "K": 160}) and not g({"B": 4, "N": 1, "K": 160}) and not g({"B": 16, "K": 100})
     with pytest.raises(ValueError):
@@ -26,6 +28,6 @@ def test_restricted_sweep_compiles_the_matching_variants_at_the_training_and_pro
     assert names == ["knn_bq128_bn64_s16_p4_b2_mw_wg", "knn_bq128_bn64_s64_p4_b2_mw_wg"]
     assert sorted({k for _, _, k, _ in jobs}) == [10, 16]          # k = 16 trains, the probe also runs k = 10
     full = lib_grid.sweep_jobs("knn", "sm_90a")
-    assert len(full) > len(jobs) and {j[2] for j in full} == {10, 16, 32}
-    # k = 32 is no split variant's: the capped variants are compiled at 10 and 16 only
-    assert not any(knn_name(p).endswith("_b2_mw_wg") and k == 32 for _, p, k, _ in full)
+    assert len(full) > len(jobs) and {j[2] for j in full} == {1, 2, 10, 16, 32}
+    # the split path runs k = 32 since session 14 (KNN_K_MAX_SPLIT): its variants are compiled there too
+    assert any(p["split"] > 1 and k == 32 for _, p, k, _ in full)
