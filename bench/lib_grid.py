@@ -831,21 +831,30 @@ def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False
                   f"worst {ev['worst_slowdown']:.2f} at {ev['worst_shape']}")
 
 
-def merge(out_path: str, paths: list[str]) -> None:
+def merge(out_path: str, paths: list[str], later_wins: bool = False) -> None:
     """One grid result file from several (the shards of one run on several GPUs, or a run and its
-    continuation): every row once, each part's env and command kept, the summary recomputed."""
+    continuation): every row once, each part's env and command kept, the summary recomputed.
+    later_wins: a shape in several parts keeps the last part's row (a subset re-timed after a refit
+    that changed only that subset's picks), and each part records how many rows it gave."""
     parts, ops = [], {}
     for p in paths:
         d = json.load(open(p))
         parts.append({"file": os.path.basename(p), "env": d.get("env"), "command": d.get("command"),
                       "truncated": d.get("truncated")})
         for op, v in d["ops"].items():
-            ops.setdefault(op, []).extend(v["rows"])
+            ops.setdefault(op, []).extend((len(parts) - 1, r) for r in v.get("rows", []))
+            if "parts" in d:   # an already merged file: its parts' provenance
+                parts[-1]["parts"] = d["parts"]
     out = {"mode": "grid", "parts": parts, "ops": {}}
-    for op, rows in ops.items():
-        keys = [json.dumps(r["shape"], sort_keys=True) for r in rows]
-        if len(set(keys)) != len(keys):
+    for op, tagged in ops.items():
+        keys = [json.dumps(r["shape"], sort_keys=True) for _, r in tagged]
+        if len(set(keys)) != len(keys) and not later_wins:
             raise SystemExit(f"{op}: a shape appears in more than one part")
+        last = {key: i for i, key in enumerate(keys)}
+        kept = [tagged[i] for i in sorted(last.values())]
+        for i, part in enumerate(parts):
+            part.setdefault("rows_kept", {})[op] = sum(1 for j, _ in kept if j == i)
+        rows = [r for _, r in kept]
         out["ops"][op] = {"summary": {"op": op, **summarize(rows)}, "rows": rows}
         print(op, json.dumps(out["ops"][op]["summary"]))
     with open(out_path, "w") as f:
@@ -885,7 +894,8 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "compare":
         return compare(sys.argv[2], sys.argv[3:])
     if len(sys.argv) > 1 and sys.argv[1] == "merge":
-        return merge(sys.argv[2], sys.argv[3:])
+        later = "--later-wins" in sys.argv
+        return merge(sys.argv[2], [a for a in sys.argv[3:] if a != "--later-wins"], later)
     if len(sys.argv) > 1 and sys.argv[1] == "refit":
         rp = argparse.ArgumentParser()
         rp.add_argument("mode")

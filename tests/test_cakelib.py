@@ -37,11 +37,11 @@ def test_choose_without_table_uses_fallback(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="outside what the library supports"):
         rt_mod.choose("knn", {"Q": 3, "M": 1000, "k": 10, "D": 96})
     with pytest.raises(ValueError, match="does not support"):
-        rt_mod.choose("knn", {"Q": 3, "M": 1000, "k": 32, "D": 128}, variant={"bq": 16, "bn": 64, "split": 8})
+        rt_mod.choose("knn", {"Q": 3, "M": 1000, "k": 32, "D": 128}, variant={"bq": 16, "bn": 128, "split": 8})
 
 
 def test_choose_follows_table_and_guards_its_pick(monkeypatch, tmp_path):
-    small, big = {"bq": 16, "bn": 64, "split": 128, "stages": 4}, {"bq": 64, "bn": 64, "split": 1, "stages": 2}
+    small, big = {"bq": 16, "bn": 128, "split": 128, "stages": 4}, {"bq": 64, "bn": 64, "split": 1, "stages": 2}
     rows = []
     for Q in (1, 4, 16, 64, 1024, 4096):
         fast_split = Q <= 16
@@ -54,7 +54,7 @@ def test_choose_follows_table_and_guards_its_pick(monkeypatch, tmp_path):
     rt_mod._TABLES.clear()
     assert rt_mod.choose("knn", {"Q": 8, "M": 1 << 20, "k": 10, "D": 128})[1] == small
     assert rt_mod.choose("knn", {"Q": 2048, "M": 1 << 20, "k": 10, "D": 128})[1] == big
-    # the table prefers the split variant for Q = 8, but k = 32 is outside its domain
+    # the table prefers the split variant for Q = 8, but its registers do not fit k = 32 (E-RES-05)
     assert rt_mod.choose("knn", {"Q": 8, "M": 1 << 20, "k": 32, "D": 128})[1] == big
     rt_mod._TABLES.clear()
 

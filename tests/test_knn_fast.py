@@ -131,11 +131,22 @@ def test_filtered_topk_lowering():
     src = compile_kernel(knn_fused("l2", k=10, arch="sm_90a"), emit="cuda").cuda_source
     # one FMA per score (no row bias), the quad threshold moved by the row bias with a margin, the exact
     # insertion only behind the per-row test
-    assert "fmaf(-2.0f, acc[" in src and "cake::quad_min(cake_tv[9])" in src
+    assert "fmaf(-2.0f, acc[" in src
+    assert "cake_thr = fminf(cake::quad_min(cake_tv[9]), cake::quad_max(cake_tv[2]))" in src
     assert "const float cake_thu = (cake_thr - cake_rb) + " in src
     assert "if (cake_best <= cake_thu)" in src
     ip = compile_kernel(knn_fused("ip", k=10, arch="sm_90a"), emit="cuda").cuda_source
-    assert "cake::quad_max(cake_tv[9])" in ip and "if (cake_best >= cake_thu)" in ip
+    assert "cake_thr = fmaxf(cake::quad_max(cake_tv[9]), cake::quad_min(cake_tv[2]))" in ip
+    assert "if (cake_best >= cake_thu)" in ip
+    # lists merged before the selection (here: inside its loop) hold one list in all 4 lanes of a quad:
+    # only a lane's own k-th bounds the row there
+    doc = knn_fused("l2", k=10, arch="sm_90a").model_dump(exclude_none=True)
+    body = doc["roles"][0]["body"]
+    merge = next(st for st in body if st.get("id") == "merge")
+    loop = next(st for st in body if st.get("id") == "db_loop")
+    loop["body"].insert(0, {**merge, "id": "early_merge"})
+    merged = compile_kernel(type(knn_fused("l2", k=10, arch="sm_90a")).model_validate(doc), emit="cuda").cuda_source
+    assert "const float cake_thr = cake::quad_min(cake_tv[9]);" in merged and "quad_max(cake_tv[2])" not in merged
     # k = 1 (k-means' argmin) keeps the plain per-score test
     km = compile_kernel(get_task("kmeans").seed_programs()["kmeans_fused_sm80"], emit="cuda").cuda_source
     assert "cake_thu" not in km
@@ -273,7 +284,8 @@ def _f32(x):
 def _filtered_row_topk(u_tiles, rb, k, kind="min"):
     """A float32 model of the lowering's filtered top-k for one row: 4 quad lanes, lane q holds columns
     n * 8 + 2 q + j of each tile, keeps its own sorted (value, index) list; per tile the lane's best u is
-    tested against the quad's best k-th value moved by the row bias (margin as emitted), then each score
+    tested against the row's threshold (the quad's best k-th value or the worst of its ceil(k / 4)-th
+    values, the tighter) moved by the row bias (margin as emitted), then each score
     v = u + rb against that k-th value and topk_insert's exact (value, index) test; the lanes merge."""
     sign = 1.0 if kind == "min" else -1.0
     lanes = [[(sign * 3e38, -1)] * k for _ in range(4)]
@@ -290,7 +302,11 @@ def _filtered_row_topk(u_tiles, rb, k, kind="min"):
     cb = 0
     for u in u_tiles:
         tn = len(u)
-        thr = min(l[-1][0] for l in lanes) if kind == "min" else max(l[-1][0] for l in lanes)
+        j = -(-k // 4) - 1   # the quad's ceil(k / 4)-th entries: 4 lanes hold >= k entries that good
+        if kind == "min":
+            thr = min(min(l[-1][0] for l in lanes), max(l[j][0] for l in lanes))
+        else:
+            thr = max(max(l[-1][0] for l in lanes), min(l[j][0] for l in lanes))
         marg = _f32(_f32(abs(thr) + abs(rb)) * _f32(9.5367431640625e-07) + _f32(1e-30))
         thu = _f32(_f32(thr - rb) + marg) if kind == "min" else _f32(_f32(thr - rb) - marg)
         for q in range(4):
@@ -310,22 +326,42 @@ def _filtered_row_topk(u_tiles, rb, k, kind="min"):
 
 @pytest.mark.parametrize("kind", ["min", "max"])
 @pytest.mark.parametrize("seed", range(6))
-def test_filter_model_is_exact(kind, seed):
+@pytest.mark.parametrize("k", [3, 10, 16])
+def test_filter_model_is_exact(kind, seed, k):
     """The filter never drops an entry of the exact top-k (ties by index included): the model above
     against a sort of every (u + rb, index), on scores with many exact ties and a row bias large
     against the scores (rounding of u + rb)."""
     import numpy as np
     rng = np.random.default_rng(seed)
-    k, tn, tiles = 10, 64, 40
+    tn, tiles = 64, 40
     rb = _f32(rng.choice([0.0, 1e4, 3.7, -250.0]))
     u = rng.integers(-40, 40, size=(tiles, tn)).astype(np.float32) * _f32(rng.choice([0.25, 1e-3, 7.0]))
     if seed % 2:
         u += _f32(1e-4) * rng.standard_normal((tiles, tn)).astype(np.float32)
+    if seed % 3 == 2:   # distinct scores, where a threshold below the row's k-th best would drop entries
+        u = rng.standard_normal((tiles, tn)).astype(np.float32)
     got = _filtered_row_topk(list(u), rb, k, kind)
     every = [(_f32(u[t, c] + rb), t * tn + c) for t in range(tiles) for c in range(tn)]
     want = sorted(every, key=lambda e: ((e[0] if kind == "min" else -e[0]), e[1]))[:k]
     assert [(float(a), b) for a, b in got] == [(float(a), b) for a, b in want]
 
+
+
+@pytest.mark.parametrize("k", [10, 16, 32])
+def test_filter_keeps_an_entry_between_the_quad_bounds(k):
+    """Each lane holds ceil(k / 4) - 1 excellent scores (fewer than k in all), so the worst of the
+    lanes' (ceil(k / 4) - 1)-th entries is below the row's k-th best: a later score between the two
+    belongs to the top-k, and a bound one entry short of ceil(k / 4) would drop it."""
+    import numpy as np
+    r = -(-k // 4) - 1
+    u0 = np.full(64, 1000.0, np.float32) + np.arange(64, dtype=np.float32)
+    for q in range(4):
+        for i in range(r):   # lane q's columns: n * 8 + 2 q + j
+            u0[(i // 2) * 8 + 2 * q + (i % 2)] = float(q * 10 + i)
+    u1 = np.full(64, 5000.0, np.float32)
+    u1[9] = 500.0            # column 9: lane 0 (n = 1, j = 1)
+    got = _filtered_row_topk([u0, u1], _f32(0.0), k)
+    assert (500.0, 64 + 9) in [(float(a), b) for a, b in got]
 
 
 def _scan_row_argmin(u_tiles, limit, kind="min"):

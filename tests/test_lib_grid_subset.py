@@ -31,3 +31,23 @@ def test_restricted_sweep_compiles_the_matching_variants_at_the_training_and_pro
     assert len(full) > len(jobs) and {j[2] for j in full} == {1, 2, 10, 16, 32}
     # the split path runs k = 32 since session 14 (KNN_K_MAX_SPLIT): its variants are compiled there too
     assert any(p["split"] > 1 and k == 32 for _, p, k, _ in full)
+
+
+def test_merge_later_wins_replaces_the_retimed_shapes(tmp_path):
+    import json
+
+    def part(name, rows):
+        p = tmp_path / name
+        p.write_text(json.dumps({"mode": "grid", "command": name, "ops": {"kmeans": {"rows": rows}}}))
+        return str(p)
+
+    def row(B, x):
+        return {"shape": {"B": B, "N": 1, "K": 8}, "ok": True, "cake_ms": 1.0, "best_baseline_ms": x, "speedup": x}
+    a = part("a.json", [row(1, 2.0), row(2, 0.5)])
+    b = part("b.json", [row(2, 1.5)])
+    with pytest.raises(SystemExit):          # without the flag a shape in two parts is an error
+        lib_grid.merge(str(tmp_path / "m.json"), [a, b])
+    lib_grid.merge(str(tmp_path / "m.json"), [a, b], later_wins=True)
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert {r["shape"]["B"]: r["speedup"] for r in m["ops"]["kmeans"]["rows"]} == {1: 2.0, 2: 1.5}
+    assert [p["rows_kept"]["kmeans"] for p in m["parts"]] == [1, 1]

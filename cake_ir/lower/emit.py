@@ -23,6 +23,7 @@ from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, 
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
                      PipeOp, Reduce, Role, ScalarParam, Scan, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma)
 from ..passes.plan_smem import SmemPlan, plan_smem, row_pitch_elems
+from ..walk import statements
 from .writer import SourceTooLarge, Writer, safe_comment
 
 HEADER_PATH = Path(__file__).resolve().parent.parent / "runtime" / "cake.cuh"
@@ -1430,11 +1431,15 @@ class Emitter:
         all rows; the scores take the accumulator's registers), takes their best per row and enters the
         per-element insertion only when that beats the row's threshold moved by the row bias (with a
         margin that covers the rounding of u + row_bias, so the filter never drops a score the exact
-        test would take). The row's threshold is the best of the quad's k-th entries: the 4 lanes of a
+        test would take). The row's threshold is the best of the quad's k-th entries (the 4 lanes of a
         row's quad hold k entries each, so a score strictly worse than any lane's k-th never reaches
-        the row's top-k after topk_merge; ties and everything that passes go on to the exact (value,
+        the row's top-k after topk_merge) or the worst of their ceil(k / 4)-th entries (4 ceil(k / 4)
+        >= k entries at least as good), the tighter; ties and everything that passes go on to the exact (value,
         index) test of topk_insert with the score v = u + row_bias. Most tiles then cost an FMA and a
-        min per score and one compare per row; the limit is tested on the partial tile only."""
+        min per score and one compare per row; the limit is tested on the partial tile only. A lane that
+        passes makes its whole warp run the insertion loop, so the threshold's tightness is the cost of
+        large k (session 14, ncu: k = 16 ran 2x the instructions of k = 8): it also takes the worst of
+        the quad's ceil(k / 4)-th entries."""
         w = self.w
         n = 2 * NT
         slots = self.rows_slots(TM, wg)
@@ -1473,7 +1478,16 @@ class Emitter:
             w.open("")
             w.line(f"float* cake_tv = &{vb.name}[{slot * K}];")
             w.line(f"int* cake_ti = &{ib.name}[{slot * K}];")
-            w.line(f"const float cake_thr = {quad}(cake_tv[{K - 1}]);   // the row's threshold (whole warp here)")
+            # the row's threshold, an upper bound of its k-th best so far (whole warp here): the best of the
+            # quad's k-th entries (that lane alone holds k better ones), or the worst of the quad's j-th
+            # entries, j = ceil(k / 4), whichever is tighter (the 4 lanes hold 4 j >= k entries at least that
+            # good): with 4 lanes of k each the first alone runs ~3x the k-th best, the pair ~1.7x
+            J = -(-K // 4) - 1
+            other = "cake::quad_max" if mn == "true" else "cake::quad_min"
+            if self.quad_lists_disjoint(st):
+                w.line(f"const float cake_thr = {fold}({quad}(cake_tv[{K - 1}]), {other}(cake_tv[{J}]));")
+            else:   # after a topk_merge the 4 lanes hold one list: only a lane's own k-th bounds the row
+                w.line(f"const float cake_thr = {quad}(cake_tv[{K - 1}]);")
             if st.row_bias is not None:
                 w.line(f"const float cake_rb = {self.smem_f32(self.vec_addr(st.row_bias, row, path))};")
                 # fl(u + rb) passes thr => u passes thr - rb moved by half an ulp of thr; the margin
@@ -1497,6 +1511,20 @@ class Emitter:
             w.close()
             w.close()
             w.close()
+
+    def quad_lists_disjoint(self, st: TopK) -> bool:
+        """The 4 lanes of a quad hold different candidates in st's lists when st runs: no topk_merge of
+        those lists comes before st in program order or shares a loop with it (a merge leaves one list
+        in all 4 lanes, where 4 lanes' j-th entries no longer stand for 4 j entries)."""
+        sites = list(statements(self.k))
+        me = next((s for s in sites if s.node is st), None)
+        if me is None:
+            return False
+        for i, s in enumerate(sites):
+            if isinstance(s.node, TopKMerge) and s.node.vals.buf == st.vals.buf:
+                if s is not me and (sites.index(me) > i or any(a is b for a in s.loops for b in me.loops)):
+                    return False
+        return True
 
     @_robust
     def s_TopKMerge(self, st: TopKMerge, path):

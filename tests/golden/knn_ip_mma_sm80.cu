@@ -227,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
          {
           float* cake_tv = &tv[0];
           int* cake_ti = &ti[0];
-          const float cake_thr = cake::quad_max(cake_tv[9]);   // the row's threshold (whole warp here)
+          const float cake_thr = fmaxf(cake::quad_max(cake_tv[9]), cake::quad_min(cake_tv[2]));
           const float cake_rb = 0.0f;
           const float cake_thu = cake_thr;
           float cake_best = cake_s[0][0];
@@ -245,7 +245,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
          {
           float* cake_tv = &tv[10];
           int* cake_ti = &ti[10];
-          const float cake_thr = cake::quad_max(cake_tv[9]);   // the row's threshold (whole warp here)
+          const float cake_thr = fmaxf(cake::quad_max(cake_tv[9]), cake::quad_min(cake_tv[2]));
           const float cake_rb = 0.0f;
           const float cake_thu = cake_thr;
           float cake_best = cake_s[1][0];

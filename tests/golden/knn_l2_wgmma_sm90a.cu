@@ -316,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x128_wg_p
          {
           float* cake_tv = &tv[0];
           int* cake_ti = &ti[0];
-          const float cake_thr = cake::quad_min(cake_tv[9]);   // the row's threshold (whole warp here)
+          const float cake_thr = fminf(cake::quad_min(cake_tv[9]), cake::quad_max(cake_tv[2]));
           const float cake_rb = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 114688u + 4u * (unsigned)((64 * cake_wg) + (16 * (cake_wg_tid >> 5) + 0 + (cake_lane >> 2)))) - cake_smem_base)));
           const float cake_thu = (cake_thr - cake_rb) + ((fabsf(cake_thr) + fabsf(cake_rb)) * 9.5367431640625e-07f + 1e-30f);
           float cake_best = cake_s[0][0];
@@ -334,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x128_wg_p
          {
           float* cake_tv = &tv[10];
           int* cake_ti = &ti[10];
-          const float cake_thr = cake::quad_min(cake_tv[9]);   // the row's threshold (whole warp here)
+          const float cake_thr = fminf(cake::quad_min(cake_tv[9]), cake::quad_max(cake_tv[2]));
           const float cake_rb = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 114688u + 4u * (unsigned)((64 * cake_wg) + (16 * (cake_wg_tid >> 5) + 8 + (cake_lane >> 2)))) - cake_smem_base)));
           const float cake_thu = (cake_thr - cake_rb) + ((fabsf(cake_thr) + fabsf(cake_rb)) * 9.5367431640625e-07f + 1e-30f);
           float cake_best = cake_s[1][0];
