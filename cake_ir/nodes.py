@@ -408,6 +408,14 @@ class TopK(Node):
     `vals`/`idx` (best first). With an `mma_acc` src the lists are `mma_rows` tiles and each of a
     row's 4 lanes keeps a partial list over the columns it holds: `topk_merge` combines them. With a
     per-thread `row_major` src [R, C] the lists are per-thread [R, k] tiles.
+
+    Deferred insertion (`queue_vals` / `queue_idx`, mma_rows [rows, T], k > 1 over mma_acc /
+    wgmma_acc scores): a score that passes the row's threshold is pushed onto the lane's queue (a
+    register shift) instead of being inserted on the spot, and after each row's scan the warp inserts
+    every lane's queue together when some lane's queue is half full; a lane whose queue is full
+    inserts on the spot. A divergent insertion costs the warp k steps for every column where any lane
+    inserts; deferred, the lanes share the steps. The lists are complete only after the `topk_merge`
+    that takes the same queue (E-TOPK-02).
     """
 
     op: Literal["topk"] = "topk"
@@ -422,16 +430,26 @@ class TopK(Node):
     scale: float = 1.0
     row_bias: Optional[TileRef] = Field(default=None, description="smem f32 vector, one value per src row")
     col_bias: Optional[TileRef] = Field(default=None, description="smem f32 vector, one value per src column")
+    queue_vals: Optional[TileRef] = Field(
+        default=None, description="mma_rows f32 [rows, T]: pending entries of a deferred insertion (mma_acc / "
+                                  "wgmma_acc scores only; with queue_idx)")
+    queue_idx: Optional[TileRef] = Field(
+        default=None, description="mma_rows i32 [rows, T]: their indices, -1 = empty (fill with -1 first)")
 
 
 class TopKMerge(Node):
     """Merge the partial top-k lists of the lanes that share rows (an `mma_rows` tile: the 4 lanes of
-    a quad, by xor shuffles); afterwards every lane of the quad holds the row's merged list."""
+    a quad, by xor shuffles); afterwards every lane of the quad holds the row's merged list.
+
+    With `queue_vals` / `queue_idx` (the queue of a deferred-insertion `topk` on these lists) the lanes
+    first insert their pending entries, then empty the queue."""
 
     op: Literal["topk_merge"] = "topk_merge"
     kind: Literal["min", "max"] = "min"
     vals: TileRef
     idx: TileRef
+    queue_vals: Optional[TileRef] = None
+    queue_idx: Optional[TileRef] = None
 
 
 class ScatterAdd(Node):

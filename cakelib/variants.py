@@ -18,6 +18,15 @@ KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exc
 # M = 1M, k = 32 9.9 ms split vs 33.6 ms unsplit in the sweep)
 KNN_K_MAX_SPLIT = 32
 KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
+# the deferred top-k insertion (the `topk` queue, tasks/knn/programs.py `queue`): T pending entries per
+# row and lane for k >= KNN_QUEUE_MIN_K, filled in at call time like k (variant names do not change);
+# a variant's own "queue" overrides it (the same-run A/B, bench/topk_queue_ab.py)
+KNN_QUEUE = 0
+KNN_QUEUE_MIN_K = 8
+
+
+def knn_queue(p: dict, k: int) -> int:
+    return p.get("queue", KNN_QUEUE if k >= KNN_QUEUE_MIN_K else 0) if k > 1 else 0
 
 
 def knn_name(p: dict) -> str:
@@ -84,10 +93,11 @@ def knn_tile_registers(p: dict, k: int, d: int) -> int:
     kernels (`knn_registers_fit`); tests/test_knn_fast.py checks the two agree over every sweep variant."""
     bn, wm = p["bn"], p.get("wm", 16)
     merge = 4 * k if p["split"] > 1 else 0   # the merge's lists (the wide merge: at least as many)
+    q = knn_queue(p, k)                       # the deferred insertion's queue, beside the lists
     if p.get("mma", "sync") == "wgmma":      # a [64, BN] accumulator per warpgroup (two: overlap), no fragments
-        return (2 if p.get("overlap") else 1) * bn // 2 + 4 * k + merge + 16
+        return (2 if p.get("overlap") else 1) * bn // 2 + 4 * (k + q) + merge + 16
     fa = wm * d // 64 if p.get("qfrag", "reg") == "reg" else wm // 4
-    return wm * bn // 32 + bn // 4 + fa + wm * k // 4 + merge + 16
+    return wm * bn // 32 + bn // 4 + fa + wm * (k + q) // 4 + merge + 16
 
 
 def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
@@ -95,11 +105,12 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
     if p.get("mma", "sync") == "wgmma":
         from tasks.knn.wgmma import knn_wgmma
         return knn_wgmma(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"],
-                         stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False), arch=arch)
+                         stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
+                         queue=knn_queue(p, k), arch=arch)
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),
-                     wm=p.get("wm", 16), ws=p.get("ws", 1))
+                     wm=p.get("wm", 16), ws=p.get("ws", 1), queue=knn_queue(p, k))
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

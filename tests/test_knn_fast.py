@@ -32,7 +32,10 @@ def _errors(res):
     ("l2", 10, {"bq": 32, "bn": 64, "split": 32, "stages": 3, "norms": "global", "qfrag": "smem", "wm": 32,
                 "merge": "wide"}),
     ("l2", 10, WS4), ("l2", 16, {**WS4, "norms": "global"}), ("ip", 16, {**WS4, "split": 8}),
-    ("l2", 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 64}), ("l2", 1, {**WS4, "bn": 64, "stages": 2})])
+    ("l2", 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 64}), ("l2", 1, {**WS4, "bn": 64, "stages": 2}),
+    # the deferred top-k insertion (a queue of T pending entries per row and lane)
+    ("l2", 16, {**GN_SPLIT, "queue": 4}), ("ip", 10, {**GN, "queue": 2}), ("l2", 16, {**WS4, "queue": 4}),
+    ("l2", 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 64, "queue": 2})])
 def test_variants_verify_and_compile(arch, metric, k, p):
     from cakelib.variants import knn_kernel
     ir = knn_kernel(p, k, metric, 128, arch)
@@ -241,7 +244,12 @@ def test_knn_norms_program_passes_evaluator_on_gpu(kw):
     ("l2", 1, 1_000_003, 10, WS4), ("l2", 37, 20_001, 16, {**WS4, "split": 8}),
     ("ip", 5, 200_003, 16, {**WS4, "split": 32}), ("l2", 3, 50_001, 16, {**WS4, "norms": "global"}),
     ("l2", 90, 40_001, 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 8}),
-    ("l2", 2, 70_001, 1, {**WS4, "bn": 64, "stages": 2, "split": 64})])
+    ("l2", 2, 70_001, 1, {**WS4, "bn": 64, "stages": 2, "split": 64}),
+    # the deferred top-k insertion: split, unsplit, the few-query stream, 4 rows per lane (wm 32)
+    ("l2", 37, 20_001, 16, {**GN_SPLIT, "split": 8, "queue": 4}), ("ip", 50, 7001, 10, {**GN, "queue": 2}),
+    ("l2", 70, 9999, 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2, "queue": 4}),
+    ("l2", 1, 1_000_003, 16, {**WS4, "queue": 4}),
+    ("l2", 90, 40_001, 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 8, "queue": 2})])
 def test_cakelib_knn_new_variants_match_float64(metric, Q, M, k, variant):
     check_cakelib_knn(metric, Q, M, k, variant, seed=5)
 
@@ -281,14 +289,20 @@ def _f32(x):
     return np.float32(x)
 
 
-def _filtered_row_topk(u_tiles, rb, k, kind="min"):
+def _filtered_row_topk(u_tiles, rb, k, kind="min", queue=0, flush_rng=None, merge_flushes=True):
     """A float32 model of the lowering's filtered top-k for one row: 4 quad lanes, lane q holds columns
     n * 8 + 2 q + j of each tile, keeps its own sorted (value, index) list; per tile the lane's best u is
     tested against the row's threshold (the quad's best k-th value or the worst of its ceil(k / 4)-th
     values, the tighter) moved by the row bias (margin as emitted), then each score
-    v = u + rb against that k-th value and topk_insert's exact (value, index) test; the lanes merge."""
+    v = u + rb against that k-th value and topk_insert's exact (value, index) test; the lanes merge.
+
+    queue = T: the deferred insertion: a passing score is pushed onto the lane's queue unless it is full
+    (then inserted on the spot); after the tile's scan the lanes flush when the warp's vote says so:
+    here when any of the quad's lanes is half full or, the other 28 lanes of the warp, when flush_rng
+    says (any schedule must be exact); the merge flushes what is left."""
     sign = 1.0 if kind == "min" else -1.0
     lanes = [[(sign * 3e38, -1)] * k for _ in range(4)]
+    queues = [[] for _ in range(4)]
 
     def better(a, b):   # (value, index) order of cake::topk_better
         return (a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])) if kind == "min" else \
@@ -318,8 +332,20 @@ def _filtered_row_topk(u_tiles, rb, k, kind="min"):
             for c, uc in zip(cols, us):
                 v = _f32(uc + rb)
                 if (v <= thr) if kind == "min" else (v >= thr):
-                    insert(lanes[q], (v, cb + c))
+                    if queue and len(queues[q]) < queue:
+                        queues[q].insert(0, (v, cb + c))
+                    else:
+                        insert(lanes[q], (v, cb + c))
+        if queue and (any(len(qq) >= max(queue // 2, 1) for qq in queues)
+                      or (flush_rng is not None and flush_rng.random() < 0.5)):
+            for q in range(4):
+                for e in queues[q]:
+                    insert(lanes[q], e)
+                queues[q] = []
         cb += tn
+    for q in range(4 if merge_flushes else 0):   # the merge's flush
+        for e in queues[q]:
+            insert(lanes[q], e)
     allc = sorted(sum(lanes, []), key=lambda e: ((e[0] if kind == "min" else -e[0]), e[1]))
     return allc[:k]
 
@@ -340,10 +366,26 @@ def test_filter_model_is_exact(kind, seed, k):
         u += _f32(1e-4) * rng.standard_normal((tiles, tn)).astype(np.float32)
     if seed % 3 == 2:   # distinct scores, where a threshold below the row's k-th best would drop entries
         u = rng.standard_normal((tiles, tn)).astype(np.float32)
-    got = _filtered_row_topk(list(u), rb, k, kind)
     every = [(_f32(u[t, c] + rb), t * tn + c) for t in range(tiles) for c in range(tn)]
     want = sorted(every, key=lambda e: ((e[0] if kind == "min" else -e[0]), e[1]))[:k]
+    got = _filtered_row_topk(list(u), rb, k, kind)
     assert [(float(a), b) for a, b in got] == [(float(a), b) for a, b in want]
+    for queue in (1, 2, 4):   # the deferred insertion, under a random flush schedule
+        got = _filtered_row_topk(list(u), rb, k, kind, queue=queue, flush_rng=np.random.default_rng(seed + queue))
+        assert [(float(a), b) for a, b in got] == [(float(a), b) for a, b in want], queue
+
+
+def test_queue_model_loses_entries_without_the_final_flush():
+    """The model's queue matters: with the merge's flush skipped (what E-TOPK-02 forbids), the scores
+    still queued after the last tile are missing from the result."""
+    import numpy as np
+    last = np.full(64, 200.0, np.float32)
+    last[9] = 0.5            # one passing score in the last tile: queued, no lane half full, no flush
+    u = [np.full(64, 100.0, np.float32), np.arange(64, dtype=np.float32), last]
+    got = _filtered_row_topk(u, _f32(0.0), 4, queue=4)
+    assert [b for _, b in got] == [64, 128 + 9, 65, 66]
+    lost = _filtered_row_topk(u, _f32(0.0), 4, queue=4, merge_flushes=False)
+    assert [b for _, b in lost] == [64, 65, 66, 67]
 
 
 

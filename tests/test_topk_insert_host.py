@@ -1,7 +1,8 @@
 """cake::topk_insert, the runtime's sorted insertion, compiled for the host with the system C++ compiler
 and fed random streams with ties: after every stream each list must equal the best k (value, index)
-pairs of the stream, best first, for k = 1..32 and both directions. The GPU tests check it inside the
-kernels; this checks the insertion itself without a GPU (skipped when there is no C++ compiler)."""
+pairs of the stream, best first, for k = 1..32 and both directions, inserted on the spot and through
+the deferred insertion's queue (topk_push / topk_flush). The GPU tests check it inside the kernels; this
+checks the insertion itself without a GPU (skipped when there is no C++ compiler)."""
 import random
 import re
 import shutil
@@ -20,12 +21,14 @@ def _selection_source() -> str:
     h = header_text()
     m = re.search(r"template <bool MIN> __device__ __forceinline__ bool topk_better.*?\n}\n"
                   r"template <int K, bool MIN> __device__ __forceinline__ void topk_insert.*?\n}\n", h, re.S)
-    assert m, "topk_better / topk_insert not found in cake.cuh"
-    return m.group(0)
+    q = re.search(r"template <int T> __device__ __forceinline__ void topk_push.*?\n}\n.*?"
+                  r"template <int K, int T, bool MIN> __device__ __forceinline__ void topk_flush.*?\n}\n", h, re.S)
+    assert m and q, "topk_better / topk_insert / topk_push / topk_flush not found in cake.cuh"
+    return m.group(0) + q.group(0)
 
 
 def _driver() -> str:
-    calls = "\n".join(f"    case {k}: run<{k}>(mn, n); break;" for k in KS)
+    calls = "\n".join(f"    case {k}: run<{k}>(mn, n, queued); break;" for k in KS)
     return f"""#include <cstdio>
 #include <cmath>
 #define __device__
@@ -33,19 +36,25 @@ def _driver() -> str:
 namespace cake {{
 {_selection_source()}
 }}
-template <int K> void run(int mn, int n) {{
-  float v[K]; int ix[K];
+template <int K, bool MIN> void flush(float* v, int* ix, float* qv, int* qi) {{ cake::topk_flush<K, 4, MIN>(v, ix, qv, qi); }}
+// queued: the lowering's deferred insertion with T = 4 (push unless the queue is full, else insert on
+// the spot; every 8 entries ("a tile") flush when half full; a final flush, the merge's)
+template <int K> void run(int mn, int n, int queued) {{
+  float v[K]; int ix[K]; float qv[4]; int qi[4] = {{-1, -1, -1, -1}};
   for (int q = 0; q < K; ++q) {{ v[q] = mn ? INFINITY : -INFINITY; ix[q] = 2147483647; }}
   for (int t = 0; t < n; ++t) {{
     float x; int i;
     if (scanf("%f %d", &x, &i) != 2) return;
-    if (mn) cake::topk_insert<K, true>(v, ix, x, i); else cake::topk_insert<K, false>(v, ix, x, i);
+    if (queued && qi[3] < 0) cake::topk_push<4>(qv, qi, x, i);
+    else if (mn) cake::topk_insert<K, true>(v, ix, x, i); else cake::topk_insert<K, false>(v, ix, x, i);
+    if (queued && t % 8 == 7 && qi[1] >= 0) {{ if (mn) flush<K, true>(v, ix, qv, qi); else flush<K, false>(v, ix, qv, qi); }}
   }}
+  if (queued) {{ if (mn) flush<K, true>(v, ix, qv, qi); else flush<K, false>(v, ix, qv, qi); }}
   for (int q = 0; q < K; ++q) printf("%.9g %d\\n", v[q], ix[q]);
 }}
 int main() {{
-  int k, mn, n;
-  while (scanf("%d %d %d", &k, &mn, &n) == 3) {{
+  int k, mn, n, queued;
+  while (scanf("%d %d %d %d", &k, &mn, &n, &queued) == 4) {{
     switch (k) {{
 {calls}
     }}
@@ -62,16 +71,15 @@ def test_topk_insert_keeps_the_best_k_sorted(tmp_path):
     subprocess.run([CXX, "-O1", "-std=c++14", str(src), "-o", str(exe)], check=True, capture_output=True, timeout=120)
     rng = random.Random(5)
     cases, lines = [], []
-    for k in KS:
-        for mn in (1, 0):
-            for n in (k - 1, k, 3 * k + 7, 400):
-                n = max(n, 0)
-                # few distinct values: many exact ties, broken by the index; indices in random order
-                vals = [float(rng.randint(-20, 20)) / 4 for _ in range(n)]
-                idx = rng.sample(range(10 * n + 10), n)
-                cases.append((k, mn, list(zip(vals, idx))))
-                lines.append(f"{k} {mn} {n}")
-                lines += [f"{x!r} {i}" for x, i in zip(vals, idx)]
+    for k, mn, n, queued in ((k, mn, n, queued) for k in KS for mn in (1, 0) for n in (k - 1, k, 3 * k + 7, 400)
+                             for queued in (0, 1)):
+        n = max(n, 0)
+        # few distinct values: many exact ties, broken by the index; indices in random order
+        vals = [float(rng.randint(-20, 20)) / 4 for _ in range(n)]
+        idx = rng.sample(range(10 * n + 10), n)
+        cases.append((k, mn, list(zip(vals, idx))))
+        lines.append(f"{k} {mn} {n} {queued}")
+        lines += [f"{x!r} {i}" for x, i in zip(vals, idx)]
     out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True,
                          timeout=60).stdout.split("end\n")
     assert len(out) == len(cases) + 1

@@ -621,8 +621,10 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
     elif isinstance(node, TopK):
         out += [(r, False) for r in (node.row_bias, node.col_bias) if r is not None]
         out += [(node.src, False), (node.vals, True), (node.idx, True)]
+        out += [(r, True) for r in (node.queue_vals, node.queue_idx) if r is not None]
     elif isinstance(node, TopKMerge):
         out += [(node.vals, True), (node.idx, True)]
+        out += [(r, True) for r in (node.queue_vals, node.queue_idx) if r is not None]
     elif isinstance(node, OneHot):
         out += [(node.index, False), (node.dst, True)]
     elif isinstance(node, ScatterAdd):

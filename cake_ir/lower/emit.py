@@ -296,7 +296,7 @@ class Emitter:
     def _role_uses(self, role: Role, name: str) -> bool:
         from ..walk import _walk_body
         for s in _walk_body(role.body, "", role, 0, (), (), (), (), None):
-            for f in ("src", "dst", "a", "b", "c", "acc", "vals", "idx", "src_idx", "index"):
+            for f in ("src", "dst", "a", "b", "c", "acc", "vals", "idx", "src_idx", "index", "queue_vals", "queue_idx"):
                 t = getattr(s.node, f, None)
                 if isinstance(t, TileRef) and t.buf == name:
                     return True
@@ -1341,14 +1341,19 @@ class Emitter:
             w.line("const int cake_c0 = 2 * (cake_lane & 3);")
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
             if K > 1:
-                self.topk_acc_filtered(st, sb, vb, ib, TM, NT, K, mn, lim, path, wg)
+                queue = self.topk_queue(st, TM, path)
+                self.topk_acc_filtered(st, sb, vb, ib, TM, NT, K, mn, lim, path, wg, queue)
                 w.close()
                 return
+            if st.queue_vals is not None or st.queue_idx is not None:
+                self.fail(path, "a top-1 selection keeps no queue (its running best is one compare per score)")
             self.topk1_acc(st, sb, vb, ib, TM, NT, mn, lim, path, wg)
         elif sb.layout == "row_major" and sb.scope == "thread":
             R, C = prod(sb.shape[:-1]), sb.shape[-1]
             if vb.layout != "row_major" or ib.layout != "row_major" or prod(vb.shape) != R * K or prod(ib.shape) != R * K:
                 self.fail(path, f"topk over a per-thread [{R}, {C}] tile keeps per-thread [{R}, {K}] lists")
+            if st.queue_vals is not None or st.queue_idx is not None:
+                self.fail(path, "deferred insertion (a queue) is for mma_acc / wgmma_acc score tiles")
             xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
             w.line("#pragma unroll")
@@ -1425,7 +1430,19 @@ class Emitter:
             w.line(f"cake::topk_insert<1, {mn}>(&{vb.name}[{slot}], &{ib.name}[{slot}], cake_bu[{slot}]{rb}, "
                    f"cake_cb + cake_bc[{slot}]);")
 
-    def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path, wg: bool = False):
+    def topk_queue(self, st, TM: int, path):
+        """(values, indices, T) of st's deferred-insertion queue (mma_rows [TM, T]), or None."""
+        if st.queue_vals is None and st.queue_idx is None:
+            return None
+        if st.queue_vals is None or st.queue_idx is None:
+            self.fail(path, "a queue takes both queue_vals and queue_idx")
+        qv, qi = self.reg_tile(st.queue_vals, path), self.reg_tile(st.queue_idx, path)
+        if qv.layout != "mma_rows" or qi.layout != "mma_rows" or list(qv.shape) != list(qi.shape) or qv.shape[0] != TM:
+            self.fail(path, f"a topk queue is a pair of mma_rows tiles [{TM}, T]")
+        return qv, qi, qv.shape[1]
+
+    def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path, wg: bool = False,
+                          queue=None):
         """topk (k > 1) over an mma_acc tile, filtered: a lane scores its 2 * NT columns of each row it
         holds without the row bias (u = scale * acc + col_bias, one FMA, the column bias read once for
         all rows; the scores take the accumulator's registers), takes their best per row and enters the
@@ -1439,7 +1456,12 @@ class Emitter:
         min per score and one compare per row; the limit is tested on the partial tile only. A lane that
         passes makes its whole warp run the insertion loop, so the threshold's tightness is the cost of
         large k (session 14, ncu: k = 16 ran 2x the instructions of k = 8): it also takes the worst of
-        the quad's ceil(k / 4)-th entries."""
+        the quad's ceil(k / 4)-th entries.
+
+        With a queue (T entries per row and lane), a passing score is pushed (2 T moves) unless the
+        lane's queue is full (then inserted on the spot), and after the row's scan the warp flushes all
+        queues together when any lane's is half full (E-TOPK-02: the merge flushes the rest). The
+        threshold still comes from the lists alone: queued entries only make it looser, never wrong."""
         w = self.w
         n = 2 * NT
         slots = self.rows_slots(TM, wg)
@@ -1506,10 +1528,22 @@ class Emitter:
             w.line("const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);")
             w.line(f"const float cake_v = cake_s[{slot}][cake_i] + cake_rb;")
             guard = " && cake_c < cake_rem" if lim else ""
-            w.line(f"if (cake_v {passes} cake_thr{guard}) "
-                   f"cake::topk_insert<{K}, {mn}>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);")
+            insert = f"cake::topk_insert<{K}, {mn}>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);"
+            if queue is None:
+                w.line(f"if (cake_v {passes} cake_thr{guard}) {insert}")
+            else:
+                qv, qi, T = queue
+                w.open(f"if (cake_v {passes} cake_thr{guard})")
+                w.line(f"if ({qi.name}[{slot * T + T - 1}] >= 0) {insert}   // a full queue: on the spot")
+                w.line(f"else cake::topk_push<{T}>(&{qv.name}[{slot * T}], &{qi.name}[{slot * T}], cake_v, cake_cb + cake_c);")
+                w.close()
             w.close()
             w.close()
+            if queue is not None:
+                qv, qi, T = queue
+                # warp-uniform (outside the divergent scan): the lanes insert their queues together
+                w.line(f"if (__any_sync(0xffffffffu, {qi.name}[{slot * T + max(T // 2, 1) - 1}] >= 0)) "
+                       f"cake::topk_flush<{K}, {T}, {mn}>(cake_tv, cake_ti, &{qv.name}[{slot * T}], &{qi.name}[{slot * T}]);")
             w.close()
 
     def quad_lists_disjoint(self, st: TopK) -> bool:
@@ -1533,7 +1567,12 @@ class Emitter:
             self.fail(path, "topk_merge merges equal-shaped mma_rows value and index lists")
         TM, K = vb.shape
         mn = "true" if st.kind == "min" else "false"
+        queue = self.topk_queue(st, TM, path)
         for slot in range(TM // 8):
+            if queue is not None:   # the pending entries of a deferred insertion go in first
+                qv, qi, T = queue
+                self.w.line(f"cake::topk_flush<{K}, {T}, {mn}>(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}], "
+                            f"&{qv.name}[{slot * T}], &{qi.name}[{slot * T}]);", path)
             self.w.line(f"cake::topk_merge_quad<{K}, {mn}>(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}]);", path)
 
     @_robust

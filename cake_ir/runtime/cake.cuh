@@ -336,6 +336,22 @@ template <int K, bool MIN> __device__ __forceinline__ void topk_insert(float* va
   }
   if (below) { vals[0] = v; idx[0] = i; }
 }
+// Deferred insertion: a lane's queue of pending entries (index -1 = empty), newest first. Pushing is a
+// shift (2 T moves, no compares); the caller checks that the last entry is empty first.
+template <int T> __device__ __forceinline__ void topk_push(float* qv, int* qi, float v, int i) {
+#pragma unroll
+  for (int t = T - 1; t > 0; --t) { qv[t] = qv[t - 1]; qi[t] = qi[t - 1]; }
+  qv[0] = v; qi[0] = i;
+}
+// Insert the queued entries and empty the queue. Called by the whole warp together, so the lanes
+// share each entry's k steps (an entry slot costs the warp once, whichever lanes have one there).
+template <int K, int T, bool MIN> __device__ __forceinline__ void topk_flush(float* vals, int* idx, float* qv, int* qi) {
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    if (qi[t] >= 0) topk_insert<K, MIN>(vals, idx, qv[t], qi[t]);
+    qi[t] = -1;
+  }
+}
 // Merge the lists of the lanes `lane ^ 1` and `lane ^ 2` (a quad) into every lane of the quad.
 template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float* vals, int* idx) {
 #pragma unroll

@@ -61,7 +61,7 @@ def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int) -> None:
 
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
-              qfrag: str = "reg", wm: int = 16, ws: int = 1):
+              qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -100,7 +100,11 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     (_merge_warps), so the last CTA merges SPLIT lists with all ws * 32 threads.
 
     The top-k epilogue (the `topk` lowering, k > 1) filters each lane's scores against the quad's k-th
-    entry before the exact insertion (docs/ir.md `topk`)."""
+    entry before the exact insertion (docs/ir.md `topk`).
+
+    queue (k > 1): T pending entries per row and lane, the deferred insertion (`topk` queue_vals /
+    queue_idx): the warp's lanes insert their queued scores together instead of one divergent insertion
+    per column where any lane has a passing score; the merge inserts what is left."""
     gnorm = norms == "global" and metric == "l2"
     wide = split > 1 and merge == "wide"
     if ws > 1 and (not wide or bq != wm):
@@ -109,7 +113,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     l2 = metric == "l2"
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
-        + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "")
+        + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue and k > 1 else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
@@ -137,6 +141,11 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("acc", "reg", "f32", [wm, bn], layout="mma_acc", scope="warp")
     kb.buffer("tv", "reg", "f32", [wm, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [wm, k], layout="mma_rows", scope="warp")
+    queue = queue if k > 1 else 0
+    if queue:
+        kb.buffer("qv", "reg", "f32", [wm, queue], layout="mma_rows", scope="warp")
+        kb.buffer("qi", "reg", "i32", [wm, queue], layout="mma_rows", scope="warp")
+    qref = dict(queue_vals=tile("qv"), queue_idx=tile("qi")) if queue else {}
     halves = 32 * warps // bq
     if wide and split % halves:   # (the serial merge takes any split)
         raise ValueError(f"the merge deals the {split} partial lists of a query to {halves} thread groups: "
@@ -199,6 +208,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 r.sync("syncthreads")
         r.fill("tv", worst)
         r.fill("ti", -1)
+        if queue:
+            r.fill("qi", -1)
         ahead = stages - 1
         with r.for_("t", 0, "nt", id="db_loop"):
             r.sync("cp_async_wait", n=stages - 2)   # tile t has landed
@@ -228,7 +239,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             # the split's last tile may run past its chunk into the next split's rows: `limit` stops
             # at the chunk end (or M), so every database row is scored by exactly one split
             lim = "min(m0 + CH, M)" if split > 1 else "M"
-            topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim)
+            topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim,
+                        **qref)
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [wm]),
                             col_bias=cnt(f"t % {stages}") if gnorm
@@ -238,7 +250,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         # past the chunk): retire them before the CTA can exit (E-PIP-04, seen once the simulator ran
         # the stream's per-warp trip counts)
         r.sync("cp_async_wait", n=0)
-        r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
+        r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge", **qref)
         if split == 1:
             r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_dist")
             r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_idx")

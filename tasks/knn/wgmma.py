@@ -42,14 +42,15 @@ def prefetch_distance(stages: int, overlap: bool) -> int:
 
 
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
-              stages: int = 3, minb: int = 1, overlap: bool = False, arch: str = "sm_90a"):
+              stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
     k steps (m64 n BN k16) into its [64, BN] f32 accumulator, waits for them and folds the scores into
     its warps' top-k lists. split > 1: partial lists to the workspace, the last CTA merges (the wide
     merge of programs.knn_fused). l2 returns a Program: database norms, query norms, the search.
     overlap: two accumulators, tile t's wgmma issued before tile t - 1's top-k (stages >= 3: one tile
-    fewer in flight ahead, the slot an in-flight wgmma reads is never reloaded)."""
+    fewer in flight ahead, the slot an in-flight wgmma reads is never reloaded). queue: the deferred
+    top-k insertion's pending entries per row and lane (programs.knn_fused)."""
     if arch != "sm_90a":
         raise ValueError("knn_wgmma needs sm_90a (wgmma)")
     if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
@@ -65,7 +66,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kind = "min" if l2 else "max"
     worst = BIG if l2 else -BIG
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
-        + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "")
+        + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue and k > 1 else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_wg{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
@@ -85,6 +86,11 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         kb.buffer("acc1", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
     kb.buffer("tv", "reg", "f32", [16, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [16, k], layout="mma_rows", scope="warp")
+    queue = queue if k > 1 else 0
+    if queue:
+        kb.buffer("qv", "reg", "f32", [16, queue], layout="mma_rows", scope="warp")
+        kb.buffer("qi", "reg", "i32", [16, queue], layout="mma_rows", scope="warp")
+    qref = dict(queue_vals=tile("qv"), queue_idx=tile("qi")) if queue else {}
     unroll = wgmma_merge_unroll(split, k, bn, 2 if overlap else 1) if split > 1 else 1
     if split > 1:
         for n in ("mv",) + tuple(f"pv{u}" for u in range(unroll)):
@@ -126,6 +132,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.sync("cp_async_commit")
         r.fill("tv", worst)
         r.fill("ti", -1)
+        if queue:
+            r.fill("qi", -1)
         lim = "min(m0 + CH, M)" if split > 1 else "M"
 
         def arrive(t: str):
@@ -147,7 +155,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
 
         def select(t: str, acc: str):
             topk = dict(kind=kind, k=k, src=tile(acc), vals=tile("tv"), idx=tile("ti"), col=f"m0 + ({t}) * BN",
-                        limit=lim)
+                        limit=lim, **qref)
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]),
                             col_bias=tile("cn", slot=f"({t}) % {stages}"))
@@ -180,7 +188,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 with r.if_("t + 1 < nt"):
                     step("t + 2", "acc", "acc1")
         r.sync("cp_async_wait", n=0)                # retire the zero-filled prefetches of a short chunk
-        r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge")
+        r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge", **qref)
         if split == 1:
             r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_dist")
             r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_idx")

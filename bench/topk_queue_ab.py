@@ -1,0 +1,100 @@
+"""Same-run A/B of the deferred top-k insertion (session 15): at each shape the kernel the committed
+dispatch table picks, built with queue T = 0 (insertion on the spot, the baseline) and with T = 2, 4, 8
+pending entries per row and lane (`topk` queue_vals / queue_idx), each checked against float64
+(bench/lib_grid.py `knn_check`, poisoned outputs) and timed with CUDA events (median, L2 flushed), the
+builds alternating per shape. All builds are compiled in parallel first. Prints a table last and writes
+JSON with the GPU and versions.
+    python bench/topk_queue_ab.py [--out FILE] [--deadline-s S] [--queues 0,2,4,8] [--compile-only]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+M1 = 1 << 20
+# the regimes of the grid where k >= 10 loses or wins narrowly (bench/results/lib-grid-knn-h200.json):
+# few queries (split streams), the mid-Q split wgmma, many queries (unsplit), the builds (Q = M)
+SHAPES = [{"Q": 1, "M": M1, "k": 16}, {"Q": 1, "M": M1, "k": 32}, {"Q": 16, "M": 262144, "k": 16},
+          {"Q": 64, "M": M1, "k": 10}, {"Q": 64, "M": M1, "k": 16}, {"Q": 128, "M": M1, "k": 16},
+          {"Q": 256, "M": M1, "k": 16}, {"Q": 512, "M": 262144, "k": 16}, {"Q": 1024, "M": M1, "k": 10},
+          {"Q": 1024, "M": M1, "k": 16}, {"Q": 1024, "M": M1, "k": 32}, {"Q": 4096, "M": 262144, "k": 16},
+          {"Q": 10000, "M": M1, "k": 16}, {"Q": 16384, "M": 16384, "k": 32}, {"Q": 32768, "M": 32768, "k": 16},
+          {"Q": 32768, "M": 32768, "k": 32}]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
+    ap.add_argument("--deadline-s", type=float, default=1e9)
+    ap.add_argument("--queues", default="0,2,4,8")
+    ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--compile-only", action="store_true", help="fill the cubin cache and stop")
+    a = ap.parse_args()
+    queues = [int(q) for q in a.queues.split(",")]
+    import torch
+    from bench.examples import env_info
+    from bench.lib_grid import D, Timer, knn_check, knn_inputs, knn_reference, poisoned_outputs, precompile
+    from cakelib import knn
+    from cakelib.runtime import choose
+    from gpu_backend.driver import arch_of, properties
+    arch = arch_of(properties(0))
+    t0 = time.time()
+    cases = [(s, choose("knn", {**s, "D": D})) for s in SHAPES]
+    jobs = sorted({("knn", json.dumps({**p, "queue": q}, sort_keys=True), s["k"], arch)
+                   for s, (_, p) in cases for q in queues})
+    fails = precompile([(o, json.loads(p), k, ar) for o, p, k, ar in jobs], a.procs)
+    print(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s, {len(fails)} failed", flush=True)
+    for j, e in list(fails.items())[:5]:
+        print("  FAIL", j, e[:200], flush=True)
+    if a.compile_only:
+        return
+    timer, rows = Timer(), []
+    for shape, (name, p) in cases:
+        if time.time() - t0 > a.deadline_s:
+            print(f"deadline: {len(rows)} of {len(cases)} shapes", flush=True)
+            break
+        xq, xb = knn_inputs(shape)
+        k = shape["k"]
+        ref = knn_reference(xq, xb, k)
+        row = {"shape": shape, "variant": name, "params": p, "builds": {}}
+        for q in queues:
+            v = {**p, "queue": q}
+            key = str(("knn", json.loads(json.dumps(v, sort_keys=True)), k, arch))
+            if key in fails:
+                row["builds"][q] = {"ok": False, "why": "compile: " + fails[key][:300]}
+                continue
+            try:
+                I, Dv = knn(xq, xb, k, variant=v, out=poisoned_outputs(xq, k))
+                ok, why = knn_check(xq, xb, I, Dv, k, ref)
+            except Exception as e:  # noqa: BLE001 - a build that fails to run is a result, not a crash
+                ok, why = False, f"{type(e).__name__}: {e}"[:300]
+            row["builds"][q] = {"ok": ok, "why": why, **(timer(lambda: knn(xq, xb, k, variant=v)) if ok else {})}
+        base = row["builds"].get(0, {})
+        if base.get("ok"):
+            row["speedup"] = {q: base["ms"] / b["ms"] for q, b in row["builds"].items() if b.get("ok") and q}
+        rows.append(row)
+        print(shape, name, {q: (round(b.get("ms", float("nan")), 3), b["ok"]) for q, b in row["builds"].items()},
+              flush=True)
+        del xq, xb
+        torch.cuda.empty_cache()
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    json.dump({"env": env_info(("torch", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/topk_queue_ab.py"),
+               "command": " ".join(sys.argv), "queues": queues, "rows": rows}, open(a.out, "w"), indent=1)
+    head = "".join(f"{'T=' + str(q) + ' ms':>10s}" for q in queues)
+    print(f"\n{'shape':28s} {'variant':36s}{head}  best")
+    for r in rows:
+        s = r["shape"]
+        ms = {q: b.get("ms") for q, b in r["builds"].items() if b.get("ok")}
+        best = min(ms, key=ms.get) if ms else None
+        cells = "".join(f"{ms[q]:10.3f}" if q in ms else f"{'FAIL':>10s}" for q in queues)
+        gain = f"T={best} {ms[0] / ms[best]:.2f}x" if best is not None and 0 in ms else ""
+        print(f"Q={s['Q']:<6d} M={s['M']:<8d} k={s['k']:<3d} {r['variant'][:36]:36s}{cells}  {gain}")
+
+
+if __name__ == "__main__":
+    main()
