@@ -5,6 +5,8 @@ pending entries per row and lane (`topk` queue_vals / queue_idx), each checked a
 builds alternating per shape. All builds are compiled in parallel first. Prints a table last and writes
 JSON with the GPU and versions.
     python bench/topk_queue_ab.py [--out FILE] [--deadline-s S] [--queues 0,2,4,8] [--compile-only]
+Fitting the queue table (cakelib/tables/knn_queue.json) from such a run, on any machine:
+    python bench/topk_queue_ab.py --fit bench/results/topk-queue-ab-h200.json
 """
 from __future__ import annotations
 
@@ -27,14 +29,55 @@ SHAPES = [{"Q": 1, "M": M1, "k": 16}, {"Q": 1, "M": M1, "k": 32}, {"Q": 16, "M":
           {"Q": 32768, "M": 32768, "k": 32}]
 
 
+# a queue must beat insertion on the spot by this much in the same run to be kept (the A/B's repeat
+# medians agree to ~1-2 %)
+FIT_MARGIN = 0.97
+
+
+def fit(ab_paths: list[str], table_path: str) -> dict:
+    """variant name -> {k: T}: per measured (variant, k) the queue width with the best geometric mean of
+    its median over T = 0's across the shapes measured, when that beats FIT_MARGIN, else 0
+    (cakelib.variants.knn_queue reads it). A width that failed at some shape is not a candidate."""
+    import math
+    ratios: dict = {}
+    for path in ab_paths:
+        for r in json.load(open(path))["rows"]:
+            b0 = r["builds"].get("0", r["builds"].get(0, {}))
+            if not b0.get("ok"):
+                continue
+            key = (r["variant"], str(r["shape"]["k"]))
+            for q, b in r["builds"].items():
+                ratios.setdefault(key, {}).setdefault(int(q), []).append(b["ms"] / b0["ms"] if b.get("ok") else None)
+    table: dict = {}
+    for (name, k), by_q in ratios.items():
+        gm = {q: math.exp(sum(map(math.log, v)) / len(v)) for q, v in by_q.items() if q and None not in v}
+        best = min(gm, key=gm.get) if gm else 0
+        table.setdefault(name, {})[k] = best if best and gm[best] < FIT_MARGIN else 0
+    doc = {"about": "deferred top-k insertion: queue width T per kNN variant and k, fitted by bench/topk_queue_ab.py "
+                    "--fit from same-run A/B results (T = 0: insertion on the spot); a k not listed takes the entry "
+                    "of the largest listed k below it",
+           "sources": ab_paths, "margin": FIT_MARGIN, "queues": {n: dict(sorted(v.items(), key=lambda e: int(e[0])))
+                                                                 for n, v in sorted(table.items())}}
+    with open(table_path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return doc
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--fit", nargs="+", help="A/B result files to fit the queue table from (no GPU)")
+    ap.add_argument("--table", default="cakelib/tables/knn_queue.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
     ap.add_argument("--queues", default="0,2,4,8")
     ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--compile-only", action="store_true", help="fill the cubin cache and stop")
     a = ap.parse_args()
+    if a.fit:
+        doc = fit(a.fit, a.table)
+        print(json.dumps(doc["queues"], indent=1))
+        return
     queues = [int(q) for q in a.queues.split(",")]
     import torch
     from bench.examples import env_info

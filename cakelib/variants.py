@@ -18,15 +18,28 @@ KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exc
 # M = 1M, k = 32 9.9 ms split vs 33.6 ms unsplit in the sweep)
 KNN_K_MAX_SPLIT = 32
 KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
-# the deferred top-k insertion (the `topk` queue, tasks/knn/programs.py `queue`): T pending entries per
-# row and lane for k >= KNN_QUEUE_MIN_K, filled in at call time like k (variant names do not change);
-# a variant's own "queue" overrides it (the same-run A/B, bench/topk_queue_ab.py)
-KNN_QUEUE = 0
-KNN_QUEUE_MIN_K = 8
 
 
 def knn_queue(p: dict, k: int) -> int:
-    return p.get("queue", KNN_QUEUE if k >= KNN_QUEUE_MIN_K else 0) if k > 1 else 0
+    """The deferred top-k insertion's queue width (the `topk` queue, tasks/knn/programs.py `queue`): T
+    pending entries per row and lane, filled in at call time like k, so variant names do not change. A
+    variant's own "queue" wins; else the fitted table tables/knn_queue.json (same-run A/B,
+    bench/topk_queue_ab.py: it pays at k = 32 and at k = 16 for some kernels, loses at k = 10) at the
+    largest listed k <= k; 0 (insertion on the spot) for what it does not list."""
+    if k <= 1:
+        return 0
+    if "queue" in p:
+        return int(p["queue"])
+    by_k = _queue_table().get(knn_name(p), {})
+    ks = [int(x) for x in by_k if int(x) <= k]
+    return int(by_k[str(max(ks))]) if ks else 0
+
+
+@lru_cache(maxsize=1)
+def _queue_table() -> dict:
+    from pathlib import Path
+    path = Path(__file__).resolve().parent / "tables" / "knn_queue.json"
+    return json.loads(path.read_text())["queues"] if path.exists() else {}
 
 
 def knn_name(p: dict) -> str:

@@ -1,0 +1,66 @@
+"""The deferred top-k insertion's queue width as the library picks it (cakelib.variants.knn_queue) and as
+bench/topk_queue_ab.py fits it; E-TOPK-02 on the kNN builders' own programs. CPU only."""
+import json
+
+import pytest
+
+from cake_ir.verifier import verify
+from cakelib import variants as V
+
+
+def test_explicit_queue_wins_and_k1_has_none():
+    p = {"bq": 128, "bn": 64, "split": 1, "stages": 2, "norms": "global"}
+    assert V.knn_queue({**p, "queue": 4}, 32) == 4
+    assert V.knn_queue({**p, "queue": 0}, 32) == 0
+    assert V.knn_queue({**p, "queue": 4}, 1) == 0
+
+
+def test_table_lookup_takes_the_largest_listed_k_below(monkeypatch):
+    monkeypatch.setattr(V, "_queue_table", lambda: {"knn_bq64_bn64_s1_p2": {"16": 2, "32": 4}})
+    p = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
+    assert [V.knn_queue(p, k) for k in (2, 10, 15, 16, 20, 32, 64)] == [0, 0, 0, 2, 2, 4, 4]
+    assert V.knn_queue({**p, "bq": 32}, 32) == 0          # a variant the table does not list
+
+
+def test_committed_table_names_sweep_variants_whose_queued_builds_fit():
+    from bench.lib_grid import knn_variants
+    by_name = {V.knn_name(p): p for p in knn_variants()}
+    table = V._queue_table()
+    assert table, "cakelib/tables/knn_queue.json is missing"
+    for name, by_k in table.items():
+        assert name in by_name, name
+        for k, t in by_k.items():
+            if t:
+                assert V.knn_registers_fit(by_name[name], int(k), 128), (name, k, t)
+
+
+def test_fit_keeps_a_width_only_when_its_geomean_beats_the_margin(tmp_path):
+    from bench.topk_queue_ab import fit
+
+    def row(variant, k, ms):
+        return {"shape": {"Q": 1, "M": 100, "k": k}, "variant": variant,
+                "builds": {str(q): ({"ok": True, "ms": m} if m else {"ok": False}) for q, m in ms.items()}}
+    ab = tmp_path / "ab.json"
+    ab.write_text(json.dumps({"rows": [
+        row("a", 16, {0: 1.0, 2: 0.8, 4: 0.9}), row("a", 16, {0: 1.0, 2: 1.1, 4: 0.95}),   # 2: 0.938, 4: 0.925
+        row("b", 16, {0: 1.0, 2: 0.98}),                                                   # inside the margin
+        row("c", 32, {0: 1.0, 2: 0.5, 4: None}),                                           # 4 failed once
+        row("c", 32, {0: 1.0, 2: 0.6, 4: 0.1})]}))
+    doc = fit([str(ab)], str(tmp_path / "q.json"))
+    assert doc["queues"] == {"a": {"16": 4}, "b": {"16": 0}, "c": {"32": 2}}
+    assert json.loads((tmp_path / "q.json").read_text())["queues"] == doc["queues"]
+
+
+@pytest.mark.parametrize("builder", ["sync", "wgmma"])
+def test_builders_emit_a_flushing_merge(builder):
+    """The queued programs verify clean; without the merge's queue E-TOPK-02 names the topk."""
+    from tasks.knn.programs import knn_fused
+    from tasks.knn.wgmma import knn_wgmma
+    make = (lambda: knn_fused("ip", k=16, bq=64, bn=64, queue=2, arch="sm_90a")) if builder == "sync" else \
+        (lambda: knn_wgmma("ip", k=16, bq=128, bn=64, stages=4, queue=2))
+    k = make()
+    assert not [d.short() for d in verify(k).diagnostics if d.severity == "error"]
+    merge = next(s for s in k.roles[0].body if getattr(s, "op", None) == "topk_merge")
+    merge.queue_vals = merge.queue_idx = None
+    hits = [d for d in verify(k).diagnostics if d.code == "E-TOPK-02"]
+    assert hits and "no later topk_merge" in hits[0].message, [d.short() for d in verify(k).diagnostics]
