@@ -4,8 +4,8 @@ pending entries per row and lane (`topk` queue_vals / queue_idx), each checked a
 (bench/lib_grid.py `knn_check`, poisoned outputs) and timed with CUDA events (median, L2 flushed), the
 builds alternating per shape. All builds are compiled in parallel first. Prints a table last and writes
 JSON with the GPU and versions.
-    python bench/topk_queue_ab.py [--out FILE] [--deadline-s S] [--queues 0,2,4,8] [--compile-only]
-Fitting the queue table (cakelib/tables/knn_queue.json) from such a run, on any machine:
+    python bench/topk_queue_ab.py [--out FILE] [--deadline-s S] [--queues 0,2,4,8] [--shapes JSON] [--compile-only]
+Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
     python bench/topk_queue_ab.py --fit bench/results/topk-queue-ab-h200.json
 """
 from __future__ import annotations
@@ -67,10 +67,11 @@ def fit(ab_paths: list[str], table_path: str) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fit", nargs="+", help="A/B result files to fit the queue table from (no GPU)")
-    ap.add_argument("--table", default="cakelib/tables/knn_queue.json")
+    ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
     ap.add_argument("--queues", default="0,2,4,8")
+    ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
     ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--compile-only", action="store_true", help="fill the cubin cache and stop")
     a = ap.parse_args()
@@ -87,7 +88,7 @@ def main():
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
     t0 = time.time()
-    cases = [(s, choose("knn", {**s, "D": D})) for s in SHAPES]
+    cases = [(s, choose("knn", {**s, "D": D})) for s in (json.loads(a.shapes) if a.shapes else SHAPES)]
     jobs = sorted({("knn", json.dumps({**p, "queue": q}, sort_keys=True), s["k"], arch)
                    for s, (_, p) in cases for q in queues})
     fails = precompile([(o, json.loads(p), k, ar) for o, p, k, ar in jobs], a.procs)

@@ -23,7 +23,7 @@ KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
 def knn_queue(p: dict, k: int) -> int:
     """The deferred top-k insertion's queue width (the `topk` queue, tasks/knn/programs.py `queue`): T
     pending entries per row and lane, filled in at call time like k, so variant names do not change. A
-    variant's own "queue" wins; else the fitted table tables/knn_queue.json (same-run A/B,
+    variant's own "queue" wins; else the fitted table tables/topk_queue/knn.json (same-run A/B,
     bench/topk_queue_ab.py: it pays at k = 32 and at k = 16 for some kernels, loses at k = 10) at the
     largest listed k <= k; 0 (insertion on the spot) for what it does not list."""
     if k <= 1:
@@ -38,7 +38,7 @@ def knn_queue(p: dict, k: int) -> int:
 @lru_cache(maxsize=1)
 def _queue_table() -> dict:
     from pathlib import Path
-    path = Path(__file__).resolve().parent / "tables" / "knn_queue.json"
+    path = Path(__file__).resolve().parent / "tables" / "topk_queue" / "knn.json"
     return json.loads(path.read_text())["queues"] if path.exists() else {}
 
 

@@ -26,7 +26,7 @@ def test_committed_table_names_sweep_variants_whose_queued_builds_fit():
     from bench.lib_grid import knn_variants
     by_name = {V.knn_name(p): p for p in knn_variants()}
     table = V._queue_table()
-    assert table, "cakelib/tables/knn_queue.json is missing"
+    assert table, "cakelib/tables/topk_queue/knn.json is missing"
     for name, by_k in table.items():
         assert name in by_name, name
         for k, t in by_k.items():
