@@ -22,7 +22,7 @@ stamp "ab2 rc=$?"; tail -11 $D/ab2.log
 $PY bench/topk_queue_ab.py --fit bench/results/topk-queue-ab-h200.json $D/ab2.json > $D/fit.log 2>&1
 cp cakelib/tables/topk_queue/knn.json $D/queue-table.json
 stamp "fit: $(tr -d ' \n' < $D/fit.log | head -c 900)"
-timeout $(( ${1:-400} + 120 )) $PY bench/lib_grid.py grid --op knn --out $D --procs $NP --deadline-s ${1:-300} --spread 5 \
+timeout $(( ${1:-300} + 150 )) $PY bench/lib_grid.py grid --op knn --out $D --procs $NP --deadline-s ${1:-300} --spread 5 \
   > $D/grid.log 2>&1
 stamp "grid rc=$?"; tail -6 $D/grid.log
 stamp done
