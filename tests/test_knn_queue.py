@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from test_knn_fast import needs_gpu
+
 from cake_ir.verifier import verify
 from cakelib import variants as V
 
@@ -64,3 +66,31 @@ def test_builders_emit_a_flushing_merge(builder):
     merge.queue_vals = merge.queue_idx = None
     hits = [d for d in verify(k).diagnostics if d.code == "E-TOPK-02"]
     assert hits and "no later topk_merge" in hits[0].message, [d.short() for d in verify(k).diagnostics]
+
+
+GN = {"bq": 64, "bn": 64, "split": 1, "stages": 2, "norms": "global"}
+GN_SPLIT = {"bq": 16, "bn": 32, "split": 8, "stages": 4, "norms": "global", "merge": "wide"}
+WS4 = {"bq": 16, "bn": 32, "split": 128, "stages": 4, "merge": "wide", "ws": 4}
+WG = {"mma": "wgmma", "bq": 128, "bn": 128, "stages": 3}
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric,Q,M,k,variant", [
+    # mma.sync: split, unsplit, k = 32, the few-query stream, 4 rows per lane (wm 32)
+    ("l2", 37, 20_001, 16, {**GN_SPLIT, "queue": 4}), ("ip", 50, 7001, 10, {**GN, "queue": 2}),
+    ("l2", 70, 9999, 32, {"bq": 64, "bn": 64, "split": 1, "stages": 2, "queue": 4}),
+    ("l2", 1, 1_000_003, 16, {**WS4, "queue": 4}),
+    ("l2", 90, 40_001, 10, {**WS4, "bq": 32, "wm": 32, "stages": 3, "split": 8, "queue": 2}),
+    # wgmma: unsplit k = 32, split, overlapped, one warpgroup with T = 8
+    ("l2", 200, 20_001, 32, {**WG, "split": 1, "queue": 4}),
+    ("ip", 129, 50_001, 16, {**WG, "split": 8, "merge": "wide", "queue": 4}),
+    ("l2", 333, 77_777, 10, {"mma": "wgmma", "bq": 64, "bn": 64, "split": 8, "stages": 4, "merge": "wide",
+                             "overlap": True, "queue": 2}),
+    ("l2", 4100, 33_333, 16, {"mma": "wgmma", "bq": 64, "bn": 128, "split": 1, "stages": 3, "queue": 8})])
+def test_queued_variants_match_float64_on_gpu(metric, Q, M, k, variant):
+    from gpu_backend.driver import arch_of, properties
+    if variant.get("mma") == "wgmma" and arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    from test_knn_fast import check_cakelib_knn
+    check_cakelib_knn(metric, Q, M, k, variant, seed=11)

@@ -101,10 +101,7 @@ needs_gpu = pytest.mark.skipif("not __import__('gpu_backend.driver', fromlist=['
     ("l2", 37, 60_001, 16, WG[3]), ("l2", 300, 100_003, 10, WG[4]), ("l2", 1, 300_001, 1, WG[5]),
     ("ip", 129, 50_001, 16, WG[6]), ("l2", 257, 70_001, 10, WG[-1]), ("l2", 64, 1000, 16, WG[-2]),
     # the overlapped ones (two accumulators): odd tile counts, a chunk of one tile, k = 1
-    ("l2", 333, 77_777, 10, WG[-5]), ("ip", 65, 5_000, 1, WG[-4]), ("l2", 7, 300, 16, WG[-3]),
-    # the deferred top-k insertion (queue): unsplit k = 32, split, overlapped
-    ("l2", 200, 20_001, 32, {**WG[1], "queue": 4}), ("ip", 129, 50_001, 16, {**WG[6], "queue": 4}),
-    ("l2", 333, 77_777, 10, {**WG[-5], "queue": 2}), ("l2", 4100, 33_333, 16, {**WG[0], "queue": 8})])
+    ("l2", 333, 77_777, 10, WG[-5]), ("ip", 65, 5_000, 1, WG[-4]), ("l2", 7, 300, 16, WG[-3])])
 def test_cakelib_knn_wgmma_variants_match_float64(metric, Q, M, k, variant):
     from gpu_backend.driver import arch_of, properties
     if arch_of(properties(0)) != "sm_90a":
