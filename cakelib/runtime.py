@@ -94,23 +94,44 @@ def runtime(device: int = 0) -> Runtime:
 
 def table(op: str, path: Optional[Path] = None):
     """The op's dispatch table (None when no table has been fitted yet: callers use the fallback)."""
-    from .dispatch import DispatchTable
-    p = Path(path) if path else TABLES / f"{op}.json"
-    if p not in _TABLES:
-        _TABLES[p] = DispatchTable.load(p) if p.exists() else None
-    return _TABLES[p]
+    key = (op, path, TABLES)   # no Path built per call: this runs on every library call
+    t = _TABLES.get(key, _UNLOADED)
+    if t is _UNLOADED:
+        from .dispatch import DispatchTable
+        p = Path(path) if path else TABLES / f"{op}.json"
+        t = _TABLES[key] = DispatchTable.load(p) if p.exists() else None
+    return t
+
+
+_UNLOADED = object()
+# (op, shape) -> (table, name, params): a small call's host time was a third the table's pick and the
+# domain checks (bench/results/knn-host-overhead-h200.json); a pick holds while its table is loaded
+_CHOICES: dict = {}
 
 
 def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, dict]:
     """(name, params) of the variant to run: an explicit `variant`, else the table's pick guarded by the
     variant's domain, else the general fallback."""
-    from .variants import FALLBACK, NAMES, SUPPORTS
+    from .variants import NAMES, SUPPORTS
     sup = SUPPORTS[op]
     if variant is not None:
         if not sup(variant, shape):
             raise ValueError(f"{op} variant {variant} does not support shape {shape}")
         return NAMES[op](variant), dict(variant)
     t = table(op)
+    key = (op, tuple(sorted(shape.items())))
+    hit = _CHOICES.get(key)
+    if hit is not None and hit[0] is t:
+        return hit[1], dict(hit[2])
+    name, params = _pick(op, shape, t, sup)
+    if len(_CHOICES) > 4096:
+        _CHOICES.clear()
+    _CHOICES[key] = (t, name, params)
+    return name, dict(params)
+
+
+def _pick(op: str, shape: dict, t, sup) -> tuple[str, dict]:
+    from .variants import FALLBACK, NAMES
     if t is not None:
         name = t.pick(shape, supports=lambda n, s: sup(t.variants[n], s))
         params = t.variants[name]

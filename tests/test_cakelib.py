@@ -293,3 +293,15 @@ def test_sweep_probe_isolates_a_variant_that_kills_its_process():
     assert lg.probe_step([], 1, "ImportError: no torch", 3, 5, bad) == 3 and sorted(bad) == [1, 2]
     assert lg.probe_step(["START 3", "OK 3"], 1, "", 3, 5, bad) == 4 and sorted(bad) == [1, 2]
     assert lg.probe_step(["START 4", "OK 4"], 0, "", 4, 5, bad) == 5
+
+
+def test_choose_caches_picks_per_table_and_hands_out_copies(monkeypatch, tmp_path):
+    """choose() remembers a shape's pick while its table stays loaded (a small call's host time), hands
+    out copies (a caller editing its params does not edit the cache), and a reloaded table picks anew."""
+    shape = {"Q": 8, "M": 1 << 20, "k": 10, "D": 128}
+    name, p = rt_mod.choose("knn", shape)
+    bq, p["bq"] = p["bq"], -1
+    name2, p2 = rt_mod.choose("knn", shape)
+    assert name2 == name and p2 == {**p, "bq": bq} and bq > 0
+    monkeypatch.setattr(rt_mod, "TABLES", tmp_path)   # no table there: the fallback, not the cached pick
+    assert rt_mod.choose("knn", shape)[1] == FALLBACK["knn"]
