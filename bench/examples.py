@@ -21,9 +21,21 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: float = float("inf")):
+# GPU cycles of the spin kernel queued before each timed repetition (~1 ms at the H200's 1.98 GHz)
+BLOCK_CYCLES = 2_000_000
+
+
+def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: float = float("inf"),
+          block: bool = True):
     """Median of CUDA-event times, L2 flushed before each repetition. `reps` repetitions, or fewer once
-    `min_reps` have run and their total passed `budget_ms` (slow calls in a large grid)."""
+    `min_reps` have run and their total passed `budget_ms` (slow calls in a large grid).
+
+    block: a spin kernel (torch.cuda._sleep, ~1 ms) is queued after the flush and before the start event,
+    so the host has queued the whole call before the GPU reaches the start event (nvbench's blocking
+    kernel): the time is the GPU's, not the host's launch path. Without it, a call whose host side takes
+    longer than the flush (~0.1 ms: Python, argument packing, several launches) measured the host, and
+    the same kernels timed 2-4x apart on two machines (session 15, small kNN shapes; the host cost is
+    measured on its own: bench/knn_host_overhead.py). Both sides of a comparison are timed alike."""
     import torch
     for _ in range(warmup):
         fn()
@@ -31,6 +43,8 @@ def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: f
     times = []
     while len(times) < reps and (len(times) < min_reps or sum(times) < budget_ms):
         flush()
+        if block:
+            torch.cuda._sleep(BLOCK_CYCLES)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()

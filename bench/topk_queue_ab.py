@@ -37,10 +37,14 @@ FIT_MARGIN = 0.97
 def fit(ab_paths: list[str], table_path: str) -> dict:
     """variant name -> {k: T}: per measured (variant, k) the queue width with the best geometric mean of
     its median over T = 0's across the shapes measured, when that beats FIT_MARGIN, else 0
-    (cakelib.variants.knn_queue reads it). A width that failed at some shape is not a candidate."""
+    (cakelib.variants.knn_queue reads it). A width that failed at some shape is not a candidate. A later
+    file's (variant, k) replaces the earlier files' measurements of it (a re-measurement)."""
     import math
     ratios: dict = {}
     for path in ab_paths:
+        seen = {(r["variant"], str(r["shape"]["k"])) for r in json.load(open(path))["rows"]}
+        for key in seen:
+            ratios.pop(key, None)
         for r in json.load(open(path))["rows"]:
             b0 = r["builds"].get("0", r["builds"].get(0, {}))
             if not b0.get("ok"):
