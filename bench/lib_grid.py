@@ -89,6 +89,10 @@ def knn_train() -> list[dict]:
     # (a depth-4 leaf shared by Q = 64 and 256; a refit leaf fitted to M = 100K points)
     between = [{"Q": Q, "M": M, "k": 10} for Q in (1, 16, 128, 512) for M in (1 << 18,)] + \
         [{"Q": Q, "M": 1 << 20, "k": 10} for Q in (128, 512)] + [{"Q": 16, "M": 1 << 18, "k": 16}]
+    # session 15: Q = 128 at k = 1 / 16 and Q = 64 at M = 4M, k = 1 (the grid's worst shapes: a split bq 16
+    # kernel reading the database 8 times, picked from k = 10 points)
+    between += [{"Q": 128, "M": M, "k": 1} for M in (1 << 18, 4 << 20)] + \
+        [{"Q": 128, "M": M, "k": 16} for M in (100_000, 1 << 20)] + [{"Q": 64, "M": 4 << 20, "k": 1}]
     # (session 12: `between` second, where the 128-query wgmma CTAs should matter, so a cut sweep has it)
     return mid + between + base + [{"Q": 32768, "M": 32768, "k": 10}] + other_k
 
