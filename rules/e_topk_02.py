@@ -1,4 +1,4 @@
-"""E-TOPK-02: a deferred-insertion (queued) topk whose queue is malformed, never flushed or never emptied.
+"""E-TOPK-02: a deferred-insertion (queued) topk whose queue is malformed, does not start empty or is never flushed.
 
 - `queue_vals` / `queue_idx` come together, on a `topk` with k > 1 over an `mma_acc` / `wgmma_acc`
   score tile: `mma_rows` tiles [rows, T] (f32 values, i32 indices) with the lists' rows, 1 <= T <= 16.
