@@ -378,3 +378,23 @@ def test_sass_counts_keep_the_calibrated_cost_of_shared_f32_atomics():
     assert huge.seconds > 2 * low.seconds                         # above it the SASS count rules
     more = estimate(k, shape, sass={**{p: 40 for p in other}, **{p: 1 for p in cas}})
     assert more.seconds > low.seconds                             # other nodes follow their SASS counts
+
+
+def test_topk_insertions_grow_with_k_and_shrink_with_a_queue():
+    from cake_ir.cost import topk_insertion_instrs as f
+    assert f(1, 16, 512) == 0.0
+    assert f(8, 16, 512) < f(16, 16, 512) < f(32, 16, 512)
+    # later tiles insert less: a longer stream costs less per tile
+    assert f(16, 16, 4096) < f(16, 16, 64)
+    # the queue turns most divergent insertions into pushes on a long stream
+    assert f(32, 16, 512, queue=2) < 0.5 * f(32, 16, 512)
+
+
+def test_topk_insertion_term_follows_the_ncu_instruction_ratio():
+    """ncu (session 14) on the unsplit wgmma kNN kernel at Q = M = 32768: k = 16 ran 1.94x the
+    instructions of k = 8 (1049M / 542M). Without the insertion term the model's ratio was ~1."""
+    from cakelib.variants import knn_kernel
+    p = {"mma": "wgmma", "bq": 128, "bn": 64, "split": 1, "stages": 4, "queue": 0}
+    n = {k: estimate(knn_kernel(p, k, "l2", 128, "sm_90a"), {"Q": 32768, "M": 32768}).totals["warp_instrs"]
+         for k in (8, 16)}
+    assert 1.6 < n[16] / n[8] < 2.3, n
