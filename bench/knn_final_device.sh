@@ -6,13 +6,7 @@
 #   2. the knn grid with that table, baselines in the same run (deadline GRID_DEADLINE_S);
 #   3. the host-side cost of small calls (bench/knn_host_overhead.py, with choose()'s cache).
 #     OUT=/some/dir bash bench/knn_final_device.sh [GRID_DEADLINE_S=290]
-set -u
-T0=$(date +%s)
-export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
-PY=${PYTHON:-python3}
-NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
-D=$OUT/knn; mkdir -p $D
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/device_env.sh"
 M1=1048576
 SHAPES="[{\"Q\":1,\"M\":$M1,\"k\":10},{\"Q\":4,\"M\":262144,\"k\":10},{\"Q\":16,\"M\":$M1,\"k\":10},\
 {\"Q\":2,\"M\":262144,\"k\":16},{\"Q\":8,\"M\":$M1,\"k\":16},{\"Q\":4,\"M\":4194304,\"k\":16},\

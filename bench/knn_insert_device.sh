@@ -6,13 +6,7 @@
 #   3. bench/topk_insert_ab.py: the shift insertion vs the previous bubble, same run (-> $OUT/knn/ab.json);
 #   4. the knn sweep (budget SWEEP_BUDGET_S) -> $OUT/knn/knn.json and lib-sweep-knn-h200.json.
 #     OUT=/some/dir bash bench/knn_insert_device.sh [SWEEP_BUDGET_S=220] [AB_DEADLINE_S=110]
-set -u
-T0=$(date +%s)
-export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
-PY=${PYTHON:-python3}
-NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
-D=$OUT/knn; mkdir -p $D
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/device_env.sh"
 timeout 90 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_knn_fast.py -k k32_passes > $D/k32.log 2>&1
 RC=$?
 stamp "k32 test rc=$RC: $(tail -1 $D/k32.log)"

@@ -1,12 +1,7 @@
 #!/bin/bash
 # Third device call (session 15), results under $OUT/knn: the GPU tests of the queued variants, then the
 # host-side cost of small kNN calls (bench/knn_host_overhead.py).
-set -u
-T0=$(date +%s)
-export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
-PY=${PYTHON:-python3}
-D=$OUT/knn; mkdir -p $D
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/device_env.sh"
 timeout 200 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_knn_queue.py > $D/tests.log 2>&1
 stamp "queue tests rc=$?: $(tail -1 $D/tests.log)"
 grep -E "^FAILED|Error" $D/tests.log | head -8

@@ -5,13 +5,8 @@
 #      joined with the committed sweep (--prior) and the table refitted (-> $OUT/knn/sweep/knn.json);
 #   2. the grid shapes whose pick the new table changes, plus every Q = 64 / 128 grid shape, timed with
 #      the new table (-> $OUT/knn/grid/), to merge over the session's grid (lib_grid.py merge --later-wins).
-set -u
-T0=$(date +%s)
-export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
-PY=${PYTHON:-python3}
-NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
-D=$OUT/knn; mkdir -p $D/sweep $D/grid
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/device_env.sh"
+mkdir -p $D/sweep $D/grid
 timeout 240 $PY bench/lib_grid.py sweep --op knn --out $D/sweep --procs $NP --budget-s 90 \
   --only "Q=64|128,k=1|10|16" --variants "_s(8|16|32|64|128)_.*(gn_mw|wg|w32_ws4)" \
   --prior bench/results/lib-sweep-knn-h200.json > $D/sweep.log 2>&1

@@ -4,13 +4,7 @@
 #   2. the GPU-marked knn tests run (the queued variants among them);
 #   3. bench/topk_queue_ab.py: queue T = 0 / 2 / 4 / 8 at 16 shapes, same run (-> $OUT/knn/ab.json).
 #     OUT=/some/dir bash bench/knn_queue_device.sh [AB_DEADLINE_S=300]
-set -u
-T0=$(date +%s)
-export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
-PY=${PYTHON:-python3}
-NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
-D=$OUT/knn; mkdir -p $D
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 timeout 200 $PY bench/topk_queue_ab.py --compile-only --procs $(( NP - 2 )) > $D/compile.log 2>&1 &
 CPID=$!

@@ -5,13 +5,7 @@
 #   2. the queue table refitted from both A/B runs (cakelib/tables/topk_queue/knn.json, copied to $OUT);
 #   3. the knn grid with that table, baselines in the same run (deadline GRID_DEADLINE_S).
 #     OUT=/some/dir bash bench/knn_queue_grid_device.sh [GRID_DEADLINE_S=300]
-set -u
-T0=$(date +%s)
-export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
-PY=${PYTHON:-python3}
-NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
-D=$OUT/knn; mkdir -p $D
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. "$(dirname "$0")/device_env.sh"
 M1=1048576
 SHAPES="[{\"Q\":2,\"M\":$M1,\"k\":10},{\"Q\":32,\"M\":$M1,\"k\":10},{\"Q\":8,\"M\":100000,\"k\":16},\
 {\"Q\":8,\"M\":100000,\"k\":10},{\"Q\":128,\"M\":$M1,\"k\":10},{\"Q\":256,\"M\":262144,\"k\":10},\

@@ -1,0 +1,10 @@
+# Sourced by the device scripts (bench/knn_*_device.sh): strict unset variables, the start time and a
+# `stamp` that prefixes seconds since it, unbuffered Python with the cubin cache in CAKE_CACHE_DIR, PY,
+# NP (compile processes: all cores but two) and D=$OUT/knn (created).
+set -u
+T0=$(date +%s)
+export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
+PY=${PYTHON:-python3}
+NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
+D=$OUT/knn; mkdir -p $D
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
