@@ -86,8 +86,7 @@ def main():
     queues = [int(q) for q in a.queues.split(",")]
     import torch
     from bench.examples import env_info
-    from bench.lib_grid import D, Timer, knn_check, knn_inputs, knn_reference, poisoned_outputs, precompile
-    from cakelib import knn
+    from bench.lib_grid import D, Timer, knn_inputs, knn_reference, precompile, run_knn_variant
     from cakelib.runtime import choose
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
@@ -116,12 +115,11 @@ def main():
             if key in fails:
                 row["builds"][q] = {"ok": False, "why": "compile: " + fails[key][:300]}
                 continue
-            try:
-                I, Dv = knn(xq, xb, k, variant=v, out=poisoned_outputs(xq, k))
-                ok, why = knn_check(xq, xb, I, Dv, k, ref)
+            try:   # checked on poisoned outputs, then timed (lib_grid's sweep step)
+                ok, why, t = run_knn_variant(timer, xq, xb, k, v, ref)
             except Exception as e:  # noqa: BLE001 - a build that fails to run is a result, not a crash
-                ok, why = False, f"{type(e).__name__}: {e}"[:300]
-            row["builds"][q] = {"ok": ok, "why": why, **(timer(lambda: knn(xq, xb, k, variant=v)) if ok else {})}
+                ok, why, t = False, f"{type(e).__name__}: {e}"[:300], None
+            row["builds"][q] = {"ok": ok, "why": why, **(t or {})}
         base = row["builds"].get(0, {})
         if base.get("ok"):
             row["speedup"] = {q: base["ms"] / b["ms"] for q, b in row["builds"].items() if b.get("ok") and q}
