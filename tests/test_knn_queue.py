@@ -94,3 +94,28 @@ def test_queued_variants_match_float64_on_gpu(metric, Q, M, k, variant):
         pytest.skip("wgmma needs sm_90a")
     from test_knn_fast import check_cakelib_knn
     check_cakelib_knn(metric, Q, M, k, variant, seed=11)
+
+
+@pytest.mark.parametrize("seed", ["knn_l2_mma_sm80", "knn_l2_wgmma_sm90a"])
+def test_topk_queue_family_tactic_builds_a_verified_queued_search(seed):
+    """The search proposer's way to the deferred insertion: the family tactic re-instantiates the kNN
+    seed with a queue; the program verifies clean and its merge flushes the queue."""
+    from cake_ir.io import load
+    from tactics.base import get_tactic
+    from tasks.registry import get
+    tac = get_tactic("topk_queue")
+    g = {x["name"]: x for x in get("knn").seed_genomes()}[seed]
+    assert {"queue": 2} in tac.choices(g)
+    out = tac.apply(g, {"queue": 2})
+    assert out["recipe"]["params"]["queue"] == 2
+    k, _ = load(out["ir"])
+    res = verify(k)
+    assert res.ok, [d.short() for d in res.diagnostics if d.severity == "error"]
+    doc = json.dumps(out["ir"])
+    assert doc.count('"queue_idx"') >= 2 and '"qv"' in doc
+
+
+def test_topk_queue_tactic_is_found_by_its_problem():
+    from tactics.base import retrieve
+    assert retrieve("lanes of a warp diverge while selecting the best candidates", k=1)[0].name == "topk_queue"
+    assert retrieve("nearest neighbour search slow at large k", k=1)[0].name == "topk_queue"
