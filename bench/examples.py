@@ -23,6 +23,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # GPU cycles of the spin kernel queued before each timed repetition (~1 ms at the H200's 1.98 GHz)
 BLOCK_CYCLES = 2_000_000
+# how `timed` measures, recorded in every result file's env (`timing`): results of different methods
+# must not be compared or joined row by row (bench/lib_grid.py warns). Files written before the field
+# existed record none: session 15's device calls 4-6 used the spin kernel, everything earlier did not.
+TIMING = "events, L2 flush, spin kernel"
+TIMING_UNRECORDED = "unrecorded"
+
+
+def timing_of(env: dict | None) -> str:
+    """The timing method a result file's env records."""
+    return (env or {}).get("timing", TIMING_UNRECORDED)
 
 
 def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: float = float("inf"),
@@ -102,7 +112,7 @@ def env_info(packages, script: str) -> dict:
     versions (None when absent) and, when a GPU answers, its name, driver and SM count."""
     import importlib.metadata as md
     info = {"python": platform.python_version(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "command": " ".join(["python", script] + sys.argv[1:])}
+            "command": " ".join(["python", script] + sys.argv[1:]), "timing": TIMING}
     for pkg in packages:
         try:
             info[pkg] = md.version(pkg)

@@ -655,7 +655,12 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
             torch.cuda.empty_cache()
         vmap = {NAMES[op](p): p for p in variants}
         if prior:
-            old = json.load(open(prior))["ops"][op]
+            from bench.examples import timing_of
+            prior_doc = json.load(open(prior))
+            if timing_of(prior_doc.get("env")) != timing_of(info):
+                print(f"{op}: WARNING: the prior sweep was timed by another method ({timing_of(prior_doc.get('env'))!r}, "
+                      f"now {timing_of(info)!r}): the fit compares its rows with this sweep's", flush=True)
+            old = prior_doc["ops"][op]
             new = {(json.dumps(r["shape"], sort_keys=True), r["variant"]) for r in raw}
             kept = [r for r in old["rows"] if (json.dumps(r["shape"], sort_keys=True), r["variant"]) not in new]
             raw = kept + raw
@@ -840,15 +845,22 @@ def merge(out_path: str, paths: list[str], later_wins: bool = False) -> None:
     continuation): every row once, each part's env and command kept, the summary recomputed.
     later_wins: a shape in several parts keeps the last part's row (a subset re-timed after a refit
     that changed only that subset's picks), and each part records how many rows it gave."""
+    from bench.examples import timing_of
     parts, ops = [], {}
     for p in paths:
         d = json.load(open(p))
         parts.append({"file": os.path.basename(p), "env": d.get("env"), "command": d.get("command"),
                       "truncated": d.get("truncated")})
+    methods = {timing_of(p["env"]) for p in parts if p["env"] is not None}
+    if len(methods) > 1:
+        print(f"WARNING: the parts were timed by different methods {sorted(methods)}: rows are not comparable",
+              flush=True)
+    for i, p in enumerate(paths):
+        d = json.load(open(p))
         for op, v in d["ops"].items():
-            ops.setdefault(op, []).extend((len(parts) - 1, r) for r in v.get("rows", []))
-            if "parts" in d:   # an already merged file: its parts' provenance
-                parts[-1]["parts"] = d["parts"]
+            ops.setdefault(op, []).extend((i, r) for r in v.get("rows", []))
+        if "parts" in d:   # an already merged file: its parts' provenance
+            parts[i]["parts"] = d["parts"]
     out = {"mode": "grid", "parts": parts, "ops": {}}
     for op, tagged in ops.items():
         keys = [json.dumps(r["shape"], sort_keys=True) for _, r in tagged]

@@ -51,3 +51,24 @@ def test_merge_later_wins_replaces_the_retimed_shapes(tmp_path):
     m = json.loads((tmp_path / "m.json").read_text())
     assert {r["shape"]["B"]: r["speedup"] for r in m["ops"]["kmeans"]["rows"]} == {1: 2.0, 2: 1.5}
     assert [p["rows_kept"]["kmeans"] for p in m["parts"]] == [1, 1]
+
+
+def test_merge_warns_when_the_parts_were_timed_differently(tmp_path, capsys):
+    """A grid file timed before the spin kernel (no `timing` in its env) and one timed with it: the
+    merge still writes the file but says the rows are not comparable; parts of one method say nothing."""
+    import json
+    from bench.examples import TIMING, timing_of
+
+    def part(name, env, B):
+        p = tmp_path / name
+        row = {"shape": {"B": B, "N": 1, "K": 8}, "ok": True, "cake_ms": 1.0, "best_baseline_ms": 1.0, "speedup": 1.0}
+        p.write_text(json.dumps({"mode": "grid", "env": env, "ops": {"kmeans": {"rows": [row]}}}))
+        return str(p)
+    old, new, new2 = part("o.json", {"date": "x"}, 1), part("n.json", {"timing": TIMING}, 2), part("m.json", {"timing": TIMING}, 3)
+    assert timing_of({"date": "x"}) != TIMING
+    lib_grid.merge(str(tmp_path / "a.json"), [new, new2])
+    assert "WARNING" not in capsys.readouterr().out
+    lib_grid.merge(str(tmp_path / "b.json"), [old, new])
+    assert "different methods" in capsys.readouterr().out
+    merged = json.loads((tmp_path / "b.json").read_text())
+    assert [p["rows_kept"]["kmeans"] for p in merged["parts"]] == [1, 1]
