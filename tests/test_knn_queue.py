@@ -1,5 +1,6 @@
-"""The deferred top-k insertion's queue width as the library picks it (cakelib.variants.knn_queue) and as
-bench/topk_queue_ab.py fits it; E-TOPK-02 on the kNN builders' own programs. CPU only."""
+"""The deferred top-k insertion: the queue width as the library picks it (cakelib.variants.knn_queue) and
+as bench/topk_queue_ab.py fits it, E-TOPK-02 on the kNN builders' own programs, the family tactic; on a
+GPU, queued variants against float64 (marked gpu)."""
 import json
 
 import pytest
@@ -51,6 +52,9 @@ def test_fit_keeps_a_width_only_when_its_geomean_beats_the_margin(tmp_path):
     doc = fit([str(ab)], str(tmp_path / "q.json"))
     assert doc["queues"] == {"a": {"16": 4}, "b": {"16": 0}, "c": {"32": 2}}
     assert json.loads((tmp_path / "q.json").read_text())["queues"] == doc["queues"]
+    again = tmp_path / "ab2.json"   # a later run re-measures ("a", 16): its rows replace the earlier ones
+    again.write_text(json.dumps({"rows": [row("a", 16, {0: 1.0, 2: 1.2, 4: 1.1})]}))
+    assert fit([str(ab), str(again)], str(tmp_path / "q2.json"))["queues"]["a"] == {"16": 0}
 
 
 @pytest.mark.parametrize("builder", ["sync", "wgmma"])
