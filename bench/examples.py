@@ -35,12 +35,11 @@ def timing_of(env: dict | None) -> str:
     return (env or {}).get("timing", TIMING_UNRECORDED)
 
 
-def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: float = float("inf"),
-          block: bool = True):
+def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: float = float("inf")):
     """Median of CUDA-event times, L2 flushed before each repetition. `reps` repetitions, or fewer once
     `min_reps` have run and their total passed `budget_ms` (slow calls in a large grid).
 
-    block: a spin kernel (torch.cuda._sleep, ~1 ms) is queued after the flush and before the start event,
+    A spin kernel (torch.cuda._sleep, ~1 ms) is queued after the flush and before the start event,
     so the host has queued the whole call before the GPU reaches the start event (nvbench's blocking
     kernel): the time is the GPU's, not the host's launch path. Without it, a call whose host side takes
     longer than the flush (~0.1 ms: Python, argument packing, several launches) measured the host, and
@@ -53,8 +52,7 @@ def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: f
     times = []
     while len(times) < reps and (len(times) < min_reps or sum(times) < budget_ms):
         flush()
-        if block:
-            torch.cuda._sleep(BLOCK_CYCLES)
+        torch.cuda._sleep(BLOCK_CYCLES)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()

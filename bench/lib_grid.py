@@ -666,7 +666,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
             raw = kept + raw
             rows = [Measurement(shape=r["shape"], variant=r["variant"], ms=r.get("ms"), ok=r["ok"]) for r in raw]
             vmap = {**old["variants"], **vmap}
-            result["prior"] = {"file": prior, "rows_kept": len(kept), "env": json.load(open(prior)).get("env")}
+            result["prior"] = {"file": prior, "rows_kept": len(kept), "env": prior_doc.get("env")}
             shapes = list({json.dumps(r["shape"], sort_keys=True): r["shape"] for r in raw}.values())
         meta = {"gpu": info.get("gpu"), "date": info["date"], "command": " ".join(["python"] + sys.argv),
                 "shapes": len(shapes), "measurements": len(rows)}
@@ -847,16 +847,15 @@ def merge(out_path: str, paths: list[str], later_wins: bool = False) -> None:
     that changed only that subset's picks), and each part records how many rows it gave."""
     from bench.examples import timing_of
     parts, ops = [], {}
-    for p in paths:
-        d = json.load(open(p))
+    docs = [json.load(open(p)) for p in paths]
+    for p, d in zip(paths, docs):
         parts.append({"file": os.path.basename(p), "env": d.get("env"), "command": d.get("command"),
                       "truncated": d.get("truncated")})
     methods = {timing_of(p["env"]) for p in parts if p["env"] is not None}
     if len(methods) > 1:
         print(f"WARNING: the parts were timed by different methods {sorted(methods)}: rows are not comparable",
               flush=True)
-    for i, p in enumerate(paths):
-        d = json.load(open(p))
+    for i, d in enumerate(docs):
         for op, v in d["ops"].items():
             ops.setdefault(op, []).extend((i, r) for r in v.get("rows", []))
         if "parts" in d:   # an already merged file: its parts' provenance

@@ -42,10 +42,10 @@ def fit(ab_paths: list[str], table_path: str) -> dict:
     import math
     ratios: dict = {}
     for path in ab_paths:
-        seen = {(r["variant"], str(r["shape"]["k"])) for r in json.load(open(path))["rows"]}
-        for key in seen:
+        rows = json.load(open(path))["rows"]
+        for key in {(r["variant"], str(r["shape"]["k"])) for r in rows}:
             ratios.pop(key, None)
-        for r in json.load(open(path))["rows"]:
+        for r in rows:
             b0 = r["builds"].get("0", r["builds"].get(0, {}))
             if not b0.get("ok"):
                 continue

@@ -1533,17 +1533,17 @@ class Emitter:
                 w.line(f"if (cake_v {passes} cake_thr{guard}) {insert}")
             else:
                 qv, qi, T = queue
+                q_v, q_i = f"&{qv.name}[{slot * T}]", f"&{qi.name}[{slot * T}]"   # this row's queue
                 w.open(f"if (cake_v {passes} cake_thr{guard})")
                 w.line(f"if ({qi.name}[{slot * T + T - 1}] >= 0) {insert}   // a full queue: on the spot")
-                w.line(f"else cake::topk_push<{T}>(&{qv.name}[{slot * T}], &{qi.name}[{slot * T}], cake_v, cake_cb + cake_c);")
+                w.line(f"else cake::topk_push<{T}>({q_v}, {q_i}, cake_v, cake_cb + cake_c);")
                 w.close()
             w.close()
             w.close()
             if queue is not None:
-                qv, qi, T = queue
                 # warp-uniform (outside the divergent scan): the lanes insert their queues together
                 w.line(f"if (__any_sync(0xffffffffu, {qi.name}[{slot * T + max(T // 2, 1) - 1}] >= 0)) "
-                       f"cake::topk_flush<{K}, {T}, {mn}>(cake_tv, cake_ti, &{qv.name}[{slot * T}], &{qi.name}[{slot * T}]);")
+                       f"cake::topk_flush<{K}, {T}, {mn}>(cake_tv, cake_ti, {q_v}, {q_i});")
             w.close()
 
     def quad_lists_disjoint(self, st: TopK) -> bool:

@@ -59,6 +59,17 @@ def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int) -> None:
     kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
 
 
+def declare_topk_queue(kb, rows: int, queue: int) -> dict:
+    """The deferred insertion's queue beside a warp's [rows, k] lists (mma_rows [rows, queue] values and
+    indices), as the `topk` / `topk_merge` fields that name it ({} for queue 0). The program fills qi
+    with -1 before the stream (E-TOPK-02)."""
+    if not queue:
+        return {}
+    kb.buffer("qv", "reg", "f32", [rows, queue], layout="mma_rows", scope="warp")
+    kb.buffer("qi", "reg", "i32", [rows, queue], layout="mma_rows", scope="warp")
+    return dict(queue_vals=tile("qv"), queue_idx=tile("qi"))
+
+
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
               qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0):
@@ -111,9 +122,10 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         raise ValueError("ws > 1 needs split > 1 with the wide merge and bq == wm")
     warps = bq // wm * ws
     l2 = metric == "l2"
+    queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
-        + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue and k > 1 else "")
+        + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
@@ -141,11 +153,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("acc", "reg", "f32", [wm, bn], layout="mma_acc", scope="warp")
     kb.buffer("tv", "reg", "f32", [wm, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [wm, k], layout="mma_rows", scope="warp")
-    queue = queue if k > 1 else 0
-    if queue:
-        kb.buffer("qv", "reg", "f32", [wm, queue], layout="mma_rows", scope="warp")
-        kb.buffer("qi", "reg", "i32", [wm, queue], layout="mma_rows", scope="warp")
-    qref = dict(queue_vals=tile("qv"), queue_idx=tile("qi")) if queue else {}
+    qref = declare_topk_queue(kb, wm, queue)
     halves = 32 * warps // bq
     if wide and split % halves:   # (the serial merge takes any split)
         raise ValueError(f"the merge deals the {split} partial lists of a query to {halves} thread groups: "

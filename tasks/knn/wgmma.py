@@ -19,7 +19,7 @@ from cake_ir.nodes import Program, Workspace
 from tasks.base import signature_defaults
 
 from . import programs
-from .programs import BIG, XN_COLS, _merge_wide, declare_search_io, knn_db_norms
+from .programs import BIG, XN_COLS, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
 ATOM = 64                    # f16 elements per 128-byte swizzle row
@@ -65,8 +65,9 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     l2 = metric == "l2"
     kind = "min" if l2 else "max"
     worst = BIG if l2 else -BIG
+    queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
-        + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue and k > 1 else "")
+        + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue else "")
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_wg{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
@@ -86,11 +87,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         kb.buffer("acc1", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
     kb.buffer("tv", "reg", "f32", [16, k], layout="mma_rows", scope="warp")
     kb.buffer("ti", "reg", "i32", [16, k], layout="mma_rows", scope="warp")
-    queue = queue if k > 1 else 0
-    if queue:
-        kb.buffer("qv", "reg", "f32", [16, queue], layout="mma_rows", scope="warp")
-        kb.buffer("qi", "reg", "i32", [16, queue], layout="mma_rows", scope="warp")
-    qref = dict(queue_vals=tile("qv"), queue_idx=tile("qi")) if queue else {}
+    qref = declare_topk_queue(kb, 16, queue)
     unroll = wgmma_merge_unroll(split, k, bn, 2 if overlap else 1) if split > 1 else 1
     if split > 1:
         for n in ("mv",) + tuple(f"pv{u}" for u in range(unroll)):
