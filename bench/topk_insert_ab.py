@@ -58,10 +58,9 @@ def main():
     a = ap.parse_args()
     import torch
     from bench.examples import env_info
-    from bench.lib_grid import Timer, knn_check, knn_inputs, knn_reference, poisoned_outputs
+    from bench.lib_grid import Timer, knn_inputs, knn_reference, run_knn_variant
     import cake_ir.lower as lower
     import cake_ir.lower.emit as emit
-    from cakelib import knn
     from cakelib.runtime import runtime
     shift_text = emit.header_text()
     headers = {"shift": shift_text, "bubble": bubble_header(shift_text)}
@@ -78,9 +77,8 @@ def main():
         for impl in ("bubble", "shift"):
             emit.header_text = lower.header_text = (lambda t: (lambda: t))(headers[impl])
             runtime()._kernels.clear()          # this build, not the other one loaded for the same key
-            I, Dv = knn(xq, xb, k, variant=p, out=poisoned_outputs(xq, k))
-            ok, why = knn_check(xq, xb, I, Dv, k, ref)
-            row[impl] = {"ok": ok, "why": why, **(timer(lambda: knn(xq, xb, k, variant=p)) if ok else {})}
+            ok, why, t = run_knn_variant(timer, xq, xb, k, p, ref)   # checked on poisoned outputs, then timed
+            row[impl] = {"ok": ok, "why": why, **(t or {})}
         if row["bubble"]["ok"] and row["shift"]["ok"]:
             row["speedup"] = row["bubble"]["ms"] / row["shift"]["ms"]
         rows.append(row)
