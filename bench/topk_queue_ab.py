@@ -1,10 +1,13 @@
-"""Same-run A/B of the deferred top-k insertion (session 15): at each shape the kernel the committed
-dispatch table picks, built with queue T = 0 (insertion on the spot, the baseline) and with T = 2, 4, 8
-pending entries per row and lane (`topk` queue_vals / queue_idx), each checked against float64
-(bench/lib_grid.py `knn_check`, poisoned outputs) and timed with CUDA events (median, L2 flushed), the
-builds alternating per shape. All builds are compiled in parallel first. Prints a table last and writes
-JSON with the GPU and versions.
-    python bench/topk_queue_ab.py [--out FILE] [--deadline-s S] [--queues 0,2,4,8] [--shapes JSON] [--compile-only]
+"""Same-run A/B of a kNN build option at the kernels the committed dispatch table picks, each build
+checked against float64 (bench/lib_grid.py `knn_check`, poisoned outputs) and timed with CUDA events
+(median, L2 flushed), the builds alternating per shape; the first value is the baseline. All builds are
+compiled in parallel first. Prints a table last and writes JSON with the GPU and versions.
+- `--option queue` (session 15, the default): the deferred top-k insertion, T = 0 (insertion on the
+  spot) against T = 2, 4, 8 pending entries per row and lane (`topk` queue_vals / queue_idx);
+- `--option share --values 0,1` (session 16): the split's CTAs sharing each query's bound of its
+  k-th best (`topk` shared_bound) off and on.
+    python bench/topk_queue_ab.py [--option queue|share] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
+                                  [--shapes JSON] [--compile-only]
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
     python bench/topk_queue_ab.py --fit bench/results/topk-queue-ab-h200.json
 """
@@ -28,6 +31,13 @@ SHAPES = [{"Q": 1, "M": M1, "k": 16}, {"Q": 1, "M": M1, "k": 32}, {"Q": 16, "M":
           {"Q": 10000, "M": M1, "k": 16}, {"Q": 16384, "M": 16384, "k": 32}, {"Q": 32768, "M": 32768, "k": 16},
           {"Q": 32768, "M": 32768, "k": 32}]
 
+# the shared bound (session 16): the shapes where the table picks a split kernel at k > 1 (the grid's
+# k >= 10 losses: few queries, Q = 64 - 128, the mid-Q split wgmma), M from 100K to 4M
+SHARE_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
+    (1, 100000, 10), (1, M1, 10), (1, 100000, 16), (1, M1, 16), (1, 4 * M1, 16), (1, M1, 32), (8, 262144, 16),
+    (16, 262144, 16), (32, 262144, 16), (32, M1, 10), (64, 100000, 10), (64, M1, 16), (64, M1, 32),
+    (128, 100000, 10), (128, M1, 10), (128, 262144, 16), (128, 4 * M1, 16), (256, M1, 16), (512, 262144, 16),
+    (1024, 262144, 16), (1024, M1, 10), (2048, 262144, 16), (4096, 262144, 16), (1024, M1, 32))]
 
 # a queue must beat insertion on the spot by this much in the same run to be kept (the A/B's repeat
 # medians agree to ~1-2 %)
@@ -74,7 +84,9 @@ def main():
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
-    ap.add_argument("--queues", default="0,2,4,8")
+    ap.add_argument("--option", default="queue", choices=("queue", "share"))
+    ap.add_argument("--values", "--queues", dest="values", help="the option's values, the baseline first "
+                    "(default: queue 0,2,4,8; share 0,1)")
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
     ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--compile-only", action="store_true", help="fill the cubin cache and stop")
@@ -83,7 +95,11 @@ def main():
         doc = fit(a.fit, a.table)
         print(json.dumps(doc["queues"], indent=1))
         return
-    queues = [int(q) for q in a.queues.split(",")]
+    opt = a.option
+    queues = [int(q) for q in (a.values or ("0,2,4,8" if opt == "queue" else "0,1")).split(",")]
+
+    def build(p: dict, q: int) -> dict:   # the variant with the option's value q (share: 0 / 1 -> bool)
+        return {**p, opt: bool(q) if opt == "share" else q}
     import torch
     from bench.examples import env_info
     from bench.lib_grid import D, Timer, knn_inputs, knn_reference, precompile, run_knn_variant
@@ -91,8 +107,9 @@ def main():
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
     t0 = time.time()
-    cases = [(s, choose("knn", {**s, "D": D})) for s in (json.loads(a.shapes) if a.shapes else SHAPES)]
-    jobs = sorted({("knn", json.dumps({**p, "queue": q}, sort_keys=True), s["k"], arch)
+    shapes = json.loads(a.shapes) if a.shapes else SHAPES if opt == "queue" else SHARE_SHAPES
+    cases = [(s, choose("knn", {**s, "D": D})) for s in shapes]
+    jobs = sorted({("knn", json.dumps(build(p, q), sort_keys=True), s["k"], arch)
                    for s, (_, p) in cases for q in queues})
     fails = precompile([(o, json.loads(p), k, ar) for o, p, k, ar in jobs], a.procs)
     print(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s, {len(fails)} failed", flush=True)
@@ -110,7 +127,7 @@ def main():
         ref = knn_reference(xq, xb, k)
         row = {"shape": shape, "variant": name, "params": p, "builds": {}}
         for q in queues:
-            v = {**p, "queue": q}
+            v = build(p, q)
             key = str(("knn", json.loads(json.dumps(v, sort_keys=True)), k, arch))
             if key in fails:
                 row["builds"][q] = {"ok": False, "why": "compile: " + fails[key][:300]}
@@ -120,9 +137,9 @@ def main():
             except Exception as e:  # noqa: BLE001 - a build that fails to run is a result, not a crash
                 ok, why, t = False, f"{type(e).__name__}: {e}"[:300], None
             row["builds"][q] = {"ok": ok, "why": why, **(t or {})}
-        base = row["builds"].get(0, {})
+        base = row["builds"].get(queues[0], {})
         if base.get("ok"):
-            row["speedup"] = {q: base["ms"] / b["ms"] for q, b in row["builds"].items() if b.get("ok") and q}
+            row["speedup"] = {q: base["ms"] / b["ms"] for q, b in row["builds"].items() if b.get("ok") and q != queues[0]}
         rows.append(row)
         print(shape, name, {q: (round(b.get("ms", float("nan")), 3), b["ok"]) for q, b in row["builds"].items()},
               flush=True)
@@ -130,15 +147,16 @@ def main():
         torch.cuda.empty_cache()
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     json.dump({"env": env_info(("torch", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/topk_queue_ab.py"),
-               "command": " ".join(sys.argv), "queues": queues, "rows": rows}, open(a.out, "w"), indent=1)
-    head = "".join(f"{'T=' + str(q) + ' ms':>10s}" for q in queues)
+               "command": " ".join(sys.argv), "option": opt, "queues": queues, "rows": rows}, open(a.out, "w"), indent=1)
+    tag = "T=" if opt == "queue" else "sb="
+    head = "".join(f"{tag + str(q) + ' ms':>10s}" for q in queues)
     print(f"\n{'shape':28s} {'variant':36s}{head}  best")
     for r in rows:
         s = r["shape"]
         ms = {q: b.get("ms") for q, b in r["builds"].items() if b.get("ok")}
         best = min(ms, key=ms.get) if ms else None
         cells = "".join(f"{ms[q]:10.3f}" if q in ms else f"{'FAIL':>10s}" for q in queues)
-        gain = f"T={best} {ms[0] / ms[best]:.2f}x" if best is not None and 0 in ms else ""
+        gain = f"{tag}{best} {ms[queues[0]] / ms[best]:.2f}x" if best is not None and queues[0] in ms else ""
         print(f"Q={s['Q']:<6d} M={s['M']:<8d} k={s['k']:<3d} {r['variant'][:36]:36s}{cells}  {gain}")
 
 

@@ -416,6 +416,14 @@ class TopK(Node):
     inserts on the spot. A divergent insertion costs the warp k steps for every column where any lane
     inserts; deferred, the lanes share the steps. The lists are complete only after the `topk_merge`
     that takes the same queue (E-TOPK-02).
+
+    Shared bound (`shared_bound`, a global i32 [rows, 1] tile, k > 1 over mma_acc / wgmma_acc scores):
+    when several CTAs (a split database) or warps score disjoint candidates of the same rows, each
+    lane's filter also uses the best bound any of them has published for the row, and publishes its
+    quad's bound when it is better (an atomic max of an order-preserving key). Any one quad's k-th
+    entry bounds the row's final k-th, so a score strictly worse than a published bound is never in
+    the row's top-k: a split's CTAs stop inserting candidates another CTA has already beaten. The
+    word 0 stands for "no bound"; the program zeroes the words after the last reader (E-TOPK-03).
     """
 
     op: Literal["topk"] = "topk"
@@ -435,6 +443,10 @@ class TopK(Node):
                                   "wgmma_acc scores only; with queue_idx)")
     queue_idx: Optional[TileRef] = Field(
         default=None, description="mma_rows i32 [rows, T]: their indices, -1 = empty (fill with -1 first)")
+    shared_bound: Optional[TileRef] = Field(
+        default=None, description="global i32 [rows, 1]: a bound on each row's k-th best score that the CTAs "
+                                  "(and warps) splitting the row's candidates share (k > 1 over mma_acc / "
+                                  "wgmma_acc scores; word 0 = no bound: zero it before, leave it zeroed after)")
 
 
 class TopKMerge(Node):

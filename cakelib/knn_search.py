@@ -40,10 +40,11 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         name, p = choose("knn", shape, variant)
         from .variants import knn_kernel, knn_queue
         # the queue is filled in per k like k itself, outside the variant's name: part of the build's key
-        kern = rt.kernel(("knn", name, k, metric, D, knn_queue(p, k)), lambda arch: knn_kernel(p, k, metric, D, arch))
+        kern = rt.kernel(("knn", name, k, metric, D, knn_queue(p, k), p.get("share", True)),
+                         lambda arch: knn_kernel(p, k, metric, D, arch))
         from tasks.knn.programs import WS_ROWS, WS_TILES
         ws = {"PV": rt.workspace("knn.PV", (WS_ROWS, k), "f32"), "PI": rt.workspace("knn.PI", (WS_ROWS, k), "i32"),
-              "WT": rt.workspace("knn.WT", (WS_TILES, 1), "i32")}
+              "WT": rt.workspace("knn.WT", (WS_TILES, 1), "i32"), "TH": rt.workspace("knn.TH", (WS_ROWS, 1), "i32")}
         if out is not None:
             I = arrays.as_output(out[0], "out[0] (indices)", (Q, k), "i32", q)
             Dist = arrays.as_output(out[1], "out[1] (distances)", (Q, k), "f32", q)

@@ -134,9 +134,9 @@ def test_kmeans_workspace_declared_and_in_seed_interface():
     res = compile_kernel(k)
     assert res.ok
     assert interface_problem(spec_from_kernel(k, res), t, shape) is None
-    # knn: the split-database path's partial lists and counters; every knn seed declares them
+    # knn: the split-database path's partial lists, counters and shared bounds; every knn seed declares them
     kt = get_task("knn")
-    assert [w.name for w in workspace_specs(kt, {"Q": 1, "M": 10})] == ["PV", "PI", "WT"]
+    assert [w.name for w in workspace_specs(kt, {"Q": 1, "M": 10})] == ["PV", "PI", "WT", "TH"]
     from cake_ir.compiler import compile_program
     from cake_ir.nodes import Program
     from gpu_backend.runner import spec_from_program

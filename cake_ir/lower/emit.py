@@ -1342,11 +1342,14 @@ class Emitter:
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
             if K > 1:
                 queue = self.topk_queue(st, TM, path)
-                self.topk_acc_filtered(st, sb, vb, ib, TM, NT, K, mn, lim, path, wg, queue)
+                bound = self.topk_bound(st, sb.shape[0], path)
+                self.topk_acc_filtered(st, sb, vb, ib, TM, NT, K, mn, lim, path, wg, queue, bound)
                 w.close()
                 return
             if st.queue_vals is not None or st.queue_idx is not None:
                 self.fail(path, "a top-1 selection keeps no queue (its running best is one compare per score)")
+            if st.shared_bound is not None:
+                self.fail(path, "a top-1 selection shares no bound (its running best is one compare per score)")
             self.topk1_acc(st, sb, vb, ib, TM, NT, mn, lim, path, wg)
         elif sb.layout == "row_major" and sb.scope == "thread":
             R, C = prod(sb.shape[:-1]), sb.shape[-1]
@@ -1354,6 +1357,8 @@ class Emitter:
                 self.fail(path, f"topk over a per-thread [{R}, {C}] tile keeps per-thread [{R}, {K}] lists")
             if st.queue_vals is not None or st.queue_idx is not None:
                 self.fail(path, "deferred insertion (a queue) is for mma_acc / wgmma_acc score tiles")
+            if st.shared_bound is not None:
+                self.fail(path, "a shared bound is for mma_acc / wgmma_acc score tiles")
             xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
             w.line("#pragma unroll")
@@ -1441,8 +1446,20 @@ class Emitter:
             self.fail(path, f"a topk queue is a pair of mma_rows tiles [{TM}, T]")
         return qv, qi, qv.shape[1]
 
+    def topk_bound(self, st, rows: int, path):
+        """A function from a row's C expression (within the score tile's `rows` rows) to the C pointer of
+        its shared-bound word (st.shared_bound: a global i32 tile [rows, 1]), or None."""
+        if st.shared_bound is None:
+            return None
+        t = resolve_tile(self.k, st.shared_bound)
+        if t.space != "global" or t.dtype != "i32" or list(t.shape) != [rows, 1] or len(t.offset) != 2:
+            self.fail(path, f"a shared bound is a global i32 tile [{rows}, 1] of a 2-d tensor (a word per score row)")
+        p = t.param
+        off = [ix(o) for o in t.offset]
+        return lambda row: f"({p.name} + ({self.gaddr(p, [f'({off[0]}) + ({row})', off[1]])}))"
+
     def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path, wg: bool = False,
-                          queue=None):
+                          queue=None, bound=None):
         """topk (k > 1) over an mma_acc tile, filtered: a lane scores its 2 * NT columns of each row it
         holds without the row bias (u = scale * acc + col_bias, one FMA, the column bias read once for
         all rows; the scores take the accumulator's registers), takes their best per row and enters the
@@ -1461,7 +1478,11 @@ class Emitter:
         With a queue (T entries per row and lane), a passing score is pushed (2 T moves) unless the
         lane's queue is full (then inserted on the spot), and after the row's scan the warp flushes all
         queues together when any lane's is half full (E-TOPK-02: the merge flushes the rest). The
-        threshold still comes from the lists alone: queued entries only make it looser, never wrong."""
+        threshold still comes from the lists alone: queued entries only make it looser, never wrong.
+
+        With a shared bound (`bound`: row -> its global word), the quad's threshold is also published
+        to the row's word when tighter, and the row's threshold is the tighter of the two (bound_share):
+        another CTA's quad holds k entries at least that good."""
         w = self.w
         n = 2 * NT
         slots = self.rows_slots(TM, wg)
@@ -1507,9 +1528,13 @@ class Emitter:
             J = -(-K // 4) - 1
             other = "cake::quad_max" if mn == "true" else "cake::quad_min"
             if self.quad_lists_disjoint(st):
-                w.line(f"const float cake_thr = {fold}({quad}(cake_tv[{K - 1}]), {other}(cake_tv[{J}]));")
+                mine = f"{fold}({quad}(cake_tv[{K - 1}]), {other}(cake_tv[{J}]))"
             else:   # after a topk_merge the 4 lanes hold one list: only a lane's own k-th bounds the row
-                w.line(f"const float cake_thr = {quad}(cake_tv[{K - 1}]);")
+                mine = f"{quad}(cake_tv[{K - 1}])"
+            if bound is None:
+                w.line(f"const float cake_thr = {mine};")
+            else:
+                w.line(f"const float cake_thr = cake::bound_share<{mn}>({bound(row)}, {mine}, cake_lane);")
             if st.row_bias is not None:
                 w.line(f"const float cake_rb = {self.smem_f32(self.vec_addr(st.row_bias, row, path))};")
                 # fl(u + rb) passes thr => u passes thr - rb moved by half an ulp of thr; the margin

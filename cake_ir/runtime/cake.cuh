@@ -352,6 +352,27 @@ template <int K, int T, bool MIN> __device__ __forceinline__ void topk_flush(flo
     qi[t] = -1;
   }
 }
+// A bound on a row's k-th best shared through a global word (the `topk` shared_bound): an
+// order-preserving key, larger = tighter (an atomic max keeps the best), 0 = no bound. The monotone map
+// e(f) flips a negative float's bits and sets a positive one's sign bit; min keeps ~e(f) (smaller f is
+// tighter), max keeps e(f). The key 0 decodes to a NaN, which fminf / fmaxf ignore.
+template <bool MIN> __device__ __forceinline__ unsigned bound_key(float f) {
+  const unsigned u = __float_as_uint(f);
+  const unsigned e = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return MIN ? ~e : e;
+}
+template <bool MIN> __device__ __forceinline__ float bound_value(unsigned key) {
+  const unsigned e = MIN ? ~key : key;
+  return __uint_as_float((e & 0x80000000u) ? (e & 0x7fffffffu) : ~e);
+}
+// Read the row's shared bound (L2: other CTAs' atomics land there; a stale value is only looser) and
+// publish `mine` (one lane of the quad) when it is tighter. Returns the tighter of the two.
+template <bool MIN> __device__ __forceinline__ float bound_share(int* word, float mine, int lane) {
+  const float shared = bound_value<MIN>((unsigned)__ldcg(word));
+  const bool tighter = MIN ? !(shared <= mine) : !(shared >= mine);   // a NaN (no bound) is never tighter
+  if (tighter && (lane & 3) == 0) atomicMax(reinterpret_cast<unsigned*>(word), bound_key<MIN>(mine));
+  return MIN ? fminf(mine, shared) : fmaxf(mine, shared);
+}
 // Merge the lists of the lanes `lane ^ 1` and `lane ^ 2` (a quad) into every lane of the quad.
 template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float* vals, int* idx) {
 #pragma unroll

@@ -57,6 +57,21 @@ def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int) -> None:
     kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
     kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
     kb.tensor("WT", "i32", ["WTR", 1], access="readwrite")
+    # the split path's shared per-query bounds of the k-th best (topk shared_bound; 0 = none, left zeroed)
+    kb.tensor("TH", "i32", ["WR", 1], access="readwrite")
+
+
+def shares_bound(k: int, split: int, ws: int = 1, share: bool = True) -> bool:
+    """The search's `topk` shares each query's bound between the CTAs (and warps) that split its
+    database: k > 1 (a top-1's running best needs none) with more than one of them."""
+    return share and k > 1 and (split > 1 or ws > 1)
+
+
+def reset_bounds(r, rows: str) -> None:
+    """Zero the shared-bound words of the tile's query rows (`rows`: this thread's row, < BQ): the last
+    CTA of a query tile runs after every reader, and the next launch finds no bound."""
+    r.fill("zb", 0)
+    r.stg(tile("zb"), tile("TH", [f"q0 + {rows}", 0], [1, 1]), oob="mask", vec_bytes=4, id="reset_bounds")
 
 
 def declare_topk_queue(kb, rows: int, queue: int) -> dict:
@@ -72,7 +87,7 @@ def declare_topk_queue(kb, rows: int, queue: int) -> dict:
 
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
-              qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0):
+              qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0, share: bool = True):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -115,7 +130,12 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
 
     queue (k > 1): T pending entries per row and lane, the deferred insertion (`topk` queue_vals /
     queue_idx): the warp's lanes insert their queued scores together instead of one divergent insertion
-    per column where any lane has a passing score; the merge inserts what is left."""
+    per column where any lane has a passing score; the merge inserts what is left.
+
+    share (k > 1, split > 1 or ws > 1): the CTAs and warps that split a query's database share its
+    bound of the k-th best through the workspace TH (`topk` shared_bound): a candidate another split
+    has already beaten k times costs one compare, where each split alone would insert its own first
+    ~k ln(CH / k) candidates per lane list; the last CTA zeroes the tile's words."""
     gnorm = norms == "global" and metric == "l2"
     wide = split > 1 and merge == "wide"
     if ws > 1 and (not wide or bq != wm):
@@ -126,6 +146,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
         + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue else "")
+    shared = shares_bound(k, split, ws, share)
+    tag += "_sb" if shared else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
@@ -170,6 +192,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         if wide and hrows:
             kb.buffer("hmv", "smem", "f32", [hrows, k])
             kb.buffer("hmi", "smem", "i32", [hrows, k])
+    if shared:
+        kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
     kind = "min" if l2 else "max"
     worst = -BIG if not l2 else BIG
     # ws > 1: every warp has the CTA's queries and its own database chunk and smem rows (ws = 1 keeps
@@ -249,6 +273,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             lim = "min(m0 + CH, M)" if split > 1 else "M"
             topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim,
                         **qref)
+            if shared:
+                topk["shared_bound"] = tile("TH", ["q0 + wq0", 0], [wm, 1])
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [wm]),
                             col_bias=cnt(f"t % {stages}") if gnorm
@@ -272,7 +298,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
                 if wide:
-                    _merge_wide(r, k, kind, worst, unroll, halves)
+                    _merge_wide(r, k, kind, worst, unroll, halves, shared)
                 else:
                     # every row of the tile is merged (and so zeroed), also a padded query's; only real
                     # queries are stored
@@ -290,6 +316,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                             r.fill("pi", 0)
                             r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
                             r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+                        if shared:
+                            reset_bounds(r, "tid")
                         with r.if_("q0 + tid < Q"):
                             r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
                             r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
@@ -331,13 +359,13 @@ def _merge_warps(r, k: int, kind: str, ws: int, bq: int) -> None:
         r.stg(tile("mi"), tile("PI", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
 
 
-def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2) -> None:
+def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2, shared: bool = False) -> None:
     """The last CTA's merge of the SPLIT partial lists of each query (row qq of the tile), by all
     halves * BQ threads: thread (g, qq) = (tid / BQ, tid % BQ) merges lists
     j = halves * m + g, `unroll` rows per step with their loads issued before the inserts; zeroes every
     row it read (padded queries' rows too, so the workspace is left zeroed); the groups g >= 1 hand their
     lists to g = 0 through smem, which merges them and stores the real queries. Exact: a top-k of top-k
-    lists of a partition."""
+    lists of a partition. shared: group 0 also zeroes the tile's shared-bound words (padded rows too)."""
     vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
     r.let("qq", "tid % BQ")
     r.let("g", "tid / BQ")
@@ -365,6 +393,9 @@ def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2
             r.sts(tile("mv"), tile("hmv", ["(g - 1) * BQ + qq", 0], [1, k]), vec_bytes=4)
             r.sts(tile("mi"), tile("hmi", ["(g - 1) * BQ + qq", 0], [1, k]), vec_bytes=4)
         r.sync("syncthreads")
+    if shared:
+        with r.if_("g == 0"):
+            reset_bounds(r, "qq")
     with r.if_("g == 0 && q0 + qq < Q"):
         if halves == 2:
             r.lds(tile("hmv", ["qq", 0], [1, k]), tile("pv0"), vec_bytes=4)

@@ -64,11 +64,12 @@ class KnnTask(BaseTask):
         return [TensorSpec("I", (shape["Q"], self.k), "i32"), TensorSpec("Dist", (shape["Q"], self.k), "f32")]
 
     def workspace(self, shape):
-        """The split-database path's scratch (tasks/knn/programs.py): partial lists PV/PI and per-query-
-        tile counters WT, zeroed by the evaluator and left zeroed by the kernel."""
+        """The split-database path's scratch (tasks/knn/programs.py): partial lists PV/PI, per-query-
+        tile counters WT and per-query shared bounds TH, zeroed by the evaluator and left zeroed by the
+        kernel."""
         from tasks.knn.programs import WS_ROWS, WS_TILES
         return [TensorSpec("PV", (WS_ROWS, self.k), "f32"), TensorSpec("PI", (WS_ROWS, self.k), "i32"),
-                TensorSpec("WT", (WS_TILES, 1), "i32")]
+                TensorSpec("WT", (WS_TILES, 1), "i32"), TensorSpec("TH", (WS_ROWS, 1), "i32")]
 
     def make_inputs(self, shape, seed: int, rng: Optional[np.random.Generator] = None):
         rng = self.rng_for(seed, rng)

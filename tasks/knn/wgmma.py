@@ -19,7 +19,8 @@ from cake_ir.nodes import Program, Workspace
 from tasks.base import signature_defaults
 
 from . import programs
-from .programs import BIG, XN_COLS, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms
+from .programs import (BIG, XN_COLS, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms,
+                       shares_bound)
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
 ATOM = 64                    # f16 elements per 128-byte swizzle row
@@ -42,7 +43,8 @@ def prefetch_distance(stages: int, overlap: bool) -> int:
 
 
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
-              stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, arch: str = "sm_90a"):
+              stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, share: bool = True,
+              arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
     k steps (m64 n BN k16) into its [64, BN] f32 accumulator, waits for them and folds the scores into
@@ -50,7 +52,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     merge of programs.knn_fused). l2 returns a Program: database norms, query norms, the search.
     overlap: two accumulators, tile t's wgmma issued before tile t - 1's top-k (stages >= 3: one tile
     fewer in flight ahead, the slot an in-flight wgmma reads is never reloaded). queue: the deferred
-    top-k insertion's pending entries per row and lane (programs.knn_fused)."""
+    top-k insertion's pending entries per row and lane, share: the splits share each query's bound of
+    its k-th best (programs.knn_fused)."""
     if arch != "sm_90a":
         raise ValueError("knn_wgmma needs sm_90a (wgmma)")
     if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
@@ -68,6 +71,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue else "")
+    shared = shares_bound(k, split, 1, share)
+    tag += "_sb" if shared else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_wg{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
@@ -96,6 +101,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
         kb.buffer("hmv", "smem", "f32", [bq, k])      # the second thread group's lists, handed over
         kb.buffer("hmi", "smem", "i32", [bq, k])
+    if shared:
+        kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
 
     def load_db(r, row, slot, id=None):
         """The database tile at `row` (its atoms) and its norms into ring slot `slot`."""
@@ -153,6 +160,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         def select(t: str, acc: str):
             topk = dict(kind=kind, k=k, src=tile(acc), vals=tile("tv"), idx=tile("ti"), col=f"m0 + ({t}) * BN",
                         limit=lim, **qref)
+            if shared:
+                topk["shared_bound"] = tile("TH", ["q0 + 64 * wg", 0], [64, 1])
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]),
                             col_bias=tile("cn", slot=f"({t}) % {stages}"))
@@ -195,7 +204,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.stg(tile("ti"), tile("PI", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
-                _merge_wide(r, k, kind, worst, unroll, 2)
+                _merge_wide(r, k, kind, worst, unroll, 2, shared)
     search = kb.build()
     if not l2:
         return search

@@ -1,0 +1,51 @@
+"""E-TOPK-03: a topk's shared bound that is malformed or never reset.
+
+- `shared_bound` is for a `topk` with k > 1 over an `mma_acc` / `wgmma_acc` score tile (a top-1's
+  running best, and the per-thread lists of a merge, filter nothing with it).
+- it is a tile [rows, 1] of a 2-d global i32 tensor with `readwrite` access, one word per score row
+  (rows: the mma_acc tile's rows, 64 for a warpgroup's wgmma_acc tile).
+- the word 0 means "no bound", so the program must leave the words zeroed: a later `stg` into the same
+  tensor (the reset, by whoever runs after every reader, e.g. the last CTA of a split) must exist.
+
+What goes wrong on hardware: a bound left over from an earlier launch (other data) filters out true
+neighbours of this one: results silently miss entries of their top-k; a word that is not the row's
+(wrong shape) mixes bounds of different rows, with the same effect.
+"""
+from cake_ir.analysis.tiles import resolve_tile
+from cake_ir.nodes import Access, TopK
+
+CODE = "E-TOPK-03"
+TITLE = "shared top-k bound: operand, scores it filters, reset after the last reader"
+STAGE = "source"
+
+
+def check(ctx):
+    k = ctx.kernel
+    sites = ctx.sites
+    for i, s in enumerate(sites):
+        n, p = s.node, s.path
+        if not isinstance(n, TopK) or n.shared_bound is None:
+            continue
+        fix = [{"op": "remove", "path": f"{p}/shared_bound"}]
+        sb = resolve_tile(k, n.src).buffer
+        if sb is None or sb.space != "reg" or sb.layout not in ("mma_acc", "wgmma_acc") or n.k < 2:
+            yield ctx.report(f"{p}/shared_bound", "a shared bound is for k > 1 over mma_acc / wgmma_acc scores",
+                             fix=fix)
+            continue
+        t = resolve_tile(k, n.shared_bound)
+        par = t.param
+        if par is None or t.dtype != "i32" or len(par.shape) != 2:
+            yield ctx.report(f"{p}/shared_bound/buf", f"{n.shared_bound.buf!r} must be a 2-d global i32 tensor "
+                             "(one word per score row)", legal=["i32"])
+            continue
+        if par.access != "readwrite":
+            yield ctx.report(f"{p}/shared_bound/buf", f"tensor {par.name!r} is {par.access}; a shared bound is "
+                             "read, published (atomic) and reset: readwrite", legal=["readwrite"])
+        rows = sb.shape[0]
+        if list(t.shape) != [rows, 1]:
+            yield ctx.report(f"{p}/shared_bound/shape", f"the shared bound's tile is {list(t.shape)}; it holds a "
+                             f"word per score row: [{rows}, 1]", legal=[[rows, 1]])
+        if not any(isinstance(o.node, Access) and o.node.op == "stg" and o.node.dst.buf == par.name
+                   for o in sites[i + 1:]):
+            yield ctx.report(f"{p}/shared_bound", f"no later stg resets {par.name!r}: the next launch would filter "
+                             "with this one's bounds (zero the words after the last reader, e.g. in the last CTA)")
