@@ -93,6 +93,8 @@ def knn_train() -> list[dict]:
     # kernel reading the database 8 times, picked from k = 10 points)
     between += [{"Q": 128, "M": M, "k": 1} for M in (1 << 18, 4 << 20)] + \
         [{"Q": 128, "M": M, "k": 16} for M in (100_000, 1 << 20)] + [{"Q": 64, "M": 4 << 20, "k": 1}]
+    # session 16: the k = 16 grid shapes that lost most (Q = 128 at M = 4M: 0.50x; Q = 32 / 512 / 2048)
+    between += [{"Q": 128, "M": 4 << 20, "k": 16}] + [{"Q": Q, "M": 1 << 18, "k": 16} for Q in (32, 512, 2048)]
     # (session 12: `between` second, where the 128-query wgmma CTAs should matter, so a cut sweep has it)
     return mid + between + base + [{"Q": 32768, "M": 32768, "k": 10}] + other_k
 
@@ -166,6 +168,10 @@ def knn_variants() -> list[dict]:
     # registers; 12.5% occupancy, no eligible warp 75% of cycles; k = 8: 107 registers, two CTAs, 57%):
     # capped at 128 it builds without spills at k = 16 (k = 32 spills 8.9 KB)
     out += [v(128, 64, 1, 4, minb=2, **wg)]
+    # session 16: with the shared bound (k > 1) a split's CTAs no longer each insert their own first
+    # candidates, so more splits cost less; Q <= 128 on 128 CTAs of 128 queries (s64: 64 CTAs, half the
+    # SMs idle at Q = 128), 256 CTAs of 64
+    out += [v(128, 64, s, 4, **wg) for s in (32, 128)] + [{**v(64, 64, 256, 4, **wg), "overlap": True}]
     return out
 
 

@@ -90,6 +90,7 @@ def main():
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
     ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--compile-only", action="store_true", help="fill the cubin cache and stop")
+    ap.add_argument("--arch", help="with --compile-only: the target (no GPU needed), e.g. sm_90a")
     a = ap.parse_args()
     if a.fit:
         doc = fit(a.fit, a.table)
@@ -100,12 +101,13 @@ def main():
 
     def build(p: dict, q: int) -> dict:   # the variant with the option's value q (share: 0 / 1 -> bool)
         return {**p, opt: bool(q) if opt == "share" else q}
-    import torch
-    from bench.examples import env_info
-    from bench.lib_grid import D, Timer, knn_inputs, knn_reference, precompile, run_knn_variant
+    from bench.lib_grid import D, precompile
     from cakelib.runtime import choose
-    from gpu_backend.driver import arch_of, properties
-    arch = arch_of(properties(0))
+    if a.arch:    # compile only, e.g. on a machine without a GPU (the cubin cache then travels)
+        arch = a.arch
+    else:
+        from gpu_backend.driver import arch_of, properties
+        arch = arch_of(properties(0))
     t0 = time.time()
     shapes = json.loads(a.shapes) if a.shapes else SHAPES if opt == "queue" else SHARE_SHAPES
     cases = [(s, choose("knn", {**s, "D": D})) for s in shapes]
@@ -117,6 +119,9 @@ def main():
         print("  FAIL", j, e[:200], flush=True)
     if a.compile_only:
         return
+    import torch
+    from bench.examples import env_info
+    from bench.lib_grid import Timer, knn_inputs, knn_reference, run_knn_variant
     timer, rows = Timer(), []
     for shape, (name, p) in cases:
         if time.time() - t0 > a.deadline_s:

@@ -424,6 +424,8 @@ class TopK(Node):
     entry bounds the row's final k-th, so a score strictly worse than a published bound is never in
     the row's top-k: a split's CTAs stop inserting candidates another CTA has already beaten. The
     word 0 stands for "no bound"; the program zeroes the words after the last reader (E-TOPK-03).
+    With `bound_cache` (mma_rows f32 [rows, 1] beside the lists) the filter uses the bound read by the
+    previous call and issues the next read, off the critical path (a global read is ~0.5 us).
     """
 
     op: Literal["topk"] = "topk"
@@ -447,6 +449,9 @@ class TopK(Node):
         default=None, description="global i32 [rows, 1]: a bound on each row's k-th best score that the CTAs "
                                   "(and warps) splitting the row's candidates share (k > 1 over mma_acc / "
                                   "wgmma_acc scores; word 0 = no bound: zero it before, leave it zeroed after)")
+    bound_cache: Optional[TileRef] = Field(
+        default=None, description="mma_rows f32 [rows, 1]: the shared bound as last read, so that the read for the "
+                                  "next call is issued now and its latency hides (fill with the worst score first)")
 
 
 class TopKMerge(Node):

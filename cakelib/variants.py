@@ -107,10 +107,12 @@ def knn_tile_registers(p: dict, k: int, d: int) -> int:
     bn, wm = p["bn"], p.get("wm", 16)
     merge = 4 * k if p["split"] > 1 else 0   # the merge's lists (the wide merge: at least as many)
     q = knn_queue(p, k)                       # the deferred insertion's queue, beside the lists
+    from tasks.knn.programs import shares_bound
+    sb = shares_bound(k, p["split"], p.get("ws", 1), p.get("share", True))   # the bound cache and the reset's word
     if p.get("mma", "sync") == "wgmma":      # a [64, BN] accumulator per warpgroup (two: overlap), no fragments
-        return (2 if p.get("overlap") else 1) * bn // 2 + 4 * (k + q) + merge + 16
+        return (2 if p.get("overlap") else 1) * bn // 2 + 4 * (k + q) + merge + 16 + (3 if sb else 0)
     fa = wm * d // 64 if p.get("qfrag", "reg") == "reg" else wm // 4
-    return wm * bn // 32 + bn // 4 + fa + wm * (k + q) // 4 + merge + 16
+    return wm * bn // 32 + bn // 4 + fa + wm * (k + q) // 4 + merge + 16 + (wm // 8 + 1 if sb else 0)
 
 
 def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):

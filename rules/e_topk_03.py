@@ -6,13 +6,16 @@
   (rows: the mma_acc tile's rows, 64 for a warpgroup's wgmma_acc tile).
 - the word 0 means "no bound", so the program must leave the words zeroed: a later `stg` into the same
   tensor (the reset, by whoever runs after every reader, e.g. the last CTA of a split) must exist.
+- `bound_cache` (the bound as last read) comes with a shared bound, is an `mma_rows` f32 register tile
+  [rows, 1] beside the lists, and is filled (with the worst score: no bound yet) before the topk.
 
 What goes wrong on hardware: a bound left over from an earlier launch (other data) filters out true
 neighbours of this one: results silently miss entries of their top-k; a word that is not the row's
-(wrong shape) mixes bounds of different rows, with the same effect.
+(wrong shape) mixes bounds of different rows, with the same effect; an unfilled cache starts from
+whatever the registers held (a garbage bound).
 """
 from cake_ir.analysis.tiles import resolve_tile
-from cake_ir.nodes import Access, TopK
+from cake_ir.nodes import Access, Fill, TopK
 
 CODE = "E-TOPK-03"
 TITLE = "shared top-k bound: operand, scores it filters, reset after the last reader"
@@ -24,7 +27,11 @@ def check(ctx):
     sites = ctx.sites
     for i, s in enumerate(sites):
         n, p = s.node, s.path
-        if not isinstance(n, TopK) or n.shared_bound is None:
+        if not isinstance(n, TopK):
+            continue
+        if n.bound_cache is not None:
+            yield from _cache_errors(ctx, k, n, p, sites[:i])
+        if n.shared_bound is None:
             continue
         fix = [{"op": "remove", "path": f"{p}/shared_bound"}]
         sb = resolve_tile(k, n.src).buffer
@@ -49,3 +56,19 @@ def check(ctx):
                    for o in sites[i + 1:]):
             yield ctx.report(f"{p}/shared_bound", f"no later stg resets {par.name!r}: the next launch would filter "
                              "with this one's bounds (zero the words after the last reader, e.g. in the last CTA)")
+
+
+def _cache_errors(ctx, k, n, p, before):
+    if n.shared_bound is None:
+        yield ctx.report(f"{p}/bound_cache", "a bound cache caches a shared bound: give the topk shared_bound",
+                         fix=[{"op": "remove", "path": f"{p}/bound_cache"}])
+        return
+    b, lists = resolve_tile(k, n.bound_cache).buffer, resolve_tile(k, n.vals).buffer
+    rows = lists.shape[0] if lists is not None else None
+    if b is None or b.space != "reg" or b.layout != "mma_rows" or b.dtype != "f32" or list(b.shape) != [rows, 1]:
+        yield ctx.report(f"{p}/bound_cache/buf", f"a bound cache is an mma_rows f32 register tile [{rows}, 1] "
+                         "(a register per list row)", legal=[[rows, 1]])
+        return
+    if not any(isinstance(o.node, Fill) and o.node.dst.buf == b.name for o in before):
+        yield ctx.report(f"{p}/bound_cache", f"bound cache {b.name!r} is not filled before this topk (fill it with "
+                         "the worst score: no bound yet)")

@@ -58,10 +58,28 @@ def _source(kernel) -> str:
 
 
 def test_lowering_reads_and_publishes_the_bound():
+    """The builders keep the bound as last read (bound_cache): the read for the next tile is issued in
+    this one; without the cache the read is synchronous."""
     src = _source(_search(knn_fused("l2", k=16, bq=16, bn=32, split=8, merge="wide", share=True)))
-    assert "cake::bound_share<true>(" in src
-    assert "cake::bound_share<false>(" in _source(_search(knn_wgmma("ip", k=10, bq=64, bn=64, split=8, stages=3)))
-    assert "cake::bound_share<" not in _source(_search(knn_fused("l2", k=16, bq=16, bn=32, split=8, share=False)))
+    assert "cake::bound_share_cached<true>(" in src
+    assert "cake::bound_share_cached<false>(" in _source(_search(knn_wgmma("ip", k=10, bq=64, bn=64, split=8,
+                                                                           stages=3)))
+    assert "cake::bound_share" not in _source(_search(knn_fused("l2", k=16, bq=16, bn=32, split=8, share=False)))
+    k = _search(knn_fused("l2", k=16, bq=16, bn=32, split=8, merge="wide"))
+    _topks(k)[0].bound_cache = None
+    assert "cake::bound_share<true>(" in _source(k)
+
+
+def test_rule_wants_a_filled_cache_beside_a_shared_bound():
+    k = _search(knn_fused("l2", k=16, bq=16, bn=32, split=8, merge="wide"))
+    fill = next(s for s in k.roles[0].body if getattr(s, "op", None) == "fill" and s.dst.buf == "bc")
+    k.roles[0].body.remove(fill)
+    hits = [d for d in verify(k).diagnostics if d.code == "E-TOPK-03"]
+    assert hits and "not filled" in hits[0].message and hits[0].node.endswith("/bound_cache")
+    k = _search(knn_fused("l2", k=16, bq=16, bn=32, split=8, merge="wide"))
+    _topks(k)[0].shared_bound = None
+    hits = [d for d in verify(k).diagnostics if d.code == "E-TOPK-03"]
+    assert hits and "give the topk shared_bound" in hits[0].message
 
 
 def _key_source() -> str:

@@ -1447,8 +1447,9 @@ class Emitter:
         return qv, qi, qv.shape[1]
 
     def topk_bound(self, st, rows: int, path):
-        """A function from a row's C expression (within the score tile's `rows` rows) to the C pointer of
-        its shared-bound word (st.shared_bound: a global i32 tile [rows, 1]), or None."""
+        """(a function from a row's C expression (within the score tile's `rows` rows) to the C pointer of
+        its shared-bound word (st.shared_bound: a global i32 tile [rows, 1]), the bound cache's register
+        tile or None), or None without a shared bound."""
         if st.shared_bound is None:
             return None
         t = resolve_tile(self.k, st.shared_bound)
@@ -1456,7 +1457,14 @@ class Emitter:
             self.fail(path, f"a shared bound is a global i32 tile [{rows}, 1] of a 2-d tensor (a word per score row)")
         p = t.param
         off = [ix(o) for o in t.offset]
-        return lambda row: f"({p.name} + ({self.gaddr(p, [f'({off[0]}) + ({row})', off[1]])}))"
+        word = lambda row: f"({p.name} + ({self.gaddr(p, [f'({off[0]}) + ({row})', off[1]])}))"  # noqa: E731
+        if st.bound_cache is None:
+            return word, None
+        cb = self.reg_tile(st.bound_cache, path)
+        lists = self.reg_tile(st.vals, path)
+        if cb.layout != "mma_rows" or cb.dtype != "f32" or list(cb.shape) != [lists.shape[0], 1]:
+            self.fail(path, f"a bound cache is an mma_rows f32 tile [{lists.shape[0]}, 1] (a register per list row)")
+        return word, cb
 
     def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path, wg: bool = False,
                           queue=None, bound=None):
@@ -1480,9 +1488,10 @@ class Emitter:
         queues together when any lane's is half full (E-TOPK-02: the merge flushes the rest). The
         threshold still comes from the lists alone: queued entries only make it looser, never wrong.
 
-        With a shared bound (`bound`: row -> its global word), the quad's threshold is also published
-        to the row's word when tighter, and the row's threshold is the tighter of the two (bound_share):
-        another CTA's quad holds k entries at least that good."""
+        With a shared bound (`bound`: (row -> its global word, the bound cache or None)), the quad's
+        threshold is also published to the row's word when tighter, and the row's threshold is the
+        tighter of the two (bound_share): another CTA's quad holds k entries at least that good. With a
+        cache, the bound read by the previous tile is used and the next read issued (bound_share_cached)."""
         w = self.w
         n = 2 * NT
         slots = self.rows_slots(TM, wg)
@@ -1533,8 +1542,11 @@ class Emitter:
                 mine = f"{quad}(cake_tv[{K - 1}])"
             if bound is None:
                 w.line(f"const float cake_thr = {mine};")
+            elif bound[1] is None:
+                w.line(f"const float cake_thr = cake::bound_share<{mn}>({bound[0](row)}, {mine}, cake_lane);")
             else:
-                w.line(f"const float cake_thr = cake::bound_share<{mn}>({bound(row)}, {mine}, cake_lane);")
+                w.line(f"const float cake_thr = cake::bound_share_cached<{mn}>({bound[0](row)}, {mine}, cake_lane, "
+                       f"{bound[1].name}[{slot}]);")
             if st.row_bias is not None:
                 w.line(f"const float cake_rb = {self.smem_f32(self.vec_addr(st.row_bias, row, path))};")
                 # fl(u + rb) passes thr => u passes thr - rb moved by half an ulp of thr; the margin

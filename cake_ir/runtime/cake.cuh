@@ -373,6 +373,15 @@ template <bool MIN> __device__ __forceinline__ float bound_share(int* word, floa
   if (tighter && (lane & 3) == 0) atomicMax(reinterpret_cast<unsigned*>(word), bound_key<MIN>(mine));
   return MIN ? fminf(mine, shared) : fmaxf(mine, shared);
 }
+// The same with the bound as last read (`cache`, a register): the read for the next call is issued now,
+// so its latency hides behind the next tile's distances instead of stalling this filter.
+template <bool MIN> __device__ __forceinline__ float bound_share_cached(int* word, float mine, int lane, float& cache) {
+  const float shared = cache;
+  const bool tighter = MIN ? !(shared <= mine) : !(shared >= mine);
+  if (tighter && (lane & 3) == 0) atomicMax(reinterpret_cast<unsigned*>(word), bound_key<MIN>(mine));
+  cache = bound_value<MIN>((unsigned)__ldcg(word));
+  return MIN ? fminf(mine, shared) : fmaxf(mine, shared);
+}
 // Merge the lists of the lanes `lane ^ 1` and `lane ^ 2` (a quad) into every lane of the quad.
 template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float* vals, int* idx) {
 #pragma unroll

@@ -194,6 +194,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             kb.buffer("hmi", "smem", "i32", [hrows, k])
     if shared:
         kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
+        kb.buffer("bc", "reg", "f32", [wm, 1], layout="mma_rows", scope="warp")   # the bound as last read
     kind = "min" if l2 else "max"
     worst = -BIG if not l2 else BIG
     # ws > 1: every warp has the CTA's queries and its own database chunk and smem rows (ws = 1 keeps
@@ -242,6 +243,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         r.fill("ti", -1)
         if queue:
             r.fill("qi", -1)
+        if shared:
+            r.fill("bc", worst)
         ahead = stages - 1
         with r.for_("t", 0, "nt", id="db_loop"):
             r.sync("cp_async_wait", n=stages - 2)   # tile t has landed
@@ -274,7 +277,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim,
                         **qref)
             if shared:
-                topk["shared_bound"] = tile("TH", ["q0 + wq0", 0], [wm, 1])
+                topk.update(shared_bound=tile("TH", ["q0 + wq0", 0], [wm, 1]), bound_cache=tile("bc"))
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [wm]),
                             col_bias=cnt(f"t % {stages}") if gnorm

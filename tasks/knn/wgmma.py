@@ -103,6 +103,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         kb.buffer("hmi", "smem", "i32", [bq, k])
     if shared:
         kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
+        kb.buffer("bc", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")   # the bound as last read
 
     def load_db(r, row, slot, id=None):
         """The database tile at `row` (its atoms) and its norms into ring slot `slot`."""
@@ -138,6 +139,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         r.fill("ti", -1)
         if queue:
             r.fill("qi", -1)
+        if shared:
+            r.fill("bc", worst)
         lim = "min(m0 + CH, M)" if split > 1 else "M"
 
         def arrive(t: str):
@@ -161,7 +164,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             topk = dict(kind=kind, k=k, src=tile(acc), vals=tile("tv"), idx=tile("ti"), col=f"m0 + ({t}) * BN",
                         limit=lim, **qref)
             if shared:
-                topk["shared_bound"] = tile("TH", ["q0 + 64 * wg", 0], [64, 1])
+                topk.update(shared_bound=tile("TH", ["q0 + 64 * wg", 0], [64, 1]), bound_cache=tile("bc"))
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]),
                             col_bias=tile("cn", slot=f"({t}) % {stages}"))
