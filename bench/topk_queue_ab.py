@@ -5,8 +5,10 @@ compiled in parallel first. Prints a table last and writes JSON with the GPU and
 - `--option queue` (session 15, the default): the deferred top-k insertion, T = 0 (insertion on the
   spot) against T = 2, 4, 8 pending entries per row and lane (`topk` queue_vals / queue_idx);
 - `--option share --values 0,1` (session 16): the split's CTAs sharing each query's bound of its
-  k-th best (`topk` shared_bound) off and on.
-    python bench/topk_queue_ab.py [--option queue|share] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
+  k-th best (`topk` shared_bound) off and on;
+- `--option skip_pad` (session 16): the query rows past Q entering the insertion (0) or not (1,
+  `topk` valid_rows).
+    python bench/topk_queue_ab.py [--option queue|share|skip_pad] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
                                   [--shapes JSON] [--compile-only]
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
     python bench/topk_queue_ab.py --fit bench/results/topk-queue-ab-h200.json
@@ -38,6 +40,12 @@ SHARE_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (16, 262144, 16), (32, 262144, 16), (32, M1, 10), (64, 100000, 10), (64, M1, 16), (64, M1, 32),
     (128, 100000, 10), (128, M1, 10), (128, 262144, 16), (128, 4 * M1, 16), (256, M1, 16), (512, 262144, 16),
     (1024, 262144, 16), (1024, M1, 10), (2048, 262144, 16), (4096, 262144, 16), (1024, M1, 32))]
+
+# the padded query rows (session 16): few queries in a 16-row tile, k > 1
+PAD_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
+    (1, 100000, 10), (1, 100000, 16), (1, 262144, 16), (1, M1, 10), (1, M1, 16), (1, 4 * M1, 16), (1, M1, 32),
+    (2, 100000, 16), (4, 262144, 16), (8, 100000, 10), (8, 262144, 16), (8, M1, 16), (16, 100000, 16),
+    (37, 262144, 16), (100, M1, 16), (1000, 262144, 16))]
 
 # a queue must beat insertion on the spot by this much in the same run to be kept (the A/B's repeat
 # medians agree to ~1-2 %)
@@ -84,7 +92,7 @@ def main():
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
-    ap.add_argument("--option", default="queue", choices=("queue", "share"))
+    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad"))
     ap.add_argument("--values", "--queues", dest="values", help="the option's values, the baseline first "
                     "(default: queue 0,2,4,8; share 0,1)")
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
@@ -99,8 +107,8 @@ def main():
     opt = a.option
     queues = [int(q) for q in (a.values or ("0,2,4,8" if opt == "queue" else "0,1")).split(",")]
 
-    def build(p: dict, q: int) -> dict:   # the variant with the option's value q (share: 0 / 1 -> bool)
-        return {**p, opt: bool(q) if opt == "share" else q}
+    def build(p: dict, q: int) -> dict:   # the variant with the option's value q (share / skip_pad: 0 / 1 -> bool)
+        return {**p, opt: q if opt == "queue" else bool(q)}
     from bench.lib_grid import D, precompile
     from cakelib.runtime import choose
     if a.arch:    # compile only, e.g. on a machine without a GPU (the cubin cache then travels)
@@ -109,7 +117,7 @@ def main():
         from gpu_backend.driver import arch_of, properties
         arch = arch_of(properties(0))
     t0 = time.time()
-    shapes = json.loads(a.shapes) if a.shapes else SHAPES if opt == "queue" else SHARE_SHAPES
+    shapes = json.loads(a.shapes) if a.shapes else {"queue": SHAPES, "share": SHARE_SHAPES, "skip_pad": PAD_SHAPES}[opt]
     cases = [(s, choose("knn", {**s, "D": D})) for s in shapes]
     jobs = sorted({("knn", json.dumps(build(p, q), sort_keys=True), s["k"], arch)
                    for s, (_, p) in cases for q in queues})

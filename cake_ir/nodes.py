@@ -426,6 +426,10 @@ class TopK(Node):
     word 0 stands for "no bound"; the program zeroes the words after the last reader (E-TOPK-03).
     With `bound_cache` (mma_rows f32 [rows, 1] beside the lists) the filter uses the bound read by the
     previous call and issues the next read, off the critical path (a global read is ~0.5 us).
+
+    `valid_rows` (k > 1 over mma_acc / wgmma_acc): the score tile's rows from `valid_rows` on are
+    padding (e.g. the queries past Q in the last query tile): their lanes still join the warp's
+    shuffles but never enter the insertion (a tile of 16 rows with one query inserted for all 16).
     """
 
     op: Literal["topk"] = "topk"
@@ -449,6 +453,9 @@ class TopK(Node):
         default=None, description="global i32 [rows, 1]: a bound on each row's k-th best score that the CTAs "
                                   "(and warps) splitting the row's candidates share (k > 1 over mma_acc / "
                                   "wgmma_acc scores; word 0 = no bound: zero it before, leave it zeroed after)")
+    valid_rows: Optional[IndexExpr] = Field(
+        default=None, description="rows r >= valid_rows of the score tile hold no candidates (e.g. padded queries): "
+                                  "k > 1 over mma_acc / wgmma_acc; their scores never enter the insertion")
     bound_cache: Optional[TileRef] = Field(
         default=None, description="mma_rows f32 [rows, 1]: the shared bound as last read, so that the read for the "
                                   "next call is issued now and its latency hides (fill with the worst score first)")

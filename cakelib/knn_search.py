@@ -40,7 +40,7 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         name, p = choose("knn", shape, variant)
         from .variants import knn_kernel, knn_queue
         # the queue is filled in per k like k itself, outside the variant's name: part of the build's key
-        kern = rt.kernel(("knn", name, k, metric, D, knn_queue(p, k), p.get("share", True)),
+        kern = rt.kernel(("knn", name, k, metric, D, knn_queue(p, k), p.get("share", True), p.get("skip_pad", True)),
                          lambda arch: knn_kernel(p, k, metric, D, arch))
         from tasks.knn.programs import WS_ROWS, WS_TILES
         ws = {"PV": rt.workspace("knn.PV", (WS_ROWS, k), "f32"), "PI": rt.workspace("knn.PI", (WS_ROWS, k), "i32"),

@@ -121,11 +121,13 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
         from tasks.knn.wgmma import knn_wgmma
         return knn_wgmma(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"],
                          stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
-                         queue=knn_queue(p, k), share=p.get("share", True), arch=arch)
+                         queue=knn_queue(p, k), share=p.get("share", True), skip_pad=p.get("skip_pad", True),
+                         arch=arch)
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),
-                     wm=p.get("wm", 16), ws=p.get("ws", 1), queue=knn_queue(p, k), share=p.get("share", True))
+                     wm=p.get("wm", 16), ws=p.get("ws", 1), queue=knn_queue(p, k), share=p.get("share", True),
+                     skip_pad=p.get("skip_pad", True))
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

@@ -193,3 +193,36 @@ def test_bounds_do_not_leak_into_the_next_launch(metric, variant):
             got = np.take_along_axis(s, np.asarray(I).astype(np.int64), 1)
             assert (got >= kth[:, None] - 1e-3 * np.abs(kth[:, None]) - 1e-2).all()
         assert (np.asarray(I) >= 0).all()
+
+
+def test_padded_rows_never_enter_the_insertion():
+    """skip_pad (default): the search's topk names the valid rows of its tile, the lowering makes a
+    padding row's best score the worst (its lanes stay for the shuffles); off, no such test."""
+    k = _search(knn_fused("l2", k=16, bq=16, bn=32, split=8, merge="wide"))
+    sel = next(s for s in k.roles[0].body[::-1] if getattr(s, "op", None) == "for").body
+    topk = next(s for s in sel if getattr(s, "op", None) == "topk")
+    assert topk.valid_rows == "Q - q0 - wq0"
+    src = _source(k)
+    for row in ("0", "8"):   # a lane's two rows of the warp's 16
+        assert f"if (!(({row} + (cake_lane >> 2)) < (int)(Q - q0 - wq0))) cake_best = cake::inf();" in src
+    off = _search(knn_fused("l2", k=16, bq=16, bn=32, split=8, merge="wide", skip_pad=False))
+    assert "cake_best = cake::inf();" not in _source(off)
+    wg = _search(knn_wgmma("ip", k=10, bq=64, bn=64, split=8, stages=3))
+    assert "cake_best = (-cake::inf());" in _source(wg)
+    assert not _topks(_search(knn_fused("l2", k=1, bq=16, bn=32, split=8))) and \
+        "cake_best = cake::inf();" not in _source(_search(knn_fused("l2", k=1, bq=16, bn=32, split=8)))
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric,Q,M,k,variant", [
+    ("l2", 1, 300_001, 16, WS4), ("ip", 5, 100_003, 10, {"bq": 16, "bn": 64, "split": 64, "stages": 2,
+                                                        "merge": "wide", "ws": 4}),
+    ("l2", 37, 70_001, 16, {"bq": 64, "bn": 64, "split": 1, "stages": 2, "norms": "global"}),
+    ("ip", 70, 100_003, 16, {**WG, "split": 16})])
+def test_padded_rows_skipped_match_float64_on_gpu(metric, Q, M, k, variant):
+    from gpu_backend.driver import arch_of, properties
+    if variant.get("mma") == "wgmma" and arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    from test_knn_fast import check_cakelib_knn
+    check_cakelib_knn(metric, Q, M, k, {**variant, "skip_pad": True}, seed=17)

@@ -1350,6 +1350,8 @@ class Emitter:
                 self.fail(path, "a top-1 selection keeps no queue (its running best is one compare per score)")
             if st.shared_bound is not None:
                 self.fail(path, "a top-1 selection shares no bound (its running best is one compare per score)")
+            if st.valid_rows is not None:
+                self.fail(path, "valid_rows is for k > 1 (a top-1's running best is one compare per score)")
             self.topk1_acc(st, sb, vb, ib, TM, NT, mn, lim, path, wg)
         elif sb.layout == "row_major" and sb.scope == "thread":
             R, C = prod(sb.shape[:-1]), sb.shape[-1]
@@ -1359,6 +1361,8 @@ class Emitter:
                 self.fail(path, "deferred insertion (a queue) is for mma_acc / wgmma_acc score tiles")
             if st.shared_bound is not None:
                 self.fail(path, "a shared bound is for mma_acc / wgmma_acc score tiles")
+            if st.valid_rows is not None:
+                self.fail(path, "valid_rows is for mma_acc / wgmma_acc score tiles")
             xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
             w.line("#pragma unroll")
@@ -1559,6 +1563,8 @@ class Emitter:
             w.line(f"float cake_best = cake_s[{slot}][0];")
             w.line("#pragma unroll")
             w.line(f"for (int cake_i = 1; cake_i < {n}; ++cake_i) cake_best = {fold}(cake_best, cake_s[{slot}][cake_i]);")
+            if st.valid_rows is not None:   # a padding row: nothing passes (its lanes stay for the shuffles)
+                w.line(f"if (!(({row}) < (int)({ix(st.valid_rows)}))) cake_best = {worst};")
             w.open(f"if (cake_best {passes} cake_thu)")
             w.line("#pragma unroll")
             w.open(f"for (int cake_i = 0; cake_i < {n}; ++cake_i)")

@@ -87,7 +87,8 @@ def declare_topk_queue(kb, rows: int, queue: int) -> dict:
 
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
-              qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0, share: bool = True):
+              qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0, share: bool = True,
+              skip_pad: bool = True):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -135,7 +136,10 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     share (k > 1, split > 1 or ws > 1): the CTAs and warps that split a query's database share its
     bound of the k-th best through the workspace TH (`topk` shared_bound): a candidate another split
     has already beaten k times costs one compare, where each split alone would insert its own first
-    ~k ln(CH / k) candidates per lane list; the last CTA zeroes the tile's words."""
+    ~k ln(CH / k) candidates per lane list; the last CTA zeroes the tile's words.
+
+    skip_pad (k > 1): the query rows past Q (the last tile's padding: 15 of 16 rows at Q = 1) never
+    enter the insertion (`topk` valid_rows); their lanes only join the shuffles."""
     gnorm = norms == "global" and metric == "l2"
     wide = split > 1 and merge == "wide"
     if ws > 1 and (not wide or bq != wm):
@@ -278,6 +282,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                         **qref)
             if shared:
                 topk.update(shared_bound=tile("TH", ["q0 + wq0", 0], [wm, 1]), bound_cache=tile("bc"))
+            if skip_pad and k > 1:
+                topk["valid_rows"] = "Q - q0 - wq0"
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [wm]),
                             col_bias=cnt(f"t % {stages}") if gnorm

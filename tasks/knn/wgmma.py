@@ -44,7 +44,7 @@ def prefetch_distance(stages: int, overlap: bool) -> int:
 
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
               stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, share: bool = True,
-              arch: str = "sm_90a"):
+              skip_pad: bool = True, arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
     k steps (m64 n BN k16) into its [64, BN] f32 accumulator, waits for them and folds the scores into
@@ -53,7 +53,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     overlap: two accumulators, tile t's wgmma issued before tile t - 1's top-k (stages >= 3: one tile
     fewer in flight ahead, the slot an in-flight wgmma reads is never reloaded). queue: the deferred
     top-k insertion's pending entries per row and lane, share: the splits share each query's bound of
-    its k-th best (programs.knn_fused)."""
+    its k-th best, skip_pad: the rows past Q never enter the insertion (programs.knn_fused)."""
     if arch != "sm_90a":
         raise ValueError("knn_wgmma needs sm_90a (wgmma)")
     if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
@@ -165,6 +165,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                         limit=lim, **qref)
             if shared:
                 topk.update(shared_bound=tile("TH", ["q0 + 64 * wg", 0], [64, 1]), bound_cache=tile("bc"))
+            if skip_pad and k > 1:
+                topk["valid_rows"] = "Q - q0 - 64 * wg"
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]),
                             col_bias=tile("cn", slot=f"({t}) % {stages}"))
