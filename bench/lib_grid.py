@@ -95,6 +95,8 @@ def knn_train() -> list[dict]:
         [{"Q": 128, "M": M, "k": 16} for M in (100_000, 1 << 20)] + [{"Q": 64, "M": 4 << 20, "k": 1}]
     # session 16: the k = 16 grid shapes that lost most (Q = 128 at M = 4M: 0.50x; Q = 32 / 512 / 2048)
     between += [{"Q": 128, "M": 4 << 20, "k": 16}] + [{"Q": Q, "M": 1 << 18, "k": 16} for Q in (32, 512, 2048)]
+    # (the refit with only that Q = 32 shape gave Q = 32 the Q = 64 picks: 0.65-0.89x of session 15's time)
+    between += [{"Q": 32, "M": 1 << 20, "k": k} for k in (1, 10)] + [{"Q": 32, "M": 4 << 20, "k": 10}]
     # (session 12: `between` second, where the 128-query wgmma CTAs should matter, so a cut sweep has it)
     return mid + between + base + [{"Q": 32768, "M": 32768, "k": 10}] + other_k
 
