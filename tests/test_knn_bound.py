@@ -226,3 +226,30 @@ def test_padded_rows_skipped_match_float64_on_gpu(metric, Q, M, k, variant):
         pytest.skip("wgmma needs sm_90a")
     from test_knn_fast import check_cakelib_knn
     check_cakelib_knn(metric, Q, M, k, {**variant, "skip_pad": True}, seed=17)
+
+
+def test_shared_bound_family_tactic_toggles_the_bound():
+    """The search proposer's way to the bound: the family tactic re-instantiates the split seed with
+    share off (its default is on); both programs verify clean, only the shared one has the bound."""
+    import json
+    from cake_ir.io import load
+    from tactics.base import get_tactic
+    from tasks.registry import get
+    from tactics.family import family, instantiate
+    tac = get_tactic("topk_shared_bound")
+    seed = {x["name"]: x for x in get("knn").seed_genomes()}["knn_l2_mma_sm80"]
+    recipe = {**seed["recipe"], "params": {**seed["recipe"]["params"], "bq": 16, "bn": 32, "split": 64,
+                                           "merge": "wide"}}
+    g = {"name": "split", "ir": instantiate(family(recipe), recipe["params"]), "recipe": recipe}
+    assert {"share": False} in tac.choices(g)
+    out = tac.apply(g, {"share": False})
+    k, _ = load(out["ir"])
+    assert verify(k).ok and '"shared_bound"' not in json.dumps(out["ir"])
+    assert '"shared_bound"' in json.dumps(g["ir"])
+
+
+def test_shared_bound_tactic_is_found_by_its_problem():
+    from tactics.base import retrieve
+    names = [t.name for t in retrieve("each CTA of a database split inserts its own top-k candidates; share a "
+                                      "threshold bound between the splits", k=3)]
+    assert "topk_shared_bound" in names

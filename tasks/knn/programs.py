@@ -430,11 +430,11 @@ FAMILIES = {
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
                   "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"],
-                  "merge": ["serial", "wide"], "ws": [1, 4], "queue": [0, 2, 4]},
+                  "merge": ["serial", "wide"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False]},
         # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide merge
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0 and (
             p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") == "wide")),
-        "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"]},
+        "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"]},
     },
 }
 
