@@ -8,7 +8,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
     float* __restrict__ Dist,
     float* __restrict__ PV,
     int* __restrict__ PI,
-    int* __restrict__ WT) {
+    int* __restrict__ WT,
+    int* __restrict__ TH) {
   constexpr int BQ = 64;  // /consts/BQ
   constexpr int BN = 64;  // /consts/BN
   constexpr int D = 128;  // /consts/D
@@ -233,6 +234,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
           float cake_best = cake_s[0][0];
           #pragma unroll
           for (int cake_i = 1; cake_i < 16; ++cake_i) cake_best = fmaxf(cake_best, cake_s[0][cake_i]);
+          if (!((0 + (cake_lane >> 2)) < (int)(Q - q0 - wq0))) cake_best = (-cake::inf());
           if (cake_best >= cake_thu) {
             #pragma unroll
             for (int cake_i = 0; cake_i < 16; ++cake_i) {
@@ -251,6 +253,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
           float cake_best = cake_s[1][0];
           #pragma unroll
           for (int cake_i = 1; cake_i < 16; ++cake_i) cake_best = fmaxf(cake_best, cake_s[1][cake_i]);
+          if (!((8 + (cake_lane >> 2)) < (int)(Q - q0 - wq0))) cake_best = (-cake::inf());
           if (cake_best >= cake_thu) {
             #pragma unroll
             for (int cake_i = 0; cake_i < 16; ++cake_i) {

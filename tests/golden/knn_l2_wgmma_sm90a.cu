@@ -149,6 +149,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x128_wg_p
     float* __restrict__ PV,
     int* __restrict__ PI,
     int* __restrict__ WT,
+    int* __restrict__ TH,
     const float* __restrict__ XN,
     const float* __restrict__ QN) {
   constexpr int BQ = 64;  // /consts/BQ
@@ -322,6 +323,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x128_wg_p
           float cake_best = cake_s[0][0];
           #pragma unroll
           for (int cake_i = 1; cake_i < 32; ++cake_i) cake_best = fminf(cake_best, cake_s[0][cake_i]);
+          if (!((16 * (cake_wg_tid >> 5) + 0 + (cake_lane >> 2)) < (int)(Q - q0 - 64 * cake_wg))) cake_best = cake::inf();
           if (cake_best <= cake_thu) {
             #pragma unroll
             for (int cake_i = 0; cake_i < 32; ++cake_i) {
@@ -340,6 +342,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x128_wg_p
           float cake_best = cake_s[1][0];
           #pragma unroll
           for (int cake_i = 1; cake_i < 32; ++cake_i) cake_best = fminf(cake_best, cake_s[1][cake_i]);
+          if (!((16 * (cake_wg_tid >> 5) + 8 + (cake_lane >> 2)) < (int)(Q - q0 - 64 * cake_wg))) cake_best = cake::inf();
           if (cake_best <= cake_thu) {
             #pragma unroll
             for (int cake_i = 0; cake_i < 32; ++cake_i) {
