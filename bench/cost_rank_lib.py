@@ -51,11 +51,12 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--sass", action="store_true", help="count instructions in the compiled SASS")
     ap.add_argument("--ptxas", action="store_true", help="registers per thread from the compiled kernels")
+    ap.add_argument("--ops", default="kmeans,knn", help="the operations to rank, comma-separated")
     args = ap.parse_args()
     from cake_ir.cost import estimate
     from cakelib.variants import kmeans_kernel, knn_kernel
     out = {}
-    for op in ("kmeans", "knn"):
+    for op in args.ops.split(","):
         d = json.load(open(os.path.join(RESULTS, f"lib-sweep-{op}-h200.json")))["ops"][op]
         by = collections.defaultdict(list)
         for r in d["rows"]:
@@ -97,7 +98,7 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"command": "python bench/cost_rank_lib.py --out " + args.out + (" --sass" if args.sass else "")
-                       + (" --ptxas" if args.ptxas else ""),
+                       + (" --ptxas" if args.ptxas else "") + (f" --ops {args.ops}" if args.ops != "kmeans,knn" else ""),
                        **out}, f, indent=1)
 
 
