@@ -61,8 +61,9 @@ def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Opt
         from .variants import kmeans_kernel
         lloyd = rt.kernel(("kmeans", name), lambda arch: kmeans_kernel(p, arch))
         cast = rt.kernel(("cast_f32_f16", D), lambda arch: cast_f32_f16(D, arch=arch))
-        ws = {"WS": rt.workspace("kmeans.WS", (B * k, D), "f32"), "WC": rt.workspace("kmeans.WC", (B * k, 1), "f32"),
-              "WT": rt.workspace("kmeans.WT", (B, 1), "i32")}
+        stream = arrays.stream_of(xa)
+        ws = {n: rt.workspace(f"kmeans.{n}", shape, dt, stream) for n, shape, dt in (
+            ("WS", (B * k, D), "f32"), ("WC", (B * k, 1), "f32"), ("WT", (B, 1), "i32"))}
         out_shape = (B, k, D) if batched else (k, D)
         a_shape = (B, N) if batched else (N,)
         if out is not None:
@@ -76,7 +77,6 @@ def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Opt
         a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((B * k, D))
         X = xa.reshaped((B * N, D))
         cur = ca.reshaped((B * k, D))
-        stream = arrays.stream_of(xa)
         for it in range(iters):
             rt.launch(lloyd, {"X": X, "C": cur, "A": a_view, "Cnew": cn_view, **ws}, {"B": B, "N": N, "K": k}, stream)
             if it + 1 < iters:

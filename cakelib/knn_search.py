@@ -43,8 +43,10 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         kern = rt.kernel(("knn", name, k, metric, D, knn_queue(p, k), p.get("share", True), p.get("skip_pad", True)),
                          lambda arch: knn_kernel(p, k, metric, D, arch))
         from tasks.knn.programs import WS_ROWS, WS_TILES
-        ws = {"PV": rt.workspace("knn.PV", (WS_ROWS, k), "f32"), "PI": rt.workspace("knn.PI", (WS_ROWS, k), "i32"),
-              "WT": rt.workspace("knn.WT", (WS_TILES, 1), "i32"), "TH": rt.workspace("knn.TH", (WS_ROWS, 1), "i32")}
+        stream = arrays.stream_of(q)
+        ws = {n: rt.workspace(f"knn.{n}", shape, dt, stream) for n, shape, dt in (
+            ("PV", (WS_ROWS, k), "f32"), ("PI", (WS_ROWS, k), "i32"), ("WT", (WS_TILES, 1), "i32"),
+            ("TH", (WS_ROWS, 1), "i32"))}
         if out is not None:
             I = arrays.as_output(out[0], "out[0] (indices)", (Q, k), "i32", q)
             Dist = arrays.as_output(out[1], "out[1] (distances)", (Q, k), "f32", q)
@@ -53,7 +55,7 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
             Dist = arrays.empty_like_kind(q, (Q, k), "f32")
         outs = [I, Dist]
         rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": I.view, "Dist": Dist.view, **ws}, {"Q": Q, "M": M},
-                  arrays.stream_of(q))
+                  stream)
         return arrays.result(I), arrays.result(Dist)
     finally:
         arrays.release(q, db, *outs)

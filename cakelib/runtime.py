@@ -1,7 +1,8 @@
 """The library's GPU side: one primary CUDA context per device (shared with torch / cupy), compiled
 variants loaded once per process (the NVRTC cubin cache under $CAKE_CACHE_DIR also survives across
-processes), zeroed workspaces reused across calls (every kernel leaves its workspace zeroed), and the
-dispatch tables read from cakelib/tables/<op>.json.
+processes), zeroed workspaces reused across calls (every kernel leaves its workspace zeroed; one set
+per CUDA stream, so that searches issued on two streams at once never share scratch), and the dispatch
+tables read from cakelib/tables/<op>.json.
 """
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from typing import Callable, Optional
 
 # CAKELIB_TABLES points the library at other tables (bench/lib_grid.py: freshly fitted ones)
 TABLES = Path(os.environ.get("CAKELIB_TABLES") or Path(__file__).resolve().parent / "tables")
+# streams whose workspaces are kept at once; a caller that makes a new stream per call would otherwise
+# grow them without bound (past it, the device is synchronized and the others' workspaces freed)
+MAX_STREAMS = 8
 
 
 class Runtime:
@@ -24,6 +28,7 @@ class Runtime:
         self._kernels: dict = {}
         self._workspaces: dict = {}
         self._prepared: dict = {}
+        self._streams: dict = {}   # the streams holding workspaces, least recently used first
         self._lock = threading.Lock()
 
     def kernel(self, key: tuple, build: Callable):
@@ -48,21 +53,29 @@ class Runtime:
     def launch(self, kern, tensors: dict, scalars: dict, stream: int = 0) -> None:
         """Launch with argument packing cached per (buffers, scalars): a k-means loop alternates between
         two argument sets, so packing (grid and shape checks, ctypes) runs once per set, not per launch."""
-        from gpu_backend.runner import _ptr_shape
+        from gpu_backend.runner import CompiledProgram, _ptr_shape
         key = (id(kern), tuple((n, *_flat(_ptr_shape(t))) for n, t in sorted(tensors.items())),
-               tuple(sorted(scalars.items())))
+               tuple(sorted(scalars.items())), stream)
         prepared = self._prepared.get(key)
+        if prepared is None and isinstance(kern, CompiledProgram):
+            with self._lock:
+                self._use_stream(stream)
         if prepared is None:
-            prepared = kern.prepare(tensors, scalars)   # checks shapes against the kernel's declarations
+            # checks shapes against the kernel's declarations; a Program takes its workspace per stream
+            prepared = (kern.prepare(tensors, scalars, stream=stream) if isinstance(kern, CompiledProgram)
+                        else kern.prepare(tensors, scalars))
             if len(self._prepared) > 256:
                 self._prepared.clear()
             self._prepared[key] = prepared
         kern.launch_prepared(prepared, stream)
 
-    def workspace(self, name: str, shape: tuple, dtype: str):
-        """A zeroed device buffer kept for reuse (kernels that take a workspace leave it zeroed)."""
-        key = (name, tuple(shape), dtype)
+    def workspace(self, name: str, shape: tuple, dtype: str, stream: int = 0):
+        """A zeroed device buffer kept for reuse (kernels that take a workspace leave it zeroed), one per
+        stream: two launches in flight on different streams would otherwise share it (a split search's
+        partial lists, counters and bounds)."""
+        key = (name, tuple(shape), dtype, stream)
         with self._lock:
+            self._use_stream(stream)
             w = self._workspaces.get(key)
             if w is None:
                 from gpu_backend.memory import DeviceArray, synchronize
@@ -71,6 +84,27 @@ class Runtime:
                 synchronize()
                 self._workspaces[key] = w
             return w
+
+    def _use_stream(self, stream: int) -> None:
+        """Mark `stream` as holding workspaces (lock held). Past MAX_STREAMS streams: synchronize the
+        device (nothing in flight uses what is freed), free every other stream's workspaces and the
+        Programs' pools, and forget the prepared launches that point into them."""
+        if stream in self._streams:
+            self._streams[stream] = self._streams.pop(stream)
+            return
+        self._streams[stream] = True
+        if len(self._streams) <= MAX_STREAMS:
+            return
+        from gpu_backend.memory import synchronize
+        from gpu_backend.runner import CompiledProgram
+        synchronize()
+        for key in [k for k in self._workspaces if k[3] != stream]:
+            self._workspaces.pop(key).free()
+        for k in self._kernels.values():
+            if isinstance(k, CompiledProgram):
+                k.drop_pools(keep=stream)
+        self._prepared.clear()
+        self._streams = {stream: True}
 
 
 def _flat(ps):

@@ -318,14 +318,15 @@ class WorkspacePool:
 
 class CompiledProgram:
     """A loaded Program, used like a CompiledKernel: `prepare(tensors, scalars)` takes the workspace
-    from its WorkspacePool and prepares every kernel; `launch_prepared` launches them in order on one
-    stream (stream order makes a kernel's writes visible to the next).
+    from its WorkspacePool (one pool per stream: launches in flight on two streams never share a
+    workspace) and prepares every kernel; `launch_prepared` launches them in order on that stream
+    (stream order makes a kernel's writes visible to the next).
 
     `CompiledProgram(spec)` or `CompiledProgram.from_ir(program, program_compile_result)`."""
 
     def __init__(self, spec: ProgramSpec, device: int = 0):
         self.spec, self.device = spec, device
-        self.pool = WorkspacePool(spec.workspace)
+        self.pools: dict[int, WorkspacePool] = {}
         self.kernels: list[CompiledKernel] = []
         try:
             for ls in spec.launches:
@@ -343,13 +344,25 @@ class CompiledProgram:
     def env(self, scalars: Mapping[str, Any]) -> dict:
         return self.spec.env(scalars)
 
-    def prepare(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any]):
+    def pool(self, stream: int = 0) -> WorkspacePool:
+        """The workspace pool of launches on `stream`."""
+        p = self.pools.get(stream)
+        if p is None:
+            p = self.pools[stream] = WorkspacePool(self.spec.workspace)
+        return p
+
+    def drop_pools(self, keep: int) -> None:
+        """Free the workspace pools of every stream but `keep` (the caller synchronized the device)."""
+        for s in [s for s in self.pools if s != keep]:
+            self.pools.pop(s).free()
+
+    def prepare(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any], stream: int = 0):
         """(per-kernel prepared launches, workspace buffers): each kernel gets the task's tensors it
-        names plus the workspace."""
+        names plus the workspace of `stream` (launch the result on that stream)."""
         problem = self.spec.shape_problem({n: _ptr_shape(t)[1] for n, t in tensors.items()}, scalars)
         if problem:
             raise ShapeMismatch(problem)
-        ws = self.pool.get(self.spec.workspace_shapes(scalars))
+        ws = self.pool(stream).get(self.spec.workspace_shapes(scalars))
         every = {**tensors, **ws}
         prepared = []
         for ck in self.kernels:
@@ -362,12 +375,14 @@ class CompiledProgram:
             ck.launch_prepared(p, stream)
 
     def __call__(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any], stream: int = 0):
-        prepared = self.prepare(tensors, scalars)
+        prepared = self.prepare(tensors, scalars, stream)
         self.launch_prepared(prepared, stream)
         return prepared
 
     def unload(self) -> None:
-        self.pool.free()
+        for p in self.pools.values():
+            p.free()
+        self.pools = {}
         for ck in self.kernels:
             ck.unload()
         self.kernels = []

@@ -305,3 +305,84 @@ def test_choose_caches_picks_per_table_and_hands_out_copies(monkeypatch, tmp_pat
     assert name2 == name and p2 == {**p, "bq": bq} and bq > 0
     monkeypatch.setattr(rt_mod, "TABLES", tmp_path)   # no table there: the fallback, not the cached pick
     assert rt_mod.choose("knn", shape)[1] == FALLBACK["knn"]
+
+
+def test_workspaces_are_per_stream(monkeypatch):
+    """Two launches in flight on different streams must not share scratch (a split search's partial
+    lists, counters and shared bounds; a Program's norms): Runtime.workspace and a CompiledProgram's
+    pool are per stream, the same stream reuses its own. Device allocation is a recording double."""
+    from gpu_backend import memory
+    from gpu_backend.runner import CompiledProgram, TensorDecl
+    allocs = []
+
+    class FakeArray:
+        def __init__(self, shape, dtype):
+            self.nbytes, self.ptr = int(np.prod(shape)) * memory.SIZE[dtype], 0x1000 * (len(allocs) + 1)
+            allocs.append(self)
+
+        def fill_bits(self, bits):
+            self.zeroed = bits == 0
+
+        def free(self):
+            self.freed = True
+
+    monkeypatch.setattr(memory.DeviceArray, "alloc", classmethod(lambda cls, shape, dtype: FakeArray(shape, dtype)))
+    monkeypatch.setattr(memory, "synchronize", lambda: syncs.append(1))
+    syncs = []
+    rt = object.__new__(rt_mod.Runtime)          # no context: only the workspace table is exercised
+    import threading
+    rt._workspaces, rt._lock, rt._streams, rt._kernels, rt._prepared = {}, threading.Lock(), {}, {}, {"x": 1}
+    a, b = rt.workspace("knn.TH", (64, 1), "i32", stream=11), rt.workspace("knn.TH", (64, 1), "i32", stream=22)
+    assert a is not b and a.zeroed and b.zeroed
+    assert rt.workspace("knn.TH", (64, 1), "i32", stream=11) is a and rt.workspace("knn.TH", (64, 1), "i32") not in (a, b)
+    # a new stream per call: past MAX_STREAMS the others' workspaces go (after a device synchronize)
+    for s in range(100, 100 + rt_mod.MAX_STREAMS):
+        last = rt.workspace("knn.TH", (64, 1), "i32", stream=s)
+    assert getattr(a, "freed", False) and getattr(b, "freed", False) and not getattr(last, "freed", False)
+    assert len(rt._streams) <= rt_mod.MAX_STREAMS and {k[3] for k in rt._workspaces} == set(rt._streams)
+    assert not rt._prepared                      # launches prepared with freed workspaces are forgotten
+
+    class Spec:
+        workspace = [("XN", TensorDecl("f32", [1, "M"]))]
+    prog = object.__new__(CompiledProgram)
+    prog.spec, prog.pools = Spec(), {}
+    p11, p22 = prog.pool(11), prog.pool(22)
+    assert p11 is not p22 and prog.pool(11) is p11
+    x11, x22 = p11.get({"XN": [1, 100]})["XN"][0], p22.get({"XN": [1, 100]})["XN"][0]
+    assert x11 != x22
+    prog.drop_pools(keep=22)
+    assert list(prog.pools) == [22]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("variant", [{"bq": 16, "bn": 32, "split": 128, "stages": 4, "merge": "wide", "ws": 4},
+                                     {"mma": "wgmma", "bq": 128, "bn": 64, "split": 16, "stages": 4, "merge": "wide"}])
+def test_knn_on_two_streams_at_once_matches_float64(variant):
+    """Searches queued on two torch streams without waiting for each other (different databases, the
+    same split kernel): each matches float64 (with one shared workspace the split CTAs of the two would
+    mix partial lists and bounds)."""
+    torch = pytest.importorskip("torch")
+    from gpu_backend.driver import arch_of, properties
+    if variant.get("mma") == "wgmma" and arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    from cakelib import knn
+    from tasks.knn.task import TASK
+    task = type(TASK)()
+    task.k = 16
+    shape = {"Q": 40, "M": 300_001}
+    inps = [task.make_inputs(shape, seed=s) for s in (5, 6)]
+    streams = [torch.cuda.Stream() for _ in inps]
+    outs = []
+    for inp, st in zip(inps, streams):
+        xq, xb = (torch.as_tensor(inp[n], device="cuda") for n in ("Xq", "Xb"))
+        torch.cuda.synchronize()
+        with torch.cuda.stream(st):
+            for _ in range(3):                   # several launches in flight on each stream
+                outs_st = knn(xq, xb, 16, variant=variant)
+        outs.append(outs_st)
+    torch.cuda.synchronize()
+    for inp, (I, Dv) in zip(inps, outs):
+        got = {"I": I.cpu().numpy(), "Dist": Dv.cpu().numpy()}
+        checks = task.check(got, task.reference(inp, shape), inp, shape)
+        assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]

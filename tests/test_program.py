@@ -323,8 +323,8 @@ def test_compiled_program_runs_on_gpu():
                 synchronize()
                 np.testing.assert_allclose(Y.download(), 2 * x + 1, rtol=1e-6)
         # one buffer per workspace name: grown once (256 -> 4096 floats), then reused
-        assert len(prog.pool.buffers) == 1 and len(prog.pool.retired) == 1
-        assert prog.pool.buffers["ws"].nbytes == 4096 * 4
+        assert len(prog.pool().buffers) == 1 and len(prog.pool().retired) == 1
+        assert prog.pool().buffers["ws"].nbytes == 4096 * 4
     finally:
         prog.unload()
 
