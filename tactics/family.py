@@ -208,7 +208,8 @@ TACTICS = [
                     "with the tightest any has published, read one tile late so the load hides; the last CTA "
                     "resets the words. Without it every split inserts its own first ~k ln(chunk / k) "
                     "candidates per lane list. 1.10x geomean over the split searches on the H200 (up to 1.36x "
-                    "at k = 16 with 1024-4096 queries); ~5 registers per thread, which can cost a CTA per SM.",
+                    "at k = 16 with 1024-4096 queries); a few registers per thread, and one word per row that every "
+                    "split's atomics hit (the few-query k = 10 stream over 4M rows ran ~20% slower with it).",
         keywords=("top-k", "topk", "selection", "threshold", "bound", "split", "split-k", "atomic", "k-nearest",
                   "knn", "insertion", "few queries", "database split"),
         params_doc="the family's share parameter (true: the splits share the bound, false: each its own), from the "
