@@ -1,4 +1,4 @@
-"""E-TOPK-03: a topk's shared bound that is malformed or never reset.
+"""E-TOPK-03: a topk's filter operands (shared bound, bound cache, valid rows) malformed, or the bound never reset.
 
 - `shared_bound` is for a `topk` with k > 1 over an `mma_acc` / `wgmma_acc` score tile (a top-1's
   running best, and the per-thread lists of a merge, filter nothing with it).
@@ -8,6 +8,8 @@
   tensor (the reset, by whoever runs after every reader, e.g. the last CTA of a split) must exist.
 - `bound_cache` (the bound as last read) comes with a shared bound, is an `mma_rows` f32 register tile
   [rows, 1] beside the lists, and is filled (with the worst score: no bound yet) before the topk.
+- `valid_rows` (rows past it are padding) is for the same filtered topk: k > 1 over `mma_acc` /
+  `wgmma_acc` scores (elsewhere there is no filter to skip).
 
 What goes wrong on hardware: a bound left over from an earlier launch (other data) filters out true
 neighbours of this one: results silently miss entries of their top-k; a word that is not the row's
@@ -18,7 +20,7 @@ from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import Access, Fill, TopK
 
 CODE = "E-TOPK-03"
-TITLE = "shared top-k bound: operand, scores it filters, reset after the last reader"
+TITLE = "fused top-k filter operands: shared bound (reset after the last reader), bound cache, valid rows"
 STAGE = "source"
 
 
@@ -29,13 +31,16 @@ def check(ctx):
         n, p = s.node, s.path
         if not isinstance(n, TopK):
             continue
+        if n.valid_rows is not None and not _filtered(k, n):
+            yield ctx.report(f"{p}/valid_rows", "valid_rows is for k > 1 over mma_acc / wgmma_acc scores",
+                             fix=[{"op": "remove", "path": f"{p}/valid_rows"}])
         if n.bound_cache is not None:
             yield from _cache_errors(ctx, k, n, p, sites[:i])
         if n.shared_bound is None:
             continue
         fix = [{"op": "remove", "path": f"{p}/shared_bound"}]
         sb = resolve_tile(k, n.src).buffer
-        if sb is None or sb.space != "reg" or sb.layout not in ("mma_acc", "wgmma_acc") or n.k < 2:
+        if not _filtered(k, n):
             yield ctx.report(f"{p}/shared_bound", "a shared bound is for k > 1 over mma_acc / wgmma_acc scores",
                              fix=fix)
             continue
@@ -72,3 +77,9 @@ def _cache_errors(ctx, k, n, p, before):
     if not any(isinstance(o.node, Fill) and o.node.dst.buf == b.name for o in before):
         yield ctx.report(f"{p}/bound_cache", f"bound cache {b.name!r} is not filled before this topk (fill it with "
                          "the worst score: no bound yet)")
+
+
+def _filtered(k, n) -> bool:
+    """n is the filtered topk: k > 1 over an mma_acc / wgmma_acc register score tile."""
+    sb = resolve_tile(k, n.src).buffer
+    return sb is not None and sb.space == "reg" and sb.layout in ("mma_acc", "wgmma_acc") and n.k >= 2

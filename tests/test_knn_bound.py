@@ -253,3 +253,12 @@ def test_shared_bound_tactic_is_found_by_its_problem():
     names = [t.name for t in retrieve("each CTA of a database split inserts its own top-k candidates; share a "
                                       "threshold bound between the splits", k=3)]
     assert "topk_shared_bound" in names
+
+
+def test_rule_wants_valid_rows_on_the_filtered_topk_only():
+    k = _search(knn_fused("l2", k=1, bq=16, bn=32, split=8))
+    loop = next(s for s in k.roles[0].body if getattr(s, "op", None) == "for")
+    topk = next(s for s in loop.body if getattr(s, "op", None) == "topk")
+    topk.valid_rows = "Q - q0"
+    hits = [d for d in verify(k).diagnostics if d.code == "E-TOPK-03"]
+    assert hits and hits[0].node.endswith("/valid_rows") and "k > 1" in hits[0].message
