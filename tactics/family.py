@@ -202,16 +202,16 @@ TACTICS = [
     FamilyTactic(
         name="topk_shared_bound",
         kind="family",
-        description="Share each row's bound of its k-th best between the CTAs (or warps) that split the row's "
-                    "candidates (the `topk` shared_bound, kNN split-database path): each publishes its own "
-                    "threshold to a per-row global word (an atomic max of an order-preserving key) and filters "
-                    "with the tightest any has published, read one tile late so the load hides; the last CTA "
-                    "resets the words. Without it every split inserts its own first ~k ln(chunk / k) "
-                    "candidates per lane list. 1.10x geomean over the split searches on the H200 (up to 1.36x "
-                    "at k = 16 with 1024-4096 queries); a few registers per thread, and one word per row that every "
-                    "split's atomics hit (the few-query k = 10 stream over 4M rows ran ~20% slower with it).",
-        keywords=("top-k", "topk", "selection", "threshold", "bound", "split", "split-k", "atomic", "k-nearest",
-                  "knn", "insertion", "few queries", "database split"),
+        description="When several CTAs (or warps) split one row's candidates (a database split across CTAs), "
+                    "let them share the row's selection threshold (the `topk` shared_bound): each publishes its "
+                    "own threshold to a per-row global word by an atomic max of an order-preserving key and "
+                    "filters with the tightest any CTA has published, read one tile late so the load hides; the "
+                    "last CTA resets the words. Alone, every split inserts its own first candidates before its "
+                    "threshold tightens. 1.10x geomean over the H200 split searches (up to 1.36x); costs a few "
+                    "registers and one word per row that every split's atomics hit (one few-query stream over "
+                    "4M rows ran ~20% slower with it).",
+        keywords=("threshold", "bound", "shared bound", "split", "split-k", "database split", "few queries",
+                  "atomic", "across CTAs"),
         params_doc="the family's share parameter (true: the splits share the bound, false: each its own), from the "
                    "family's search space",
     ),
