@@ -373,14 +373,13 @@ def test_knn_on_two_streams_at_once_matches_float64(variant):
     shape = {"Q": 40, "M": 300_001}
     inps = [task.make_inputs(shape, seed=s) for s in (5, 6)]
     streams = [torch.cuda.Stream() for _ in inps]
-    outs = []
-    for inp, st in zip(inps, streams):
-        xq, xb = (torch.as_tensor(inp[n], device="cuda") for n in ("Xq", "Xb"))
-        torch.cuda.synchronize()
-        with torch.cuda.stream(st):
-            for _ in range(3):                   # several launches in flight on each stream
-                outs_st = knn(xq, xb, 16, variant=variant)
-        outs.append(outs_st)
+    tens = [tuple(torch.as_tensor(inp[n], device="cuda") for n in ("Xq", "Xb")) for inp in inps]
+    torch.cuda.synchronize()                     # the uploads are done; nothing orders the two streams after
+    outs = [None] * len(inps)
+    for _ in range(3):                           # launches interleaved, several in flight on each stream
+        for i, st in enumerate(streams):
+            with torch.cuda.stream(st):
+                outs[i] = knn(*tens[i], 16, variant=variant)
     torch.cuda.synchronize()
     for inp, (I, Dv) in zip(inps, outs):
         got = {"I": I.cpu().numpy(), "Dist": Dv.cpu().numpy()}
