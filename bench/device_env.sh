@@ -8,3 +8,12 @@ PY=${PYTHON:-python3}
 NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
 D=$OUT/knn; mkdir -p $D
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+# knn_grid DEADLINE_S SLACK_S: the kNN grid (every 5th shape first) with the committed tables -> $D,
+# cut at DEADLINE_S, killed SLACK_S later; its summary last
+knn_grid() {
+  timeout $(( $1 + $2 )) $PY bench/lib_grid.py grid --op knn --out $D --procs $NP --deadline-s $1 --spread 5 \
+    > $D/grid.log 2>&1
+  stamp "grid rc=$?"
+  grep -E "compiled|deadline" $D/grid.log | head -4
+  tail -3 $D/grid.log
+}

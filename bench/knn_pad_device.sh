@@ -14,9 +14,5 @@ grep -E "^FAILED|Error" $D/tests.log | head -8
 timeout 100 $PY bench/topk_queue_ab.py --option skip_pad --out $D/ab-pad.json --deadline-s 60 > $D/ab.log 2>&1
 stamp "ab rc=$?"
 tail -18 $D/ab.log
-timeout $(( ${1:-300} + 40 )) $PY bench/lib_grid.py grid --op knn --out $D --procs $NP --deadline-s ${1:-300} \
-  --spread 5 > $D/grid.log 2>&1
-stamp "grid rc=$?"
-grep -E "compiled|deadline" $D/grid.log | head -4
-tail -3 $D/grid.log
+knn_grid ${1:-300} 40
 stamp done

@@ -94,7 +94,7 @@ def main():
     ap.add_argument("--deadline-s", type=float, default=1e9)
     ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad"))
     ap.add_argument("--values", "--queues", dest="values", help="the option's values, the baseline first "
-                    "(default: queue 0,2,4,8; share 0,1)")
+                    "(default: queue 0,2,4,8; share / skip_pad 0,1)")
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
     ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--compile-only", action="store_true", help="fill the cubin cache and stop")

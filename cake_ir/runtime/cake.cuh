@@ -365,22 +365,24 @@ template <bool MIN> __device__ __forceinline__ float bound_value(unsigned key) {
   const unsigned e = MIN ? ~key : key;
   return __uint_as_float((e & 0x80000000u) ? (e & 0x7fffffffu) : ~e);
 }
-// Read the row's shared bound (L2: other CTAs' atomics land there; a stale value is only looser) and
-// publish `mine` (one lane of the quad) when it is tighter. Returns the tighter of the two.
-template <bool MIN> __device__ __forceinline__ float bound_share(int* word, float mine, int lane) {
-  const float shared = bound_value<MIN>((unsigned)__ldcg(word));
+// Publish `mine` (one lane of the quad) when it is tighter than `shared`, the row's bound as read;
+// returns the tighter of the two.
+template <bool MIN> __device__ __forceinline__ float bound_publish(int* word, float mine, int lane, float shared) {
   const bool tighter = MIN ? !(shared <= mine) : !(shared >= mine);   // a NaN (no bound) is never tighter
   if (tighter && (lane & 3) == 0) atomicMax(reinterpret_cast<unsigned*>(word), bound_key<MIN>(mine));
   return MIN ? fminf(mine, shared) : fmaxf(mine, shared);
 }
+// Read the row's shared bound (L2: other CTAs' atomics land there; a stale value is only looser), then
+// publish.
+template <bool MIN> __device__ __forceinline__ float bound_share(int* word, float mine, int lane) {
+  return bound_publish<MIN>(word, mine, lane, bound_value<MIN>((unsigned)__ldcg(word)));
+}
 // The same with the bound as last read (`cache`, a register): the read for the next call is issued now,
 // so its latency hides behind the next tile's distances instead of stalling this filter.
 template <bool MIN> __device__ __forceinline__ float bound_share_cached(int* word, float mine, int lane, float& cache) {
-  const float shared = cache;
-  const bool tighter = MIN ? !(shared <= mine) : !(shared >= mine);
-  if (tighter && (lane & 3) == 0) atomicMax(reinterpret_cast<unsigned*>(word), bound_key<MIN>(mine));
+  const float thr = bound_publish<MIN>(word, mine, lane, cache);
   cache = bound_value<MIN>((unsigned)__ldcg(word));
-  return MIN ? fminf(mine, shared) : fmaxf(mine, shared);
+  return thr;
 }
 // Merge the lists of the lanes `lane ^ 1` and `lane ^ 2` (a quad) into every lane of the quad.
 template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float* vals, int* idx) {
