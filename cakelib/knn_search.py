@@ -37,10 +37,11 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         if not 1 <= k <= M:
             raise ValueError(f"k = {k} must be in [1, M = {M}]")
         shape = {"Q": Q, "M": M, "k": k, "D": D, "arch": rt.arch}
-        name, p = choose("knn", shape, variant)
+        _, p = choose("knn", shape, variant)
         from .variants import knn_kernel, knn_queue
-        # the queue is filled in per k like k itself, outside the variant's name: part of the build's key
-        kern = rt.kernel(("knn", name, k, metric, D, knn_queue(p, k), p.get("share", True), p.get("skip_pad", True)),
+        # the build's key: every build parameter (an explicit variant may set options its name omits, e.g.
+        # share / skip_pad) and the queue, filled in per k like k itself
+        kern = rt.kernel(("knn", tuple(sorted(p.items())), k, metric, D, knn_queue(p, k)),
                          lambda arch: knn_kernel(p, k, metric, D, arch))
         from tasks.knn.programs import WS_ROWS, WS_TILES
         stream = arrays.stream_of(q)
