@@ -104,11 +104,14 @@ def knn_train() -> list[dict]:
 def kmeans_train() -> list[dict]:
     """Session 11: the refit picked the K <= 64 variant for K = 16 at N = 4M (25% slower than the K <= 32
     one) with no training shape of K < 32 above 256K points: N = 4M, K = 16 is one now. Session 13: B = 16,
-    N = 262K, K = 160, one of the batched shapes still slower than flashlib (0.68x)."""
+    N = 262K, K = 160, one of the batched shapes still slower than flashlib (0.68x). Session 17: the two
+    slowest grid shapes (K = 256 at N = 4M and at B = 16, N = 262K)."""
     return [{"B": B, "N": N, "K": K} for B in (1, 4, 32) for N in (16384, 262144) for K in (32, 100, 256)
             if B * N <= (4 << 20)] + [{"B": 1, "N": 1 << 21, "K": K} for K in (64, 256)] + [
         {"B": 2, "N": 262144, "K": 8}, {"B": 4, "N": 65536, "K": 16}, {"B": 16, "N": 65536, "K": 64},
-        {"B": 4, "N": 262144, "K": 128}, {"B": 1, "N": 1 << 22, "K": 16}, {"B": 16, "N": 262144, "K": 160}]
+        {"B": 4, "N": 262144, "K": 128}, {"B": 1, "N": 1 << 22, "K": 16}, {"B": 16, "N": 262144, "K": 160},
+        # session 17: the two slowest grid shapes (0.70x / 0.73x of flashlib), for the register-held sums
+        {"B": 1, "N": 1 << 22, "K": 256}, {"B": 16, "N": 262144, "K": 256}]
 
 
 def knn_variants() -> list[dict]:
@@ -222,6 +225,13 @@ def kmeans_variants() -> list[dict]:
     # (ptxas registers) puts 33 per batch 17% (B = 16, N = 262K, K = 160) to 41% (B = 32, N = 65K) ahead
     out += [{"kind": k, "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **mma32, **wg}
             for k, kmax in (("fused", 256), ("resident", 128)) for p in (16, 33)]
+    # session 17: the sums held in registers across the point tiles (no smem sums: 256 KB less shared-memory
+    # traffic per 128-point tile at K = 256, and room for K = 256 resident centroids); 128-point tiles
+    # (K x 128 x 4 bytes over 256 threads: 128 registers at K = 256)
+    rs = {**mma32, **wg, "sums": "regs"}
+    out += [{"kind": k, "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rs}
+            for k, kmax in (("resident", 256), ("fused", 256), ("resident", 128)) for p in (16, 33, 132)]
+    out += [{"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 132, **rs, "xstages": 2}]
     return out
 
 

@@ -515,8 +515,9 @@ class OneHot(Node):
 
 class RedAdd(Node):
     """dst += src element-wise with red.global.add (no return value): an smem tile [R, C] into a global
-    tile of the same shape, dealt over the `scope` threads. Rows with dst row offset + r >= row_limit
-    are skipped; zero elements are skipped (nothing to add)."""
+    tile of the same shape, dealt over the `scope` threads; or an f32 `mma_acc` register tile (an
+    accumulator a warp kept in registers), each lane adding the elements it holds (`scope` does not
+    apply). Tile rows r >= row_limit are skipped; zero elements are skipped (nothing to add)."""
 
     op: Literal["red_add"] = "red_add"
     src: TileRef

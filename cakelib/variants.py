@@ -142,7 +142,8 @@ def kmeans_name(p: dict) -> str:
     """`update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
-    assignment on wgmma, sm_90a) adds `_wg`, `xstages: 2` (fused: the next point tile prefetched) `_x2`."""
+    assignment on wgmma, sm_90a) adds `_wg`, `xstages: 2` (fused: the next point tile prefetched) `_x2`,
+    `sums: "regs"` (wgmma: the sums held in registers for the whole kernel, no smem sums) `_rs`."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""
@@ -150,6 +151,7 @@ def kmeans_name(p: dict) -> str:
     extra += "_n1" if p.get("norms", "tile") == "once" else ""
     extra += "_wg" if p.get("mma", "sync") == "wgmma" else ""
     extra += "_x2" if p.get("xstages", 1) == 2 else ""
+    extra += "_rs" if p.get("sums", "smem") == "regs" else ""
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 
@@ -166,7 +168,8 @@ def kmeans_kernel(p: dict, arch: str):
     if p.get("mma", "sync") == "wgmma":     # the tensor-core update only (tasks/kmeans/wgmma.py)
         from tasks.kmeans.wgmma import kmeans_wgmma
         return kmeans_wgmma(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], urows=p.get("urows", 16),
-                            resident=p.get("kind", "fused") == "resident", xstages=p.get("xstages", 1), arch=arch)
+                            resident=p.get("kind", "fused") == "resident", xstages=p.get("xstages", 1),
+                            sums=p.get("sums", "smem"), arch=arch)
     update = p.get("update", "atomic")
     if p.get("kind", "fused") == "resident":
         return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16),

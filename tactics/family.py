@@ -177,11 +177,15 @@ TACTICS = [
                     "(`onehot` builds the transposed one-hot matrix of a tile's keys as an mma A operand, the "
                     "values go in as an ldmatrix.trans B operand, each warp owns whole blocks of the sums in an "
                     "f32 accumulator: no atomics). The product costs as many flops as a GEMM over the keys "
-                    "(2 x keys x rows x columns): it pays where the atomics bind (many rows, more than a few keys).",
+                    "(2 x keys x rows x columns): it pays where the atomics bind (many rows, more than a few keys). "
+                    "With `sums: regs` (wgmma k-means) each warp holds its accumulator blocks in registers across "
+                    "all its tiles: no shared-memory load / store of the sums per tile and no smem sums at all "
+                    "(flushed with red_add from the registers), which frees shared memory for resident operands; "
+                    "it needs enough warps that keys x columns x 4 bytes / threads stays near 128 registers.",
         keywords=("atomic", "CAS", "scatter", "scatter_add", "one-hot", "reduction by key", "segment sum",
-                  "MIO", "contention", "update", "k-means", "tensor core"),
+                  "MIO", "contention", "update", "k-means", "tensor core", "registers", "shared memory traffic"),
         params_doc="the family's update parameters (update: atomic or mma; urows: keys per accumulator block, "
-                   "16 or 32), values from the family's search space",
+                   "16 or 32; sums: smem or regs, where the family has it), values from the family's search space",
     ),
     FamilyTactic(
         name="topk_queue",

@@ -96,6 +96,7 @@ def test_kmeans_mma_update_variants_compile(arch):
     red.shared."""
     from cake_ir.compiler import compile_kernel
     from cakelib.variants import kmeans_kernel
+    from tasks.kmeans.programs import held_blocks
     mma = [p for p in _lib_grid().kmeans_variants() if p.get("update") == "mma"]
     assert len(mma) >= 6
     for p in mma:
@@ -107,8 +108,9 @@ def test_kmeans_mma_update_variants_compile(arch):
             continue                                       # 170-228 KB of smem: Hopper's 227 KB, not Ampere's 163
         assert r.ok, (p, [d.short() for d in r.diagnostics if d.severity == "error"])
         body = r.cuda_source.split("__global__")[-1]          # the kernel, not the runtime header
-        # 8 n-tiles x urows / 16 m-tiles per 16 points
-        assert body.count("cake::mma_16816_f16(&uacc[") == 8 * p.get("urows", 16) // 16 * (p["bm"] // 16), p
+        # 8 n-tiles x urows / 16 m-tiles per 16 points, per accumulator block a warp holds (sums "regs": uacc0, ..)
+        held = held_blocks(p["kmax"], 128, p["bm"] // 16, p.get("urows", 16)) if p.get("sums") == "regs" else 1
+        assert body.count("cake::mma_16816_f16(&uacc") == 8 * p.get("urows", 16) // 16 * (p["bm"] // 16) * held, p
         adds = [ln for ln in body.splitlines() if "red_add_shared" in ln]
         assert len(adds) == 2 and all(", 1.0f);" in ln for ln in adds), (p, adds)   # the counts of a lane's 2 rows
 

@@ -21,7 +21,7 @@ WG = [p for p in kmeans_variants() if p.get("mma") == "wgmma"]
 
 
 @pytest.mark.parametrize("p", WG, ids=lambda p: f"{p['kind']}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_u{p.get('urows', 16)}"
-                         f"_x{p.get('xstages', 1)}")
+                         f"_x{p.get('xstages', 1)}_p{p['ctas']}" + ("_rs" if p.get("sums") == "regs" else ""))
 def test_wgmma_variants_verify_and_compile_without_spills(p):
     from cakelib.variants import kmeans_kernel, kmeans_name
     assert "_wg" in kmeans_name(p) and "_mma" in kmeans_name(p)
@@ -48,6 +48,12 @@ def test_wgmma_kmeans_needs_sm90a_and_fitting_tiles():
         kmeans_wgmma(arch="sm_80")
     with pytest.raises(ValueError, match="kmax <= 128"):
         kmeans_wgmma(kmax=256, resident=True)
+    kmeans_wgmma(kmax=256, bm=128, bn=64, urows=32, resident=True, sums="regs")   # no smem sums: room for them
+    with pytest.raises(ValueError, match="256 f32 registers per lane"):
+        kmeans_wgmma(kmax=256, bm=64, urows=32, sums="regs")       # 4 warps would hold 64 KB each
+    with pytest.raises(ValueError, match="evenly over 8 warps"):
+        kmeans_wgmma(kmax=64, bm=128, bn=64, urows=32, sums="regs")   # 4 blocks for 8 warps
+
     with pytest.raises(ValueError, match="multiple of 64"):
         kmeans_wgmma(bm=32)
 
@@ -172,5 +178,88 @@ def test_kmeans_wgmma_one_step_matches_float64(B, N, K, i):
     X = inp["X"].reshape(B, N, 128)
     C0 = inp["C"].reshape(B, K, 128)
     Cn, A = kmeans(X, K, 1, init=C0, variant=variant)
+    checks = TASK.check({"A": A, "Cnew": Cn.reshape(B * K, 128)}, TASK.reference(inp, shape), inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+
+
+RS = [p for p in WG if p.get("sums") == "regs"]
+
+
+def _rs_id(p):
+    from cakelib.variants import kmeans_name
+    return kmeans_name(p)
+
+
+def test_held_sums_skip_shared_memory_and_flush_from_registers():
+    """sums "regs": no smem sums buffer and no per-tile load / store of them; one X fragment per 16 points
+    feeds both of a warp's blocks; the flush adds each lane's registers into the workspace (rows >= K
+    skipped) before the counts' flush and the finish."""
+    import json
+
+    from cake_ir.io import dumps
+    from cakelib.variants import kmeans_kernel
+    assert len(RS) >= 9
+    k = kmeans_kernel(next(p for p in RS if p["kind"] == "resident" and p["kmax"] == 256), "sm_90a")
+    assert "ssum" not in {b.name for b in k.buffers}
+    ids, ops = set(), []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("id"):
+                ids.add(node["id"])
+            if node.get("op") in ("onehot", "ldmatrix"):
+                ops.append(node["op"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(json.loads(dumps(k)))
+    assert {"flush_held_sums", "flush_counts", "stage_targets"} <= ids and not ids & {"update_blocks", "store_sums",
+                                                                                      "flush_sums", "zero_partials"}
+    assert ops.count("ldmatrix") == 128 // 16 and ops.count("onehot") == 2 * (128 // 16)   # bm 128, two blocks
+    body = compile_kernel(k, emit="cuda").cuda_source.split("__global__")[-1]
+    for j in (0, 1):
+        assert f"if (cake_row >= (int)(K - ur{j})) continue;" in body
+        assert f"if (uacc{j}[cake_e] != 0.0f) cake::red_add_global(" in body
+
+
+def test_red_add_from_an_accumulator_lowers_per_lane_and_checks_its_shape():
+    """red_add from an mma_acc tile: each lane adds its elements at acc_coords; the verifier takes an
+    mma_acc source (E-ATOM-01) and still refuses another register layout."""
+    kb = KernelBuilder("red_acc", arch="sm_80", grid=[1], threads=32)
+    kb.tensor("S", "f32", [32, 16], access="readwrite")
+    kb.buffer("acc", "reg", "f32", [32, 16], layout="mma_acc", scope="warp")
+    kb.buffer("blk", "reg", "f32", [32, 16], layout="blocked", vec=1, scope="warp")
+    with kb.role("main", warps=(0, 1)) as r:
+        r.fill("acc", 1.0)
+        r.add("red_add", src=tile("acc"), dst=tile("S", [0, 0], [32, 16]), row_limit=20)
+    k = kb.build()
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics]
+    src = compile_kernel(k, emit="cuda").cuda_source
+    assert "if (cake_row >= (int)(20)) continue;" in src and "cake::red_add_global((S + " in src
+    assert compile_ir(k, arch="sm_80").ok
+    bad = k.model_copy(deep=True)
+    bad.roles[0].body[1].src.buf = "blk"
+    assert any(d.code == "E-ATOM-01" for d in verify(bad).diagnostics)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B,N,K", [(2, 70001, 250), (3, 9999, 100), (1, 300007, 37)])
+@pytest.mark.parametrize("p", RS, ids=_rs_id)
+def test_held_sums_one_step_matches_float64(p, B, N, K):
+    """The register-held sums against float64: ragged point tiles, K not a multiple of the centroid tile
+    or of a warp's block rows (blocks past K skip their product and flush), several point tiles per CTA."""
+    from gpu_backend.driver import arch_of, properties
+    if arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    if K > p["kmax"]:
+        pytest.skip("K above the variant's kmax")
+    from cakelib import kmeans
+    from tasks.kmeans.task import TASK
+    shape = {"B": B, "N": N, "K": K}
+    inp = TASK.make_inputs(shape, seed=11)
+    Cn, A = kmeans(inp["X"].reshape(B, N, 128), K, 1, init=inp["C"].reshape(B, K, 128), variant=p)
     checks = TASK.check({"A": A, "Cnew": Cn.reshape(B * K, 128)}, TASK.reference(inp, shape), inp, shape)
     assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]

@@ -1894,8 +1894,10 @@ class Emitter:
     @_robust
     def s_RedAdd(self, st: RedAdd, path):
         src, dst = resolve_tile(self.k, st.src), resolve_tile(self.k, st.dst)
+        if src.space == "reg" and dst.space == "global" and src.buffer is not None and src.buffer.layout == "mma_acc":
+            return self.red_add_acc(st, src, dst, path)
         if src.space != "smem" or dst.space != "global" or len(src.shape) != 2:
-            self.fail(path, "red_add adds a 2-d smem tile into a global tile")
+            self.fail(path, "red_add adds a 2-d smem tile or an mma_acc register tile into a global tile")
         R, C = src.shape
         T = self.scope_threads(st.scope)
         t = self.scope_index(st.scope)
@@ -1909,6 +1911,26 @@ class Emitter:
         w.line(f"const {ct} cake_x = *reinterpret_cast<const {ct}*>(cake_smem + ({sptr} - cake_smem_base));")
         _, dptr = self.elem_ptr(dst, "cake_r", "cake_c", path)
         w.line(f"if (cake_x != ({ct})0) cake::red_add_global({dptr}, cake_x);", path)
+        w.close()
+
+    def red_add_acc(self, st: RedAdd, src, dst, path):
+        """red_add from an mma_acc tile [M, N]: each lane adds its own elements (acc_coords) at their place
+        in the global tile -- a warp's accumulator flushed without a trip through shared memory."""
+        rb = src.buffer
+        TM, TN = rb.shape
+        if list(dst.shape) != [TM, TN]:
+            self.fail(path, f"red_add from an mma_acc [{TM}, {TN}] goes into a global tile of that shape, not "
+                      f"{list(dst.shape)}")
+        w = self.w
+        w.open("", path)
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; ++cake_e)")
+        self.acc_coords(TN)
+        if st.row_limit is not None:
+            w.line(f"if (cake_row >= (int)({ix(st.row_limit)})) continue;")
+        _, dptr = self.elem_ptr(dst, "cake_row", "cake_col", path)
+        w.line(f"if ({rb.name}[cake_e] != 0.0f) cake::red_add_global({dptr}, {rb.name}[cake_e]);", path)
+        w.close()
         w.close()
 
     @_robust

@@ -103,11 +103,12 @@ def _declare_registers(kb, d: int, bn: int, levels, scope: str = "cta", mma: str
         kb.buffer(f"fc{tag}", "reg", "f32", [n, 1])
 
 
-def _zero_partials(r, d: int, threads: int, sum_chunks: str) -> None:
+def _zero_partials(r, d: int, threads: int, sum_chunks) -> None:
     """Zero the CTA's smem sums (`sum_chunks` blocks of 8 rows) and its counts."""
     r.fill("zero", 0.0)
-    with r.for_("z", 0, sum_chunks, id="zero_partials"):
-        r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
+    if sum_chunks is not None:      # None: the sums live in registers (`sums="regs"`)
+        with r.for_("z", 0, sum_chunks, id="zero_partials"):
+            r.sts(tile("zero"), tile("ssum", ["z * 8", 0], [8, d]))
     with r.for_("z2", 0, f"cdiv(KMAX, {threads})"):   # stride: the CTA's thread count (64 when bm = 32)
         with r.if_(f"z2 * {threads} + tid < KMAX"):
             r.fill("fct", 0.0)
@@ -115,8 +116,9 @@ def _zero_partials(r, d: int, threads: int, sum_chunks: str) -> None:
 
 
 def _flush_and_finish(r, kmax: int, d: int, copies: int, levels, scope: str = "cta") -> None:
-    """Add the CTA's sums (`copies` per-warp copies or one) and counts into the zeroed workspace, one
-    red.global per (cluster, dim); the last CTA of the batch divides and re-zeroes it."""
+    """Add the CTA's sums (`copies` per-warp copies or one; 0: they were flushed from registers,
+    `flush_held_sums`) and counts into the zeroed workspace, one red.global per (cluster, dim); the last
+    CTA of the batch divides and re-zeroes it."""
     r.sync("syncthreads")
     for c in range(copies):
         r.add("red_add", id=f"flush_sums{c}" if copies > 1 else "flush_sums",
@@ -135,18 +137,21 @@ def _flush_and_finish(r, kmax: int, d: int, copies: int, levels, scope: str = "c
 UPDATE_DN = 64   # columns of the sums one warp's accumulator block holds (32 f32 registers per lane)
 
 
-def _declare_update(kb, kmax: int, d: int, bm: int, update: str, copies: int = 1, urows: int = 16) -> None:
+def _declare_update(kb, kmax: int, d: int, bm: int, update: str, copies: int = 1, urows: int = 16,
+                    held: bool = False) -> None:
     """The smem sums [kmax, d] and, for the tensor-core update, its operands. The mma update pads the
     sums' rows by 8 floats: its float2 loads / stores of an accumulator block (8 rows x 4 lane pairs
     per half-warp) then hit 32 different banks."""
     assert update in ("atomic", "mma"), update
     assert update == "atomic" or copies == 1, "the mma update owns its blocks per warp: no private copies"
-    kb.buffer("ssum", "smem", "f32", [copies * kmax, d], **({"pad": 8} if update == "mma" else {}))
+    if not held:    # held: the sums stay in registers (`declare_held_sums`)
+        kb.buffer("ssum", "smem", "f32", [copies * kmax, d], **({"pad": 8} if update == "mma" else {}))
     if update == "mma":
         kb.buffer("sidx", "smem", "i32", [bm, 1])
         kb.buffer("oh", "reg", "f16", [urows, 16], layout="mma_a", scope="warp")
         kb.buffer("xb", "reg", "f16", [UPDATE_DN, 16], layout="mma_b", scope="warp")
-        kb.buffer("uacc", "reg", "f32", [urows, UPDATE_DN], layout="mma_acc", scope="warp")
+        if not held:
+            kb.buffer("uacc", "reg", "f32", [urows, UPDATE_DN], layout="mma_acc", scope="warp")
 
 
 def _update_mma(r, bm: int, d: int, warps: int, slot, urows: int = 16, x_block=None) -> None:
@@ -176,11 +181,74 @@ def _update_mma(r, bm: int, d: int, warps: int, slot, urows: int = 16, x_block=N
         r.sts(tile("uacc"), tile("ssum", ["ur", "uc"], [urows, dn]), vec_bytes=8, id="store_sums")
 
 
+def held_blocks(kmax: int, d: int, warps: int, urows: int) -> int:
+    """Accumulator blocks each warp holds in registers for the whole kernel (`sums="regs"`): the sums'
+    (kmax / urows) x (d / UPDATE_DN) blocks dealt over the warps, block u to warp u % warps. A warp's blocks
+    then share their columns (warps a multiple of d / UPDATE_DN), so one X fragment feeds all of them."""
+    blocks = (kmax // urows) * (d // UPDATE_DN)
+    if kmax % urows or blocks % warps or warps % (d // UPDATE_DN):
+        raise ValueError(f"sums in registers deal (kmax / urows) x (d / {UPDATE_DN}) = {blocks} blocks evenly over "
+                         f"{warps} warps, the same columns per warp (kmax={kmax}, urows={urows}, d={d})")
+    held = blocks // warps
+    if held * urows * UPDATE_DN // 32 > HELD_REGS:
+        raise ValueError(f"sums in registers take {held * urows * UPDATE_DN // 32} f32 registers per lane at kmax={kmax}, "
+                         f"{warps} warps (at most {HELD_REGS}, beside the argmin's): more warps (bm) or a smaller kmax")
+    return held
+
+
+HELD_REGS = 128     # the held sums' registers per lane: the rest of the 255 go to the argmin and the operands
+
+
+def declare_held_sums(kb, kmax: int, d: int, warps: int, urows: int) -> int:
+    """The per-warp register blocks `uacc0 ..` of `sums="regs"` (UPDATE_DN / 2 x urows / 16 f32 registers
+    per lane each: K x d x 4 / threads bytes per thread in all)."""
+    held = held_blocks(kmax, d, warps, urows)
+    for j in range(held):
+        kb.buffer(f"uacc{j}", "reg", "f32", [urows, UPDATE_DN], layout="mma_acc", scope="warp")
+    return held
+
+
+def zero_held_sums(r, d: int, warps: int, urows: int, held: int) -> None:
+    """Where a warp's blocks sit in the sums (`ur0 ..` rows, `uc` columns), and zeroed accumulators."""
+    dn = UPDATE_DN
+    r.let("uc", f"(role_warp % {d // dn}) * {dn}")
+    for j in range(held):
+        r.let(f"ur{j}", f"((role_warp + {j * warps}) / {d // dn}) * {urows}")
+        r.fill(f"uacc{j}", 0.0)
+
+
+def _update_held(r, bm: int, held: int, x_block) -> None:
+    """The tensor-core update of `_update_mma` into accumulators that stay in registers across the point
+    tiles (`sums="regs"`): no load / store of the sums per tile (K x d x 8 bytes of shared-memory traffic),
+    and each X fragment is loaded once for all of the warp's blocks (they share its columns). Blocks at
+    or past K skip the product (their one-hot would be all zero)."""
+    r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
+    r.sync("syncthreads")   # every warp reads every warp's targets
+    for p in range(bm // 16):
+        r.ldmatrix(x_block(p), tile("xb"), trans=True)
+        for j in range(held):
+            with r.if_(f"ur{j} < K"):
+                r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile("oh"), row0=f"ur{j}",
+                      col0=f"n0 + {p * 16}", limit="N")
+                r.mma_sync(tile("oh"), tile("xb"), tile(f"uacc{j}"))
+
+
+def flush_held_sums(r, urows: int, held: int) -> None:
+    """After the point loop: each warp adds its register blocks straight into the global workspace (red_add
+    from an mma_acc tile: no shared-memory sums at all, which leaves their 136 KB to the centroids)."""
+    for j in range(held):
+        with r.if_(f"ur{j} < K"):
+            r.add("red_add", id="flush_held_sums" if j == 0 else None, src=tile(f"uacc{j}"),
+                  dst=tile("WS", [f"b * K + ur{j}", "uc"], [urows, UPDATE_DN]), row_limit=f"K - ur{j}")
+
+
 def _update(r, update: str, bm: int, d: int, warps: int, sums: dict, slot, cas_batch=None,
-            urows: int = 16, x_block=None) -> None:
+            urows: int = 16, x_block=None, held: int = 0) -> None:
     """Aggregate the tile's points into the CTA's sums and counts (the counts stay one red.shared per
     point: 1/d of the sums' adds)."""
-    if update == "mma":
+    if update == "mma" and held:
+        _update_held(r, bm, held, x_block or (lambda p: tile("sX", [p * 16, "uc"], [16, UPDATE_DN], slot=slot)))
+    elif update == "mma":
         _update_mma(r, bm, d, warps, slot, urows, x_block)
     else:
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", 0], [16, d], slot=slot),

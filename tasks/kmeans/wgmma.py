@@ -12,9 +12,13 @@ X and C tiles are stored as D / 64 swizzle atoms (128-byte rows, what wgmma read
 [rows, D] tile holds its columns [64 a, 64 a + 64) at rows [a * rows, (a + 1) * rows). Centroid norms
 are summed atom by atom (`reduce ... accumulate`) once per CTA.
 
-resident=True (kmax <= 128): the batch's centroids are loaded once per CTA and the point tiles are
-double-buffered; resident=False: centroid tiles of BN stream past each point tile (2-stage ring), for
-K up to 256 where the smem sums leave no room for resident centroids.
+resident=True (kmax <= 128, or 256 with sums "regs"): the batch's centroids are loaded once per CTA and
+the point tiles are double-buffered; resident=False: centroid tiles of BN stream past each point tile
+(2-stage ring), for K up to 256 where the smem sums leave no room for resident centroids.
+
+sums="regs": each warp holds its blocks of the sums in registers from the first point tile to the flush
+(programs._update_held): no per-tile load / store of the sums (K x d x 8 bytes of shared-memory traffic
+per tile) and no smem sums at all (red_add from the accumulators), which makes room for K = 256 resident.
 """
 from cake_ir.builder import KernelBuilder, tile
 from tasks.base import signature_defaults
@@ -27,11 +31,14 @@ ATOM = 64   # f16 elements per 128-byte swizzle row
 
 
 def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, ctas: int = 132, rows: int = 8,
-                 urows: int = 16, resident: bool = False, xstages: int = 1, arch: str = "sm_90a"):
+                 urows: int = 16, resident: bool = False, xstages: int = 1, sums: str = "smem", arch: str = "sm_90a"):
     """Fused Lloyd iteration for K <= kmax: wgmma assignment (64 points per warpgroup, bm / 64
     warpgroups), tensor-core one-hot update (`urows` clusters per accumulator block), smem sums
     flushed once per CTA, the last CTA of a batch finishes (programs.kmeans_fused). xstages 2 (streamed
-    form): the next point tile loads during this one's last centroid tile (programs.kmeans_fused)."""
+    form): the next point tile loads during this one's last centroid tile (programs.kmeans_fused).
+    sums "regs": each warp keeps its blocks of the sums in registers for the whole kernel
+    (programs._update_held; K x d x 4 / threads bytes per thread: kmax 256 needs bm 128), stored to the
+    smem sums once, for the flush; "smem": loaded and stored per point tile (programs._update_mma)."""
     if arch != "sm_90a":
         raise ValueError("kmeans_wgmma needs sm_90a (wgmma)")
     if d != 128:
@@ -41,15 +48,17 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                          f"(got bm={bm}, bn={bn}, kmax={kmax})")
     if xstages not in (1, 2) or (xstages == 2 and resident):
         raise ValueError("xstages 2 is for the streamed form (the resident one double-buffers its points)")
-    if resident and kmax > 128:
-        raise ValueError("resident centroids fit for kmax <= 128 (the smem sums take the rest)")
+    if resident and kmax > 128 and sums != "regs":
+        raise ValueError("resident centroids fit for kmax <= 128 (the smem sums take the rest; sums 'regs' frees them)")
+    if sums not in ("smem", "regs"):
+        raise ValueError(f"sums is 'smem' or 'regs', not {sums!r}")
     assert UPDATE_DN == ATOM, "the update's X blocks are whole swizzle atoms"
     warps = bm // 16
     threads = 32 * warps
     atoms = d // ATOM
     crow = kmax if resident else bn            # rows of one centroid atom in sC
     kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}_d{d}_{bm}x{bn}_wg_mma{urows}"
-                       + ("_x2" if xstages == 2 else ""),
+                       + ("_x2" if xstages == 2 else "") + ("_rs" if sums == "regs" else ""),
                        arch=arch, grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: wgmma argmin assignment + tensor-core one-hot update"
                             + (", resident centroids" if resident else ", streamed centroid tiles"))
@@ -60,7 +69,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
               **({"stages": 2} if resident or xstages == 2 else {}))
     kb.buffer("sC", "smem", "f16", [atoms * crow, ATOM], layout="swizzle_128B", **({} if resident else {"stages": 2}))
     kb.buffer("cn", "smem", "f32", [kmax])
-    _declare_update(kb, kmax, d, bm, "mma", urows=urows)
+    _declare_update(kb, kmax, d, bm, "mma", urows=urows, held=sums == "regs")
+    held = programs.declare_held_sums(kb, kmax, d, warps, urows) if sums == "regs" else 0
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     fscope = _declare_finish(kb, threads)
     _declare_registers(kb, d, bn, levels, fscope, mma="wgmma")
@@ -102,7 +112,9 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("wm0", "role_warp * 16")
-        _zero_partials(r, d, threads, "KMAX / 8")
+        _zero_partials(r, d, threads, None if held else "KMAX / 8")
+        if held:
+            programs.zero_held_sums(r, d, warps, urows, held)
         if resident:
             # rows of C beyond K (the next batch's centroids or zero fill) are never chosen: topk's limit
             load_c(r, "b * K", kmax, "0", None)
@@ -126,7 +138,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                     assign(r, "it % 2", None, "t")
                 r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
                 r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-                _update(r, "mma", bm, d, warps, tile("ssum"), slot="it % 2", urows=urows, x_block=x_block("it % 2"))
+                _update(r, "mma", bm, d, warps, tile("ssum"), slot="it % 2", urows=urows, x_block=x_block("it % 2"),
+                        held=held)
         else:
             with r.for_("t0", 0, "cdiv(K, BN)", id="centroid_norms_once"):
                 r.sync("syncthreads")   # the previous tile's norm readers are done with slot 0
@@ -139,9 +152,11 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                 point_loop_prefetched(
                     r, lambda row, slot, id=None: load_x(r, row, slot, id=id), lambda row, slot: load_c(r, row, bn, "0", slot),
                     lambda t, xslot, cslot: assign(r, xslot, cslot, t),
-                    lambda slot: _update(r, "mma", bm, d, warps, tile("ssum"), slot=slot, urows=urows, x_block=x_block(slot)),
+                    lambda slot: _update(r, "mma", bm, d, warps, tile("ssum"), slot=slot, urows=urows, x_block=x_block(slot),
+                                         held=held),
                     fence=True)
-                _flush_and_finish(r, kmax, d, 1, levels, fscope)
+                programs.flush_held_sums(r, urows, held)
+                _flush_and_finish(r, kmax, d, 0 if held else 1, levels, fscope)
                 return kb.build()
             with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
                 r.let("n0", "(bid.x + it * nbid.x) * BM")
@@ -161,9 +176,19 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                     assign(r, None, "t % 2", "t")
                 r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
                 r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-                _update(r, "mma", bm, d, warps, tile("ssum"), slot=None, urows=urows, x_block=x_block(None))
-        _flush_and_finish(r, kmax, d, 1, levels, fscope)
+                _update(r, "mma", bm, d, warps, tile("ssum"), slot=None, urows=urows, x_block=x_block(None), held=held)
+        programs.flush_held_sums(r, urows, held)
+        _flush_and_finish(r, kmax, d, 0 if held else 1, levels, fscope)
     return kb.build()
+
+
+def _held_fits(p: dict) -> bool:
+    """sums "regs" deals its blocks evenly over the warps within the register budget (programs.held_blocks)."""
+    try:
+        programs.held_blocks(p["kmax"], 128, p["bm"] // 16, p.get("urows", 16))
+        return True
+    except ValueError:
+        return False
 
 
 # the agent's seed and family (tasks/<task>/programs.py SEEDS / FAMILIES)
@@ -172,10 +197,11 @@ programs.FAMILIES["kmeans_wgmma_sm90a"] = {
     "make": kmeans_wgmma,
     "defaults": signature_defaults(kmeans_wgmma),
     "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
-              "resident": [False, True], "xstages": [1, 2]},
-    # resident centroids fit for kmax <= 128; a centroid tile divides kmax; wgmma tiles of 64 points; the
-    # prefetched point tile is for the streamed form
-    "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0 and (not p["resident"] or p["kmax"] <= 128)
-    and (p.get("xstages", 1) == 1 or not p["resident"]),
-    "tactics": {"retile": ["bm", "bn"]},
+              "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs"]},
+    # resident centroids fit for kmax <= 128 (256 with the sums in registers); a centroid tile divides kmax;
+    # wgmma tiles of 64 points; the prefetched point tile is for the streamed form; held sums fit the registers
+    "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0
+    and (not p["resident"] or p["kmax"] <= 128 or p.get("sums") == "regs")
+    and (p.get("xstages", 1) == 1 or not p["resident"]) and (p.get("sums", "smem") == "smem" or _held_fits(p)),
+    "tactics": {"retile": ["bm", "bn"], "update_mechanism": ["sums", "urows"]},
 }
