@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import math
 import os
 import re
@@ -606,6 +607,24 @@ def probe_step(lines: list, rc, err: str, start: int, n: int, bad: dict) -> int:
     return done                          # died between variants: resume there (no progress: the caller stops)
 
 
+def rescale_prior(kept: list, new: list, old: list) -> list:
+    """The prior sweep's rows put on this run's clock: at each shape, their times x the median ratio (this
+    run / the prior) of the variants timed in both (session 17: the re-timed wgmma k-means variants ran a
+    median 3% faster than their prior rows, up to 37% at the smallest shape, which handed them picks from
+    variants that were not re-timed). A shape with no variant in both keeps its rows as they were."""
+    key = lambda r: (json.dumps(r["shape"], sort_keys=True), r["variant"])
+    before = {key(r): r["ms"] for r in old if r.get("ok") and r.get("ms")}
+    ratios: dict = {}
+    for r in new:
+        if r.get("ok") and r.get("ms") and key(r) in before:
+            ratios.setdefault(key(r)[0], []).append(r["ms"] / before[key(r)])
+    out = []
+    for r in kept:
+        f = statistics.median(ratios[key(r)[0]]) if key(r)[0] in ratios else None
+        out.append({**r, "ms": r["ms"] * f, "prior_ms": r["ms"], "rescaled": f} if f and r.get("ms") else r)
+    return out
+
+
 def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None):
     """Time every variant at every training shape (only / pattern: a subset of shapes / variant names)
     and fit the dispatch table; prior: an earlier sweep's JSON whose measurements join the fit (this
@@ -681,6 +700,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
             old = prior_doc["ops"][op]
             new = {(json.dumps(r["shape"], sort_keys=True), r["variant"]) for r in raw}
             kept = [r for r in old["rows"] if (json.dumps(r["shape"], sort_keys=True), r["variant"]) not in new]
+            kept = rescale_prior(kept, raw, old["rows"])
             raw = kept + raw
             rows = [Measurement(shape=r["shape"], variant=r["variant"], ms=r.get("ms"), ok=r["ok"]) for r in raw]
             vmap = {**old["variants"], **vmap}
