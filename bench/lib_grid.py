@@ -233,6 +233,12 @@ def kmeans_variants() -> list[dict]:
     out += [{"kind": k, "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rs}
             for k, kmax in (("resident", 256), ("fused", 256), ("resident", 128)) for p in (16, 33, 132)]
     out += [{"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 132, **rs, "xstages": 2}]
+    # the same sums in wgmma accumulators, the one-hot product on wgmma (A = the one-hot from registers, B = the
+    # points MN-major from the swizzled tile): as many flops as the distances, on wgmma instead of mma.sync
+    rw = {"update": "mma", **wg, "sums": "wgmma"}
+    out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rw}
+            for kmax in (256, 128) for p in (16, 33, 132)]
+    out += [{"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 132, **rw}]
     return out
 
 

@@ -280,7 +280,10 @@ class MmaSync(Node):
 
 
 class Wgmma(Node):
-    """Warpgroup wgmma over a K slab: acc[64,N] (+)= a[64,TK] * b[N,TK]^T, issued in k16 steps."""
+    """Warpgroup wgmma over a K slab: acc[64,N] (+)= a[64,TK] * b[N,TK]^T, issued in k16 steps. `a` is an
+    smem tile (K-major) or an mma_a register fragment [16, 16] per warp (warp w of the warpgroup holds rows
+    16 w .. 16 w + 15; one k16 step). `b_major` "mn": b is an smem tile [TK, N] of K rows with N contiguous
+    (one swizzle atom wide), acc (+)= a * b (with A in registers)."""
 
     op: Literal["wgmma"] = "wgmma"
     shape: tuple[int, int, int]
@@ -288,6 +291,7 @@ class Wgmma(Node):
     b: TileRef
     acc: TileRef
     accumulate: CondExpr = Field(default=True, description="false/expr: first k step overwrites acc")
+    b_major: Literal["k", "mn"] = Field(default="k", description="b stored [N, TK] (k) or [TK, N] (mn)")
 
 
 class MbarInit(Node):
@@ -515,9 +519,9 @@ class OneHot(Node):
 
 class RedAdd(Node):
     """dst += src element-wise with red.global.add (no return value): an smem tile [R, C] into a global
-    tile of the same shape, dealt over the `scope` threads; or an f32 `mma_acc` register tile (an
-    accumulator a warp kept in registers), each lane adding the elements it holds (`scope` does not
-    apply). Tile rows r >= row_limit are skipped; zero elements are skipped (nothing to add)."""
+    tile of the same shape, dealt over the `scope` threads; or an f32 `mma_acc` / `wgmma_acc` register
+    tile (an accumulator a warp or warpgroup kept in registers), each lane adding the elements it holds
+    (`scope` does not apply). Tile rows r >= row_limit are skipped; zero elements are skipped (nothing to add)."""
 
     op: Literal["red_add"] = "red_add"
     src: TileRef

@@ -143,7 +143,8 @@ def kmeans_name(p: dict) -> str:
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
     assignment on wgmma, sm_90a) adds `_wg`, `xstages: 2` (fused: the next point tile prefetched) `_x2`,
-    `sums: "regs"` (wgmma: the sums held in registers for the whole kernel, no smem sums) `_rs`."""
+    `sums: "regs"` (wgmma: the sums held in registers for the whole kernel, no smem sums) `_rs`, `sums:
+    "wgmma"` (held in wgmma accumulators, the one-hot update on wgmma too) `_rw`."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""
@@ -151,7 +152,7 @@ def kmeans_name(p: dict) -> str:
     extra += "_n1" if p.get("norms", "tile") == "once" else ""
     extra += "_wg" if p.get("mma", "sync") == "wgmma" else ""
     extra += "_x2" if p.get("xstages", 1) == 2 else ""
-    extra += "_rs" if p.get("sums", "smem") == "regs" else ""
+    extra += {"smem": "", "regs": "_rs", "wgmma": "_rw"}[p.get("sums", "smem")]
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 

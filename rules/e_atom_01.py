@@ -46,12 +46,12 @@ def check(ctx):
                                      f"{cols} columns (a multiple of 4)", legal=[[ib.shape[0], cols]])
         elif isinstance(n, RedAdd):
             src, dst = resolve_tile(k, n.src), resolve_tile(k, n.dst)
-            acc = src.space == "reg" and src.buffer is not None and src.buffer.layout == "mma_acc"
+            acc = src.space == "reg" and src.buffer is not None and src.buffer.layout in ("mma_acc", "wgmma_acc")
             if (src.space != "smem" and not acc) or len(src.shape) != 2:
                 yield ctx.report(f"{p}/src/buf", f"red_add reads a 2-d smem tile or an mma_acc register tile; "
                                  f"{n.src.buf!r} is {src.space}"
                                  + (f" {src.buffer.layout}" if src.buffer is not None and src.space == "reg" else ""),
-                                 legal=["smem", "reg mma_acc"])
+                                 legal=["smem", "reg mma_acc", "reg wgmma_acc"])
             elif dst.space != "global" or dst.dtype not in ATOMIC or dst.dtype != src.dtype:
                 yield ctx.report(f"{p}/dst/buf", f"red_add adds into a global tile of src's type ({src.dtype}, one of "
                                  f"{list(ATOMIC)}); {n.dst.buf!r} is {dst.space} {dst.dtype}", legal=[src.dtype])

@@ -4,7 +4,9 @@
 [64, N, 16] with N a multiple of 8 in [8, 256]; acc a `wgmma_acc` f32 register tile [64, N]; a a
 shared-memory tile [64, TK] and b a shared-memory tile [N, TK] (B stored N x K), both bf16/f16 of
 one type, with TK a multiple of 16, in swizzled layouts whose rows are exactly one swizzle span
-(K-major swizzle atoms: 128B swizzle = 64 bf16 per row).
+(K-major swizzle atoms: 128B swizzle = 64 bf16 per row). `a` may instead be an `mma_a` register
+fragment [16, 16] per warp (one k16 step); `b_major` "mn" stores b [TK, N] (N contiguous), which needs
+A in registers, and N * element size one swizzle span (one atom wide).
 """
 from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import Wgmma
@@ -46,8 +48,19 @@ def check(ctx):
                     yield ctx.report(f"{p}/acc", f"wgmma acc tile {list(shp)} must be [64, {N}] (M x N)",
                                      legal=[[64, N]])
         tk = {}
+        mn = n.b_major == "mn"
+        if a.known and a.buffer is not None and a.buffer.space == "reg":
+            ab = a.buffer
+            if ab.layout != "mma_a" or ab.dtype not in ("bf16", "f16") or list(tile_shape(k, a) or []) != [16, 16]:
+                yield ctx.report(f"{p}/a", f"wgmma A in registers is a bf16/f16 mma_a fragment [16, 16] per warp (the "
+                                 f"warp's 16 rows of the 64, one k16 step); {n.a.buf!r} is {ab.layout} {ab.dtype} "
+                                 f"{list(tile_shape(k, a) or [])}", legal=["mma_a [16, 16]"])
+            tk["a"] = 16
+        elif mn:
+            yield ctx.report(f"{p}/b_major", "wgmma with an MN-major b takes A from registers (an mma_a fragment)",
+                             legal=["k"])
         for f, t, rows in (("a", a, 64), ("b", b, N)):
-            if not t.known:
+            if not t.known or f in tk:
                 continue
             buf = t.buffer
             if buf is None or buf.space != "smem":
@@ -69,6 +82,16 @@ def check(ctx):
             shp = tile_shape(k, t)
             if shp is None or len(shp) != 2:
                 yield ctx.report(f"{p}/{f}", f"wgmma operand {f} must be a 2-D tile", legal=[2])
+                continue
+            if f == "b" and mn:         # [TK, N]: K rows, N contiguous, one atom wide
+                if shp[1] != N or N * esize(buf.dtype) != span:
+                    yield ctx.report(f"{p}/b", f"an MN-major wgmma b tile is [TK, N] with N = {span // esize(buf.dtype)} "
+                                     f"(one {span}-byte swizzle row); got {list(shp)} at N = {N}",
+                                     legal=[[16, span // esize(buf.dtype)]])
+                if shp[0] % 16:
+                    yield ctx.report(f"{p}/b", f"an MN-major wgmma b tile's K extent {shp[0]} is not a multiple of 16",
+                                     legal=[16 * i for i in range(1, 9)])
+                tk["b"] = shp[0]
                 continue
             if shp[0] != rows:
                 yield ctx.report(f"{p}/{f}", f"wgmma operand {f} tile {list(shp)} must have {rows} rows",

@@ -183,6 +183,7 @@ def test_kmeans_wgmma_one_step_matches_float64(B, N, K, i):
 
 
 RS = [p for p in WG if p.get("sums") == "regs"]
+HELD = [p for p in WG if p.get("sums") in ("regs", "wgmma")]     # sums in registers (mma.sync or wgmma update)
 
 
 def _rs_id(p):
@@ -224,6 +225,25 @@ def test_held_sums_skip_shared_memory_and_flush_from_registers():
         assert f"if (uacc{j}[cake_e] != 0.0f) cake::red_add_global(" in body
 
 
+def test_wgmma_update_holds_sums_in_wgmma_accumulators():
+    """sums "wgmma": per 16 points one wgmma_fence / commit / wait 1 (the fragments of two steps back are
+    rewritten), each held 64-cluster block x 2 atoms one m64n64k16 with A from registers and B MN-major;
+    the flush adds the accumulators (red_add from wgmma_acc); no mma.sync update, no smem sums."""
+    from cakelib.variants import kmeans_kernel
+    rw = [p for p in WG if p.get("sums") == "wgmma"]
+    assert len(rw) >= 7
+    k = kmeans_kernel(next(p for p in rw if p["kind"] == "resident" and p["kmax"] == 256), "sm_90a")
+    assert "ssum" not in {b.name for b in k.buffers} and not any(b.name.startswith("uacc") for b in k.buffers)
+    res = verify(k)
+    assert res.ok and not [d for d in res.diagnostics if d.code == "N-SYN-01"], [d.short() for d in res.diagnostics]
+    body = compile_kernel(k, emit="cuda").cuda_source.split("__global__")[-1]
+    assert body.count("cake_wgmma_rs_m64n64k16_f16_t1(&S") == 8 * 2 * 2          # 8 steps x 2 blocks x 2 atoms
+    assert body.count("cake::wgmma_wait<1>()") == 8 and "mma_16816_f16" not in body
+    assert "if (S0_0[cake_e] != 0.0f) cake::red_add_global(" in body
+    with pytest.raises(ValueError, match="evenly over the 2 warpgroups"):
+        kmeans_wgmma(kmax=192, bm=128, bn=64, sums="wgmma")
+
+
 def test_red_add_from_an_accumulator_lowers_per_lane_and_checks_its_shape():
     """red_add from an mma_acc tile: each lane adds its elements at acc_coords; the verifier takes an
     mma_acc source (E-ATOM-01) and still refuses another register layout."""
@@ -247,10 +267,11 @@ def test_red_add_from_an_accumulator_lowers_per_lane_and_checks_its_shape():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("B,N,K", [(2, 70001, 250), (3, 9999, 100), (1, 300007, 37)])
-@pytest.mark.parametrize("p", RS, ids=_rs_id)
+@pytest.mark.parametrize("p", HELD, ids=_rs_id)
 def test_held_sums_one_step_matches_float64(p, B, N, K):
-    """The register-held sums against float64: ragged point tiles, K not a multiple of the centroid tile
-    or of a warp's block rows (blocks past K skip their product and flush), several point tiles per CTA."""
+    """The register-held sums (`_rs`: mma.sync update; `_rw`: wgmma update, A = the one-hot from registers,
+    B = the points MN-major) against float64: ragged point tiles, K not a multiple of the centroid tile or
+    of a block's rows (blocks past K skip their product and flush), several point tiles per CTA."""
     from gpu_backend.driver import arch_of, properties
     if arch_of(properties(0)) != "sm_90a":
         pytest.skip("wgmma needs sm_90a")

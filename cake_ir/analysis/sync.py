@@ -1618,6 +1618,8 @@ class Simulator:
                     self._acc(ref, False, "wgmma", n, comp, p, mask, path, env, tl, fld=fld)
             for c in cls:
                 p.wg_pending[c].append((comp, path, acc_buf))
+                if not self._is_smem(st.a):     # an A fragment in registers is read until the wgmma retires
+                    p.wg_pending[c].append((comp, path, st.a.buf))
             p.wgmma_nodes.append((n, cls))
             return
         if isinstance(st, (MbarArrive, MbarExpectTx, CpAsyncArrive)):
@@ -2002,7 +2004,7 @@ class Simulator:
         for n, path, wpath, c in p.acc_reads:
             later = last_wgmma.get(c, -1) > n
             code = "E-SYN-07" if later else "E-PIP-04"
-            self.issue(code, path, f"reads accumulator registers of the wgmma at {wpath} while it may still be in "
+            self.issue(code, path, f"touches registers of the wgmma at {wpath} (its accumulator or A fragment) while it may still be in "
                        "flight: wgmma_wait(n) leaves the n most recent groups running; "
                        + ("wait with n = 0 after the last wgmma before reading the accumulator" if not later else
                           "retire the group (wgmma_wait) before touching the accumulator"),

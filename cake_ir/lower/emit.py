@@ -113,6 +113,7 @@ class Emitter:
         self.role: Optional[Role] = None
         self.role_index: Optional[int] = None
         self.wgmma_ns: set[tuple[int, str]] = set()
+        self.wgmma_rs_ns: set[tuple[int, str, int]] = set()   # A from registers: (N, type, trans_b)
         self.diags: list[Diagnostic] = []
         self.uid = 0
         self.cur = "/"  # path of the statement being lowered
@@ -238,6 +239,8 @@ class Emitter:
         # wgmma wrappers needed by the body
         for n, ty in sorted(self.wgmma_ns):
             self.emit_wgmma_wrapper(n, ty)
+        for n, ty, tb in sorted(self.wgmma_rs_ns):
+            self.emit_wgmma_rs_wrapper(n, ty, tb)
         params, sig = self.signature()
         lb = f"__launch_bounds__({k.launch.threads}, {k.launch.min_blocks_per_sm})"
         w.line(f'extern "C" __global__ void {lb} {k.name}(', "/")
@@ -932,6 +935,8 @@ class Emitter:
         M, N, K = st.shape
         a, b, acc = (resolve_tile(self.k, t) for t in (st.a, st.b, st.acc))
         ab, bb, cb = a.buffer, b.buffer, acc.buffer
+        if None not in (ab, bb, cb) and (ab.space == "reg" or st.b_major == "mn"):
+            return self.wgmma_general(st, a, b, acc, path)
         if None in (ab, bb, cb) or ab.space != "smem" or bb.space != "smem":
             self.fail(path, "wgmma reads a and b from smem and accumulates into a wgmma_acc register tile")
         if ab.layout not in DESC_SWIZZLE or bb.layout not in DESC_SWIZZLE:
@@ -956,6 +961,56 @@ class Emitter:
             scale = "1" if kk > 0 else f"({cond_c(st.accumulate)}) ? 1 : 0"
             w.line(f"cake_wgmma_m64n{N}k16_{ty}(&{cb.name}[{base}], {ad}, {bd}, {scale});", path)
         w.close()
+
+    def wgmma_general(self, st: Wgmma, a, b, acc, path):
+        """wgmma with A from registers (an mma_a [16, 16] fragment per warp: warp w of the warpgroup holds
+        rows 16 w .. 16 w + 15, the mma.sync A layout) and / or B MN-major (`b_major` "mn": an smem tile
+        [TK, N] of K rows, N contiguous, one swizzle atom wide; a k16 step is 16 rows further, two 8-row
+        swizzle blocks at SBO 1024 bytes; the instruction's trans-b bit set)."""
+        M, N, K = st.shape
+        ab, bb, cb = a.buffer, b.buffer, acc.buffer
+        if bb.space != "smem" or bb.layout not in DESC_SWIZZLE:
+            self.fail(path, "wgmma reads b from a swizzled smem tile")
+        if M != 64 or K != 16 or N % 8 or not 8 <= N <= 256:
+            self.fail(path, f"wgmma shape is [64, N, 16] with N a multiple of 8 up to 256, got {list(st.shape)}")
+        ty = bb.dtype
+        co = E.try_const(E.parse_index((acc.offset or (0, 0))[-1]), dict(self.k.consts))
+        if not isinstance(co, int):
+            self.fail(path, "accumulator column offset must be a constant")
+        base = (co // 8) * 4
+        tb = 1 if st.b_major == "mn" else 0
+        brow, bcol, _, _ = self.tile_rc(b, path)
+        TK = b.shape[0] if tb else b.shape[-1]
+        w = self.w
+        w.open("", path)
+        if ab.space == "reg":
+            if ab.layout != "mma_a" or list(a.shape) != [16, 16] or any(str(o) != "0" for o in (a.offset or ())):
+                self.fail(path, "a wgmma A operand in registers is a whole mma_a fragment [16, 16] per warp")
+            if TK != 16:
+                self.fail(path, f"with A in registers (one k16 step) b spans 16 K, not {TK}")
+            self.wgmma_rs_ns.add((N, ty, tb))
+            bd = self.desc(bb, st.b.slot, brow, bcol)      # K-major [N, 16] or MN-major [16, N]: same strides
+            scale = f"({cond_c(st.accumulate)}) ? 1 : 0"
+            w.line(f"cake_wgmma_rs_m64n{N}k16_{ty}_t{tb}(&{cb.name}[{base}], {ab.name}, {bd}, {scale});", path)
+        else:
+            self.fail(path, "wgmma with an MN-major b takes A from registers")
+        w.close()
+
+    def emit_wgmma_rs_wrapper(self, n: int, ty: str, tb: int):
+        w = self.w
+        nreg = n // 2
+        regs = ", ".join(f"%{i}" for i in range(nreg))
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(nreg))
+        a = ", ".join(f"%{nreg + i}" for i in range(4))
+        w.line(f"__device__ __forceinline__ void cake_wgmma_rs_m64n{n}k16_{ty}_t{tb}(float* d, const unsigned* a, "
+               "cake::u64 db, int scale_d) {")
+        w.line("#if __CUDA_ARCH__ >= 900")
+        w.line('  asm volatile("{\\n .reg .pred p;\\n setp.ne.b32 p, %' + str(nreg + 5) + ', 0;\\n"')
+        w.line(f'    " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, {{{a}}}, %{nreg + 4}, p, 1, 1, {tb};\\n}}\\n"')
+        w.line(f'    : {outs}')
+        w.line('    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));')
+        w.line("#endif")
+        w.line("}")
 
     def desc(self, b: Buffer, slot, row_c: str, col_c: str) -> str:
         es = SIZE[b.dtype]
@@ -1894,7 +1949,8 @@ class Emitter:
     @_robust
     def s_RedAdd(self, st: RedAdd, path):
         src, dst = resolve_tile(self.k, st.src), resolve_tile(self.k, st.dst)
-        if src.space == "reg" and dst.space == "global" and src.buffer is not None and src.buffer.layout == "mma_acc":
+        if src.space == "reg" and dst.space == "global" and src.buffer is not None \
+                and src.buffer.layout in ("mma_acc", "wgmma_acc"):
             return self.red_add_acc(st, src, dst, path)
         if src.space != "smem" or dst.space != "global" or len(src.shape) != 2:
             self.fail(path, "red_add adds a 2-d smem tile or an mma_acc register tile into a global tile")
@@ -1914,21 +1970,26 @@ class Emitter:
         w.close()
 
     def red_add_acc(self, st: RedAdd, src, dst, path):
-        """red_add from an mma_acc tile [M, N]: each lane adds its own elements (acc_coords) at their place
-        in the global tile -- a warp's accumulator flushed without a trip through shared memory."""
+        """red_add from an mma_acc tile [M, N] (or a warpgroup's wgmma_acc [64, N]: warp w its rows 16 w ..):
+        each lane adds its own elements (acc_coords) at their place in the global tile -- an accumulator
+        flushed without a trip through shared memory."""
         rb = src.buffer
         TM, TN = rb.shape
-        if list(dst.shape) != [TM, TN]:
-            self.fail(path, f"red_add from an mma_acc [{TM}, {TN}] goes into a global tile of that shape, not "
+        wg = rb.layout == "wgmma_acc"
+        if wg and TM != 64:
+            self.fail(path, f"red_add from a wgmma_acc tile takes a warpgroup's [64, N], not [{TM}, {TN}]")
+        if dst.shape and list(dst.shape) != [TM, TN]:      # (no shape: the whole tensor)
+            self.fail(path, f"red_add from an accumulator [{TM}, {TN}] goes into a global tile of that shape, not "
                       f"{list(dst.shape)}")
         w = self.w
         w.open("", path)
         w.line("#pragma unroll")
         w.open(f"for (int cake_e = 0; cake_e < {self.reg_count(rb)}; ++cake_e)")
         self.acc_coords(TN)
+        row = "(cake_row + 16 * (cake_wg_tid >> 5))" if wg else "cake_row"
         if st.row_limit is not None:
-            w.line(f"if (cake_row >= (int)({ix(st.row_limit)})) continue;")
-        _, dptr = self.elem_ptr(dst, "cake_row", "cake_col", path)
+            w.line(f"if ({row} >= (int)({ix(st.row_limit)})) continue;")
+        _, dptr = self.elem_ptr(dst, row, "cake_col", path)
         w.line(f"if ({rb.name}[cake_e] != 0.0f) cake::red_add_global({dptr}, {rb.name}[cake_e]);", path)
         w.close()
         w.close()

@@ -48,17 +48,20 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                          f"(got bm={bm}, bn={bn}, kmax={kmax})")
     if xstages not in (1, 2) or (xstages == 2 and resident):
         raise ValueError("xstages 2 is for the streamed form (the resident one double-buffers its points)")
-    if resident and kmax > 128 and sums != "regs":
+    if resident and kmax > 128 and sums == "smem":
         raise ValueError("resident centroids fit for kmax <= 128 (the smem sums take the rest; sums 'regs' frees them)")
-    if sums not in ("smem", "regs"):
-        raise ValueError(f"sums is 'smem' or 'regs', not {sums!r}")
+    if sums not in ("smem", "regs", "wgmma"):
+        raise ValueError(f"sums is 'smem', 'regs' or 'wgmma', not {sums!r}")
+    if sums == "wgmma" and (kmax % (64 * (bm // 64)) or kmax // (bm // 64) > 128):
+        raise ValueError(f"sums 'wgmma' deals 64-cluster blocks evenly over the {bm // 64} warpgroups, at most 128 "
+                         f"accumulator registers per thread (kmax / warpgroups <= 128; got kmax={kmax}, bm={bm})")
     assert UPDATE_DN == ATOM, "the update's X blocks are whole swizzle atoms"
     warps = bm // 16
     threads = 32 * warps
     atoms = d // ATOM
     crow = kmax if resident else bn            # rows of one centroid atom in sC
     kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}_d{d}_{bm}x{bn}_wg_mma{urows}"
-                       + ("_x2" if xstages == 2 else "") + ("_rs" if sums == "regs" else ""),
+                       + ("_x2" if xstages == 2 else "") + {"smem": "", "regs": "_rs", "wgmma": "_rw"}[sums],
                        arch=arch, grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: wgmma argmin assignment + tensor-core one-hot update"
                             + (", resident centroids" if resident else ", streamed centroid tiles"))
@@ -69,8 +72,11 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
               **({"stages": 2} if resident or xstages == 2 else {}))
     kb.buffer("sC", "smem", "f16", [atoms * crow, ATOM], layout="swizzle_128B", **({} if resident else {"stages": 2}))
     kb.buffer("cn", "smem", "f32", [kmax])
-    _declare_update(kb, kmax, d, bm, "mma", urows=urows, held=sums == "regs")
-    held = programs.declare_held_sums(kb, kmax, d, warps, urows) if sums == "regs" else 0
+    if sums == "wgmma":
+        held = declare_wgmma_sums(kb, kmax, bm, atoms)
+    else:
+        _declare_update(kb, kmax, d, bm, "mma", urows=urows, held=sums == "regs")
+        held = programs.declare_held_sums(kb, kmax, d, warps, urows) if sums == "regs" else 0
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     fscope = _declare_finish(kb, threads)
     _declare_registers(kb, d, bn, levels, fscope, mma="wgmma")
@@ -109,11 +115,25 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
         # the update's [16 points, 64 dims] block: dims [uc, uc + 64) are atom uc / 64
         return lambda p: tile("sX", [f"(uc / {ATOM}) * BM + {p * 16}", 0], [16, ATOM], slot=slot)
 
+    def update(slot):
+        if sums == "wgmma":
+            update_wgmma(r, bm, atoms, held, slot)
+        else:
+            _update(r, "mma", bm, d, warps, tile("ssum"), slot=slot, urows=urows, x_block=x_block(slot), held=held)
+
+    def flush(r):
+        if sums == "wgmma":
+            flush_wgmma_sums(r, bm, atoms, held)
+        else:
+            programs.flush_held_sums(r, urows, held)
+
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("wm0", "role_warp * 16")
         _zero_partials(r, d, threads, None if held else "KMAX / 8")
-        if held:
+        if held and sums == "wgmma":
+            zero_wgmma_sums(r, bm, atoms, held)
+        elif held:
             programs.zero_held_sums(r, d, warps, urows, held)
         if resident:
             # rows of C beyond K (the next batch's centroids or zero fill) are never chosen: topk's limit
@@ -138,8 +158,7 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                     assign(r, "it % 2", None, "t")
                 r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
                 r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-                _update(r, "mma", bm, d, warps, tile("ssum"), slot="it % 2", urows=urows, x_block=x_block("it % 2"),
-                        held=held)
+                update("it % 2")
         else:
             with r.for_("t0", 0, "cdiv(K, BN)", id="centroid_norms_once"):
                 r.sync("syncthreads")   # the previous tile's norm readers are done with slot 0
@@ -152,10 +171,9 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                 point_loop_prefetched(
                     r, lambda row, slot, id=None: load_x(r, row, slot, id=id), lambda row, slot: load_c(r, row, bn, "0", slot),
                     lambda t, xslot, cslot: assign(r, xslot, cslot, t),
-                    lambda slot: _update(r, "mma", bm, d, warps, tile("ssum"), slot=slot, urows=urows, x_block=x_block(slot),
-                                         held=held),
+                    update,
                     fence=True)
-                programs.flush_held_sums(r, urows, held)
+                flush(r)
                 _flush_and_finish(r, kmax, d, 0 if held else 1, levels, fscope)
                 return kb.build()
             with r.for_("it", 0, "cdiv(cdiv(N, BM) - bid.x, nbid.x)", id="point_tiles"):
@@ -176,14 +194,74 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                     assign(r, None, "t % 2", "t")
                 r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
                 r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-                _update(r, "mma", bm, d, warps, tile("ssum"), slot=None, urows=urows, x_block=x_block(None), held=held)
-        programs.flush_held_sums(r, urows, held)
+                update(None)
+        flush(r)
         _flush_and_finish(r, kmax, d, 0 if held else 1, levels, fscope)
     return kb.build()
 
 
+def declare_wgmma_sums(kb, kmax: int, bm: int, atoms: int) -> int:
+    """sums "wgmma": warpgroup g holds the 64-cluster blocks u = g, g + warpgroups, .. of the sums, one
+    wgmma_acc [64, 64] per block and swizzle atom of dims (S{j}_{a}); the one-hot A fragments oh{j}_{parity}
+    (each warp its 16 clusters x 16 points), double-buffered over the 16-point steps; the tile's targets."""
+    wgs = bm // 64
+    held = kmax // 64 // wgs
+    kb.buffer("sidx", "smem", "i32", [bm, 1])
+    for j in range(held):
+        for par in (0, 1):
+            kb.buffer(f"oh{j}_{par}", "reg", "f16", [16, 16], layout="mma_a", scope="warp")
+        for a in range(atoms):
+            kb.buffer(f"S{j}_{a}", "reg", "f32", [64, ATOM], layout="wgmma_acc", scope="warpgroup")
+    return held
+
+
+def zero_wgmma_sums(r, bm: int, atoms: int, held: int) -> None:
+    for j in range(held):
+        r.let(f"ur{j}", f"(wg + {j * (bm // 64)}) * 64")      # the block's first cluster
+        for a in range(atoms):
+            r.fill(f"S{j}_{a}", 0.0)
+
+
+def update_wgmma(r, bm: int, atoms: int, held: int, slot) -> None:
+    """sums[c, :] += X[j, :] for the tile's points j of cluster c on wgmma: per 16 points, A = the one-hot
+    [64 clusters, 16 points] from registers (each warp builds its 16 rows), B = the points' X rows read
+    MN-major from the swizzled tile (dims contiguous), into the warpgroup's held accumulators. The
+    fragments of step p are rewritten at step p + 2, after wgmma_wait 1 has retired step p."""
+    r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
+    r.sync("syncthreads")   # every warp reads every warp's targets
+    for p in range(bm // 16):
+        par = p % 2
+        for j in range(held):
+            with r.if_(f"ur{j} < K"):
+                r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile(f"oh{j}_{par}"),
+                      row0=f"ur{j} + 16 * (role_warp % 4)", col0=f"n0 + {p * 16}", limit="N")
+        r.sync("wgmma_fence")
+        for j in range(held):
+            with r.if_(f"ur{j} < K"):
+                for a in range(atoms):
+                    r.wgmma([64, ATOM, 16], tile(f"oh{j}_{par}"),
+                            tile("sX", [f"{a} * BM + {p * 16}", 0], [16, ATOM], slot=slot), tile(f"S{j}_{a}"),
+                            accumulate=True, b_major="mn", id="sums_wgmma" if p == j == a == 0 else None)
+        r.sync("wgmma_commit")
+        r.sync("wgmma_wait", n=1)
+    r.sync("wgmma_wait", n=0)    # the tile's sX slot is reloaded after the next barrier
+    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0", row_limit="N")
+
+
+def flush_wgmma_sums(r, bm: int, atoms: int, held: int) -> None:
+    for j in range(held):
+        with r.if_(f"ur{j} < K"):
+            for a in range(atoms):
+                r.add("red_add", id="flush_held_sums" if j == a == 0 else None, src=tile(f"S{j}_{a}"),
+                      dst=tile("WS", [f"b * K + ur{j}", a * ATOM], [64, ATOM]), row_limit=f"K - ur{j}")
+
+
 def _held_fits(p: dict) -> bool:
-    """sums "regs" deals its blocks evenly over the warps within the register budget (programs.held_blocks)."""
+    """sums "regs" deals its blocks evenly over the warps within the register budget (programs.held_blocks);
+    "wgmma" its 64-cluster blocks over the warpgroups, at most 128 accumulator registers per thread."""
+    if p.get("sums") == "wgmma":
+        wgs = p["bm"] // 64
+        return p["kmax"] % (64 * wgs) == 0 and p["kmax"] // wgs <= 128
     try:
         programs.held_blocks(p["kmax"], 128, p["bm"] // 16, p.get("urows", 16))
         return True
@@ -197,11 +275,11 @@ programs.FAMILIES["kmeans_wgmma_sm90a"] = {
     "make": kmeans_wgmma,
     "defaults": signature_defaults(kmeans_wgmma),
     "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
-              "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs"]},
+              "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs", "wgmma"]},
     # resident centroids fit for kmax <= 128 (256 with the sums in registers); a centroid tile divides kmax;
     # wgmma tiles of 64 points; the prefetched point tile is for the streamed form; held sums fit the registers
     "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0
-    and (not p["resident"] or p["kmax"] <= 128 or p.get("sums") == "regs")
+    and (not p["resident"] or p["kmax"] <= 128 or p.get("sums", "smem") != "smem")
     and (p.get("xstages", 1) == 1 or not p["resident"]) and (p.get("sums", "smem") == "smem" or _held_fits(p)),
     "tactics": {"retile": ["bm", "bn"], "update_mechanism": ["sums", "urows"]},
 }

@@ -1,0 +1,56 @@
+#!/bin/bash
+# One device call (session 17, last), results under $OUT/kmeans:
+#   1. GPU tests: wgmma with A from registers / B MN-major against numpy, and every `_rw` k-means variant
+#      (the one-hot update on wgmma) against float64; the rest is skipped if any fails;
+#   2. a sweep of the `_rw` variants beside the current K >= 100 picks (same run) at those training shapes, joined
+#      with the committed sweep (prior rows rescaled) and refitted (-> $D/sweep/kmeans.json);
+#   3. the grid shapes whose pick the refit changed, re-timed with the new table (-> $D/grid/).
+# The cubins come compiled (CAKE_CACHE_DIR carried).
+#     OUT=/some/dir bash bench/kmeans_rw_device.sh [SWEEP_BUDGET_S=150] [GRID_DEADLINE_S=170]
+. "$(dirname "$0")/device_env.sh"
+D=$OUT/kmeans; mkdir -p $D
+timeout 150 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_wgmma_regs.py tests/test_kmeans_wgmma.py \
+  -k "register_a or _rw" > $D/tests.log 2>&1
+RC=$?
+stamp "tests rc=$RC: $(tail -1 $D/tests.log)"
+grep -E "^(FAILED|E  )" $D/tests.log | head -12
+[ $RC -ne 0 ] && { stamp "tests failed: no sweep"; exit 0; }
+timeout $(( ${1:-150} + 60 )) $PY bench/lib_grid.py sweep --op kmeans --out $D/sweep --procs $NP --budget-s ${1:-150} \
+  --only "K=100|128|160|256" \
+  --variants '(resident_k128_bm128_bn64_p(16|33|132)_mma32_wg|resident_k256_bm128_bn64_p(16|33|132)_mma32_wg_rs|_rw)$' --prior bench/results/lib-sweep-kmeans-h200.json > $D/sweep.log 2>&1
+stamp "sweep rc=$?"
+grep -E "compiled|probe|budget|table|BAD" $D/sweep.log | head -6
+$PY - $D/sweep/lib-sweep-h200.json <<'PYEOF'
+import json, sys, collections
+d = json.load(open(sys.argv[1]))
+by = collections.defaultdict(dict)
+for r in d["ops"]["kmeans"]["rows"][d.get("prior", {}).get("rows_kept", 0):]:
+    if r.get("ok") and r.get("ms"):
+        by[json.dumps(r["shape"])][r["variant"]] = r["ms"]
+for s, v in by.items():
+    a = {k: t for k, t in v.items() if k.endswith("_rs")}
+    b = {k: t for k, t in v.items() if k.endswith("_rw")}
+    if a and b:
+        ka, kb = min(a, key=a.get), min(b, key=b.get)
+        print(f"{s:36s} {ka:46s} {a[ka]:8.3f} {kb:46s} {b[kb]:8.3f} {a[ka] / b[kb]:.3f}")
+PYEOF
+ONLY=$($PY - "$D/sweep/kmeans.json" <<'PYEOF'
+import sys
+sys.path.insert(0, ".")
+from bench.lib_grid import kmeans_grid
+from cakelib.dispatch import DispatchTable
+from cakelib.runtime import _pick
+from cakelib.variants import SUPPORTS
+old, new = DispatchTable.load("cakelib/tables/kmeans.json"), DispatchTable.load(sys.argv[1])
+pick = lambda t, s: _pick("kmeans", {**s, "D": 128}, t, SUPPORTS["kmeans"])[0]
+print(";".join(f"B={s['B']},N={s['N']},K={s['K']}" for s in kmeans_grid() if pick(old, s) != pick(new, s)))
+PYEOF
+)
+echo "$ONLY" > $D/changed.txt
+stamp "grid shapes whose pick changed: $(echo "$ONLY" | tr ';' '\n' | grep -c B=)"
+cp $D/sweep/kmeans.json cakelib/tables/kmeans.json
+[ -n "$ONLY" ] && timeout $(( ${2:-170} + 50 )) $PY bench/lib_grid.py grid --op kmeans --out $D/grid --procs $NP \
+  --deadline-s ${2:-170} --only "$ONLY" > $D/grid.log 2>&1
+stamp "grid rc=$?"
+tail -2 $D/grid.log
+stamp done
