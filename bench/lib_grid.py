@@ -239,6 +239,9 @@ def kmeans_variants() -> list[dict]:
     out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rw}
             for kmax in (256, 128) for p in (16, 33, 132)]
     out += [{"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": 132, **rw}]
+    # ... with both atoms of dims in one m64n128k16 per block and 16 points (half the update instructions)
+    out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rw, "update_n": 128}
+            for kmax in (256, 128) for p in (16, 33, 132)]
     return out
 
 

@@ -110,10 +110,11 @@ class _Body:
     def mma_sync(self, a, b, c, shape=(16, 8, 16), id: str | None = None):
         return self.add("mma_sync", a=a, b=b, c=c, shape=list(shape) if tuple(shape) != (16, 8, 16) else None, id=id)
 
-    def wgmma(self, shape, a, b, acc, accumulate=True, id: str | None = None, b_major: str = "k"):
+    def wgmma(self, shape, a, b, acc, accumulate=True, id: str | None = None, b_major: str = "k",
+              b_atom_rows: int | None = None):
         return self.add("wgmma", shape=list(shape), a=a, b=b, acc=acc,
                         accumulate=None if accumulate is True else accumulate, id=id,
-                        b_major=None if b_major == "k" else b_major)
+                        b_major=None if b_major == "k" else b_major, b_atom_rows=b_atom_rows)
 
     def fill(self, dst, value: float = 0.0):
         return self.add("fill", dst=dst if isinstance(dst, dict) else tile(dst), value=value)

@@ -292,6 +292,9 @@ class Wgmma(Node):
     acc: TileRef
     accumulate: CondExpr = Field(default=True, description="false/expr: first k step overwrites acc")
     b_major: Literal["k", "mn"] = Field(default="k", description="b stored [N, TK] (k) or [TK, N] (mn)")
+    b_atom_rows: Optional[int] = Field(default=None, description="mn: b's tile is the first swizzle atom [TK, 64]; "
+                                       "N spans N / 64 atoms, each this many rows after the previous one in b's "
+                                       "buffer (the descriptor's leading byte offset)")
 
 
 class MbarInit(Node):

@@ -144,7 +144,8 @@ def kmeans_name(p: dict) -> str:
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
     assignment on wgmma, sm_90a) adds `_wg`, `xstages: 2` (fused: the next point tile prefetched) `_x2`,
     `sums: "regs"` (wgmma: the sums held in registers for the whole kernel, no smem sums) `_rs`, `sums:
-    "wgmma"` (held in wgmma accumulators, the one-hot update on wgmma too) `_rw`."""
+    "wgmma"` (held in wgmma accumulators, the one-hot update on wgmma too) `_rw`, with `update_n: 128` (both
+    swizzle atoms of dims per update instruction) `_rw128`."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""
@@ -153,6 +154,7 @@ def kmeans_name(p: dict) -> str:
     extra += "_wg" if p.get("mma", "sync") == "wgmma" else ""
     extra += "_x2" if p.get("xstages", 1) == 2 else ""
     extra += {"smem": "", "regs": "_rs", "wgmma": "_rw"}[p.get("sums", "smem")]
+    extra += "128" if p.get("update_n", 64) == 128 else ""
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 
@@ -170,7 +172,7 @@ def kmeans_kernel(p: dict, arch: str):
         from tasks.kmeans.wgmma import kmeans_wgmma
         return kmeans_wgmma(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], urows=p.get("urows", 16),
                             resident=p.get("kind", "fused") == "resident", xstages=p.get("xstages", 1),
-                            sums=p.get("sums", "smem"), arch=arch)
+                            sums=p.get("sums", "smem"), update_n=p.get("update_n", 64), arch=arch)
     update = p.get("update", "atomic")
     if p.get("kind", "fused") == "resident":
         return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16),

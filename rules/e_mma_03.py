@@ -6,7 +6,8 @@ shared-memory tile [64, TK] and b a shared-memory tile [N, TK] (B stored N x K),
 one type, with TK a multiple of 16, in swizzled layouts whose rows are exactly one swizzle span
 (K-major swizzle atoms: 128B swizzle = 64 bf16 per row). `a` may instead be an `mma_a` register
 fragment [16, 16] per warp (one k16 step); `b_major` "mn" stores b [TK, N] (N contiguous), which needs
-A in registers, and N * element size one swizzle span (one atom wide).
+A in registers, and N * element size one swizzle span (one atom wide), or N a multiple of it with
+`b_atom_rows` naming how many rows of b's buffer the next atom starts after.
 """
 from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import Wgmma
@@ -83,11 +84,12 @@ def check(ctx):
             if shp is None or len(shp) != 2:
                 yield ctx.report(f"{p}/{f}", f"wgmma operand {f} must be a 2-D tile", legal=[2])
                 continue
-            if f == "b" and mn:         # [TK, N]: K rows, N contiguous, one atom wide
-                if shp[1] != N or N * esize(buf.dtype) != span:
-                    yield ctx.report(f"{p}/b", f"an MN-major wgmma b tile is [TK, N] with N = {span // esize(buf.dtype)} "
-                                     f"(one {span}-byte swizzle row); got {list(shp)} at N = {N}",
-                                     legal=[[16, span // esize(buf.dtype)]])
+            if f == "b" and mn:         # [TK, N]: K rows, N contiguous, one atom wide (more atoms: b_atom_rows apart)
+                atom = span // esize(buf.dtype)
+                if shp[1] != atom or (N != atom and (not n.b_atom_rows or N % atom)):
+                    yield ctx.report(f"{p}/b", f"an MN-major wgmma b tile is [TK, {atom}] (one {span}-byte swizzle "
+                                     f"row), N = {atom} or, with b_atom_rows (the next atom's row distance), a "
+                                     f"multiple of it; got {list(shp)} at N = {N}", legal=[[16, atom]])
                 if shp[0] % 16:
                     yield ctx.report(f"{p}/b", f"an MN-major wgmma b tile's K extent {shp[0]} is not a multiple of 16",
                                      legal=[16 * i for i in range(1, 9)])

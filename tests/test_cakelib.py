@@ -111,7 +111,8 @@ def test_kmeans_mma_update_variants_compile(arch):
         # 8 n-tiles x urows / 16 m-tiles per 16 points, per accumulator block a warp holds (sums "regs": uacc0, ..)
         if p.get("sums") == "wgmma":     # per 16 points, each held 64-cluster block x 2 atoms of dims on wgmma
             held = p["kmax"] // 64 // (p["bm"] // 64)
-            assert body.count("cake_wgmma_rs_m64n64k16_f16_t1(&S") == p["bm"] // 16 * held * 2, p
+            n = p.get("update_n", 64)
+            assert body.count(f"cake_wgmma_rs_m64n{n}k16_f16_t1(&S") == p["bm"] // 16 * held * 128 // n, p
             assert "mma_16816_f16(&uacc" not in body, p
             continue
         held = held_blocks(p["kmax"], 128, p["bm"] // 16, p.get("urows", 16)) if p.get("sums") == "regs" else 1

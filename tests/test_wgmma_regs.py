@@ -14,18 +14,20 @@ from test_mma_chain import _run_on_gpu
 
 
 def wgmma_regs(arch="sm_90a", b_major="mn", rewrite_in_flight=False):
-    """O [64, 64] = A [64, 16] B [16, 64] on one warpgroup, A through ldmatrix into each warp's fragment,
-    B in a 128B-swizzled tile ([16, 64] MN-major, or [64 N, 64] K-major using its first 16 columns);
-    R [64, 64] += the same product with rows >= 50 left out (red_add)."""
+    """O [64, N] = A [64, 16] B [16, N] on one warpgroup, A through ldmatrix into each warp's fragment,
+    B in a 128B-swizzled tile ([16, 64] MN-major; "mn2": N = 128 as two [16, 64] atoms 16 rows apart,
+    b_atom_rows; or [64 N, 64] K-major using its first 16 columns); R [64, N] += the same product with
+    rows >= 50 left out (red_add)."""
+    n = 128 if b_major == "mn2" else 64
     kb = KernelBuilder(f"wgmma_regs_{b_major}", arch=arch, grid=[1], threads=128)
     kb.tensor("A", "f16", [64, 16])
-    kb.tensor("B", "f16", [16, 64] if b_major == "mn" else [64, 64])
-    kb.tensor("O", "f32", [64, 64], access="write")
-    kb.tensor("R", "f32", [64, 64], access="readwrite")
+    kb.tensor("B", "f16", {"mn": [16, 64], "mn2": [32, 64], "k": [64, 64]}[b_major])
+    kb.tensor("O", "f32", [64, n], access="write")
+    kb.tensor("R", "f32", [64, n], access="readwrite")
     kb.buffer("sA", "smem", "f16", [64, 16], pad=8)
-    kb.buffer("sB", "smem", "f16", [16, 64] if b_major == "mn" else [64, 64], layout="swizzle_128B")
+    kb.buffer("sB", "smem", "f16", {"mn": [16, 64], "mn2": [32, 64], "k": [64, 64]}[b_major], layout="swizzle_128B")
     kb.buffer("fa", "reg", "f16", [16, 16], layout="mma_a", scope="warp")
-    kb.buffer("acc", "reg", "f32", [64, 64], layout="wgmma_acc", scope="warpgroup")
+    kb.buffer("acc", "reg", "f32", [64, n], layout="wgmma_acc", scope="warpgroup")
     with kb.role("main", warps=(0, 4)) as r:
         r.copy("cp_async", tile("A"), tile("sA"))
         r.copy("cp_async", tile("B"), tile("sB"))
@@ -36,8 +38,9 @@ def wgmma_regs(arch="sm_90a", b_major="mn", rewrite_in_flight=False):
         r.ldmatrix(tile("sA", ["16 * role_warp", 0], [16, 16]), tile("fa"))
         r.fill("acc", 0.0)
         r.sync("wgmma_fence")
-        r.wgmma([64, 64, 16], tile("fa"), tile("sB") if b_major == "mn" else tile("sB", [0, 0], [64, 16]),
-                tile("acc"), b_major=b_major, id="product")
+        b = tile("sB") if b_major == "mn" else tile("sB", [0, 0], [16, 64] if b_major == "mn2" else [64, 16])
+        r.wgmma([64, n, 16], tile("fa"), b, tile("acc"), b_major="k" if b_major == "k" else "mn", id="product",
+                b_atom_rows=16 if b_major == "mn2" else None)
         r.sync("wgmma_commit")
         if rewrite_in_flight:
             r.ldmatrix(tile("sA", ["16 * role_warp", 0], [16, 16]), tile("fa"), id="rewrite")
@@ -47,16 +50,19 @@ def wgmma_regs(arch="sm_90a", b_major="mn", rewrite_in_flight=False):
     return kb.build()
 
 
-@pytest.mark.parametrize("b_major", ["mn", "k"])
+@pytest.mark.parametrize("b_major", ["mn", "mn2", "k"])
 def test_wgmma_with_register_a_verifies_and_lowers(b_major):
     k = wgmma_regs(b_major=b_major)
     res = verify(k)
     assert res.ok, [d.short() for d in res.diagnostics]
     r = compile_kernel(k, arch="sm_90a")
     assert r.ok, [d.short() for d in r.diagnostics]
-    tb = 1 if b_major == "mn" else 0
-    assert f"cake_wgmma_rs_m64n64k16_f16_t{tb}(&acc[0], fa, " in r.cuda_source
-    assert f"{{%32, %33, %34, %35}}, %36, p, 1, 1, {tb};" in r.cuda_source      # A registers; trans-b
+    tb = 0 if b_major == "k" else 1
+    n = 128 if b_major == "mn2" else 64
+    assert f"cake_wgmma_rs_m64n{n}k16_f16_t{tb}(&acc[0], fa, " in r.cuda_source
+    assert f"{{%{n // 2}, %{n // 2 + 1}, %{n // 2 + 2}, %{n // 2 + 3}}}, %{n // 2 + 4}, p, 1, 1, {tb};" in r.cuda_source
+    if b_major == "mn2":                                # LBO: the second atom 16 rows x 128 bytes on
+        assert ", 2048, 1024, 1), (true)" in r.cuda_source
     assert "if ((cake_row + 16 * (cake_wg_tid >> 5)) >= (int)(50)) continue;" in r.cuda_source
 
 
@@ -84,15 +90,19 @@ def test_mn_major_b_needs_register_a_and_one_atom_wide_tile():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b_major", ["mn", "k"])
+@pytest.mark.parametrize("b_major", ["mn", "mn2", "k"])
 def test_wgmma_with_register_a_matches_numpy(b_major):
     rng = np.random.default_rng(3)
+    n = 128 if b_major == "mn2" else 64
     A = rng.standard_normal((64, 16)).astype(np.float16).astype(np.float32)
-    Bm = rng.standard_normal((16, 64)).astype(np.float16).astype(np.float32)     # [K, N]
-    B = Bm if b_major == "mn" else np.concatenate([Bm.T, np.zeros((64, 48), np.float32)], axis=1)   # [N, K | pad]
-    R0 = rng.standard_normal((64, 64)).astype(np.float32)
+    Bm = rng.standard_normal((16, n)).astype(np.float16).astype(np.float32)     # [K, N]
+    if b_major == "k":
+        B = np.concatenate([Bm.T, np.zeros((64, 48), np.float32)], axis=1)        # [N, K | pad]
+    else:
+        B = np.concatenate([Bm[:, a * 64:(a + 1) * 64] for a in range(n // 64)], axis=0)   # atoms stacked by rows
+    R0 = rng.standard_normal((64, n)).astype(np.float32)
     out = _run_on_gpu(lambda a: wgmma_regs(a, b_major), {"A": (A, "f16"), "B": (B, "f16")},
-                      {"O": (np.full((64, 64), np.nan, np.float32), "f32"), "R": (R0.copy(), "f32")})
+                      {"O": (np.full((64, n), np.nan, np.float32), "f32"), "R": (R0.copy(), "f32")})
     ref = A.astype(np.float64) @ Bm.astype(np.float64)
     assert np.allclose(out["O"], ref, rtol=1e-3, atol=1e-3), np.abs(out["O"] - ref).max()
     want = R0 + np.where(np.arange(64)[:, None] < 50, ref, 0.0)

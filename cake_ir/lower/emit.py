@@ -981,6 +981,8 @@ class Emitter:
         tb = 1 if st.b_major == "mn" else 0
         brow, bcol, _, _ = self.tile_rc(b, path)
         TK = b.shape[0] if tb else b.shape[-1]
+        if tb and b.shape[-1] != N and not (st.b_atom_rows and N % b.shape[-1] == 0):
+            self.fail(path, f"an MN-major b [TK, {b.shape[-1]}] covers N = {N} only with b_atom_rows")
         w = self.w
         w.open("", path)
         if ab.space == "reg":
@@ -989,7 +991,10 @@ class Emitter:
             if TK != 16:
                 self.fail(path, f"with A in registers (one k16 step) b spans 16 K, not {TK}")
             self.wgmma_rs_ns.add((N, ty, tb))
-            bd = self.desc(bb, st.b.slot, brow, bcol)      # K-major [N, 16] or MN-major [16, N]: same strides
+            # K-major [N, 16] or MN-major [16, N]: the same SBO (8 rows); MN-major N beyond one atom: LBO = the
+            # atoms' distance
+            lbo = b_atom_rows * row_pitch_elems(bb) * SIZE[ty] if (b_atom_rows := st.b_atom_rows) else 16
+            bd = self.desc(bb, st.b.slot, brow, bcol, lbo=lbo)
             scale = f"({cond_c(st.accumulate)}) ? 1 : 0"
             w.line(f"cake_wgmma_rs_m64n{N}k16_{ty}_t{tb}(&{cb.name}[{base}], {ab.name}, {bd}, {scale});", path)
         else:
@@ -1012,7 +1017,7 @@ class Emitter:
         w.line("#endif")
         w.line("}")
 
-    def desc(self, b: Buffer, slot, row_c: str, col_c: str) -> str:
+    def desc(self, b: Buffer, slot, row_c: str, col_c: str, lbo: int = 16) -> str:
         es = SIZE[b.dtype]
         pitch = row_pitch_elems(b) * es
         stage = ""
@@ -1020,7 +1025,7 @@ class Emitter:
             stage = f" + (unsigned)({ix(slot if slot is not None else 0)}) * {self.plan.stage_strides[b.name]}u"
         addr = f"cake_smem_base + {self.plan.offsets[b.name]}u{stage} + (unsigned)(({row_c}) * {pitch} + ({col_c}) * {es})"
         sbo = 8 * pitch
-        return f"cake::wgmma_desc({addr}, 16, {sbo}, {DESC_SWIZZLE[b.layout]})"
+        return f"cake::wgmma_desc({addr}, {lbo}, {sbo}, {DESC_SWIZZLE[b.layout]})"
 
     def emit_wgmma_wrapper(self, n: int, ty: str):
         w = self.w

@@ -31,14 +31,17 @@ ATOM = 64   # f16 elements per 128-byte swizzle row
 
 
 def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, ctas: int = 132, rows: int = 8,
-                 urows: int = 16, resident: bool = False, xstages: int = 1, sums: str = "smem", arch: str = "sm_90a"):
+                 urows: int = 16, resident: bool = False, xstages: int = 1, sums: str = "smem", update_n: int = 64,
+                 arch: str = "sm_90a"):
     """Fused Lloyd iteration for K <= kmax: wgmma assignment (64 points per warpgroup, bm / 64
     warpgroups), tensor-core one-hot update (`urows` clusters per accumulator block), smem sums
     flushed once per CTA, the last CTA of a batch finishes (programs.kmeans_fused). xstages 2 (streamed
     form): the next point tile loads during this one's last centroid tile (programs.kmeans_fused).
     sums "regs": each warp keeps its blocks of the sums in registers for the whole kernel
     (programs._update_held; K x d x 4 / threads bytes per thread: kmax 256 needs bm 128), stored to the
-    smem sums once, for the flush; "smem": loaded and stored per point tile (programs._update_mma)."""
+    smem sums once, for the flush; "smem": loaded and stored per point tile (programs._update_mma);
+    "wgmma": held in wgmma accumulators, the one-hot product on wgmma (`update_wgmma`), `update_n` dims
+    (one or both swizzle atoms of X) per instruction."""
     if arch != "sm_90a":
         raise ValueError("kmeans_wgmma needs sm_90a (wgmma)")
     if d != 128:
@@ -52,6 +55,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
         raise ValueError("resident centroids fit for kmax <= 128 (the smem sums take the rest; sums 'regs' frees them)")
     if sums not in ("smem", "regs", "wgmma"):
         raise ValueError(f"sums is 'smem', 'regs' or 'wgmma', not {sums!r}")
+    if update_n not in (64, 128) or (update_n != 64 and sums != "wgmma"):
+        raise ValueError(f"update_n (the wgmma update's N) is 64 or 128, with sums 'wgmma' (got {update_n})")
     if sums == "wgmma" and (kmax % (64 * (bm // 64)) or kmax // (bm // 64) > 128):
         raise ValueError(f"sums 'wgmma' deals 64-cluster blocks evenly over the {bm // 64} warpgroups, at most 128 "
                          f"accumulator registers per thread (kmax / warpgroups <= 128; got kmax={kmax}, bm={bm})")
@@ -61,7 +66,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     atoms = d // ATOM
     crow = kmax if resident else bn            # rows of one centroid atom in sC
     kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}_d{d}_{bm}x{bn}_wg_mma{urows}"
-                       + ("_x2" if xstages == 2 else "") + {"smem": "", "regs": "_rs", "wgmma": "_rw"}[sums],
+                       + ("_x2" if xstages == 2 else "") + {"smem": "", "regs": "_rs", "wgmma": "_rw"}[sums]
+                       + ("128" if update_n == 128 else ""),
                        arch=arch, grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: wgmma argmin assignment + tensor-core one-hot update"
                             + (", resident centroids" if resident else ", streamed centroid tiles"))
@@ -73,7 +79,7 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     kb.buffer("sC", "smem", "f16", [atoms * crow, ATOM], layout="swizzle_128B", **({} if resident else {"stages": 2}))
     kb.buffer("cn", "smem", "f32", [kmax])
     if sums == "wgmma":
-        held = declare_wgmma_sums(kb, kmax, bm, atoms)
+        held = declare_wgmma_sums(kb, kmax, bm, atoms, update_n // ATOM)
     else:
         _declare_update(kb, kmax, d, bm, "mma", urows=urows, held=sums == "regs")
         held = programs.declare_held_sums(kb, kmax, d, warps, urows) if sums == "regs" else 0
@@ -117,13 +123,13 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
 
     def update(slot):
         if sums == "wgmma":
-            update_wgmma(r, bm, atoms, held, slot)
+            update_wgmma(r, bm, atoms, held, slot, update_n // ATOM)
         else:
             _update(r, "mma", bm, d, warps, tile("ssum"), slot=slot, urows=urows, x_block=x_block(slot), held=held)
 
     def flush(r):
         if sums == "wgmma":
-            flush_wgmma_sums(r, bm, atoms, held)
+            flush_wgmma_sums(r, bm, atoms, held, update_n // ATOM)
         else:
             programs.flush_held_sums(r, urows, held)
 
@@ -132,7 +138,7 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
         r.let("wm0", "role_warp * 16")
         _zero_partials(r, d, threads, None if held else "KMAX / 8")
         if held and sums == "wgmma":
-            zero_wgmma_sums(r, bm, atoms, held)
+            zero_wgmma_sums(r, bm, atoms, held, update_n // ATOM)
         elif held:
             programs.zero_held_sums(r, d, warps, urows, held)
         if resident:
@@ -200,33 +206,35 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     return kb.build()
 
 
-def declare_wgmma_sums(kb, kmax: int, bm: int, atoms: int) -> int:
+def declare_wgmma_sums(kb, kmax: int, bm: int, atoms: int, span: int = 1) -> int:
     """sums "wgmma": warpgroup g holds the 64-cluster blocks u = g, g + warpgroups, .. of the sums, one
-    wgmma_acc [64, 64] per block and swizzle atom of dims (S{j}_{a}); the one-hot A fragments oh{j}_{parity}
-    (each warp its 16 clusters x 16 points), double-buffered over the 16-point steps; the tile's targets."""
+    wgmma_acc [64, 64 span] per block and `span` swizzle atoms of dims (S{j}_{c}); the one-hot A fragments
+    oh{j}_{parity} (each warp its 16 clusters x 16 points), double-buffered over the 16-point steps; the
+    tile's targets."""
     wgs = bm // 64
     held = kmax // 64 // wgs
     kb.buffer("sidx", "smem", "i32", [bm, 1])
     for j in range(held):
         for par in (0, 1):
             kb.buffer(f"oh{j}_{par}", "reg", "f16", [16, 16], layout="mma_a", scope="warp")
-        for a in range(atoms):
-            kb.buffer(f"S{j}_{a}", "reg", "f32", [64, ATOM], layout="wgmma_acc", scope="warpgroup")
+        for c in range(atoms // span):
+            kb.buffer(f"S{j}_{c}", "reg", "f32", [64, ATOM * span], layout="wgmma_acc", scope="warpgroup")
     return held
 
 
-def zero_wgmma_sums(r, bm: int, atoms: int, held: int) -> None:
+def zero_wgmma_sums(r, bm: int, atoms: int, held: int, span: int = 1) -> None:
     for j in range(held):
         r.let(f"ur{j}", f"(wg + {j * (bm // 64)}) * 64")      # the block's first cluster
-        for a in range(atoms):
-            r.fill(f"S{j}_{a}", 0.0)
+        for c in range(atoms // span):
+            r.fill(f"S{j}_{c}", 0.0)
 
 
-def update_wgmma(r, bm: int, atoms: int, held: int, slot) -> None:
+def update_wgmma(r, bm: int, atoms: int, held: int, slot, span: int = 1) -> None:
     """sums[c, :] += X[j, :] for the tile's points j of cluster c on wgmma: per 16 points, A = the one-hot
     [64 clusters, 16 points] from registers (each warp builds its 16 rows), B = the points' X rows read
-    MN-major from the swizzled tile (dims contiguous), into the warpgroup's held accumulators. The
-    fragments of step p are rewritten at step p + 2, after wgmma_wait 1 has retired step p."""
+    MN-major from the swizzled tile (dims contiguous; `span` 2: both atoms in one m64n128k16, the second
+    BM rows after the first), into the warpgroup's held accumulators. The fragments of step p are
+    rewritten at step p + 2, after wgmma_wait 1 has retired step p."""
     r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
     r.sync("syncthreads")   # every warp reads every warp's targets
     for p in range(bm // 16):
@@ -238,22 +246,23 @@ def update_wgmma(r, bm: int, atoms: int, held: int, slot) -> None:
         r.sync("wgmma_fence")
         for j in range(held):
             with r.if_(f"ur{j} < K"):
-                for a in range(atoms):
-                    r.wgmma([64, ATOM, 16], tile(f"oh{j}_{par}"),
-                            tile("sX", [f"{a} * BM + {p * 16}", 0], [16, ATOM], slot=slot), tile(f"S{j}_{a}"),
-                            accumulate=True, b_major="mn", id="sums_wgmma" if p == j == a == 0 else None)
+                for c in range(atoms // span):
+                    r.wgmma([64, ATOM * span, 16], tile(f"oh{j}_{par}"),
+                            tile("sX", [f"{c * span} * BM + {p * 16}", 0], [16, ATOM], slot=slot), tile(f"S{j}_{c}"),
+                            accumulate=True, b_major="mn", b_atom_rows=bm if span > 1 else None,
+                            id="sums_wgmma" if p == j == c == 0 else None)
         r.sync("wgmma_commit")
         r.sync("wgmma_wait", n=1)
     r.sync("wgmma_wait", n=0)    # the tile's sX slot is reloaded after the next barrier
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0", row_limit="N")
 
 
-def flush_wgmma_sums(r, bm: int, atoms: int, held: int) -> None:
+def flush_wgmma_sums(r, bm: int, atoms: int, held: int, span: int = 1) -> None:
     for j in range(held):
         with r.if_(f"ur{j} < K"):
-            for a in range(atoms):
-                r.add("red_add", id="flush_held_sums" if j == a == 0 else None, src=tile(f"S{j}_{a}"),
-                      dst=tile("WS", [f"b * K + ur{j}", a * ATOM], [64, ATOM]), row_limit=f"K - ur{j}")
+            for c in range(atoms // span):
+                r.add("red_add", id="flush_held_sums" if j == c == 0 else None, src=tile(f"S{j}_{c}"),
+                      dst=tile("WS", [f"b * K + ur{j}", c * span * ATOM], [64, span * ATOM]), row_limit=f"K - ur{j}")
 
 
 def _held_fits(p: dict) -> bool:
@@ -275,11 +284,12 @@ programs.FAMILIES["kmeans_wgmma_sm90a"] = {
     "make": kmeans_wgmma,
     "defaults": signature_defaults(kmeans_wgmma),
     "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
-              "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs", "wgmma"]},
+              "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs", "wgmma"], "update_n": [64, 128]},
     # resident centroids fit for kmax <= 128 (256 with the sums in registers); a centroid tile divides kmax;
     # wgmma tiles of 64 points; the prefetched point tile is for the streamed form; held sums fit the registers
     "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0
     and (not p["resident"] or p["kmax"] <= 128 or p.get("sums", "smem") != "smem")
-    and (p.get("xstages", 1) == 1 or not p["resident"]) and (p.get("sums", "smem") == "smem" or _held_fits(p)),
+    and (p.get("xstages", 1) == 1 or not p["resident"]) and (p.get("sums", "smem") == "smem" or _held_fits(p))
+    and (p.get("update_n", 64) == 64 or p.get("sums") == "wgmma"),
     "tactics": {"retile": ["bm", "bn"], "update_mechanism": ["sums", "urows"]},
 }
