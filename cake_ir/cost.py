@@ -999,7 +999,7 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                     raw.smem_bytes = 4.0 * rows * cols * g
             elif isinstance(st, RedAdd):
                 src = resolve_tile(k, st.src)
-                if src.space == "reg":      # an mma_acc tile: each lane adds its registers (compare + red)
+                if src.space == "reg":      # an accumulator tile: each lane adds its registers (compare + red)
                     g = scope_work("warp", 2.0 * src.elems)
                 else:
                     g = scope_work(st.scope, 3.0 * src.elems)       # lds + compare + red per element

@@ -3,8 +3,8 @@
 - `scatter_add`: `index` is an i32 `mma_rows` tile [R, 1] (one target row per src row); `src` (when
   present) an smem or global tile of R rows with a multiple of 4 columns (a row's quad splits them);
   `dst` an smem or global f32/i32 tile with src's column count (1 for counts).
-- `red_add`: `src` is a 2-d smem tile or an `mma_acc` register tile (each lane adds what it holds), `dst`
-  a global f32/i32 tensor tile of the same shape and dtype.
+- `red_add`: `src` is a 2-d smem tile or an accumulator register tile (`mma_acc` / `wgmma_acc`: each lane
+  adds what it holds), `dst` a global f32/i32 tensor tile of the same shape and dtype.
 
 What goes wrong on hardware: red.add exists for f32/s32 in shared and global memory only; another
 type or a register destination has no atomic, and a mismatched shape adds into the wrong elements.
@@ -48,7 +48,7 @@ def check(ctx):
             src, dst = resolve_tile(k, n.src), resolve_tile(k, n.dst)
             acc = src.space == "reg" and src.buffer is not None and src.buffer.layout in ("mma_acc", "wgmma_acc")
             if (src.space != "smem" and not acc) or len(src.shape) != 2:
-                yield ctx.report(f"{p}/src/buf", f"red_add reads a 2-d smem tile or an mma_acc register tile; "
+                yield ctx.report(f"{p}/src/buf", f"red_add reads a 2-d smem tile or an accumulator register tile; "
                                  f"{n.src.buf!r} is {src.space}"
                                  + (f" {src.buffer.layout}" if src.buffer is not None and src.space == "reg" else ""),
                                  legal=["smem", "reg mma_acc", "reg wgmma_acc"])

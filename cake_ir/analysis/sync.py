@@ -2004,8 +2004,8 @@ class Simulator:
         for n, path, wpath, c in p.acc_reads:
             later = last_wgmma.get(c, -1) > n
             code = "E-SYN-07" if later else "E-PIP-04"
-            self.issue(code, path, f"touches registers of the wgmma at {wpath} (its accumulator or A fragment) while it may still be in "
-                       "flight: wgmma_wait(n) leaves the n most recent groups running; "
+            self.issue(code, path, f"touches registers of the wgmma at {wpath} (its accumulator or A fragment) while "
+                       "it may still be in flight: wgmma_wait(n) leaves the n most recent groups running; "
                        + ("wait with n = 0 after the last wgmma before reading the accumulator" if not later else
                           "retire the group (wgmma_wait) before touching the accumulator"),
                        related=[wpath],

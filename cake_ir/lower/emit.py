@@ -1958,7 +1958,8 @@ class Emitter:
                 and src.buffer.layout in ("mma_acc", "wgmma_acc"):
             return self.red_add_acc(st, src, dst, path)
         if src.space != "smem" or dst.space != "global" or len(src.shape) != 2:
-            self.fail(path, "red_add adds a 2-d smem tile or an mma_acc register tile into a global tile")
+            self.fail(path, "red_add adds a 2-d smem tile or an accumulator register tile (mma_acc / wgmma_acc) "
+                      "into a global tile")
         R, C = src.shape
         T = self.scope_threads(st.scope)
         t = self.scope_index(st.scope)
