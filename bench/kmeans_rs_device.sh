@@ -20,8 +20,6 @@ grep -E "compiled|probe|budget|table|BAD" $D/sweep.log | head -8
 $PY - $D/lib-sweep-h200.json <<'PYEOF'
 import json, sys, collections
 d = json.load(open(sys.argv[1]))
-rows = [r for r in d["ops"]["kmeans"]["rows"] if r.get("ok") and r.get("ms") and r["variant"].endswith(("_wg", "_rs"))
-        and "date" not in r]
 by = collections.defaultdict(dict)
 for r in d["ops"]["kmeans"]["rows"][d.get("prior", {}).get("rows_kept", 0):]:
     if r.get("ok") and r.get("ms"):

@@ -40,18 +40,7 @@ for s, v in by.items():
         ka, kb = min(a, key=a.get), min(b, key=b.get)
         print(f"{s:36s} {ka:46s} {a[ka]:8.3f} {kb:46s} {b[kb]:8.3f} {a[ka] / b[kb]:.3f}")
 PYEOF
-ONLY=$($PY - "$D/sweep/kmeans.json" <<'PYEOF'
-import sys
-sys.path.insert(0, ".")
-from bench.lib_grid import kmeans_grid
-from cakelib.dispatch import DispatchTable
-from cakelib.runtime import _pick
-from cakelib.variants import SUPPORTS
-old, new = DispatchTable.load("cakelib/tables/kmeans.json"), DispatchTable.load(sys.argv[1])
-pick = lambda t, s: _pick("kmeans", {**s, "D": 128}, t, SUPPORTS["kmeans"])[0]
-print(";".join(f"B={s['B']},N={s['N']},K={s['K']}" for s in kmeans_grid() if pick(old, s) != pick(new, s)))
-PYEOF
-)
+ONLY=$($PY bench/lib_grid.py changed kmeans cakelib/tables/kmeans.json $D/sweep/kmeans.json)
 echo "$ONLY" > $D/changed.txt
 stamp "grid shapes whose pick changed: $(echo "$ONLY" | tr ';' '\n' | grep -c B=)"
 cp $D/sweep/kmeans.json cakelib/tables/kmeans.json

@@ -11,18 +11,7 @@ timeout 150 $PY bench/lib_grid.py sweep --op knn --out $D/sweep --procs $NP --bu
   --prior bench/results/lib-sweep-knn-h200.json > $D/sweep.log 2>&1
 stamp "sweep rc=$?"
 grep -E "compiled|probe|budget|table" $D/sweep.log | head -6
-ONLY=$($PY - "$D/sweep/knn.json" <<'PYEOF'
-import sys
-sys.path.insert(0, ".")
-from bench.lib_grid import knn_grid
-from cakelib.dispatch import DispatchTable
-from cakelib.runtime import _pick
-from cakelib.variants import SUPPORTS
-old, new = DispatchTable.load("cakelib/tables/knn.json"), DispatchTable.load(sys.argv[1])
-pick = lambda t, s: _pick("knn", {**s, "D": 128}, t, SUPPORTS["knn"])[0]   # the library's guarded pick
-print(";".join(f"Q={s['Q']},M={s['M']},k={s['k']}" for s in knn_grid() if pick(old, s) != pick(new, s)))
-PYEOF
-)
+ONLY=$($PY bench/lib_grid.py changed knn cakelib/tables/knn.json $D/sweep/knn.json)
 echo "$ONLY" > $D/changed.txt
 stamp "grid shapes whose pick changed: $(echo "$ONLY" | tr ';' '\n' | grep -c Q)"
 cp $D/sweep/knn.json cakelib/tables/knn.json

@@ -10,6 +10,7 @@ dispatched library against the best baseline over a grid of 400+ shapes, checkin
     python bench/lib_grid.py compile [--op ...] [--arch A]         # compile every sweep kernel (no GPU; fills the cache)
     python bench/lib_grid.py summary FILE [FILE ...]               # geomean / worst / slower count of grid results
     python bench/lib_grid.py compare OLD NEW [NEW ...]             # library time new / old on the shapes both timed
+    python bench/lib_grid.py changed OP OLD.json NEW.json          # --only spec of the grid shapes two tables pick apart
 
 Honesty rules (docs/evaluation.md): seeded inputs; every library result is checked against float64
 math on the GPU (knn: recall@k = 1 with ties allowed and distances within the rounding allowance;
@@ -948,7 +949,21 @@ def compare(old_path: str, new_paths: list[str]) -> None:
         print(f"{op:6s} {k!s:>3s} {len(pairs):6d}  {g:22.3f}  {so:.3f} -> {sn:.3f}")
 
 
+def changed_shapes(op: str, old_table: str, new_table: str) -> str:
+    """The --only spec ("B=1,N=4096,K=8;...") of the op's grid shapes where the library's guarded pick
+    (cakelib.runtime._pick) differs between two dispatch tables: the shapes a refit needs re-timed."""
+    from cakelib.dispatch import DispatchTable
+    from cakelib.runtime import _pick
+    from cakelib.variants import SUPPORTS
+    old, new = DispatchTable.load(old_table), DispatchTable.load(new_table)
+    pick = lambda t, s: _pick(op, {**s, "D": D}, t, SUPPORTS[op])[0]     # noqa: E731
+    return ";".join(",".join(f"{k}={v}" for k, v in s.items())
+                    for s in (knn_grid() if op == "knn" else kmeans_grid()) if pick(old, s) != pick(new, s))
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "changed":
+        return print(changed_shapes(sys.argv[2], sys.argv[3], sys.argv[4]))
     if len(sys.argv) > 1 and sys.argv[1] == "probe-child":
         return probe_child(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
     if len(sys.argv) > 1 and sys.argv[1] == "summary":

@@ -97,6 +97,7 @@ def test_kmeans_mma_update_variants_compile(arch):
     from cake_ir.compiler import compile_kernel
     from cakelib.variants import kmeans_kernel
     from tasks.kmeans.programs import held_blocks
+    from tasks.kmeans.wgmma import wgmma_held_blocks
     mma = [p for p in _lib_grid().kmeans_variants() if p.get("update") == "mma"]
     assert len(mma) >= 6
     for p in mma:
@@ -110,7 +111,7 @@ def test_kmeans_mma_update_variants_compile(arch):
         body = r.cuda_source.split("__global__")[-1]          # the kernel, not the runtime header
         # 8 n-tiles x urows / 16 m-tiles per 16 points, per accumulator block a warp holds (sums "regs": uacc0, ..)
         if p.get("sums") == "wgmma":     # per 16 points, each held 64-cluster block x 2 atoms of dims on wgmma
-            held = p["kmax"] // 64 // (p["bm"] // 64)
+            held = wgmma_held_blocks(p["kmax"], p["bm"])
             n = p.get("update_n", 64)
             assert body.count(f"cake_wgmma_rs_m64n{n}k16_f16_t1(&S") == p["bm"] // 16 * held * 128 // n, p
             assert "mma_16816_f16(&uacc" not in body, p

@@ -72,3 +72,33 @@ def test_merge_warns_when_the_parts_were_timed_differently(tmp_path, capsys):
     assert "different methods" in capsys.readouterr().out
     merged = json.loads((tmp_path / "b.json").read_text())
     assert [p["rows_kept"]["kmeans"] for p in merged["parts"]] == [1, 1]
+
+
+def test_prior_rows_are_rescaled_by_the_shapes_median_ratio():
+    """A restricted sweep's prior rows go on this run's clock: x the median (this run / prior) of the
+    variants timed in both at that shape; a shape with no such variant keeps its rows."""
+    s1, s2 = {"B": 1, "N": 8, "K": 4}, {"B": 2, "N": 8, "K": 4}
+    old = [{"shape": s1, "variant": v, "ok": True, "ms": ms} for v, ms in (("a", 2.0), ("b", 4.0), ("c", 1.0), ("x", 8.0))]
+    old += [{"shape": s2, "variant": "x", "ok": True, "ms": 3.0}]
+    new = [{"shape": s1, "variant": v, "ok": True, "ms": ms} for v, ms in (("a", 1.0), ("b", 3.0), ("c", 0.9))]
+    kept = [r for r in old if r["variant"] == "x"]
+    out = lib_grid.rescale_prior(kept, new, old)
+    assert out[0]["ms"] == pytest.approx(8.0 * 0.75) and out[0]["prior_ms"] == 8.0      # ratios 0.5, 0.75, 0.9
+    assert out[1] == kept[1]                                                           # nothing re-timed at s2
+
+
+def test_changed_shapes_lists_the_grid_shapes_two_tables_pick_apart(tmp_path):
+    import json
+    table = json.loads((Path(lib_grid.__file__).parents[1] / "cakelib/tables/kmeans.json").read_text())
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(table))
+    assert lib_grid.changed_shapes("kmeans", str(same), str(same)) == ""
+    # one leaf: the pick at K = 256 everywhere; the shapes the table already gives it are left out
+    from cakelib.dispatch import DispatchTable
+    big = DispatchTable.load(str(same)).pick({"B": 1, "N": 1 << 22, "K": 256, "D": 128, "arch": "sm_90a"})
+    (tmp_path / "one.json").write_text(json.dumps(dict(table, tree={"variant": big, "alternates": [], "loss": 0.0,
+                                                                     "n": 1})))
+    spec = lib_grid.changed_shapes("kmeans", str(same), str(tmp_path / "one.json"))
+    shapes = [s for s in lib_grid.kmeans_grid() if lib_grid.shape_filter(spec)(s)]
+    assert 0 < len(shapes) < len(lib_grid.kmeans_grid()) and spec.startswith("B=")
+    assert {"B": 1, "N": 1 << 22, "K": 256} not in shapes and {"B": 1, "N": 4096, "K": 8} in shapes

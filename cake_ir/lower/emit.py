@@ -935,25 +935,27 @@ class Emitter:
         M, N, K = st.shape
         a, b, acc = (resolve_tile(self.k, t) for t in (st.a, st.b, st.acc))
         ab, bb, cb = a.buffer, b.buffer, acc.buffer
-        if None not in (ab, bb, cb) and (ab.space == "reg" or st.b_major == "mn"):
-            return self.wgmma_general(st, a, b, acc, path)
-        if None in (ab, bb, cb) or ab.space != "smem" or bb.space != "smem":
-            self.fail(path, "wgmma reads a and b from smem and accumulates into a wgmma_acc register tile")
-        if ab.layout not in DESC_SWIZZLE or bb.layout not in DESC_SWIZZLE:
-            self.fail(path, "wgmma operands need a swizzled smem layout")
+        if None in (ab, bb, cb) or bb.space != "smem" or bb.layout not in DESC_SWIZZLE:
+            self.fail(path, "wgmma reads b from a swizzled smem tile and accumulates into a wgmma_acc register tile")
         if M != 64 or K != 16 or N % 8 or not 8 <= N <= 256:  # N sizes the generated wrapper
             self.fail(path, f"wgmma shape is [64, N, 16] with N a multiple of 8 up to 256, got {list(st.shape)}")
-        TK = a.shape[-1]
-        ty = ab.dtype
-        self.wgmma_ns.add((N, ty))
         co = E.try_const(E.parse_index((acc.offset or (0, 0))[-1]), dict(self.k.consts))
         if not isinstance(co, int):
             self.fail(path, "accumulator column offset must be a constant")
         base = (co // 8) * 4
-        arow, acol, _, _ = self.tile_rc(a, path)
+        ty = bb.dtype
         brow, bcol, _, _ = self.tile_rc(b, path)
-        es = SIZE[ty]
         w = self.w
+        if ab.space == "reg" or st.b_major == "mn":
+            w.open("", path)
+            self.wgmma_reg_a(st, a, b, base, brow, bcol, path)
+            w.close()
+            return
+        if ab.space != "smem" or ab.layout not in DESC_SWIZZLE:
+            self.fail(path, "wgmma reads a from a swizzled smem tile or an mma_a register fragment")
+        TK = a.shape[-1]
+        self.wgmma_ns.add((N, ty))
+        arow, acol, _, _ = self.tile_rc(a, path)
         w.open("", path)
         for kk in range(TK // 16):
             ad = self.desc(ab, st.a.slot, arow, f"{acol} + {kk * 16}")
@@ -962,44 +964,31 @@ class Emitter:
             w.line(f"cake_wgmma_m64n{N}k16_{ty}(&{cb.name}[{base}], {ad}, {bd}, {scale});", path)
         w.close()
 
-    def wgmma_general(self, st: Wgmma, a, b, acc, path):
+    def wgmma_reg_a(self, st: Wgmma, a, b, base: int, brow: str, bcol: str, path):
         """wgmma with A from registers (an mma_a [16, 16] fragment per warp: warp w of the warpgroup holds
-        rows 16 w .. 16 w + 15, the mma.sync A layout) and / or B MN-major (`b_major` "mn": an smem tile
-        [TK, N] of K rows, N contiguous, one swizzle atom wide; a k16 step is 16 rows further, two 8-row
-        swizzle blocks at SBO 1024 bytes; the instruction's trans-b bit set)."""
-        M, N, K = st.shape
-        ab, bb, cb = a.buffer, b.buffer, acc.buffer
-        if bb.space != "smem" or bb.layout not in DESC_SWIZZLE:
-            self.fail(path, "wgmma reads b from a swizzled smem tile")
-        if M != 64 or K != 16 or N % 8 or not 8 <= N <= 256:
-            self.fail(path, f"wgmma shape is [64, N, 16] with N a multiple of 8 up to 256, got {list(st.shape)}")
+        rows 16 w .. 16 w + 15, the mma.sync A layout), B K-major or MN-major (`b_major` "mn": an smem tile
+        [TK, N] of K rows, N contiguous, one swizzle atom wide or `b_atom_rows` apart; a k16 step is 16 rows
+        further, two 8-row swizzle blocks at SBO 1024 bytes; the instruction's trans-b bit set)."""
+        N = st.shape[1]
+        ab, bb, cb = a.buffer, b.buffer, resolve_tile(self.k, st.acc).buffer
         ty = bb.dtype
-        co = E.try_const(E.parse_index((acc.offset or (0, 0))[-1]), dict(self.k.consts))
-        if not isinstance(co, int):
-            self.fail(path, "accumulator column offset must be a constant")
-        base = (co // 8) * 4
         tb = 1 if st.b_major == "mn" else 0
-        brow, bcol, _, _ = self.tile_rc(b, path)
         TK = b.shape[0] if tb else b.shape[-1]
+        if ab.space != "reg":
+            self.fail(path, "wgmma with an MN-major b takes A from registers")
+        if ab.layout != "mma_a" or list(a.shape) != [16, 16] or any(str(o) != "0" for o in (a.offset or ())):
+            self.fail(path, "a wgmma A operand in registers is a whole mma_a fragment [16, 16] per warp")
+        if TK != 16:
+            self.fail(path, f"with A in registers (one k16 step) b spans 16 K, not {TK}")
         if tb and b.shape[-1] != N and not (st.b_atom_rows and N % b.shape[-1] == 0):
             self.fail(path, f"an MN-major b [TK, {b.shape[-1]}] covers N = {N} only with b_atom_rows")
-        w = self.w
-        w.open("", path)
-        if ab.space == "reg":
-            if ab.layout != "mma_a" or list(a.shape) != [16, 16] or any(str(o) != "0" for o in (a.offset or ())):
-                self.fail(path, "a wgmma A operand in registers is a whole mma_a fragment [16, 16] per warp")
-            if TK != 16:
-                self.fail(path, f"with A in registers (one k16 step) b spans 16 K, not {TK}")
-            self.wgmma_rs_ns.add((N, ty, tb))
-            # K-major [N, 16] or MN-major [16, N]: the same SBO (8 rows); MN-major N beyond one atom: LBO = the
-            # atoms' distance
-            lbo = b_atom_rows * row_pitch_elems(bb) * SIZE[ty] if (b_atom_rows := st.b_atom_rows) else 16
-            bd = self.desc(bb, st.b.slot, brow, bcol, lbo=lbo)
-            scale = f"({cond_c(st.accumulate)}) ? 1 : 0"
-            w.line(f"cake_wgmma_rs_m64n{N}k16_{ty}_t{tb}(&{cb.name}[{base}], {ab.name}, {bd}, {scale});", path)
-        else:
-            self.fail(path, "wgmma with an MN-major b takes A from registers")
-        w.close()
+        self.wgmma_rs_ns.add((N, ty, tb))
+        # K-major [N, 16] or MN-major [16, N]: the same SBO (8 rows); MN-major N beyond one atom: LBO = the
+        # atoms' distance
+        lbo = st.b_atom_rows * row_pitch_elems(bb) * SIZE[ty] if st.b_atom_rows else 16
+        bd = self.desc(bb, st.b.slot, brow, bcol, lbo=lbo)
+        scale = f"({cond_c(st.accumulate)}) ? 1 : 0"
+        self.w.line(f"cake_wgmma_rs_m64n{N}k16_{ty}_t{tb}(&{cb.name}[{base}], {ab.name}, {bd}, {scale});", path)
 
     def emit_wgmma_rs_wrapper(self, n: int, ty: str, tb: int):
         w = self.w

@@ -19,6 +19,8 @@ the point tiles are double-buffered; resident=False: centroid tiles of BN stream
 sums="regs": each warp holds its blocks of the sums in registers from the first point tile to the flush
 (programs._update_held): no per-tile load / store of the sums (K x d x 8 bytes of shared-memory traffic
 per tile) and no smem sums at all (red_add from the accumulators), which makes room for K = 256 resident.
+sums="wgmma": the same sums in wgmma accumulators, the one-hot product on wgmma too (`update_wgmma`: A =
+the one-hot from registers, B = the points read MN-major from the swizzled X tile).
 """
 from cake_ir.builder import KernelBuilder, tile
 from tasks.base import signature_defaults
@@ -57,9 +59,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
         raise ValueError(f"sums is 'smem', 'regs' or 'wgmma', not {sums!r}")
     if update_n not in (64, 128) or (update_n != 64 and sums != "wgmma"):
         raise ValueError(f"update_n (the wgmma update's N) is 64 or 128, with sums 'wgmma' (got {update_n})")
-    if sums == "wgmma" and (kmax % (64 * (bm // 64)) or kmax // (bm // 64) > 128):
-        raise ValueError(f"sums 'wgmma' deals 64-cluster blocks evenly over the {bm // 64} warpgroups, at most 128 "
-                         f"accumulator registers per thread (kmax / warpgroups <= 128; got kmax={kmax}, bm={bm})")
+    if sums == "wgmma":
+        wgmma_held_blocks(kmax, bm)       # raises where the blocks do not deal evenly or fit the registers
     assert UPDATE_DN == ATOM, "the update's X blocks are whole swizzle atoms"
     warps = bm // 16
     threads = 32 * warps
@@ -206,13 +207,23 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     return kb.build()
 
 
+def wgmma_held_blocks(kmax: int, bm: int) -> int:
+    """sums "wgmma": the 64-cluster blocks each of the bm / 64 warpgroups holds (block u to warpgroup
+    u % warpgroups), each 64 accumulator registers per thread over D = 128; at most 128 registers."""
+    wgs = bm // 64
+    if kmax % (64 * wgs) or kmax // wgs > programs.HELD_REGS:
+        raise ValueError(f"sums 'wgmma' deals 64-cluster blocks evenly over the {wgs} warpgroups, at most "
+                         f"{programs.HELD_REGS} accumulator registers per thread (kmax / warpgroups <= "
+                         f"{programs.HELD_REGS}; got kmax={kmax}, bm={bm})")
+    return kmax // 64 // wgs
+
+
 def declare_wgmma_sums(kb, kmax: int, bm: int, atoms: int, span: int = 1) -> int:
     """sums "wgmma": warpgroup g holds the 64-cluster blocks u = g, g + warpgroups, .. of the sums, one
     wgmma_acc [64, 64 span] per block and `span` swizzle atoms of dims (S{j}_{c}); the one-hot A fragments
     oh{j}_{parity} (each warp its 16 clusters x 16 points), double-buffered over the 16-point steps; the
     tile's targets."""
-    wgs = bm // 64
-    held = kmax // 64 // wgs
+    held = wgmma_held_blocks(kmax, bm)
     kb.buffer("sidx", "smem", "i32", [bm, 1])
     for j in range(held):
         for par in (0, 1):
@@ -267,12 +278,12 @@ def flush_wgmma_sums(r, bm: int, atoms: int, held: int, span: int = 1) -> None:
 
 def _held_fits(p: dict) -> bool:
     """sums "regs" deals its blocks evenly over the warps within the register budget (programs.held_blocks);
-    "wgmma" its 64-cluster blocks over the warpgroups, at most 128 accumulator registers per thread."""
-    if p.get("sums") == "wgmma":
-        wgs = p["bm"] // 64
-        return p["kmax"] % (64 * wgs) == 0 and p["kmax"] // wgs <= 128
+    "wgmma" its 64-cluster blocks over the warpgroups (wgmma_held_blocks)."""
     try:
-        programs.held_blocks(p["kmax"], 128, p["bm"] // 16, p.get("urows", 16))
+        if p.get("sums") == "wgmma":
+            wgmma_held_blocks(p["kmax"], p["bm"])
+        else:
+            programs.held_blocks(p["kmax"], 128, p["bm"] // 16, p.get("urows", 16))
         return True
     except ValueError:
         return False
