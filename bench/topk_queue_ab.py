@@ -7,7 +7,9 @@ compiled in parallel first. Prints a table last and writes JSON with the GPU and
 - `--option share --values 0,1` (session 16): the split's CTAs sharing each query's bound of its
   k-th best (`topk` shared_bound) off and on;
 - `--option skip_pad` (session 16): the query rows past Q entering the insertion (0) or not (1,
-  `topk` valid_rows).
+  `topk` valid_rows);
+- `--option seed --values 0,8,32` (session 18): no sampling kernel (0) against one that scores every
+  F-th database tile first and leaves each query's k-th best of it as the search's starting bound.
     python bench/topk_queue_ab.py [--option queue|share|skip_pad] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
                                   [--shapes JSON] [--compile-only]
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
@@ -46,6 +48,15 @@ PAD_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (1, 100000, 10), (1, 100000, 16), (1, 262144, 16), (1, M1, 10), (1, M1, 16), (1, 4 * M1, 16), (1, M1, 32),
     (2, 100000, 16), (4, 262144, 16), (8, 100000, 10), (8, 262144, 16), (8, M1, 16), (16, 100000, 16),
     (37, 262144, 16), (100, M1, 16), (1000, 262144, 16))]
+
+# the sampled starting bound (session 18): every regime with k > 1 (few queries, Q = 64 - 128, the mid-Q
+# split wgmma, the unsplit builds), the grid's slowest shapes first
+SEED_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
+    (128, 100000, 10), (128, 100000, 16), (64, 4 * M1, 16), (64, 4 * M1, 10), (128, 262144, 16), (128, 262144, 10),
+    (32, 262144, 16), (1, 100000, 16), (16, 100000, 16), (1, 100000, 10), (64, 100000, 10), (256, 100000, 10),
+    (1024, 100000, 16), (4096, 100000, 16), (2048, 262144, 16), (512, 262144, 16), (64, M1, 16), (128, M1, 16),
+    (1024, M1, 16), (1, M1, 16), (1, 4 * M1, 16), (1024, M1, 10), (4096, M1, 10), (32768, 32768, 16),
+    (16384, 16384, 32), (32768, 32768, 32), (10000, M1, 16), (10000, M1, 32))]
 
 # a queue must beat insertion on the spot by this much in the same run to be kept (the A/B's repeat
 # medians agree to ~1-2 %)
@@ -92,7 +103,7 @@ def main():
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
-    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad"))
+    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad", "seed"))
     ap.add_argument("--values", "--queues", dest="values", help="the option's values, the baseline first "
                     "(default: queue 0,2,4,8; share / skip_pad 0,1)")
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
@@ -105,10 +116,10 @@ def main():
         print(json.dumps(doc["queues"], indent=1))
         return
     opt = a.option
-    queues = [int(q) for q in (a.values or ("0,2,4,8" if opt == "queue" else "0,1")).split(",")]
+    queues = [int(q) for q in (a.values or {"queue": "0,2,4,8", "seed": "0,8,32"}.get(opt, "0,1")).split(",")]
 
     def build(p: dict, q: int) -> dict:   # the variant with the option's value q (share / skip_pad: 0 / 1 -> bool)
-        return {**p, opt: q if opt == "queue" else bool(q)}
+        return {**p, opt: q if opt in ("queue", "seed") else bool(q)}
     from bench.lib_grid import D, precompile
     from cakelib.runtime import choose
     if a.arch:    # compile only, e.g. on a machine without a GPU (the cubin cache then travels)
@@ -117,7 +128,8 @@ def main():
         from gpu_backend.driver import arch_of, properties
         arch = arch_of(properties(0))
     t0 = time.time()
-    shapes = json.loads(a.shapes) if a.shapes else {"queue": SHAPES, "share": SHARE_SHAPES, "skip_pad": PAD_SHAPES}[opt]
+    shapes = json.loads(a.shapes) if a.shapes else {"queue": SHAPES, "share": SHARE_SHAPES, "skip_pad": PAD_SHAPES,
+                                                     "seed": SEED_SHAPES}[opt]
     cases = [(s, choose("knn", {**s, "D": D})) for s in shapes]
     jobs = sorted({("knn", json.dumps(build(p, q), sort_keys=True), s["k"], arch)
                    for s, (_, p) in cases for q in queues})
@@ -161,7 +173,7 @@ def main():
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     json.dump({"env": env_info(("torch", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/topk_queue_ab.py"),
                "command": " ".join(sys.argv), "option": opt, "queues": queues, "rows": rows}, open(a.out, "w"), indent=1)
-    tag = "T=" if opt == "queue" else "sb="
+    tag = {"queue": "T=", "seed": "F="}.get(opt, "sb=")
     head = "".join(f"{tag + str(q) + ' ms':>10s}" for q in queues)
     print(f"\n{'shape':28s} {'variant':36s}{head}  best")
     for r in rows:

@@ -783,7 +783,7 @@ def _estimate(m: _Model, rep: CostReport) -> None:
     from .analysis.tiles import bulk_rows, resolve_tile, threads_in_scope
     from .dtypes import SIZE
     from .nodes import (Access, Copy, Fill, For, If, LastCta, Let, Map, MmaSync, OneHot, RedAdd, Reduce, Scan,
-                        ScatterAdd, TopK, TopKMerge, Wgmma)
+                        ScatterAdd, TopK, TopKBound, TopKMerge, Wgmma)
     from .walk import statements
 
     k, spec = m.k, m.spec
@@ -972,6 +972,13 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 g = scope_work("warp", 32 * (rows // 8) * 2 * (2 * kk + kk * kk))   # 2 xor steps: shuffles + inserts
                 raw.count = g
                 raw.simt_ops = 32 * (rows // 8) * 2 * kk * kk * g
+            elif isinstance(st, TopKBound):
+                # a word per row slot: a global load (load) or a key conversion and store (store)
+                vals = resolve_tile(k, st.vals)
+                slots = max(1, (vals.shape[0] if vals.shape else 8) // 8)
+                g = scope_work("warp", 32 * 3 * slots)
+                raw.count = g
+                raw.gbytes = 4.0 * 4 * slots * g
             elif isinstance(st, OneHot):
                 # per lane: 4 target loads per 16-column block, 2 compares + select per packed register
                 dst = resolve_tile(k, st.dst)

@@ -483,6 +483,27 @@ class TopKMerge(Node):
     queue_idx: Optional[TileRef] = None
 
 
+class TopKBound(Node):
+    """Move a row's bound of its k-th best between registers and its `shared_bound` word (a global i32
+    [rows, 1] tile of order-preserving keys, the `topk` shared bound; word 0 = no bound).
+
+    mode "load": the bound cache `vals` (mma_rows f32 [rows, 1] beside a topk's lists) takes each row's
+    word as it is now, so the topk's first call already filters with a bound an earlier kernel left
+    (a sampled search's k-th best, `knn_fused(seed=F)`); a word 0 loads as no bound.
+    mode "store": the row's word is overwritten with the k-th (last) entry of its sorted list `vals`
+    (an mma_rows [rows, k] list after topk_merge: one lane of each quad stores; or a per-thread
+    row_major [1, k] list: the thread stores its row's word). A plain store, not an atomic: the caller
+    runs after every other writer of the word (e.g. in the last CTA), and what it stores is a valid bound
+    for the row only if the list's k entries are distinct candidates of that row, scored exactly as the
+    later reader scores them."""
+
+    op: Literal["topk_bound"] = "topk_bound"
+    kind: Literal["min", "max"] = "min"
+    mode: Literal["load", "store"]
+    vals: TileRef
+    bound: TileRef
+
+
 class ScatterAdd(Node):
     """dst[index[r], c] += src[r, c] with hardware atomics (red.shared / red.global .add).
 
@@ -549,7 +570,7 @@ class LastCta(Node):
 Stmt = Annotated[
     Union[For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
           CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-          TopK, TopKMerge, OneHot, ScatterAdd, RedAdd, LastCta],
+          TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta],
     Field(discriminator="op"),
 ]
 
@@ -625,7 +646,7 @@ class Kernel(Node):
 
 STMT_TYPES = (For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
               CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-              TopK, TopKMerge, OneHot, ScatterAdd, RedAdd, LastCta)
+              TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta)
 
 
 # ----------------------------------------------------------------------------------- programs

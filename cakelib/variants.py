@@ -47,8 +47,9 @@ def knn_name(p: dict) -> str:
     `minb` (CTAs per SM the registers must allow) `_b{minb}`, `merge: "wide"` (the split path's last-CTA
     merge by all threads, several lists in flight) `_mw`, `qfrag: "smem"` (query fragments re-read per
     k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
-    database chunks) `_ws{ws}`; the names of the variants without them are unchanged (committed tables
-    refer to them)."""
+    database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
+    query's bound of its k-th best; k > 1) `_sd{seed}`; the names of the variants without them are
+    unchanged (committed tables refer to them)."""
     gn = "_gn" if p.get("norms", "tile") == "global" else ""
     gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
     gn += "_mw" if p.get("merge", "serial") == "wide" and p["split"] > 1 else ""
@@ -57,6 +58,7 @@ def knn_name(p: dict) -> str:
     gn += f"_ws{p['ws']}" if p.get("ws", 1) != 1 else ""
     gn += "_wg" if p.get("mma", "sync") == "wgmma" else ""
     gn += "_ov" if p.get("overlap") else ""
+    gn += f"_sd{p['seed']}" if p.get("seed", 0) else ""
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -73,8 +75,8 @@ def knn_supports(p: dict, shape: dict) -> bool:
         return False
     if p["bq"] % p.get("wm", 16) or not knn_registers_fit(p, k, D):   # E-RES-05 (e.g. bn 128 at k = 32)
         return False
-    if p["split"] == 1:
-        return k <= KNN_K_MAX
+    if p["split"] == 1:   # (seeded: the bounds TH hold a word per padded query row)
+        return k <= KNN_K_MAX and (not p.get("seed", 0) or ceil(Q / p["bq"]) * p["bq"] <= WS_ROWS)
     tiles = ceil(Q / p["bq"])
     if p.get("merge") == "wide" and p["split"] % (32 * p.get("ws", 1) // p.get("wm", 16)):
         return False                        # the wide merge's thread groups share the lists evenly
@@ -108,7 +110,8 @@ def knn_tile_registers(p: dict, k: int, d: int) -> int:
     merge = 4 * k if p["split"] > 1 else 0   # the merge's lists (the wide merge: at least as many)
     q = knn_queue(p, k)                       # the deferred insertion's queue, beside the lists
     from tasks.knn.programs import shares_bound
-    sb = shares_bound(k, p["split"], p.get("ws", 1), p.get("share", True))   # the bound cache and the reset's word
+    sb = shares_bound(k, p["split"], p.get("ws", 1), p.get("share", True)) or (k > 1 and p.get("seed", 0) > 0)
+    # (sb: the bound cache and the reset's word)
     if p.get("mma", "sync") == "wgmma":      # a [64, BN] accumulator per warpgroup (two: overlap), no fragments
         return (2 if p.get("overlap") else 1) * bn // 2 + 4 * (k + q) + merge + 16 + (3 if sb else 0)
     fa = wm * d // 64 if p.get("qfrag", "reg") == "reg" else wm // 4
@@ -122,12 +125,12 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
         return knn_wgmma(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"],
                          stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
                          queue=knn_queue(p, k), share=p.get("share", True), skip_pad=p.get("skip_pad", True),
-                         arch=arch)
+                         seed=p.get("seed", 0), arch=arch)
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),
                      wm=p.get("wm", 16), ws=p.get("ws", 1), queue=knn_queue(p, k), share=p.get("share", True),
-                     skip_pad=p.get("skip_pad", True))
+                     skip_pad=p.get("skip_pad", True), seed=p.get("seed", 0))
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

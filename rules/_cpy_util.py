@@ -10,13 +10,13 @@ from cake_ir.analysis.bounds import Prover
 from cake_ir.analysis.tiles import Tile, resolve_tile
 from cake_ir.dtypes import SIZE
 from cake_ir.nodes import (Access, Buffer, Copy, Fill, Kernel, LastCta, Map, MmaSync, OneHot, RedAdd, Reduce, Scan,
-                           ScatterAdd, TensorParam, TileRef, TopK, TopKMerge, Wgmma)
+                           ScatterAdd, TensorParam, TileRef, TopK, TopKBound, TopKMerge, Wgmma)
 from cake_ir.passes.plan_smem import row_pitch_elems
 
 TILE_FIELDS = ((Copy, ("src", "dst")), (Access, ("src", "dst")), (MmaSync, ("a", "b", "c")),
                (Wgmma, ("a", "b", "acc")), (Fill, ("dst",)), (Map, ("dst",)), (Reduce, ("src", "dst")),
                (Scan, ("src", "dst")), (TopK, ("src", "vals", "idx", "src_idx", "row_bias", "col_bias")),
-               (TopKMerge, ("vals", "idx")), (OneHot, ("index", "dst")), (ScatterAdd, ("index", "src", "dst")),
+               (TopKMerge, ("vals", "idx")), (TopKBound, ("vals", "bound")), (OneHot, ("index", "dst")), (ScatterAdd, ("index", "src", "dst")),
                (RedAdd, ("src", "dst")),
                (LastCta, ("counter",)))
 

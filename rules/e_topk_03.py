@@ -5,9 +5,11 @@
 - it is a tile [rows, 1] of a 2-d global i32 tensor with `readwrite` access, one word per score row
   (rows: the mma_acc tile's rows, 64 for a warpgroup's wgmma_acc tile).
 - the word 0 means "no bound", so the program must leave the words zeroed: a later `stg` into the same
-  tensor (the reset, by whoever runs after every reader, e.g. the last CTA of a split) must exist.
+  tensor (the reset, by whoever runs after every reader, e.g. the last CTA of a split) must exist, or a
+  `topk_bound` store that overwrites them with a bound the next kernel reads (a sampled search's).
 - `bound_cache` (the bound as last read) comes with a shared bound, is an `mma_rows` f32 register tile
-  [rows, 1] beside the lists, and is filled (with the worst score: no bound yet) before the topk.
+  [rows, 1] beside the lists, and is filled (with the worst score: no bound yet) or loaded from the words
+  (`topk_bound` load) before the topk.
 - `valid_rows` (rows past it are padding) is for the same filtered topk: k > 1 over `mma_acc` /
   `wgmma_acc` scores (elsewhere there is no filter to skip).
 
@@ -17,7 +19,7 @@ neighbours of this one: results silently miss entries of their top-k; a word tha
 whatever the registers held (a garbage bound).
 """
 from cake_ir.analysis.tiles import resolve_tile
-from cake_ir.nodes import Access, Fill, TopK
+from cake_ir.nodes import Access, Fill, TopK, TopKBound
 
 CODE = "E-TOPK-03"
 TITLE = "fused top-k filter operands: shared bound (reset after the last reader), bound cache, valid rows"
@@ -57,7 +59,8 @@ def check(ctx):
         if list(t.shape) != [rows, 1]:
             yield ctx.report(f"{p}/shared_bound/shape", f"the shared bound's tile is {list(t.shape)}; it holds a "
                              f"word per score row: [{rows}, 1]", legal=[[rows, 1]])
-        if not any(isinstance(o.node, Access) and o.node.op == "stg" and o.node.dst.buf == par.name
+        if not any((isinstance(o.node, Access) and o.node.op == "stg" and o.node.dst.buf == par.name)
+                   or (isinstance(o.node, TopKBound) and o.node.mode == "store" and o.node.bound.buf == par.name)
                    for o in sites[i + 1:]):
             yield ctx.report(f"{p}/shared_bound", f"no later stg resets {par.name!r}: the next launch would filter "
                              "with this one's bounds (zero the words after the last reader, e.g. in the last CTA)")
@@ -74,9 +77,11 @@ def _cache_errors(ctx, k, n, p, before):
         yield ctx.report(f"{p}/bound_cache/buf", f"a bound cache is an mma_rows f32 register tile [{rows}, 1] "
                          "(a register per list row)", legal=[[rows, 1]])
         return
-    if not any(isinstance(o.node, Fill) and o.node.dst.buf == b.name for o in before):
+    if not any((isinstance(o.node, Fill) and o.node.dst.buf == b.name)
+               or (isinstance(o.node, TopKBound) and o.node.mode == "load" and o.node.vals.buf == b.name)
+               for o in before):
         yield ctx.report(f"{p}/bound_cache", f"bound cache {b.name!r} is not filled before this topk (fill it with "
-                         "the worst score: no bound yet)")
+                         "the worst score: no bound yet, or topk_bound load the shared words)")
 
 
 def _filtered(k, n) -> bool:

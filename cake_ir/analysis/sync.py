@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import expr as E
 from ..dtypes import SIZE
-from ..nodes import (Access, Block, LastCta, OneHot, RedAdd, ScatterAdd, TopK, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
+from ..nodes import (Access, Block, LastCta, OneHot, RedAdd, ScatterAdd, TopK, TopKBound, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
                      MbarExpectTx, MbarInit, MbarWait, CpAsyncArrive, NamedBarSync, NamedBarrier, PipeOp,
                      Reduce, Scan, ScalarParam, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma, MmaSync)
 from ..walk import Site, statements
@@ -625,6 +625,8 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
     elif isinstance(node, TopKMerge):
         out += [(node.vals, True), (node.idx, True)]
         out += [(r, True) for r in (node.queue_vals, node.queue_idx) if r is not None]
+    elif isinstance(node, TopKBound):   # its bound is a global word (like a topk's shared bound)
+        out += [(node.vals, node.mode == "load")]
     elif isinstance(node, OneHot):
         out += [(node.index, False), (node.dst, True)]
     elif isinstance(node, ScatterAdd):
@@ -1377,7 +1379,7 @@ class Simulator:
         for st in body:
             if isinstance(st, self._IMPURE):
                 return False
-            if isinstance(st, (TopK, TopKMerge, ScatterAdd, RedAdd, LastCta)):
+            if isinstance(st, (TopK, TopKMerge, TopKBound, ScatterAdd, RedAdd, LastCta)):
                 return False
             if isinstance(st, (For, Block)):
                 if not self._pure_body(st.body):
@@ -1717,7 +1719,7 @@ class Simulator:
         if isinstance(st, Fence):
             self._node(p, mask, path, fence=st.kind == "proxy_async")
             return
-        if isinstance(st, (Fill, Map, Reduce, Scan, TopK, TopKMerge, OneHot, ScatterAdd, RedAdd)):
+        if isinstance(st, (Fill, Map, Reduce, Scan, TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd)):
             coll = 0
             if isinstance(st, (Reduce, Scan)):
                 b = self._bufs.get(st.src.buf)

@@ -19,7 +19,7 @@ from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
 from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, LastCta, Let, Map,
-                     OneHot, RedAdd, ScatterAdd, TopK, TopKMerge,
+                     OneHot, RedAdd, ScatterAdd, TopK, TopKBound, TopKMerge,
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
                      PipeOp, Reduce, Role, ScalarParam, Scan, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma)
 from ..passes.plan_smem import SmemPlan, plan_smem, row_pitch_elems
@@ -1666,6 +1666,41 @@ class Emitter:
                 self.w.line(f"cake::topk_flush<{K}, {T}, {mn}>(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}], "
                             f"&{qv.name}[{slot * T}], &{qi.name}[{slot * T}]);", path)
             self.w.line(f"cake::topk_merge_quad<{K}, {mn}>(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}]);", path)
+
+    @_robust
+    def s_TopKBound(self, st: TopKBound, path):
+        """load: each row slot's bound cache register takes its row's word (decoded; 0 = no bound, a NaN
+        the filter's fminf / fmaxf ignore). store: the k-th entry of each row's list, as a key, into the
+        row's word (mma_rows lists: lane 0 of the quad, which holds the merged list like the others)."""
+        vb = self.reg_tile(st.vals, path)
+        t = resolve_tile(self.k, st.bound)
+        if t.space != "global" or t.dtype != "i32" or len(t.offset) != 2:
+            self.fail(path, "topk_bound's bound is a global i32 tile [rows, 1] of a 2-d tensor (a word per row)")
+        p = t.param
+        off = [ix(o) for o in t.offset]
+        word = lambda row: f"({p.name} + ({self.gaddr(p, [f'({off[0]}) + ({row})', off[1]])}))"  # noqa: E731
+        mn = "true" if st.kind == "min" else "false"
+        w = self.w
+        if vb.layout == "mma_rows":
+            R, C = vb.shape
+            if list(t.shape) != [R, 1] or (st.mode == "load" and C != 1):
+                self.fail(path, f"topk_bound over mma_rows [{R}, {C}] takes a bound tile [{R}, 1]"
+                          + (" and a bound cache [rows, 1]" if st.mode == "load" else ""))
+            w.open("", path)
+            for slot, row in self.rows_slots(R):
+                if st.mode == "load":
+                    w.line(f"{vb.name}[{slot}] = cake::bound_value<{mn}>((unsigned)__ldcg({word(row)}));")
+                else:
+                    w.line(f"if ((cake_lane & 3) == 0) *{word(row)} = (int)cake::bound_key<{mn}>({vb.name}[{slot * C + C - 1}]);")
+            w.close()
+        elif vb.layout == "row_major" and vb.scope == "thread" and st.mode == "store":
+            C = vb.shape[-1]
+            if prod(vb.shape) != C or list(t.shape) != [1, 1]:
+                self.fail(path, f"topk_bound stores a per-thread [1, k] list's k-th entry into a bound tile [1, 1]")
+            w.line(f"*{word('0')} = (int)cake::bound_key<{mn}>({vb.name}[{C - 1}]);", path)
+        else:
+            self.fail(path, "topk_bound loads an mma_rows bound cache [rows, 1], or stores the k-th entry of an "
+                      "mma_rows [rows, k] or per-thread row_major [1, k] list")
 
     @_robust
     def store_rows(self, st: Access, rb: Buffer, mem, path):

@@ -1,6 +1,8 @@
 """Seed programs for exact kNN: a distance GEMM on tensor cores (mma.sync, sm_80+) whose epilogue keeps
 a running top-k per query in registers (threshold test, sorted insertion), so the Q x M distance matrix
 is never written. `python -m tasks.export_seeds` writes them to seeds/*.json."""
+from typing import Optional
+
 from tasks.base import signature_defaults
 from cake_ir.builder import KernelBuilder, tile
 from cake_ir.nodes import Program, Workspace
@@ -44,15 +46,17 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80", src: str = 
     return kb.build()
 
 
-def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int) -> None:
-    """The search kernels' constants, scalars and tensors (the task's interface, tasks/knn/task.py)."""
+def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int, outputs: bool = True) -> None:
+    """The search kernels' constants, scalars and tensors (the task's interface, tasks/knn/task.py);
+    outputs=False: a sampling kernel's (it writes only the bounds TH, not I / Dist)."""
     kb.const(BQ=bq, BN=bn, D=d, KK=k, SPLIT=split, WR=WS_ROWS, WTR=WS_TILES)
     kb.scalar("Q", min=1)
     kb.scalar("M", min=k)
     kb.tensor("Xq", "f16", ["Q", "D"])
     kb.tensor("Xb", "f16", ["M", "D"])
-    kb.tensor("I", "i32", ["Q", "KK"], access="write")
-    kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
+    if outputs:
+        kb.tensor("I", "i32", ["Q", "KK"], access="write")
+        kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
     # the split path's scratch (declared by every variant: the task passes it to all of them)
     kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
     kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
@@ -65,6 +69,23 @@ def shares_bound(k: int, split: int, ws: int = 1, share: bool = True) -> bool:
     """The search's `topk` shares each query's bound between the CTAs (and warps) that split its
     database: k > 1 (a top-1's running best needs none) with more than one of them."""
     return share and k > 1 and (split > 1 or ws > 1)
+
+
+def sample_rows(kb, r, f: int, bn: int) -> "Callable[[str], str]":
+    """A sampling kernel (a seeded search's first kernel, `seed` = f) scores every f-th BN-row tile of the
+    database: the constant SF = f and MV, the sample's rows (cdiv(M, f BN) tiles of BN), over which the
+    usual split / chunk arithmetic runs; returns the map from a sample row (a multiple of BN, e.g.
+    m0 + t * BN) to its database row. Tiles past M are zero-filled and masked by the limit M, and the
+    chunks of the sample are disjoint, so every sampled row is scored once."""
+    kb.const(SF=f)
+    r.let("MV", "cdiv(M, SF * BN) * BN")
+    return lambda v: f"(({v}) / BN) * (SF * BN)"
+
+
+def seeded_bound(k: int, seed: int) -> bool:
+    """The search filters from its first tile with the bound a sampling kernel left in TH (`seed` = f:
+    the k-th best of every f-th database tile, a bound of the row's k-th best over the whole database)."""
+    return seed > 0 and k > 1
 
 
 def reset_bounds(r, rows: str) -> None:
@@ -88,7 +109,7 @@ def declare_topk_queue(kb, rows: int, queue: int) -> dict:
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
               qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0, share: bool = True,
-              skip_pad: bool = True):
+              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -139,8 +160,26 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     ~k ln(CH / k) candidates per lane list; the last CTA zeroes the tile's words.
 
     skip_pad (k > 1): the query rows past Q (the last tile's padding: 15 of 16 rows at Q = 1) never
-    enter the insertion (`topk` valid_rows); their lanes only join the shuffles."""
+    enter the insertion (`topk` valid_rows); their lanes only join the shuffles.
+
+    seed = f (k > 1): a Program whose first search kernel (`sample=True`, the same build; False: the search
+    kernel alone) scores every
+    f-th BN-row tile of the database and stores each query's k-th best of that sample as its bound in
+    TH (`topk_bound` store; its splits merge as the search's do); the search then loads those bounds
+    before its first tile (`topk_bound` load) and filters every tile with them, where each split alone
+    starts from an empty list (~k ln(CH / k) insertions per lane list, most in the first tiles). Exact:
+    the sample's k entries are database rows scored by the same code, so the row's k-th best over the
+    database is at least as good (ties pass the filter). The sample costs 1 / f of the stream; its bound
+    is about the row's (k f / M)-quantile. An unsplit seeded search zeroes its tile's words at the end."""
     gnorm = norms == "global" and metric == "l2"
+    if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
+        kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, arch=arch, norms=norms, minb=minb,
+                  merge=merge, qfrag=qfrag, wm=wm, ws=ws, queue=queue, share=share, skip_pad=skip_pad, seed=seed)
+        first, search = (_kernels(knn_fused(**kw, sample=s)) for s in (True, False))
+        return Program(name=search[-1].name, arch=arch, kernels=first + search[-1:],
+                       workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])] if gnorm else [])
+    sampling = bool(sample) and seeded_bound(k, seed)
+    seeded = seeded_bound(k, seed) and not sampling
     wide = split > 1 and merge == "wide"
     if ws > 1 and (not wide or bq != wm):
         raise ValueError("ws > 1 needs split > 1 with the wide merge and bq == wm")
@@ -150,15 +189,18 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
         + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue else "")
-    shared = shares_bound(k, split, ws, share)
+    shared = shares_bound(k, split, ws, share) or seeded
     tag += "_sb" if shared else ""
+    tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
-                       note=f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
+                       note=(f"the sample (every {seed}-th tile) of a seeded kNN search: each query's k-th best as its "
+                             "bound in TH; " if sampling else "")
+                            + f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
                             + (f", database split over {split} CTAs" + (f" x {ws} warps" if ws > 1 else "")
                                + " + last-CTA merge" if split > 1 else ""))
-    declare_search_io(kb, bq, bn, d, k, split)
+    declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
     if gnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
     kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)
@@ -215,25 +257,29 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         r.let("wq0", "0" if ws > 1 else f"role_warp * {wm}")
         if ws > 1:
             r.let("rb", "role_warp * BN")
+        # the rows split over the CTAs: the database's, or (sampling) the sample's, mapped to database rows
+        dbrow = sample_rows(kb, r, seed, bn) if sampling else (lambda v: v)
+        n_rows = "MV" if sampling else "M"
         if split > 1:
             r.let("s", f"bid.y * {ws} + role_warp" if ws > 1 else "bid.y")
-            r.let("CH", f"cdiv(cdiv(M, SPLIT * {ws}), BN) * BN" if ws > 1 else "cdiv(cdiv(M, SPLIT), BN) * BN")
+            r.let("CH", f"cdiv(cdiv({n_rows}, SPLIT * {ws}), BN) * BN" if ws > 1 else f"cdiv(cdiv({n_rows}, SPLIT), BN) * BN")
             r.let("m0", "s * CH")
             # ws > 1: every warp runs the chunk's CH / BN tiles (a warp-uniform trip count; tiles past M
             # are zero-filled without a global read and masked by `limit`)
-            r.let("nt", "CH / BN" if ws > 1 else "cdiv(max(min(CH, M - m0), 0), BN)")
+            r.let("nt", "CH / BN" if ws > 1 else f"cdiv(max(min(CH, {n_rows} - m0), 0), BN)")
         else:
             r.let("m0", "0")
-            r.let("nt", "cdiv(M, BN)")
+            r.let("nt", f"cdiv({n_rows}, BN)")
         r.copy("cp_async", tile("Xq", ["q0", 0], [bq, d]), tile("sQ"), oob="zfill", id="load_queries")
-        r.copy("cp_async", tile("Xb", ["m0", 0], [bn, d]), sb(0), oob="zfill", scope=cscope)
+        r.copy("cp_async", tile("Xb", [dbrow("m0"), 0], [bn, d]), sb(0), oob="zfill", scope=cscope)
         if gnorm:
-            r.copy("cp_async", tile("XN", [0, "m0"], [1, bn]), cnt(0), oob="zfill", scope=cscope)
+            r.copy("cp_async", tile("XN", [0, dbrow("m0")], [1, bn]), cnt(0), oob="zfill", scope=cscope)
         r.sync("cp_async_commit")
         for p in range(1, stages - 1):   # fill the pipeline (rows past the chunk are masked by `limit`)
-            r.copy("cp_async", tile("Xb", [f"m0 + {p} * BN", 0], [bn, d]), sb(p), oob="zfill", scope=cscope)
+            r.copy("cp_async", tile("Xb", [dbrow(f"m0 + {p} * BN"), 0], [bn, d]), sb(p), oob="zfill", scope=cscope)
             if gnorm:
-                r.copy("cp_async", tile("XN", [0, f"m0 + {p} * BN"], [1, bn]), cnt(p), oob="zfill", scope=cscope)
+                r.copy("cp_async", tile("XN", [0, dbrow(f"m0 + {p} * BN")], [1, bn]), cnt(p), oob="zfill",
+                       scope=cscope)
             r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=stages - 2)
         r.sync("syncthreads")
@@ -247,7 +293,10 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         r.fill("ti", -1)
         if queue:
             r.fill("qi", -1)
-        if shared:
+        if seeded:       # the sample's bounds, before the first tile
+            r.add("topk_bound", kind=kind, mode="load", vals=tile("bc"), bound=tile("TH", ["q0 + wq0", 0], [wm, 1]),
+                  id="load_bounds")
+        elif shared:
             r.fill("bc", worst)
         ahead = stages - 1
         with r.for_("t", 0, "nt", id="db_loop"):
@@ -255,10 +304,10 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             # and every warp is done with tile t - 1's slot (ws > 1: the slot is this warp's own)
             r.sync("syncwarp" if ws > 1 else "syncthreads")
             with r.if_(f"t + {ahead} < nt"):
-                r.copy("cp_async", tile("Xb", [f"m0 + (t + {ahead}) * BN", 0], [bn, d]),
+                r.copy("cp_async", tile("Xb", [dbrow(f"m0 + (t + {ahead}) * BN"), 0], [bn, d]),
                        sb(f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch", scope=cscope)
                 if gnorm:
-                    r.copy("cp_async", tile("XN", [0, f"m0 + (t + {ahead}) * BN"], [1, bn]),
+                    r.copy("cp_async", tile("XN", [0, dbrow(f"m0 + (t + {ahead}) * BN")], [1, bn]),
                            cnt(f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch_norms", scope=cscope)
             r.sync("cp_async_commit")                # always: one group per iteration keeps the count exact
             if l2 and not gnorm and ws > 1:
@@ -277,9 +326,10 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                     r.mma_sync(tile("fa"), tile("fb"), tile("acc"))
             # the split's last tile may run past its chunk into the next split's rows: `limit` stops
             # at the chunk end (or M), so every database row is scored by exactly one split
-            lim = "min(m0 + CH, M)" if split > 1 else "M"
-            topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col="m0 + t * BN", limit=lim,
-                        **qref)
+            # (sampling: a chunk's tiles stay in it, the limit is the database's end)
+            lim = "min(m0 + CH, M)" if split > 1 and not sampling else "M"
+            topk = dict(kind=kind, k=k, src=tile("acc"), vals=tile("tv"), idx=tile("ti"), col=dbrow("m0 + t * BN"),
+                        limit=lim, **qref)
             if shared:
                 topk.update(shared_bound=tile("TH", ["q0 + wq0", 0], [wm, 1]), bound_cache=tile("bc"))
             if skip_pad and k > 1:
@@ -294,9 +344,16 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         # the stream's per-warp trip counts)
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge", **qref)
-        if split == 1:
+        if split == 1 and sampling:
+            r.add("topk_bound", kind=kind, mode="store", vals=tile("tv"), bound=tile("TH", ["q0 + wq0", 0], [wm, 1]),
+                  id="store_bounds")
+        elif split == 1:
             r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_dist")
             r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_idx")
+            if seeded:   # the CTA's warps are done reading their rows' words: leave them zeroed
+                r.sync("syncthreads")
+                with r.if_("tid < BQ"):
+                    reset_bounds(r, "tid")
         else:
             if ws > 1:
                 _merge_warps(r, k, kind, ws, bq)
@@ -307,7 +364,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
                 if wide:
-                    _merge_wide(r, k, kind, worst, unroll, halves, shared)
+                    _merge_wide(r, k, kind, worst, unroll, halves, shared, sampling)
                 else:
                     # every row of the tile is merged (and so zeroed), also a padded query's; only real
                     # queries are stored
@@ -325,16 +382,25 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                             r.fill("pi", 0)
                             r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
                             r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
-                        if shared:
-                            reset_bounds(r, "tid")
-                        with r.if_("q0 + tid < Q"):
-                            r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
-                            r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
+                        if sampling:   # the sample's k-th best is the row's bound (every row of the tile)
+                            r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"),
+                                  bound=tile("TH", ["q0 + tid", 0], [1, 1]), id="store_bounds")
+                        else:
+                            if shared:
+                                reset_bounds(r, "tid")
+                            with r.if_("q0 + tid < Q"):
+                                r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
+                                r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
     search = kb.build()
     if not gnorm:
         return search
     return Program(name=search.name, arch=arch, workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])],
                    kernels=[knn_db_norms(d, arch=arch), search])
+
+
+def _kernels(ir) -> list:
+    """The kernels of a build: a Program's, or the one kernel."""
+    return list(ir.kernels) if isinstance(ir, Program) else [ir]
 
 
 def _merge_unroll(split: int, k: int, d: int, bn: int, wm: int = 16, qfrag: str = "reg", halves: int = 2) -> int:
@@ -368,13 +434,16 @@ def _merge_warps(r, k: int, kind: str, ws: int, bq: int) -> None:
         r.stg(tile("mi"), tile("PI", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
 
 
-def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2, shared: bool = False) -> None:
+def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2, shared: bool = False,
+                sampling: bool = False) -> None:
     """The last CTA's merge of the SPLIT partial lists of each query (row qq of the tile), by all
     halves * BQ threads: thread (g, qq) = (tid / BQ, tid % BQ) merges lists
     j = halves * m + g, `unroll` rows per step with their loads issued before the inserts; zeroes every
     row it read (padded queries' rows too, so the workspace is left zeroed); the groups g >= 1 hand their
     lists to g = 0 through smem, which merges them and stores the real queries. Exact: a top-k of top-k
-    lists of a partition. shared: group 0 also zeroes the tile's shared-bound words (padded rows too)."""
+    lists of a partition. shared: group 0 also zeroes the tile's shared-bound words (padded rows too).
+    sampling (a seeded search's sample): group 0 stores each row's k-th best as its bound instead of
+    the results (padded rows too: the search zeroes them all)."""
     vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
     r.let("qq", "tid % BQ")
     r.let("g", "tid / BQ")
@@ -402,22 +471,33 @@ def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2
             r.sts(tile("mv"), tile("hmv", ["(g - 1) * BQ + qq", 0], [1, k]), vec_bytes=4)
             r.sts(tile("mi"), tile("hmi", ["(g - 1) * BQ + qq", 0], [1, k]), vec_bytes=4)
         r.sync("syncthreads")
+    if sampling:
+        with r.if_("g == 0"):
+            _merge_groups(r, k, kind, halves)
+            r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"), bound=tile("TH", ["q0 + qq", 0], [1, 1]),
+                  id="store_bounds")
+        return
     if shared:
         with r.if_("g == 0"):
             reset_bounds(r, "qq")
     with r.if_("g == 0 && q0 + qq < Q"):
-        if halves == 2:
-            r.lds(tile("hmv", ["qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
-            r.lds(tile("hmi", ["qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
-            r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
-        elif halves > 2:
-            with r.for_("h", 0, halves - 1, id="merge_groups"):
-                r.lds(tile("hmv", ["h * BQ + qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
-                r.lds(tile("hmi", ["h * BQ + qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
-                r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"),
-                      idx=tile("mi"))
+        _merge_groups(r, k, kind, halves)
         r.stg(tile("mv"), tile("Dist", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_dist")
         r.stg(tile("mi"), tile("I", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_idx")
+
+
+def _merge_groups(r, k: int, kind: str, halves: int) -> None:
+    """Group 0's thread of query qq merges the other groups' lists (handed over in hmv / hmi) into mv / mi."""
+    if halves == 2:
+        r.lds(tile("hmv", ["qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
+        r.lds(tile("hmi", ["qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
+        r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
+    elif halves > 2:
+        with r.for_("h", 0, halves - 1, id="merge_groups"):
+            r.lds(tile("hmv", ["h * BQ + qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
+            r.lds(tile("hmi", ["h * BQ + qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
+            r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"),
+                  idx=tile("mi"))
 
 
 # the inner-product seed is tasks/knn_ip
@@ -430,11 +510,12 @@ FAMILIES = {
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
                   "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"],
-                  "merge": ["serial", "wide"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False]},
+                  "merge": ["serial", "wide"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32]},
         # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide merge
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0 and (
             p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") == "wide")),
-        "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"]},
+        "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
+                "topk_sampled_bound": ["seed"]},
     },
 }
 

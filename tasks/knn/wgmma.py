@@ -14,13 +14,15 @@ stored as D / 64 atoms one below the other: atom a holds columns [64 a, 64 a + 6
 first kernel each (knn_db_norms over Xb and over Xq) into workspaces XN / QN and are staged with the
 tiles, so the search kernel never reduces a swizzled tile.
 """
+from typing import Optional
+
 from cake_ir.builder import KernelBuilder, tile
 from cake_ir.nodes import Program, Workspace
 from tasks.base import signature_defaults
 
 from . import programs
-from .programs import (BIG, XN_COLS, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms,
-                       shares_bound)
+from .programs import (BIG, XN_COLS, _kernels, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms,
+                       reset_bounds, sample_rows, seeded_bound, shares_bound)
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
 ATOM = 64                    # f16 elements per 128-byte swizzle row
@@ -44,7 +46,7 @@ def prefetch_distance(stages: int, overlap: bool) -> int:
 
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
               stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, share: bool = True,
-              skip_pad: bool = True, arch: str = "sm_90a"):
+              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
     k steps (m64 n BN k16) into its [64, BN] f32 accumulator, waits for them and folds the scores into
@@ -53,7 +55,9 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     overlap: two accumulators, tile t's wgmma issued before tile t - 1's top-k (stages >= 3: one tile
     fewer in flight ahead, the slot an in-flight wgmma reads is never reloaded). queue: the deferred
     top-k insertion's pending entries per row and lane, share: the splits share each query's bound of
-    its k-th best, skip_pad: the rows past Q never enter the insertion (programs.knn_fused)."""
+    its k-th best, skip_pad: the rows past Q never enter the insertion, seed: a sampling kernel of every
+    seed-th tile first leaves each query's bound in TH, which the search loads before its first tile
+    (programs.knn_fused)."""
     if arch != "sm_90a":
         raise ValueError("knn_wgmma needs sm_90a (wgmma)")
     if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
@@ -63,6 +67,15 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         raise ValueError("the wide merge deals a query's partial lists to 2 thread groups: split must be even")
     if overlap and stages < 3:
         raise ValueError("overlap needs stages >= 3 (the in-flight wgmma's slot stays loaded)")
+    if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
+        kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, minb=minb, overlap=overlap,
+                  queue=queue, share=share, skip_pad=skip_pad, seed=seed, arch=arch)
+        first, search = (_kernels(knn_wgmma(**kw, sample=s)) for s in (True, False))
+        return Program(name=search[-1].name, arch=arch, kernels=first + search[-1:],
+                       workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS]),
+                                  Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])] if metric == "l2" else [])
+    sampling = bool(sample) and seeded_bound(k, seed)
+    seeded = seeded_bound(k, seed) and not sampling
     warps = bq // 16
     atoms = d // ATOM
     l2 = metric == "l2"
@@ -71,14 +84,17 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue else "")
-    shared = shares_bound(k, split, 1, share)
+    shared = shares_bound(k, split, 1, share) or seeded
     tag += "_sb" if shared else ""
+    tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_wg{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
-                       note=f"exact kNN ({metric}), top-{k} fused into a wgmma distance GEMM"
+                       note=(f"the sample (every {seed}-th tile) of a seeded kNN search: each query's k-th best as its "
+                             "bound in TH; " if sampling else "")
+                            + f"exact kNN ({metric}), top-{k} fused into a wgmma distance GEMM"
                             + (f", database split over {split} CTAs + last-CTA merge" if split > 1 else ""))
-    declare_search_io(kb, bq, bn, d, k, split)
+    declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
     if l2:
         kb.tensor("XN", "f32", [1, XN_COLS])
         kb.tensor("QN", "f32", [1, QN_COLS])
@@ -116,32 +132,39 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     with kb.role("main", warps=(0, warps)) as r:
         r.let("q0", "bid.x * BQ")
         r.let("wq0", "role_warp * 16")        # this warp's 16 rows: 16 x its warp in warpgroup wg, + 64 wg
+        # the rows split over the CTAs: the database's, or (sampling) the sample's, mapped to database rows
+        dbrow = sample_rows(kb, r, seed, bn) if sampling else (lambda v: v)
+        n_rows = "MV" if sampling else "M"
         if split > 1:
             r.let("s", "bid.y")
-            r.let("CH", "cdiv(cdiv(M, SPLIT), BN) * BN")
+            r.let("CH", f"cdiv(cdiv({n_rows}, SPLIT), BN) * BN")
             r.let("m0", "s * CH")
-            r.let("nt", "cdiv(max(min(CH, M - m0), 0), BN)")
+            r.let("nt", f"cdiv(max(min(CH, {n_rows} - m0), 0), BN)")
         else:
             r.let("m0", "0")
-            r.let("nt", "cdiv(M, BN)")
+            r.let("nt", f"cdiv({n_rows}, BN)")
         for a in range(atoms):
             r.copy("cp_async", tile("Xq", ["q0", a * ATOM], [bq, ATOM]), tile("sQ", [a * bq, 0], [bq, ATOM]),
                    oob="zfill", id="load_queries" if a == 0 else None)
         if l2:
             r.copy("cp_async", tile("QN", [0, "q0"], [1, bq]), tile("qn"), oob="zfill", id="load_query_norms")
-        load_db(r, "m0", 0)
+        load_db(r, dbrow("m0"), 0)
         r.sync("cp_async_commit")
         ahead = prefetch_distance(stages, overlap)   # tiles in flight past the current one
         for p in range(1, ahead):           # fill the ring (rows past the chunk are masked by `limit`)
-            load_db(r, f"m0 + {p} * BN", p)
+            load_db(r, dbrow(f"m0 + {p} * BN"), p)
             r.sync("cp_async_commit")
         r.fill("tv", worst)
         r.fill("ti", -1)
         if queue:
             r.fill("qi", -1)
-        if shared:
+        if seeded:       # the sample's bounds, before the first tile
+            r.add("topk_bound", kind=kind, mode="load", vals=tile("bc"), bound=tile("TH", ["q0 + wq0", 0], [16, 1]),
+                  id="load_bounds")
+        elif shared:
             r.fill("bc", worst)
-        lim = "min(m0 + CH, M)" if split > 1 else "M"
+        # (sampling: a chunk's tiles stay in it, the limit is the database's end)
+        lim = "min(m0 + CH, M)" if split > 1 and not sampling else "M"
 
         def arrive(t: str):
             """Tile t has landed, for every thread and the async proxy; tile t + ahead starts loading."""
@@ -149,7 +172,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.fence("proxy_async")                  # ... and is visible to the tensor cores' async proxy
             r.sync("syncthreads")                   # every thread's copies; every warp done with the slot reloaded next
             with r.if_(f"{t} + {ahead} < nt"):
-                load_db(r, f"m0 + ({t} + {ahead}) * BN", f"({t} + {ahead}) % {stages}", id="prefetch")
+                load_db(r, dbrow(f"m0 + ({t} + {ahead}) * BN"), f"({t} + {ahead}) % {stages}", id="prefetch")
             r.sync("cp_async_commit")               # always: one group per tile keeps the count exact
 
         def distances(t: str, acc: str):
@@ -161,7 +184,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.sync("wgmma_commit")
 
         def select(t: str, acc: str):
-            topk = dict(kind=kind, k=k, src=tile(acc), vals=tile("tv"), idx=tile("ti"), col=f"m0 + ({t}) * BN",
+            topk = dict(kind=kind, k=k, src=tile(acc), vals=tile("tv"), idx=tile("ti"), col=dbrow(f"m0 + ({t}) * BN"),
                         limit=lim, **qref)
             if shared:
                 topk.update(shared_bound=tile("TH", ["q0 + 64 * wg", 0], [64, 1]), bound_cache=tile("bc"))
@@ -200,16 +223,23 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                     step("t + 2", "acc", "acc1")
         r.sync("cp_async_wait", n=0)                # retire the zero-filled prefetches of a short chunk
         r.add("topk_merge", kind=kind, vals=tile("tv"), idx=tile("ti"), id="merge", **qref)
-        if split == 1:
+        if split == 1 and sampling:
+            r.add("topk_bound", kind=kind, mode="store", vals=tile("tv"), bound=tile("TH", ["q0 + wq0", 0], [16, 1]),
+                  id="store_bounds")
+        elif split == 1:
             r.stg(tile("tv"), tile("Dist", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_dist")
             r.stg(tile("ti"), tile("I", ["q0 + wq0", 0], [16, k]), oob="mask", vec_bytes=4, id="store_idx")
+            if seeded:   # the CTA's warps are done reading their rows' words: leave them zeroed
+                r.sync("syncthreads")
+                with r.if_("tid < BQ"):
+                    reset_bounds(r, "tid")
         else:
             r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
             r.stg(tile("tv"), tile("PV", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
             r.stg(tile("ti"), tile("PI", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
-                _merge_wide(r, k, kind, worst, unroll, 2, shared)
+                _merge_wide(r, k, kind, worst, unroll, 2, shared, sampling)
     search = kb.build()
     if not l2:
         return search
@@ -225,7 +255,8 @@ programs.FAMILIES["knn_l2_wgmma_sm90a"] = {
     "make": knn_wgmma,
     "defaults": {**signature_defaults(knn_wgmma), "metric": "l2"},
     "space": {"bq": [64, 128], "bn": [64, 128, 256], "k": [1, 10, 32], "d": [64, 128], "split": [1, 8, 32, 128],
-              "stages": [2, 3, 4], "queue": [0, 2, 4], "share": [True, False]},
+              "stages": [2, 3, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32]},
     "check": lambda p: p["bq"] % 64 == 0 and p["bn"] % 16 == 0,
-    "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"]},
+    "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
+                "topk_sampled_bound": ["seed"]},
 }
