@@ -434,6 +434,10 @@ class TopK(Node):
     With `bound_cache` (mma_rows f32 [rows, 1] beside the lists) the filter uses the bound read by the
     previous call and issues the next read, off the critical path (a global read is ~0.5 us).
 
+    Given bound (`given_bound`, mma_rows f32 [rows, 1], k > 1 over mma_acc / wgmma_acc scores): a bound
+    of each row's k-th best that holds for the whole selection (a sampled search's, loaded before the
+    first call): the filter uses the tighter of it and the lists' own, with no global traffic.
+
     `valid_rows` (k > 1 over mma_acc / wgmma_acc): the score tile's rows from `valid_rows` on are
     padding (e.g. the queries past Q in the last query tile): their lanes still join the warp's
     shuffles but never enter the insertion (a tile of 16 rows with one query inserted for all 16).
@@ -466,6 +470,11 @@ class TopK(Node):
     bound_cache: Optional[TileRef] = Field(
         default=None, description="mma_rows f32 [rows, 1]: the shared bound as last read, so that the read for the "
                                   "next call is issued now and its latency hides (fill with the worst score first)")
+    given_bound: Optional[TileRef] = Field(
+        default=None, description="mma_rows f32 [rows, 1]: a bound of each row's k-th best known before the selection "
+                                  "and fixed during it (e.g. loaded by topk_bound from a sampling kernel's words; NaN "
+                                  "= none): the filter also uses it, with no global traffic (k > 1 over mma_acc / "
+                                  "wgmma_acc scores)")
 
 
 class TopKMerge(Node):

@@ -30,7 +30,7 @@ def knn_queue(p: dict, k: int) -> int:
         return 0
     if "queue" in p:
         return int(p["queue"])
-    by_k = _queue_table().get(knn_name(p), {})
+    by_k = _queue_table().get(knn_name({**p, "seed": 0}), {})   # (fitted without a sample: its name)
     ks = [int(x) for x in by_k if int(x) <= k]
     return int(by_k[str(max(ks))]) if ks else 0
 
@@ -110,12 +110,13 @@ def knn_tile_registers(p: dict, k: int, d: int) -> int:
     merge = 4 * k if p["split"] > 1 else 0   # the merge's lists (the wide merge: at least as many)
     q = knn_queue(p, k)                       # the deferred insertion's queue, beside the lists
     from tasks.knn.programs import shares_bound
-    sb = shares_bound(k, p["split"], p.get("ws", 1), p.get("share", True)) or (k > 1 and p.get("seed", 0) > 0)
-    # (sb: the bound cache and the reset's word)
+    sb = shares_bound(k, p["split"], p.get("ws", 1), p.get("share", True))   # the bound cache and the reset's word
+    sb_regs = (3 if sb else 0) + (2 if k > 1 and p.get("seed", 0) else 0)     # (seed: the sample's bound)
     if p.get("mma", "sync") == "wgmma":      # a [64, BN] accumulator per warpgroup (two: overlap), no fragments
-        return (2 if p.get("overlap") else 1) * bn // 2 + 4 * (k + q) + merge + 16 + (3 if sb else 0)
+        return (2 if p.get("overlap") else 1) * bn // 2 + 4 * (k + q) + merge + 16 + sb_regs
     fa = wm * d // 64 if p.get("qfrag", "reg") == "reg" else wm // 4
-    return wm * bn // 32 + bn // 4 + fa + wm * (k + q) // 4 + merge + 16 + (wm // 8 + 1 if sb else 0)
+    return wm * bn // 32 + bn // 4 + fa + wm * (k + q) // 4 + merge + 16 + (wm // 8 + 1 if sb else 0) \
+        + (wm // 8 if k > 1 and p.get("seed", 0) else 0)
 
 
 def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):

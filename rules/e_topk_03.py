@@ -10,6 +10,8 @@
 - `bound_cache` (the bound as last read) comes with a shared bound, is an `mma_rows` f32 register tile
   [rows, 1] beside the lists, and is filled (with the worst score: no bound yet) or loaded from the words
   (`topk_bound` load) before the topk.
+- `given_bound` (a bound known before the selection, e.g. a sampled search's) is for the same filtered
+  topk, an `mma_rows` f32 register tile [rows, 1] set (`topk_bound` load, or a fill) before it.
 - `valid_rows` (rows past it are padding) is for the same filtered topk: k > 1 over `mma_acc` /
   `wgmma_acc` scores (elsewhere there is no filter to skip).
 
@@ -22,7 +24,7 @@ from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import Access, Fill, TopK, TopKBound
 
 CODE = "E-TOPK-03"
-TITLE = "fused top-k filter operands: shared bound (reset after the last reader), bound cache, valid rows"
+TITLE = "fused top-k filter operands: shared bound (reset after the last reader), bound cache, given bound, valid rows"
 STAGE = "source"
 
 
@@ -38,6 +40,8 @@ def check(ctx):
                              fix=[{"op": "remove", "path": f"{p}/valid_rows"}])
         if n.bound_cache is not None:
             yield from _cache_errors(ctx, k, n, p, sites[:i])
+        if n.given_bound is not None:
+            yield from _given_errors(ctx, k, n, p, sites[:i])
         if n.shared_bound is None:
             continue
         fix = [{"op": "remove", "path": f"{p}/shared_bound"}]
@@ -82,6 +86,24 @@ def _cache_errors(ctx, k, n, p, before):
                for o in before):
         yield ctx.report(f"{p}/bound_cache", f"bound cache {b.name!r} is not filled before this topk (fill it with "
                          "the worst score: no bound yet, or topk_bound load the shared words)")
+
+
+def _given_errors(ctx, k, n, p, before):
+    if not _filtered(k, n):
+        yield ctx.report(f"{p}/given_bound", "a given bound is for k > 1 over mma_acc / wgmma_acc scores",
+                         fix=[{"op": "remove", "path": f"{p}/given_bound"}])
+        return
+    b, lists = resolve_tile(k, n.given_bound).buffer, resolve_tile(k, n.vals).buffer
+    rows = lists.shape[0] if lists is not None else None
+    if b is None or b.space != "reg" or b.layout != "mma_rows" or b.dtype != "f32" or list(b.shape) != [rows, 1]:
+        yield ctx.report(f"{p}/given_bound/buf", f"a given bound is an mma_rows f32 register tile [{rows}, 1] "
+                         "(a register per list row)", legal=[[rows, 1]])
+        return
+    if not any((isinstance(o.node, Fill) and o.node.dst.buf == b.name)
+               or (isinstance(o.node, TopKBound) and o.node.mode == "load" and o.node.vals.buf == b.name)
+               for o in before):
+        yield ctx.report(f"{p}/given_bound", f"given bound {b.name!r} is not set before this topk (topk_bound load "
+                         "it from the words an earlier kernel left, or fill it)")
 
 
 def _filtered(k, n) -> bool:

@@ -619,7 +619,7 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
         out += [(node.src, False)] + ([(node.dst, False)] if isinstance(node, Reduce) and node.accumulate else []) \
             + [(node.dst, True)]
     elif isinstance(node, TopK):
-        out += [(r, False) for r in (node.row_bias, node.col_bias) if r is not None]
+        out += [(r, False) for r in (node.row_bias, node.col_bias, node.given_bound) if r is not None]
         out += [(node.src, False), (node.vals, True), (node.idx, True)]
         out += [(r, True) for r in (node.queue_vals, node.queue_idx) if r is not None]
     elif isinstance(node, TopKMerge):

@@ -1401,6 +1401,8 @@ class Emitter:
                 self.fail(path, "a top-1 selection shares no bound (its running best is one compare per score)")
             if st.valid_rows is not None:
                 self.fail(path, "valid_rows is for k > 1 (a top-1's running best is one compare per score)")
+            if st.given_bound is not None:
+                self.fail(path, "a given bound is for k > 1 (a top-1's running best is one compare per score)")
             self.topk1_acc(st, sb, vb, ib, TM, NT, mn, lim, path, wg)
         elif sb.layout == "row_major" and sb.scope == "thread":
             R, C = prod(sb.shape[:-1]), sb.shape[-1]
@@ -1410,8 +1412,8 @@ class Emitter:
                 self.fail(path, "deferred insertion (a queue) is for mma_acc / wgmma_acc score tiles")
             if st.shared_bound is not None:
                 self.fail(path, "a shared bound is for mma_acc / wgmma_acc score tiles")
-            if st.valid_rows is not None:
-                self.fail(path, "valid_rows is for mma_acc / wgmma_acc score tiles")
+            if st.valid_rows is not None or st.given_bound is not None:
+                self.fail(path, "valid_rows and a given bound are for mma_acc / wgmma_acc score tiles")
             xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
             w.line("#pragma unroll")
@@ -1519,6 +1521,13 @@ class Emitter:
             self.fail(path, f"a bound cache is an mma_rows f32 tile [{lists.shape[0]}, 1] (a register per list row)")
         return word, cb
 
+    def given_bound(self, st, path):
+        """st's given bound: an mma_rows f32 register tile [rows, 1] beside its lists."""
+        gb, lists = self.reg_tile(st.given_bound, path), self.reg_tile(st.vals, path)
+        if gb.layout != "mma_rows" or gb.dtype != "f32" or list(gb.shape) != [lists.shape[0], 1]:
+            self.fail(path, f"a given bound is an mma_rows f32 tile [{lists.shape[0]}, 1] (a register per list row)")
+        return gb
+
     def topk_acc_filtered(self, st: TopK, sb, vb, ib, TM: int, NT: int, K: int, mn: str, lim, path, wg: bool = False,
                           queue=None, bound=None):
         """topk (k > 1) over an mma_acc tile, filtered: a lane scores its 2 * NT columns of each row it
@@ -1593,6 +1602,8 @@ class Emitter:
                 mine = f"{fold}({quad}(cake_tv[{K - 1}]), {other}(cake_tv[{J}]))"
             else:   # after a topk_merge the 4 lanes hold one list: only a lane's own k-th bounds the row
                 mine = f"{quad}(cake_tv[{K - 1}])"
+            if st.given_bound is not None:   # the bound known before the selection (NaN: none)
+                mine = f"{fold}({mine}, {self.given_bound(st, path).name}[{slot}])"
             if bound is None:
                 w.line(f"const float cake_thr = {mine};")
             elif bound[1] is None:

@@ -189,7 +189,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
         + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue else "")
-    shared = shares_bound(k, split, ws, share) or seeded
+    shared = shares_bound(k, split, ws, share)
     tag += "_sb" if shared else ""
     tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
@@ -238,9 +238,12 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         if wide and hrows:
             kb.buffer("hmv", "smem", "f32", [hrows, k])
             kb.buffer("hmi", "smem", "i32", [hrows, k])
-    if shared:
+    if shared or seeded:   # the reset's word
         kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
+    if shared:
         kb.buffer("bc", "reg", "f32", [wm, 1], layout="mma_rows", scope="warp")   # the bound as last read
+    if seeded:
+        kb.buffer("gb", "reg", "f32", [wm, 1], layout="mma_rows", scope="warp")   # the sample's bound
     kind = "min" if l2 else "max"
     worst = -BIG if not l2 else BIG
     # ws > 1: every warp has the CTA's queries and its own database chunk and smem rows (ws = 1 keeps
@@ -294,9 +297,9 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         if queue:
             r.fill("qi", -1)
         if seeded:       # the sample's bounds, before the first tile
-            r.add("topk_bound", kind=kind, mode="load", vals=tile("bc"), bound=tile("TH", ["q0 + wq0", 0], [wm, 1]),
+            r.add("topk_bound", kind=kind, mode="load", vals=tile("gb"), bound=tile("TH", ["q0 + wq0", 0], [wm, 1]),
                   id="load_bounds")
-        elif shared:
+        if shared:
             r.fill("bc", worst)
         ahead = stages - 1
         with r.for_("t", 0, "nt", id="db_loop"):
@@ -332,6 +335,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                         limit=lim, **qref)
             if shared:
                 topk.update(shared_bound=tile("TH", ["q0 + wq0", 0], [wm, 1]), bound_cache=tile("bc"))
+            if seeded:
+                topk["given_bound"] = tile("gb")
             if skip_pad and k > 1:
                 topk["valid_rows"] = "Q - q0 - wq0"
             if l2:
@@ -364,7 +369,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
                 if wide:
-                    _merge_wide(r, k, kind, worst, unroll, halves, shared, sampling)
+                    _merge_wide(r, k, kind, worst, unroll, halves, shared or seeded, sampling)
                 else:
                     # every row of the tile is merged (and so zeroed), also a padded query's; only real
                     # queries are stored
@@ -386,7 +391,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                             r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"),
                                   bound=tile("TH", ["q0 + tid", 0], [1, 1]), id="store_bounds")
                         else:
-                            if shared:
+                            if shared or seeded:
                                 reset_bounds(r, "tid")
                             with r.if_("q0 + tid < Q"):
                                 r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")

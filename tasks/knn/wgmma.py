@@ -84,7 +84,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue else "")
-    shared = shares_bound(k, split, 1, share) or seeded
+    shared = shares_bound(k, split, 1, share)
     tag += "_sb" if shared else ""
     tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
@@ -117,9 +117,12 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
         kb.buffer("hmv", "smem", "f32", [bq, k])      # the second thread group's lists, handed over
         kb.buffer("hmi", "smem", "i32", [bq, k])
-    if shared:
+    if shared or seeded:   # the reset's word
         kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
+    if shared:
         kb.buffer("bc", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")   # the bound as last read
+    if seeded:
+        kb.buffer("gb", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")   # the sample's bound
 
     def load_db(r, row, slot, id=None):
         """The database tile at `row` (its atoms) and its norms into ring slot `slot`."""
@@ -159,9 +162,9 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         if queue:
             r.fill("qi", -1)
         if seeded:       # the sample's bounds, before the first tile
-            r.add("topk_bound", kind=kind, mode="load", vals=tile("bc"), bound=tile("TH", ["q0 + wq0", 0], [16, 1]),
+            r.add("topk_bound", kind=kind, mode="load", vals=tile("gb"), bound=tile("TH", ["q0 + wq0", 0], [16, 1]),
                   id="load_bounds")
-        elif shared:
+        if shared:
             r.fill("bc", worst)
         # (sampling: a chunk's tiles stay in it, the limit is the database's end)
         lim = "min(m0 + CH, M)" if split > 1 and not sampling else "M"
@@ -188,6 +191,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                         limit=lim, **qref)
             if shared:
                 topk.update(shared_bound=tile("TH", ["q0 + 64 * wg", 0], [64, 1]), bound_cache=tile("bc"))
+            if seeded:
+                topk["given_bound"] = tile("gb")
             if skip_pad and k > 1:
                 topk["valid_rows"] = "Q - q0 - 64 * wg"
             if l2:
@@ -239,7 +244,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.stg(tile("ti"), tile("PI", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
             with r._nest(fin["body"]):
-                _merge_wide(r, k, kind, worst, unroll, 2, shared, sampling)
+                _merge_wide(r, k, kind, worst, unroll, 2, shared or seeded, sampling)
     search = kb.build()
     if not l2:
         return search
