@@ -9,7 +9,9 @@ compiled in parallel first. Prints a table last and writes JSON with the GPU and
 - `--option skip_pad` (session 16): the query rows past Q entering the insertion (0) or not (1,
   `topk` valid_rows);
 - `--option seed --values 0,8,32` (session 18): no sampling kernel (0) against one that scores every
-  F-th database tile first and leaves each query's k-th best of it as the search's starting bound.
+  F-th database tile first and leaves each query's k-th best of it as the search's starting bound;
+- `--option merge --values wide,kernel,kernel_sd8` (session 18): the split path's last-CTA merge against a
+  merge kernel of its own (a warp per query), the latter also with the sampled bound (`_sd{F}`).
     python bench/topk_queue_ab.py [--option queue|share|skip_pad] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
                                   [--shapes JSON] [--compile-only]
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
@@ -58,6 +60,15 @@ SEED_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (1024, M1, 16), (1, M1, 16), (1, 4 * M1, 16), (1024, M1, 10), (4096, M1, 10), (32768, 32768, 16),
     (16384, 16384, 32), (32768, 32768, 32), (10000, M1, 16), (10000, M1, 32))]
 
+# the merge kernel (session 18): the split picks at Q = 1 - 4096 (the last-CTA merge ran ~190 of 248 us at
+# Q = 128, M = 100K, k = 10), k = 1 too (its lists are one entry)
+MERGE_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
+    (128, 100000, 10), (128, 100000, 16), (128, 262144, 10), (128, 262144, 16), (128, M1, 10), (128, 4 * M1, 16),
+    (64, 100000, 10), (64, 100000, 16), (64, M1, 10), (64, 4 * M1, 16), (256, 100000, 10), (256, 262144, 16),
+    (256, M1, 16), (512, 100000, 16), (512, 262144, 10), (1024, 100000, 16), (1024, M1, 16), (2048, 262144, 16),
+    (4096, 100000, 16), (1, 100000, 10), (1, 100000, 16), (1, M1, 16), (1, 4 * M1, 10), (16, 100000, 16),
+    (16, 262144, 10), (32, M1, 16), (128, 100000, 1), (128, M1, 1), (512, 262144, 1), (1, M1, 1))]
+
 # a queue must beat insertion on the spot by this much in the same run to be kept (the A/B's repeat
 # medians agree to ~1-2 %)
 FIT_MARGIN = 0.97
@@ -103,7 +114,7 @@ def main():
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
-    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad", "seed"))
+    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad", "seed", "merge"))
     ap.add_argument("--values", "--queues", dest="values", help="the option's values, the baseline first "
                     "(default: queue 0,2,4,8; share / skip_pad 0,1)")
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
@@ -116,9 +127,13 @@ def main():
         print(json.dumps(doc["queues"], indent=1))
         return
     opt = a.option
-    queues = [int(q) for q in (a.values or {"queue": "0,2,4,8", "seed": "0,8,32"}.get(opt, "0,1")).split(",")]
+    raw = (a.values or {"queue": "0,2,4,8", "seed": "0,8,32", "merge": "wide,kernel,kernel_sd8"}.get(opt, "0,1"))
+    queues = [q if opt == "merge" else int(q) for q in raw.split(",")]
 
-    def build(p: dict, q: int) -> dict:   # the variant with the option's value q (share / skip_pad: 0 / 1 -> bool)
+    def build(p: dict, q) -> dict:   # the variant with the option's value q (share / skip_pad: 0 / 1 -> bool)
+        if opt == "merge":           # "kernel_sd8": the merge kernel and the sampled bound (F = 8)
+            m, _, f = q.partition("_sd")
+            return {**p, "merge": m, **({"seed": int(f)} if f else {})}
         return {**p, opt: q if opt in ("queue", "seed") else bool(q)}
     from bench.lib_grid import D, precompile
     from cakelib.runtime import choose
@@ -129,8 +144,10 @@ def main():
         arch = arch_of(properties(0))
     t0 = time.time()
     shapes = json.loads(a.shapes) if a.shapes else {"queue": SHAPES, "share": SHARE_SHAPES, "skip_pad": PAD_SHAPES,
-                                                     "seed": SEED_SHAPES}[opt]
+                                                     "seed": SEED_SHAPES, "merge": MERGE_SHAPES}[opt]
     cases = [(s, choose("knn", {**s, "D": D})) for s in shapes]
+    if opt == "merge":   # (an unsplit kernel has no merge to compare)
+        cases = [(s, (n, p)) for s, (n, p) in cases if p["split"] > 1]
     jobs = sorted({("knn", json.dumps(build(p, q), sort_keys=True), s["k"], arch)
                    for s, (_, p) in cases for q in queues})
     fails = precompile([(o, json.loads(p), k, ar) for o, p, k, ar in jobs], a.procs)
@@ -173,14 +190,14 @@ def main():
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     json.dump({"env": env_info(("torch", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/topk_queue_ab.py"),
                "command": " ".join(sys.argv), "option": opt, "queues": queues, "rows": rows}, open(a.out, "w"), indent=1)
-    tag = {"queue": "T=", "seed": "F="}.get(opt, "sb=")
-    head = "".join(f"{tag + str(q) + ' ms':>10s}" for q in queues)
+    tag = {"queue": "T=", "seed": "F=", "merge": ""}.get(opt, "sb=")
+    head = "".join(f"{tag + str(q) + ' ms':>12s}" for q in queues)
     print(f"\n{'shape':28s} {'variant':36s}{head}  best")
     for r in rows:
         s = r["shape"]
         ms = {q: b.get("ms") for q, b in r["builds"].items() if b.get("ok")}
         best = min(ms, key=ms.get) if ms else None
-        cells = "".join(f"{ms[q]:10.3f}" if q in ms else f"{'FAIL':>10s}" for q in queues)
+        cells = "".join(f"{ms[q]:12.3f}" if q in ms else f"{'FAIL':>12s}" for q in queues)
         gain = f"{tag}{best} {ms[queues[0]] / ms[best]:.2f}x" if best is not None and queues[0] in ms else ""
         print(f"Q={s['Q']:<6d} M={s['M']:<8d} k={s['k']:<3d} {r['variant'][:36]:36s}{cells}  {gain}")
 

@@ -30,7 +30,9 @@ def knn_queue(p: dict, k: int) -> int:
         return 0
     if "queue" in p:
         return int(p["queue"])
-    by_k = _queue_table().get(knn_name({**p, "seed": 0}), {})   # (fitted without a sample: its name)
+    # (fitted with the last-CTA merge and no sample: the scan is the same with a merge kernel or a sample)
+    base = {**p, "seed": 0, **({"merge": "wide"} if p.get("merge") == "kernel" else {})}
+    by_k = _queue_table().get(knn_name(base), {})
     ks = [int(x) for x in by_k if int(x) <= k]
     return int(by_k[str(max(ks))]) if ks else 0
 
@@ -45,14 +47,15 @@ def _queue_table() -> dict:
 def knn_name(p: dict) -> str:
     """`norms: "global"` (database norms computed once by a first kernel; l2 only, ip ignores it) adds `_gn`,
     `minb` (CTAs per SM the registers must allow) `_b{minb}`, `merge: "wide"` (the split path's last-CTA
-    merge by all threads, several lists in flight) `_mw`, `qfrag: "smem"` (query fragments re-read per
+    merge by all threads, several lists in flight) `_mw`, `merge: "kernel"` (a merge kernel of its own after
+    the search, a warp per query) `_mk`, `qfrag: "smem"` (query fragments re-read per
     k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
     database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
     query's bound of its k-th best; k > 1) `_sd{seed}`; the names of the variants without them are
     unchanged (committed tables refer to them)."""
     gn = "_gn" if p.get("norms", "tile") == "global" else ""
     gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
-    gn += "_mw" if p.get("merge", "serial") == "wide" and p["split"] > 1 else ""
+    gn += {"wide": "_mw", "kernel": "_mk"}.get(p.get("merge", "serial"), "") if p["split"] > 1 else ""
     gn += "_qs" if p.get("qfrag", "reg") == "smem" else ""
     gn += f"_w{p['wm']}" if p.get("wm", 16) != 16 else ""
     gn += f"_ws{p['ws']}" if p.get("ws", 1) != 1 else ""
@@ -107,7 +110,8 @@ def knn_tile_registers(p: dict, k: int, d: int) -> int:
     which counts live ranges. Kept by hand so that the dispatcher decides most variants without building
     kernels (`knn_registers_fit`); tests/test_knn_fast.py checks the two agree over every sweep variant."""
     bn, wm = p["bn"], p.get("wm", 16)
-    merge = 4 * k if p["split"] > 1 else 0   # the merge's lists (the wide merge: at least as many)
+    # the merge's lists (the wide merge: at least as many; a merge kernel: only the stream's CTA merge)
+    merge = 4 * k if p["split"] > 1 and (p.get("merge") != "kernel" or p.get("ws", 1) > 1) else 0
     q = knn_queue(p, k)                       # the deferred insertion's queue, beside the lists
     from tasks.knn.programs import shares_bound
     sb = shares_bound(k, p["split"], p.get("ws", 1), p.get("share", True))   # the bound cache and the reset's word
@@ -125,6 +129,7 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
         from tasks.knn.wgmma import knn_wgmma
         return knn_wgmma(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"],
                          stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
+                         merge=p.get("merge", "wide"),
                          queue=knn_queue(p, k), share=p.get("share", True), skip_pad=p.get("skip_pad", True),
                          seed=p.get("seed", 0), arch=arch)
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),

@@ -21,7 +21,9 @@ neighbours of this one: results silently miss entries of their top-k; a word tha
 whatever the registers held (a garbage bound).
 """
 from cake_ir.analysis.tiles import resolve_tile
-from cake_ir.nodes import Access, Fill, TopK, TopKBound
+from cake_ir.nodes import Fill, TopK, TopKBound
+
+from ._topk_util import reset_later
 
 CODE = "E-TOPK-03"
 TITLE = "fused top-k filter operands: shared bound (reset after the last reader), bound cache, given bound, valid rows"
@@ -63,9 +65,7 @@ def check(ctx):
         if list(t.shape) != [rows, 1]:
             yield ctx.report(f"{p}/shared_bound/shape", f"the shared bound's tile is {list(t.shape)}; it holds a "
                              f"word per score row: [{rows}, 1]", legal=[[rows, 1]])
-        if not any((isinstance(o.node, Access) and o.node.op == "stg" and o.node.dst.buf == par.name)
-                   or (isinstance(o.node, TopKBound) and o.node.mode == "store" and o.node.bound.buf == par.name)
-                   for o in sites[i + 1:]):
+        if not reset_later(ctx, sites[i + 1:], par.name):
             yield ctx.report(f"{p}/shared_bound", f"no later stg resets {par.name!r}: the next launch would filter "
                              "with this one's bounds (zero the words after the last reader, e.g. in the last CTA)")
 

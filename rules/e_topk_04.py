@@ -5,7 +5,8 @@ operands of the wrong kind, layout or shape.
   `topk` shared bound's order-preserving keys;
 - mode "load": `vals` is a filtered topk's given bound or bound cache, an `mma_rows` f32 register tile
   [rows, 1]; the kernel that loads the words is their last reader, so a later `stg` into the tensor
-  must zero them (the next launch would start from this one's bounds);
+  (in it or in a later kernel of the program) must zero them (the next launch would start from this
+  one's bounds);
 - mode "store": `vals` is a sorted list whose last entry is the row's k-th best: an `mma_rows` f32
   [rows, k] tile (after `topk_merge`: the quad agrees) or a per-thread `row_major` f32 [1, k] tile (a
   merge's list); `bound` then has the list's rows ([1, 1] for the per-thread list).
@@ -15,7 +16,9 @@ row filters with another row's k-th best and silently loses true neighbours; a s
 entry (not the k-th) publishes a bound tighter than the row's k-th best, with the same effect.
 """
 from cake_ir.analysis.tiles import resolve_tile
-from cake_ir.nodes import Access, TopKBound
+from cake_ir.nodes import TopKBound
+
+from ._topk_util import reset_later
 
 CODE = "E-TOPK-04"
 TITLE = "topk_bound operands: a global i32 word per row, a bound cache (load) or a sorted list (store)"
@@ -60,7 +63,6 @@ def check(ctx):
         if list(t.shape) != [rows, 1]:
             yield ctx.report(f"{p}/bound/shape", f"the bound's tile is {list(t.shape)}; it holds a word per row of "
                              f"{n.vals.buf!r}: [{rows}, 1]", legal=[[rows, 1]])
-        if n.mode == "load" and not any(isinstance(o.node, Access) and o.node.op == "stg" and o.node.dst.buf == par.name
-                                        for o in sites[i + 1:]):
+        if n.mode == "load" and not reset_later(ctx, sites[i + 1:], par.name):
             yield ctx.report(f"{p}", f"no later stg resets {par.name!r}: the next launch would start from this one's "
                              "bounds (zero the words after the last reader)")

@@ -140,7 +140,9 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     qfrag: "reg" keeps the query fragments in registers, "smem" re-reads them per k step (see `fa`).
     wm: query rows per warp (16 or 32: a 32-row warp tile reads each B fragment once for two mma row
     tiles and each column norm once for four list rows; twice the accumulator and lists).
-    ws (split > 1 with the wide merge, bq == wm): warps per CTA that stream the database, each its
+    merge "kernel" (`_mk`): no last CTA; a merge kernel of its own follows the search (knn_merge: a
+    warp per query, spread over the GPU; the last-CTA merge runs on one SM per query tile).
+    ws (split > 1 with the wide or kernel merge, bq == wm): warps per CTA that stream the database, each its
     own chunk with its own ring of `stages` smem slots (a warp-scope cp.async pipeline, syncwarp, no
     CTA barrier in the loop; norms "tile": each warp sums its own tile's norms), all sharing the CTA's
     query tile: the few-query search is a pure stream with ws warps per CTA (ws x the memory and
@@ -176,18 +178,21 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, arch=arch, norms=norms, minb=minb,
                   merge=merge, qfrag=qfrag, wm=wm, ws=ws, queue=queue, share=share, skip_pad=skip_pad, seed=seed)
         first, search = (_kernels(knn_fused(**kw, sample=s)) for s in (True, False))
-        return Program(name=search[-1].name, arch=arch, kernels=first + search[-1:],
+        pre = 1 if gnorm else 0      # (the norms kernel, once)
+        return Program(name=search[pre].name, arch=arch, kernels=first + search[pre:],
                        workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])] if gnorm else [])
     sampling = bool(sample) and seeded_bound(k, seed)
     seeded = seeded_bound(k, seed) and not sampling
     wide = split > 1 and merge == "wide"
-    if ws > 1 and (not wide or bq != wm):
-        raise ValueError("ws > 1 needs split > 1 with the wide merge and bq == wm")
+    kmerge = split > 1 and merge == "kernel"     # the merge is a kernel of its own (knn_merge)
+    if ws > 1 and (not (wide or kmerge) or bq != wm):
+        raise ValueError("ws > 1 needs split > 1 with the wide or kernel merge and bq == wm")
     warps = bq // wm * ws
     l2 = metric == "l2"
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
-        + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "") + ("_qs" if qfrag == "smem" else "") \
+        + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "_mk" if kmerge else "") \
+        + ("_qs" if qfrag == "smem" else "") \
         + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue else "")
     shared = shares_bound(k, split, ws, share)
     tag += "_sb" if shared else ""
@@ -227,7 +232,12 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         raise ValueError(f"the merge deals the {split} partial lists of a query to {halves} thread groups: "
                          f"split must be a multiple of {halves}")
     unroll = _merge_unroll(split, k, d, bn, wm, qfrag, halves) if wide else 1
-    if split > 1:
+    if kmerge and ws > 1:   # only the CTA's merge of its warps' lists (_merge_warps)
+        for n, dt in (("mv", "f32"), ("pv0", "f32"), ("mi", "i32"), ("pi0", "i32")):
+            kb.buffer(n, "reg", dt, [1, k], layout="row_major", scope="thread")
+        kb.buffer("hmv", "smem", "f32", [ws * bq, k])
+        kb.buffer("hmi", "smem", "i32", [ws * bq, k])
+    elif split > 1 and not kmerge:
         for n in ("pv", "mv") + tuple(f"pv{u}" for u in range(unroll) if wide) :
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
         for n in ("pi", "mi") + tuple(f"pi{u}" for u in range(unroll) if wide) :
@@ -238,7 +248,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         if wide and hrows:
             kb.buffer("hmv", "smem", "f32", [hrows, k])
             kb.buffer("hmi", "smem", "i32", [hrows, k])
-    if shared or seeded:   # the reset's word
+    if (shared or seeded) and not kmerge:   # the reset's word (a merge kernel resets the words itself)
         kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
     if shared:
         kb.buffer("bc", "reg", "f32", [wm, 1], layout="mma_rows", scope="warp")   # the bound as last read
@@ -366,9 +376,13 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
                 r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
                 r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
-            fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
-            with r._nest(fin["body"]):
-                if wide:
+            # (kmerge: the merge kernel after this one, knn_merge, takes the partial lists)
+            fin = None if kmerge else \
+                r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
+            with r._nest(fin["body"] if fin is not None else []):
+                if kmerge:
+                    pass
+                elif wide:
                     _merge_wide(r, k, kind, worst, unroll, halves, shared or seeded, sampling)
                 else:
                     # every row of the tile is merged (and so zeroed), also a padded query's; only real
@@ -397,10 +411,98 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                                 r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
                                 r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
     search = kb.build()
-    if not gnorm:
+    after = [knn_merge(k, bq, split, kind, publish=sampling, reset=shared or seeded, arch=arch)] if kmerge else []
+    if not gnorm and not after:
         return search
-    return Program(name=search.name, arch=arch, workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])],
-                   kernels=[knn_db_norms(d, arch=arch), search])
+    return Program(name=search.name, arch=arch,
+                   workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])] if gnorm else [],
+                   kernels=([knn_db_norms(d, arch=arch)] if gnorm else []) + [search] + after)
+
+
+MERGE_WARPS = 4   # queries (one warp each) per CTA of the merge kernel
+
+
+def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = False, reset: bool = True,
+              arch: str = "sm_80", warps: int = MERGE_WARPS):
+    """The split search's merge as a kernel of its own (`merge="kernel"`, after the search kernel): a
+    warp per query row of the search's tiles (the padded rows too, so every partial row is zeroed),
+    `warps` per CTA, spread over the GPU. Lane l merges the partial lists l, l + 32, ... of its query
+    (per-thread `topk` over the stored lists, each row zeroed after it is read), then the warp merges
+    its 32 lists in a tree through shared memory (5 rounds of half the lanes at 32 splits). Lane 0
+    stores the result (I / Dist, real queries only) and zeroes the row's shared-bound word (`reset`);
+    `publish` (a sampling kernel's merge): it stores the row's k-th best as its bound instead.
+
+    The last-CTA merge it replaces runs on one SM per query tile with two threads per query: at Q = 128,
+    M = 100K, split 128 that was ~190 of the search kernel's 248 us (ncu, session 18: the SMs were
+    active a quarter of its cycles), warp divergence over 32 queries per warp making most entries run
+    the whole insertion."""
+    worst = BIG if kind == "min" else -BIG
+    vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4     # (rows of k words: 16-byte aligned at k % 4 == 0)
+    lanes = min(32, split)            # lanes that hold a list after the first pass
+    rounds = [1 << i for i in range(max(lanes - 1, 0).bit_length() - 1, -1, -1)]   # 16, 8, ..., 1
+    kb = KernelBuilder(f"knn_merge_k{k}_bq{bq}_s{split}" + ("_bound" if publish else ""), arch=arch,
+                       grid=["cdiv(cdiv(Q, BQ) * BQ, QW)"], threads=32 * warps,
+                       note=f"merge of {split} partial top-{k} lists per query: a warp per query"
+                            + (", storing each query's k-th best as its bound" if publish else ""))
+    kb.const(BQ=bq, KK=k, SPLIT=split, WR=WS_ROWS, QW=warps)
+    kb.scalar("Q", min=1)
+    kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
+    kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
+    if publish or reset:
+        kb.tensor("TH", "i32", ["WR", 1], access="readwrite")
+    if not publish:
+        kb.tensor("I", "i32", ["Q", "KK"], access="write")
+        kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
+    for n, dt in (("mv", "f32"), ("pv", "f32"), ("mi", "i32"), ("pi", "i32")):
+        kb.buffer(n, "reg", dt, [1, k], layout="row_major", scope="thread")
+    if rounds:
+        kb.buffer("hv", "smem", "f32", [32 * warps, k])
+        kb.buffer("hi", "smem", "i32", [32 * warps, k])
+    if reset and not publish:
+        kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("q", "bid.x * QW + role_warp")      # this warp's query row (warp-uniform)
+        r.let("qt", "q / BQ")
+        r.let("qr", "q % BQ")
+        r.let("hr", "role_warp * 32")              # the warp's rows of hv / hi
+        with r.if_("q < cdiv(Q, BQ) * BQ"):
+            r.fill("mv", worst)
+            r.fill("mi", -1)
+            with r.for_("jj", 0, f"cdiv(SPLIT, 32)", id="merge_loop"):
+                with r.if_("jj * 32 + lane < SPLIT"):
+                    r.let("rr", "(qt * SPLIT + jj * 32 + lane) * BQ + qr")
+                    r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=vb)
+                    r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=vb)
+                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"))
+                    r.fill("pv", 0.0)     # leave the workspace zeroed for the next launch
+                    r.fill("pi", 0)
+                    r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
+                    r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
+            if rounds:
+                r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb, id="stage_lists")
+                r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+                r.sync("syncwarp")
+            for h in rounds:         # lanes < h take the list of lane + h (written the round before)
+                with r.if_(f"lane < {h}"):
+                    r.lds(tile("hv", [f"hr + lane + {h}", 0], [1, k]), tile("pv"), vec_bytes=vb)
+                    r.lds(tile("hi", [f"hr + lane + {h}", 0], [1, k]), tile("pi"), vec_bytes=vb)
+                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"))
+                    if h > 1:
+                        r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+                        r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+                r.sync("syncwarp")
+            with r.if_("lane == 0"):
+                if publish:
+                    r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"), bound=tile("TH", ["q", 0], [1, 1]),
+                          id="store_bounds")
+                else:
+                    if reset:
+                        r.fill("zb", 0)
+                        r.stg(tile("zb"), tile("TH", ["q", 0], [1, 1]), oob="mask", vec_bytes=4, id="reset_bounds")
+                    with r.if_("q < Q"):
+                        r.stg(tile("mv"), tile("Dist", ["q", 0], [1, k]), vec_bytes=vb, id="store_dist")
+                        r.stg(tile("mi"), tile("I", ["q", 0], [1, k]), vec_bytes=vb, id="store_idx")
+    return kb.build()
 
 
 def _kernels(ir) -> list:
@@ -515,10 +617,10 @@ FAMILIES = {
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
                   "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"],
-                  "merge": ["serial", "wide"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32]},
-        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide merge
+                  "merge": ["serial", "wide", "kernel"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32]},
+        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide or kernel merge
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0 and (
-            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") == "wide")),
+            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") in ("wide", "kernel"))),
         "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
                 "topk_sampled_bound": ["seed"]},
     },

@@ -22,7 +22,7 @@ from tasks.base import signature_defaults
 
 from . import programs
 from .programs import (BIG, XN_COLS, _kernels, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms,
-                       reset_bounds, sample_rows, seeded_bound, shares_bound)
+                       knn_merge, reset_bounds, sample_rows, seeded_bound, shares_bound)
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
 ATOM = 64                    # f16 elements per 128-byte swizzle row
@@ -46,6 +46,7 @@ def prefetch_distance(stages: int, overlap: bool) -> int:
 
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
               stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, share: bool = True,
+              merge: str = "wide",
               skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
@@ -55,7 +56,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     overlap: two accumulators, tile t's wgmma issued before tile t - 1's top-k (stages >= 3: one tile
     fewer in flight ahead, the slot an in-flight wgmma reads is never reloaded). queue: the deferred
     top-k insertion's pending entries per row and lane, share: the splits share each query's bound of
-    its k-th best, skip_pad: the rows past Q never enter the insertion, seed: a sampling kernel of every
+    its k-th best, merge "kernel": a merge kernel after the search instead of the last CTA's merge,
+    skip_pad: the rows past Q never enter the insertion, seed: a sampling kernel of every
     seed-th tile first leaves each query's bound in TH, which the search loads before its first tile
     (programs.knn_fused)."""
     if arch != "sm_90a":
@@ -69,13 +71,15 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         raise ValueError("overlap needs stages >= 3 (the in-flight wgmma's slot stays loaded)")
     if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, minb=minb, overlap=overlap,
-                  queue=queue, share=share, skip_pad=skip_pad, seed=seed, arch=arch)
+                  queue=queue, share=share, merge=merge, skip_pad=skip_pad, seed=seed, arch=arch)
         first, search = (_kernels(knn_wgmma(**kw, sample=s)) for s in (True, False))
-        return Program(name=search[-1].name, arch=arch, kernels=first + search[-1:],
+        pre = 2 if metric == "l2" else 0      # (the norms kernels, once)
+        return Program(name=search[pre].name, arch=arch, kernels=first + search[pre:],
                        workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS]),
                                   Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])] if metric == "l2" else [])
     sampling = bool(sample) and seeded_bound(k, seed)
     seeded = seeded_bound(k, seed) and not sampling
+    kmerge = split > 1 and merge == "kernel"     # the merge is a kernel of its own (knn_merge)
     warps = bq // 16
     atoms = d // ATOM
     l2 = metric == "l2"
@@ -83,7 +87,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     worst = BIG if l2 else -BIG
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
-        + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue else "")
+        + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue else "") \
+        + ("_mk" if kmerge else "")
     shared = shares_bound(k, split, 1, share)
     tag += "_sb" if shared else ""
     tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
@@ -110,14 +115,14 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("ti", "reg", "i32", [16, k], layout="mma_rows", scope="warp")
     qref = declare_topk_queue(kb, 16, queue)
     unroll = wgmma_merge_unroll(split, k, bn, 2 if overlap else 1) if split > 1 else 1
-    if split > 1:
+    if split > 1 and not kmerge:
         for n in ("mv",) + tuple(f"pv{u}" for u in range(unroll)):
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
         for n in ("mi",) + tuple(f"pi{u}" for u in range(unroll)):
             kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
         kb.buffer("hmv", "smem", "f32", [bq, k])      # the second thread group's lists, handed over
         kb.buffer("hmi", "smem", "i32", [bq, k])
-    if shared or seeded:   # the reset's word
+    if (shared or seeded) and not kmerge:   # the reset's word (a merge kernel resets the words itself)
         kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
     if shared:
         kb.buffer("bc", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")   # the bound as last read
@@ -242,16 +247,20 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
             r.stg(tile("tv"), tile("PV", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
             r.stg(tile("ti"), tile("PI", ["pr", 0], [16, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
-            fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
-            with r._nest(fin["body"]):
-                _merge_wide(r, k, kind, worst, unroll, 2, shared or seeded, sampling)
+            if not kmerge:   # (kmerge: the merge kernel after this one, knn_merge, takes the partial lists)
+                fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT",
+                            body=[])
+                with r._nest(fin["body"]):
+                    _merge_wide(r, k, kind, worst, unroll, 2, shared or seeded, sampling)
     search = kb.build()
-    if not l2:
+    after = [knn_merge(k, bq, split, kind, publish=sampling, reset=shared or seeded, arch=arch)] if kmerge else []
+    if not l2 and not after:
         return search
     return Program(name=search.name, arch=arch,
                    workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS]),
-                              Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])],
-                   kernels=[knn_db_norms(d, arch=arch), knn_db_norms(d, arch=arch, src="Xq", n="Q", dst="QN"), search])
+                              Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])] if l2 else [],
+                   kernels=([knn_db_norms(d, arch=arch), knn_db_norms(d, arch=arch, src="Xq", n="Q", dst="QN")]
+                            if l2 else []) + [search] + after)
 
 
 # the agent's seed and family (tasks/<task>/programs.py SEEDS / FAMILIES)
@@ -260,7 +269,8 @@ programs.FAMILIES["knn_l2_wgmma_sm90a"] = {
     "make": knn_wgmma,
     "defaults": {**signature_defaults(knn_wgmma), "metric": "l2"},
     "space": {"bq": [64, 128], "bn": [64, 128, 256], "k": [1, 10, 32], "d": [64, 128], "split": [1, 8, 32, 128],
-              "stages": [2, 3, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32]},
+              "stages": [2, 3, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32],
+              "merge": ["wide", "kernel"]},
     "check": lambda p: p["bq"] % 64 == 0 and p["bn"] % 16 == 0,
     "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
                 "topk_sampled_bound": ["seed"]},
