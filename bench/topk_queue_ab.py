@@ -16,6 +16,8 @@ compiled in parallel first. Prints a table last and writes JSON with the GPU and
                                   [--shapes JSON] [--compile-only]
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
     python bench/topk_queue_ab.py --fit bench/results/topk-queue-ab-h200.json
+and the split path's options (cakelib/tables/knn_split.json: merge kernel, sampled bound):
+    python bench/topk_queue_ab.py --fit-merge bench/results/topk-merge-ab-h200.json
 """
 from __future__ import annotations
 
@@ -108,9 +110,48 @@ def fit(ab_paths: list[str], table_path: str) -> dict:
     return doc
 
 
+def fit_merge(ab_path: str, table_path: str) -> dict:
+    """The split path's options from a `--option merge` A/B (values wide, kernel, kernel_sd{F}): the merge
+    kernel for the k classes (k = 1, k > 1) whose geometric-mean time ratio kernel / wide beats
+    FIT_MARGIN; the sampled bound for the family (mma) and the smallest M threshold among the measured
+    ones that gives the best geometric mean of min-time ratios over the family's rows with k > 1 (rows
+    below the threshold keep the merge kernel alone), kept when that beats FIT_MARGIN. Written to
+    cakelib/tables/knn_split.json (cakelib.variants.knn_split_options reads it)."""
+    import math
+    doc = json.load(open(ab_path))
+    rows = [r for r in doc["rows"] if all(b.get("ok") for b in r["builds"].values())]
+    seed_v = next(v for v in doc["queues"] if v.startswith("kernel_sd"))
+    gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else 1.0  # noqa: E731
+    out = {"about": "options of the kNN split path per call, fitted by bench/topk_queue_ab.py --fit-merge from a "
+                    "same-run A/B (" + ab_path + "): merge kernel for the k classes listed, the sampled bound (seed F) "
+                    "for the family at M >= min_M and k >= min_k",
+           "merge_kernel_k": [], "seed": None, "fit": {}}
+    for name, sel in (("k1", lambda k: k == 1), ("k>1", lambda k: k > 1)):
+        rs = [r["builds"]["kernel"]["ms"] / r["builds"]["wide"]["ms"] for r in rows if sel(r["shape"]["k"])]
+        out["fit"][f"merge kernel / wide, {name}"] = {"geomean": gm(rs), "n": len(rs)}
+        if rs and gm(rs) < FIT_MARGIN:
+            out["merge_kernel_k"].append(name)
+    best = None
+    for mma in ("wgmma", "sync"):
+        fam = [r for r in rows if r["shape"]["k"] > 1 and r["params"].get("mma", "sync") == mma]
+        for m in sorted({r["shape"]["M"] for r in fam}):
+            ratio = gm([(r["builds"][seed_v]["ms"] if r["shape"]["M"] >= m else r["builds"]["kernel"]["ms"])
+                        / r["builds"]["kernel"]["ms"] for r in fam])
+            out["fit"][f"seed {mma} M >= {m}"] = {"geomean vs kernel": ratio, "n": len(fam)}
+            if ratio < FIT_MARGIN and (best is None or ratio < best[0]):
+                best = (ratio, mma, m)
+    if best is not None:
+        out["seed"] = {"F": int(seed_v.split("_sd")[1]), "mma": best[1], "min_M": best[2], "min_k": 2}
+    with open(table_path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fit", nargs="+", help="A/B result files to fit the queue table from (no GPU)")
+    ap.add_argument("--fit-merge", help="a --option merge A/B result to fit cakelib/tables/knn_split.json from")
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
@@ -122,6 +163,9 @@ def main():
     ap.add_argument("--compile-only", action="store_true", help="fill the cubin cache and stop")
     ap.add_argument("--arch", help="with --compile-only: the target (no GPU needed), e.g. sm_90a")
     a = ap.parse_args()
+    if a.fit_merge:
+        print(json.dumps(fit_merge(a.fit_merge, "cakelib/tables/knn_split.json"), indent=1))
+        return
     if a.fit:
         doc = fit(a.fit, a.table)
         print(json.dumps(doc["queues"], indent=1))

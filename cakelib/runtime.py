@@ -145,7 +145,8 @@ _CHOICES: dict = {}
 
 def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, dict]:
     """(name, params) of the variant to run: an explicit `variant`, else the table's pick guarded by the
-    variant's domain, else the general fallback."""
+    variant's domain (kNN: with the split path's fitted per-call options, tables/knn_split.json), else the
+    general fallback."""
     from .variants import NAMES, SUPPORTS
     sup = SUPPORTS[op]
     if variant is not None:
@@ -158,6 +159,11 @@ def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, d
     if hit is not None and hit[0] is t:
         return hit[1], dict(hit[2])
     name, params = _pick(op, shape, t, sup)
+    if op == "knn":   # the split path's per-call options (merge kernel, sampled bound), fitted from an A/B
+        from .variants import knn_name, knn_split_options
+        tuned = knn_split_options(params, shape)
+        if tuned != params and sup(tuned, shape):
+            name, params = knn_name(tuned), tuned
     if len(_CHOICES) > 4096:
         _CHOICES.clear()
     _CHOICES[key] = (t, name, params)

@@ -37,6 +37,32 @@ def knn_queue(p: dict, k: int) -> int:
     return int(by_k[str(max(ks))]) if ks else 0
 
 
+def knn_split_options(p: dict, shape: dict) -> dict:
+    """A split variant's per-call options from tables/knn_split.json (fitted by bench/topk_queue_ab.py
+    --fit-merge from a same-run A/B): the merge kernel instead of the last-CTA merge for the k classes it
+    lists (session 18: 0.78x the time at k > 1 over 26 split picks, neutral at k = 1), and the sampled
+    bound for its family at M >= min_M (0.91x of the merge kernel alone over the wgmma picks; slower on
+    the few-query streams, whose chunks are short). Unsplit variants and explicit options are kept."""
+    if p.get("split", 1) <= 1 or p.get("merge") != "wide":
+        return p
+    opts = _split_table()
+    k, out = shape["k"], dict(p)
+    if ("k1" if k == 1 else "k>1") in opts.get("merge_kernel_k", []):
+        out["merge"] = "kernel"
+        sd = opts.get("seed")
+        if sd and "seed" not in p and k >= sd["min_k"] and shape["M"] >= sd["min_M"] \
+                and p.get("mma", "sync") == sd["mma"]:
+            out["seed"] = sd["F"]
+    return out
+
+
+@lru_cache(maxsize=1)
+def _split_table() -> dict:
+    from pathlib import Path
+    path = Path(__file__).resolve().parent / "tables" / "knn_split.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 @lru_cache(maxsize=1)
 def _queue_table() -> dict:
     from pathlib import Path
