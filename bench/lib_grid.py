@@ -179,6 +179,12 @@ def knn_variants() -> list[dict]:
     # candidates, so more splits cost less; Q <= 128 on 128 CTAs of 128 queries (s64: 64 CTAs, half the
     # SMs idle at Q = 128), 256 CTAs of 64
     out += [v(128, 64, s, 4, **wg) for s in (32, 128)] + [{**v(64, 64, 256, 4, **wg), "overlap": True}]
+    # session 18: the merge kernel (a warp per query, over the GPU) takes the last-CTA merge's ~190 us off
+    # the 64-query wgmma splits, which read the database once where the bq 16 streams picked at Q = 32 /
+    # 64 read it 2-4 times; with and without the sampled bound (F = 8)
+    mk = {"merge": "kernel"}
+    out += [{**v(64, 128, s, 3, **wg), **mk, **sd} for s in (64, 128) for sd in ({}, {"seed": 8})]
+    out += [{**v(64, 64, 256, 4, **wg), "overlap": True, **mk, **sd} for sd in ({}, {"seed": 8})]
     return out
 
 
