@@ -16,7 +16,7 @@ compiled in parallel first. Prints a table last and writes JSON with the GPU and
                                   [--shapes JSON] [--compile-only]
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
     python bench/topk_queue_ab.py --fit bench/results/topk-queue-ab-h200.json
-and the split path's options (cakelib/tables/knn_split.json: merge kernel, sampled bound):
+and the split path's options (cakelib/tables/split_options/knn.json: merge kernel, sampled bound):
     python bench/topk_queue_ab.py --fit-merge bench/results/topk-merge-ab-h200.json
 """
 from __future__ import annotations
@@ -116,7 +116,7 @@ def fit_merge(ab_path: str, table_path: str) -> dict:
     FIT_MARGIN; the sampled bound for the family (mma) and the smallest M threshold among the measured
     ones that gives the best geometric mean of min-time ratios over the family's rows with k > 1 (rows
     below the threshold keep the merge kernel alone), kept when that beats FIT_MARGIN. Written to
-    cakelib/tables/knn_split.json (cakelib.variants.knn_split_options reads it)."""
+    cakelib/tables/split_options/knn.json (cakelib.variants.knn_split_options reads it)."""
     import math
     doc = json.load(open(ab_path))
     rows = [r for r in doc["rows"] if all(b.get("ok") for b in r["builds"].values())]
@@ -151,7 +151,7 @@ def fit_merge(ab_path: str, table_path: str) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fit", nargs="+", help="A/B result files to fit the queue table from (no GPU)")
-    ap.add_argument("--fit-merge", help="a --option merge A/B result to fit cakelib/tables/knn_split.json from")
+    ap.add_argument("--fit-merge", help="a --option merge A/B result to fit cakelib/tables/split_options/knn.json from")
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
@@ -164,7 +164,7 @@ def main():
     ap.add_argument("--arch", help="with --compile-only: the target (no GPU needed), e.g. sm_90a")
     a = ap.parse_args()
     if a.fit_merge:
-        print(json.dumps(fit_merge(a.fit_merge, "cakelib/tables/knn_split.json"), indent=1))
+        print(json.dumps(fit_merge(a.fit_merge, "cakelib/tables/split_options/knn.json"), indent=1))
         return
     if a.fit:
         doc = fit(a.fit, a.table)

@@ -145,7 +145,7 @@ _CHOICES: dict = {}
 
 def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, dict]:
     """(name, params) of the variant to run: an explicit `variant`, else the table's pick guarded by the
-    variant's domain (kNN: with the split path's fitted per-call options, tables/knn_split.json), else the
+    variant's domain (kNN: with the split path's fitted per-call options, tables/split_options/knn.json), else the
     general fallback."""
     from .variants import NAMES, SUPPORTS
     sup = SUPPORTS[op]

@@ -38,7 +38,7 @@ def knn_queue(p: dict, k: int) -> int:
 
 
 def knn_split_options(p: dict, shape: dict) -> dict:
-    """A split variant's per-call options from tables/knn_split.json (fitted by bench/topk_queue_ab.py
+    """A split variant's per-call options from tables/split_options/knn.json (fitted by bench/topk_queue_ab.py
     --fit-merge from a same-run A/B): the merge kernel instead of the last-CTA merge for the k classes it
     lists (session 18: 0.78x the time at k > 1 over 26 split picks, neutral at k = 1), and the sampled
     bound for its family at M >= min_M (0.91x of the merge kernel alone over the wgmma picks; slower on
@@ -59,7 +59,7 @@ def knn_split_options(p: dict, shape: dict) -> dict:
 @lru_cache(maxsize=1)
 def _split_table() -> dict:
     from pathlib import Path
-    path = Path(__file__).resolve().parent / "tables" / "knn_split.json"
+    path = Path(__file__).resolve().parent / "tables" / "split_options" / "knn.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 

@@ -60,13 +60,21 @@ def test_choose_follows_table_and_guards_its_pick(monkeypatch, tmp_path):
 
 
 def _table_variants():
-    """(op, name, params) of every variant a committed table can pick."""
+    """(op, name, params) of every variant a committed table can pick, and (kNN) every form the split
+    path's per-call options turn a pick into (the merge kernel, the sampled bound: at k = 10, M = 100K and 1M)."""
     from cakelib.dispatch import DispatchTable
+    from cakelib.variants import knn_name, knn_split_options
     out = []
     for path in sorted(TABLES.glob("*.json")):
         t = DispatchTable.load(path)
         out += [(t.op, name, t.variants[name]) for name in t.reachable()]
-    return out
+    tuned = {}
+    for op, _, p in out:
+        for M in (100_000, 1 << 20):
+            q = knn_split_options(p, {"Q": 64, "M": M, "k": 10}) if op == "knn" else p
+            if q is not p:
+                tuned[knn_name(q)] = q
+    return out + [("knn", n, q) for n, q in sorted(tuned.items())]
 
 
 def test_committed_tables_load_and_reference_known_variants():
