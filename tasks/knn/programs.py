@@ -1,7 +1,7 @@
 """Seed programs for exact kNN: a distance GEMM on tensor cores (mma.sync, sm_80+) whose epilogue keeps
 a running top-k per query in registers (threshold test, sorted insertion), so the Q x M distance matrix
 is never written. `python -m tasks.export_seeds` writes them to seeds/*.json."""
-from typing import Optional
+from typing import Callable, Optional
 
 from tasks.base import signature_defaults
 from cake_ir.builder import KernelBuilder, tile
@@ -71,7 +71,7 @@ def shares_bound(k: int, split: int, ws: int = 1, share: bool = True) -> bool:
     return share and k > 1 and (split > 1 or ws > 1)
 
 
-def sample_rows(kb, r, f: int, bn: int) -> "Callable[[str], str]":
+def sample_rows(kb, r, f: int, bn: int) -> Callable[[str], str]:
     """A sampling kernel (a seeded search's first kernel, `seed` = f) scores every f-th BN-row tile of the
     database: the constant SF = f and MV, the sample's rows (cdiv(M, f BN) tiles of BN), over which the
     usual split / chunk arithmetic runs; returns the map from a sample row (a multiple of BN, e.g.
@@ -165,8 +165,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     enter the insertion (`topk` valid_rows); their lanes only join the shuffles.
 
     seed = f (k > 1): a Program whose first search kernel (`sample=True`, the same build; False: the search
-    kernel alone) scores every
-    f-th BN-row tile of the database and stores each query's k-th best of that sample as its bound in
+    kernel alone) scores every f-th BN-row tile of the database and stores each query's k-th best of
+    that sample as its bound in
     TH (`topk_bound` store; its splits merge as the search's do); the search then loads those bounds
     before its first tile (`topk_bound` load) and filters every tile with them, where each split alone
     starts from an empty list (~k ln(CH / k) insertions per lane list, most in the first tiles). Exact:
@@ -204,7 +204,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                              "bound in TH; " if sampling else "")
                             + f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
                             + (f", database split over {split} CTAs" + (f" x {ws} warps" if ws > 1 else "")
-                               + " + last-CTA merge" if split > 1 else ""))
+                               + (" + merge kernel" if kmerge else " + last-CTA merge") if split > 1 else ""))
     declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
     if gnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
@@ -376,40 +376,14 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
                 r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
                 r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
-            # (kmerge: the merge kernel after this one, knn_merge, takes the partial lists)
-            fin = None if kmerge else \
-                r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT", body=[])
-            with r._nest(fin["body"] if fin is not None else []):
-                if kmerge:
-                    pass
-                elif wide:
-                    _merge_wide(r, k, kind, worst, unroll, halves, shared or seeded, sampling)
-                else:
-                    # every row of the tile is merged (and so zeroed), also a padded query's; only real
-                    # queries are stored
-                    with r.if_("tid < BQ"):
-                        r.fill("mv", worst)
-                        r.fill("mi", -1)
-                        with r.for_("j", 0, "SPLIT", id="merge_loop"):
-                            r.let("rr", "(bid.x * SPLIT + j) * BQ + tid")
-                            r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=4)
-                            r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=4)
-                            r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"),
-                                  idx=tile("mi"))
-                            # leave the workspace zeroed for the next launch (each row is read by this thread only)
-                            r.fill("pv", 0.0)
-                            r.fill("pi", 0)
-                            r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
-                            r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
-                        if sampling:   # the sample's k-th best is the row's bound (every row of the tile)
-                            r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"),
-                                  bound=tile("TH", ["q0 + tid", 0], [1, 1]), id="store_bounds")
-                        else:
-                            if shared or seeded:
-                                reset_bounds(r, "tid")
-                            with r.if_("q0 + tid < Q"):
-                                r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
-                                r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
+            if not kmerge:   # (kmerge: the merge kernel after this one, knn_merge, takes the partial lists)
+                fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT",
+                            body=[])
+                with r._nest(fin["body"]):
+                    if wide:
+                        _merge_wide(r, k, kind, worst, unroll, halves, shared or seeded, sampling)
+                    else:
+                        _merge_serial(r, k, kind, worst, shared or seeded, sampling)
     search = kb.build()
     after = [knn_merge(k, bq, split, kind, publish=sampling, reset=shared or seeded, arch=arch)] if kmerge else []
     if not gnorm and not after:
@@ -417,6 +391,37 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     return Program(name=search.name, arch=arch,
                    workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])] if gnorm else [],
                    kernels=([knn_db_norms(d, arch=arch)] if gnorm else []) + [search] + after)
+
+
+def _merge_serial(r, k: int, kind: str, worst: float, reset: bool, sampling: bool) -> None:
+    """The last CTA's serial merge: thread tid < BQ merges the SPLIT partial lists of query row tid one
+    after the other, zeroing each row it read; stores the result (sampling: the row's bound instead) and,
+    with `reset`, zeroes the row's shared-bound word."""
+    # every row of the tile is merged (and so zeroed), also a padded query's; only real
+    # queries are stored
+    with r.if_("tid < BQ"):
+        r.fill("mv", worst)
+        r.fill("mi", -1)
+        with r.for_("j", 0, "SPLIT", id="merge_loop"):
+            r.let("rr", "(bid.x * SPLIT + j) * BQ + tid")
+            r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=4)
+            r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=4)
+            r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"),
+                  idx=tile("mi"))
+            # leave the workspace zeroed for the next launch (each row is read by this thread only)
+            r.fill("pv", 0.0)
+            r.fill("pi", 0)
+            r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+            r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+        if sampling:   # the sample's k-th best is the row's bound (every row of the tile)
+            r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"),
+                  bound=tile("TH", ["q0 + tid", 0], [1, 1]), id="store_bounds")
+        else:
+            if reset:
+                reset_bounds(r, "tid")
+            with r.if_("q0 + tid < Q"):
+                r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
+                r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
 
 
 MERGE_WARPS = 4   # queries (one warp each) per CTA of the merge kernel

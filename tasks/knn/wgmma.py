@@ -98,7 +98,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                        note=(f"the sample (every {seed}-th tile) of a seeded kNN search: each query's k-th best as its "
                              "bound in TH; " if sampling else "")
                             + f"exact kNN ({metric}), top-{k} fused into a wgmma distance GEMM"
-                            + (f", database split over {split} CTAs + last-CTA merge" if split > 1 else ""))
+                            + (f", database split over {split} CTAs + " + ("merge kernel" if kmerge else "last-CTA merge")
+                               if split > 1 else ""))
     declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
     if l2:
         kb.tensor("XN", "f32", [1, XN_COLS])
