@@ -1707,7 +1707,7 @@ class Emitter:
         elif vb.layout == "row_major" and vb.scope == "thread" and st.mode == "store":
             C = vb.shape[-1]
             if prod(vb.shape) != C or list(t.shape) != [1, 1]:
-                self.fail(path, f"topk_bound stores a per-thread [1, k] list's k-th entry into a bound tile [1, 1]")
+                self.fail(path, "topk_bound stores a per-thread [1, k] list's k-th entry into a bound tile [1, 1]")
             w.line(f"*{word('0')} = (int)cake::bound_key<{mn}>({vb.name}[{C - 1}]);", path)
         else:
             self.fail(path, "topk_bound loads an mma_rows bound cache [rows, 1], or stores the k-th entry of an "
