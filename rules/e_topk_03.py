@@ -21,9 +21,9 @@ neighbours of this one: results silently miss entries of their top-k; a word tha
 whatever the registers held (a garbage bound).
 """
 from cake_ir.analysis.tiles import resolve_tile
-from cake_ir.nodes import Fill, TopK, TopKBound
+from cake_ir.nodes import TopK
 
-from ._topk_util import reset_later
+from ._topk_util import bound_word_errors, reset_later, row_register_errors
 
 CODE = "E-TOPK-03"
 TITLE = "fused top-k filter operands: shared bound (reset after the last reader), bound cache, given bound, valid rows"
@@ -40,10 +40,18 @@ def check(ctx):
         if n.valid_rows is not None and not _filtered(k, n):
             yield ctx.report(f"{p}/valid_rows", "valid_rows is for k > 1 over mma_acc / wgmma_acc scores",
                              fix=[{"op": "remove", "path": f"{p}/valid_rows"}])
-        if n.bound_cache is not None:
-            yield from _cache_errors(ctx, k, n, p, sites[:i])
-        if n.given_bound is not None:
-            yield from _given_errors(ctx, k, n, p, sites[:i])
+        if n.bound_cache is not None and n.shared_bound is None:
+            yield ctx.report(f"{p}/bound_cache", "a bound cache caches a shared bound: give the topk shared_bound",
+                             fix=[{"op": "remove", "path": f"{p}/bound_cache"}])
+        elif n.bound_cache is not None:
+            yield from row_register_errors(ctx, n, p, "bound_cache", "bound cache", "filled before this topk (fill "
+                                           "it with the worst score: no bound yet, or topk_bound load the shared words)")
+        if n.given_bound is not None and not _filtered(k, n):
+            yield ctx.report(f"{p}/given_bound", "a given bound is for k > 1 over mma_acc / wgmma_acc scores",
+                             fix=[{"op": "remove", "path": f"{p}/given_bound"}])
+        elif n.given_bound is not None:
+            yield from row_register_errors(ctx, n, p, "given_bound", "given bound", "set before this topk "
+                                           "(topk_bound load it from the words an earlier kernel left, or fill it)")
         if n.shared_bound is None:
             continue
         fix = [{"op": "remove", "path": f"{p}/shared_bound"}]
@@ -52,15 +60,12 @@ def check(ctx):
             yield ctx.report(f"{p}/shared_bound", "a shared bound is for k > 1 over mma_acc / wgmma_acc scores",
                              fix=fix)
             continue
+        errs = list(bound_word_errors(ctx, n.shared_bound, f"{p}/shared_bound"))
+        yield from (e for e, _ in errs)
+        if any(fatal for _, fatal in errs):
+            continue
         t = resolve_tile(k, n.shared_bound)
         par = t.param
-        if par is None or t.dtype != "i32" or len(par.shape) != 2:
-            yield ctx.report(f"{p}/shared_bound/buf", f"{n.shared_bound.buf!r} must be a 2-d global i32 tensor "
-                             "(one word per score row)", legal=["i32"])
-            continue
-        if par.access != "readwrite":
-            yield ctx.report(f"{p}/shared_bound/buf", f"tensor {par.name!r} is {par.access}; a shared bound is "
-                             "read, published (atomic) and reset: readwrite", legal=["readwrite"])
         rows = sb.shape[0]
         if list(t.shape) != [rows, 1]:
             yield ctx.report(f"{p}/shared_bound/shape", f"the shared bound's tile is {list(t.shape)}; it holds a "
@@ -68,42 +73,6 @@ def check(ctx):
         if not reset_later(ctx, sites[i + 1:], par.name):
             yield ctx.report(f"{p}/shared_bound", f"no later stg resets {par.name!r}: the next launch would filter "
                              "with this one's bounds (zero the words after the last reader, e.g. in the last CTA)")
-
-
-def _cache_errors(ctx, k, n, p, before):
-    if n.shared_bound is None:
-        yield ctx.report(f"{p}/bound_cache", "a bound cache caches a shared bound: give the topk shared_bound",
-                         fix=[{"op": "remove", "path": f"{p}/bound_cache"}])
-        return
-    b, lists = resolve_tile(k, n.bound_cache).buffer, resolve_tile(k, n.vals).buffer
-    rows = lists.shape[0] if lists is not None else None
-    if b is None or b.space != "reg" or b.layout != "mma_rows" or b.dtype != "f32" or list(b.shape) != [rows, 1]:
-        yield ctx.report(f"{p}/bound_cache/buf", f"a bound cache is an mma_rows f32 register tile [{rows}, 1] "
-                         "(a register per list row)", legal=[[rows, 1]])
-        return
-    if not any((isinstance(o.node, Fill) and o.node.dst.buf == b.name)
-               or (isinstance(o.node, TopKBound) and o.node.mode == "load" and o.node.vals.buf == b.name)
-               for o in before):
-        yield ctx.report(f"{p}/bound_cache", f"bound cache {b.name!r} is not filled before this topk (fill it with "
-                         "the worst score: no bound yet, or topk_bound load the shared words)")
-
-
-def _given_errors(ctx, k, n, p, before):
-    if not _filtered(k, n):
-        yield ctx.report(f"{p}/given_bound", "a given bound is for k > 1 over mma_acc / wgmma_acc scores",
-                         fix=[{"op": "remove", "path": f"{p}/given_bound"}])
-        return
-    b, lists = resolve_tile(k, n.given_bound).buffer, resolve_tile(k, n.vals).buffer
-    rows = lists.shape[0] if lists is not None else None
-    if b is None or b.space != "reg" or b.layout != "mma_rows" or b.dtype != "f32" or list(b.shape) != [rows, 1]:
-        yield ctx.report(f"{p}/given_bound/buf", f"a given bound is an mma_rows f32 register tile [{rows}, 1] "
-                         "(a register per list row)", legal=[[rows, 1]])
-        return
-    if not any((isinstance(o.node, Fill) and o.node.dst.buf == b.name)
-               or (isinstance(o.node, TopKBound) and o.node.mode == "load" and o.node.vals.buf == b.name)
-               for o in before):
-        yield ctx.report(f"{p}/given_bound", f"given bound {b.name!r} is not set before this topk (topk_bound load "
-                         "it from the words an earlier kernel left, or fill it)")
 
 
 def _filtered(k, n) -> bool:

@@ -18,7 +18,7 @@ entry (not the k-th) publishes a bound tighter than the row's k-th best, with th
 from cake_ir.analysis.tiles import resolve_tile
 from cake_ir.nodes import TopKBound
 
-from ._topk_util import reset_later
+from ._topk_util import bound_word_errors, reset_later
 
 CODE = "E-TOPK-04"
 TITLE = "topk_bound operands: a global i32 word per row, a bound cache (load) or a sorted list (store)"
@@ -32,15 +32,12 @@ def check(ctx):
         n, p = s.node, s.path
         if not isinstance(n, TopKBound):
             continue
+        errs = list(bound_word_errors(ctx, n.bound, f"{p}/bound"))
+        yield from (e for e, _ in errs)
+        if any(fatal for _, fatal in errs):
+            continue
         t = resolve_tile(k, n.bound)
         par = t.param
-        if par is None or t.dtype != "i32" or len(par.shape) != 2:
-            yield ctx.report(f"{p}/bound/buf", f"{n.bound.buf!r} must be a 2-d global i32 tensor (one word per row)",
-                             legal=["i32"])
-            continue
-        if par.access != "readwrite":
-            yield ctx.report(f"{p}/bound/buf", f"tensor {par.name!r} is {par.access}; a shared bound is read, "
-                             "published and reset: readwrite", legal=["readwrite"])
         v = resolve_tile(k, n.vals).buffer
         if v is None or v.space != "reg" or v.dtype != "f32":
             yield ctx.report(f"{p}/vals/buf", f"{n.vals.buf!r} must be an f32 register tile")

@@ -1507,12 +1507,7 @@ class Emitter:
         tile or None), or None without a shared bound."""
         if st.shared_bound is None:
             return None
-        t = resolve_tile(self.k, st.shared_bound)
-        if t.space != "global" or t.dtype != "i32" or list(t.shape) != [rows, 1] or len(t.offset) != 2:
-            self.fail(path, f"a shared bound is a global i32 tile [{rows}, 1] of a 2-d tensor (a word per score row)")
-        p = t.param
-        off = [ix(o) for o in t.offset]
-        word = lambda row: f"({p.name} + ({self.gaddr(p, [f'({off[0]}) + ({row})', off[1]])}))"  # noqa: E731
+        word = self.bound_words(st.shared_bound, rows, path)
         if st.bound_cache is None:
             return word, None
         cb = self.reg_tile(st.bound_cache, path)
@@ -1520,6 +1515,16 @@ class Emitter:
         if cb.layout != "mma_rows" or cb.dtype != "f32" or list(cb.shape) != [lists.shape[0], 1]:
             self.fail(path, f"a bound cache is an mma_rows f32 tile [{lists.shape[0]}, 1] (a register per list row)")
         return word, cb
+
+    def bound_words(self, ref: TileRef, rows: int, path):
+        """A function from a row's C expression (within `rows`) to the C pointer of its bound word: `ref` is
+        a global i32 tile [rows, 1] of a 2-d tensor (the `topk` shared bound, `topk_bound`'s bound)."""
+        t = resolve_tile(self.k, ref)
+        if t.space != "global" or t.dtype != "i32" or list(t.shape) != [rows, 1] or len(t.offset) != 2:
+            self.fail(path, f"a bound is a global i32 tile [{rows}, 1] of a 2-d tensor (a word per row)")
+        p = t.param
+        off = [ix(o) for o in t.offset]
+        return lambda row: f"({p.name} + ({self.gaddr(p, [f'({off[0]}) + ({row})', off[1]])}))"
 
     def given_bound(self, st, path):
         """st's given bound: an mma_rows f32 register tile [rows, 1] beside its lists."""
@@ -1684,19 +1689,13 @@ class Emitter:
         the filter's fminf / fmaxf ignore). store: the k-th entry of each row's list, as a key, into the
         row's word (mma_rows lists: lane 0 of the quad, which holds the merged list like the others)."""
         vb = self.reg_tile(st.vals, path)
-        t = resolve_tile(self.k, st.bound)
-        if t.space != "global" or t.dtype != "i32" or len(t.offset) != 2:
-            self.fail(path, "topk_bound's bound is a global i32 tile [rows, 1] of a 2-d tensor (a word per row)")
-        p = t.param
-        off = [ix(o) for o in t.offset]
-        word = lambda row: f"({p.name} + ({self.gaddr(p, [f'({off[0]}) + ({row})', off[1]])}))"  # noqa: E731
         mn = "true" if st.kind == "min" else "false"
         w = self.w
         if vb.layout == "mma_rows":
             R, C = vb.shape
-            if list(t.shape) != [R, 1] or (st.mode == "load" and C != 1):
-                self.fail(path, f"topk_bound over mma_rows [{R}, {C}] takes a bound tile [{R}, 1]"
-                          + (" and a bound cache [rows, 1]" if st.mode == "load" else ""))
+            word = self.bound_words(st.bound, R, path)
+            if st.mode == "load" and C != 1:
+                self.fail(path, f"topk_bound loads a bound cache [{R}, 1], not [{R}, {C}]")
             w.open("", path)
             for slot, row in self.rows_slots(R):
                 if st.mode == "load":
@@ -1706,8 +1705,9 @@ class Emitter:
             w.close()
         elif vb.layout == "row_major" and vb.scope == "thread" and st.mode == "store":
             C = vb.shape[-1]
-            if prod(vb.shape) != C or list(t.shape) != [1, 1]:
+            if prod(vb.shape) != C:
                 self.fail(path, "topk_bound stores a per-thread [1, k] list's k-th entry into a bound tile [1, 1]")
+            word = self.bound_words(st.bound, 1, path)
             w.line(f"*{word('0')} = (int)cake::bound_key<{mn}>({vb.name}[{C - 1}]);", path)
         else:
             self.fail(path, "topk_bound loads an mma_rows bound cache [rows, 1], or stores the k-th entry of an "
