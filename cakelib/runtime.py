@@ -145,9 +145,9 @@ _CHOICES: dict = {}
 
 def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, dict]:
     """(name, params) of the variant to run: an explicit `variant`, else the table's pick guarded by the
-    variant's domain (kNN: with the split path's fitted per-call options, tables/split_options/knn.json), else the
-    general fallback."""
-    from .variants import NAMES, SUPPORTS
+    variant's domain and turned into its per-call form (variants.PER_CALL: kNN's split options,
+    tables/split_options/knn.json), else the general fallback."""
+    from .variants import NAMES, PER_CALL, SUPPORTS
     sup = SUPPORTS[op]
     if variant is not None:
         if not sup(variant, shape):
@@ -159,11 +159,9 @@ def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, d
     if hit is not None and hit[0] is t:
         return hit[1], dict(hit[2])
     name, params = _pick(op, shape, t, sup)
-    if op == "knn":   # the split path's per-call options (merge kernel, sampled bound), fitted from an A/B
-        from .variants import knn_name, knn_split_options
-        tuned = knn_split_options(params, shape)
-        if tuned != params and sup(tuned, shape):
-            name, params = knn_name(tuned), tuned
+    tuned = PER_CALL[op](params, shape) if op in PER_CALL else params   # the op's fitted per-call options
+    if tuned != params and sup(tuned, shape):
+        name, params = NAMES[op](tuned), tuned
     if len(_CHOICES) > 4096:
         _CHOICES.clear()
     _CHOICES[key] = (t, name, params)

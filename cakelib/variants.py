@@ -218,5 +218,7 @@ def kmeans_kernel(p: dict, arch: str):
 
 
 SUPPORTS = {"knn": knn_supports, "kmeans": kmeans_supports}
+# a table pick's per-call form (params, shape) -> params, fitted apart from the dispatch tree
+PER_CALL = {"knn": knn_split_options}
 NAMES = {"knn": knn_name, "kmeans": kmeans_name}
 FALLBACK = {"knn": KNN_FALLBACK, "kmeans": KMEANS_FALLBACK}

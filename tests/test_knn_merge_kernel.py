@@ -4,9 +4,9 @@ lists l, l + 32, ..., then a tree through shared memory). ncu had shown the last
 SM for ~190 of the 248 us of a Q = 128, M = 100K, k = 10 search. CPU: the Programs, verification, the
 tree's rounds, the rules seeing the reset in the later kernel. GPU (marked gpu): every family with the
 merge kernel against float64, with the sampled bound, back-to-back launches."""
-import numpy as np
 import pytest
 
+from test_knn_bound import search_near_and_far, wgmma_ok
 from test_knn_fast import check_cakelib_knn, needs_gpu
 
 from cake_ir.verifier import verify
@@ -82,11 +82,6 @@ WS4 = {"bq": 16, "bn": 32, "split": 128, "stages": 4, "ws": 4, "merge": "kernel"
 WG = {"mma": "wgmma", "bq": 128, "bn": 64, "stages": 4, "merge": "kernel"}
 
 
-def _wgmma_ok(variant) -> bool:
-    from gpu_backend.driver import arch_of, properties
-    return variant.get("mma") != "wgmma" or arch_of(properties(0)) == "sm_90a"
-
-
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("metric,Q,M,k,variant", [
@@ -98,7 +93,7 @@ def _wgmma_ok(variant) -> bool:
     ("l2", 200, 90_001, 16, {**WG, "bq": 64, "split": 8, "overlap": True}),
     ("l2", 129, 500_001, 16, {**WG, "split": 64, "seed": 8}), ("l2", 5, 300_001, 16, {**WS4, "seed": 8})])
 def test_merge_kernel_variants_match_float64_on_gpu(metric, Q, M, k, variant):
-    if not _wgmma_ok(variant):
+    if not wgmma_ok(variant):
         pytest.skip("wgmma needs sm_90a")
     check_cakelib_knn(metric, Q, M, k, variant, seed=31)
 
@@ -109,20 +104,8 @@ def test_merge_kernel_variants_match_float64_on_gpu(metric, Q, M, k, variant):
 def test_merge_kernel_leaves_workspace_and_bounds_clean_on_gpu(variant):
     """Near, far, near databases with the same variant, then the last-CTA merge on the far one: the merge
     kernel must zero every partial row (padded queries' too) and every bound word it leaves."""
-    if not _wgmma_ok(variant):
+    if not wgmma_ok(variant):
         pytest.skip("wgmma needs sm_90a")
-    from cakelib import knn
-    rng = np.random.default_rng(37)
-    Q, M, k = 40, 200_003, 16
-    xq = rng.standard_normal((Q, 128)).astype(np.float16)
-    near = (np.repeat(xq, M // Q + 1, 0)[:M] + 0.01 * rng.standard_normal((M, 128))).astype(np.float16)
-    far = (-3.0 * np.repeat(xq, M // Q + 1, 0)[:M] + rng.standard_normal((M, 128))).astype(np.float16)
     wide = {**variant, "merge": "wide"}
     wide.pop("seed", None)
-    for db, v in ((near, variant), (far, variant), (near, variant), (far, wide)):
-        I, _ = knn(xq, db, k, variant=v)
-        s = (xq.astype(np.float64) ** 2).sum(1)[:, None] + (db.astype(np.float64) ** 2).sum(1)[None] \
-            - 2 * xq.astype(np.float64) @ db.astype(np.float64).T
-        kth = np.sort(s, 1)[:, k - 1]
-        got = np.take_along_axis(s, np.asarray(I).astype(np.int64), 1)
-        assert (np.asarray(I) >= 0).all() and (got <= kth[:, None] * (1 + 1e-3) + 1e-2).all()
+    search_near_and_far("l2", [("near", variant), ("far", variant), ("near", variant), ("far", wide)], seed=37)

@@ -7,6 +7,7 @@ back-to-back launches (a seeded search must leave the words zeroed for the next 
 import numpy as np
 import pytest
 
+from test_knn_bound import search_near_and_far, wgmma_ok
 from test_knn_fast import check_cakelib_knn, needs_gpu
 
 from cake_ir.verifier import verify
@@ -130,16 +131,18 @@ def test_lowering_loads_and_stores_the_words():
 
 def test_variant_names_and_registers_know_the_seed():
     from cakelib.variants import _queue_table, knn_kernel, knn_name, knn_queue, knn_supports, knn_tile_registers
-    # a seeded variant keeps its unseeded name's fitted queue (the first A/B lost the k = 32 builds' queue)
-    name, by_k = next((n, q) for n, q in _queue_table().items() if any(int(t) for t in q.values()))
-    k = next(int(kk) for kk, t in by_k.items() if int(t))
-    from cakelib.dispatch import DispatchTable  # noqa: F401 - (the table's variants carry their params)
-    import json
-    from pathlib import Path
-    doc = json.loads((Path(__file__).resolve().parent.parent / "cakelib" / "tables" / "knn.json").read_text())
-    params = next((v for v in doc["variants"].values() if knn_name(v) == name), None)
-    if params is not None:
+    # a seeded or merge-kernel form keeps its base variant's fitted queue (the first A/B lost the k = 32
+    # builds' queue): some committed table variant has a fitted width
+    from cakelib.dispatch import DispatchTable
+    from cakelib.runtime import TABLES
+    variants = DispatchTable.load(TABLES / "knn.json").variants
+    fitted = [(p, int(kk)) for n, by_k in _queue_table().items() for kk, t in by_k.items() if int(t)
+              for p in [variants.get(n)] if p is not None]
+    assert fitted, "no committed kNN table variant has a fitted queue"
+    for params, k in fitted:
         assert knn_queue({**params, "seed": 8}, k) == knn_queue(params, k) > 0
+        if params.get("merge") == "wide":
+            assert knn_queue({**params, "merge": "kernel"}, k) == knn_queue(params, k)
     p = {"bq": 128, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma"}
     assert knn_name({**p, "seed": 8}) == knn_name(p) + "_sd8"
     assert knn_tile_registers({**p, "seed": 8}, 16, 128) == knn_tile_registers(p, 16, 128) + 2
@@ -160,11 +163,6 @@ def test_sampled_bound_tactic_is_in_the_families():
 
 
 # ------------------------------------------------------------------------------------------------- GPU
-def _wgmma_ok(variant) -> bool:
-    from gpu_backend.driver import arch_of, properties
-    return variant.get("mma") != "wgmma" or arch_of(properties(0)) == "sm_90a"
-
-
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("metric,Q,M,k,variant", [
@@ -178,7 +176,7 @@ def _wgmma_ok(variant) -> bool:
     ("l2", 3000, 40_003, 16, {**WG, "split": 1, "minb": 2, "seed": 8}),
     ("l2", 200, 90_001, 16, {**WG, "bq": 64, "split": 8, "merge": "wide", "overlap": True, "seed": 8})])
 def test_seeded_variants_match_float64_on_gpu(metric, Q, M, k, variant):
-    if not _wgmma_ok(variant):
+    if not wgmma_ok(variant):
         pytest.skip("wgmma needs sm_90a")
     check_cakelib_knn(metric, Q, M, k, variant, seed=19)
 
@@ -190,7 +188,7 @@ def test_seeded_variants_match_float64_on_gpu(metric, Q, M, k, variant):
 def test_ties_at_the_sampled_bound_on_gpu(variant):
     """A database of 500 distinct rows repeated: every sampled k-th best ties with many rows outside the
     sample (the filter must pass a score equal to the bound), and the k best are all ties."""
-    if not _wgmma_ok(variant):
+    if not wgmma_ok(variant):
         pytest.skip("wgmma needs sm_90a")
     from cakelib import knn
     rng = np.random.default_rng(23)
@@ -216,19 +214,7 @@ def test_ties_at_the_sampled_bound_on_gpu(variant):
 def test_seeded_bounds_do_not_leak_into_the_next_launch(variant):
     """A seeded search on a database near the queries, then the same variant unseeded and seeded on one far
     from them: a word left set would drop every true neighbour of the later searches."""
-    if not _wgmma_ok(variant):
+    if not wgmma_ok(variant):
         pytest.skip("wgmma needs sm_90a")
-    from cakelib import knn
-    rng = np.random.default_rng(29)
-    Q, M, k = 40, 200_003, 16
-    xq = rng.standard_normal((Q, 128)).astype(np.float16)
-    near = (np.repeat(xq, M // Q + 1, 0)[:M] + 0.01 * rng.standard_normal((M, 128))).astype(np.float16)
-    far = (-3.0 * np.repeat(xq, M // Q + 1, 0)[:M] + rng.standard_normal((M, 128))).astype(np.float16)
     unseeded = {kk: v for kk, v in variant.items() if kk != "seed"}
-    for db, v in ((near, variant), (far, unseeded), (near, variant), (far, variant)):
-        I, _ = knn(xq, db, k, variant=v)
-        s = (xq.astype(np.float64) ** 2).sum(1)[:, None] + (db.astype(np.float64) ** 2).sum(1)[None] \
-            - 2 * xq.astype(np.float64) @ db.astype(np.float64).T
-        kth = np.sort(s, 1)[:, k - 1]
-        got = np.take_along_axis(s, np.asarray(I).astype(np.int64), 1)
-        assert (np.asarray(I) >= 0).all() and (got <= kth[:, None] * (1 + 1e-3) + 1e-2).all()
+    search_near_and_far("l2", [("near", variant), ("far", unseeded), ("near", variant), ("far", variant)], seed=29)

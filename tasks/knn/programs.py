@@ -177,10 +177,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, arch=arch, norms=norms, minb=minb,
                   merge=merge, qfrag=qfrag, wm=wm, ws=ws, queue=queue, share=share, skip_pad=skip_pad, seed=seed)
-        first, search = (_kernels(knn_fused(**kw, sample=s)) for s in (True, False))
-        pre = 1 if gnorm else 0      # (the norms kernel, once)
-        return Program(name=search[pre].name, arch=arch, kernels=first + search[pre:],
-                       workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])] if gnorm else [])
+        return seeded_program(knn_fused(**kw, sample=True), knn_fused(**kw, sample=False), arch)
     sampling = bool(sample) and seeded_bound(k, seed)
     seeded = seeded_bound(k, seed) and not sampling
     wide = split > 1 and merge == "wide"
@@ -473,7 +470,7 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
         with r.if_("q < cdiv(Q, BQ) * BQ"):
             r.fill("mv", worst)
             r.fill("mi", -1)
-            with r.for_("jj", 0, f"cdiv(SPLIT, 32)", id="merge_loop"):
+            with r.for_("jj", 0, "cdiv(SPLIT, 32)", id="merge_loop"):
                 with r.if_("jj * 32 + lane < SPLIT"):
                     r.let("rr", "(qt * SPLIT + jj * 32 + lane) * BQ + qr")
                     r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=vb)
@@ -513,6 +510,15 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
 def _kernels(ir) -> list:
     """The kernels of a build: a Program's, or the one kernel."""
     return list(ir.kernels) if isinstance(ir, Program) else [ir]
+
+
+def seeded_program(sample, search, arch: str) -> Program:
+    """A seeded search: the sampling build's kernels (norms, the sample, its merge), then the search build's
+    that are not already there (the norms kernels run once); the search's name and workspaces."""
+    first = _kernels(sample)
+    have = {k.name for k in first}
+    return Program(name=search.name, arch=arch, kernels=first + [k for k in _kernels(search) if k.name not in have],
+                   workspace=list(search.workspace) if isinstance(search, Program) else [])
 
 
 def _merge_unroll(split: int, k: int, d: int, bn: int, wm: int = 16, qfrag: str = "reg", halves: int = 2) -> int:

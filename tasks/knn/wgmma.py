@@ -21,8 +21,8 @@ from cake_ir.nodes import Program, Workspace
 from tasks.base import signature_defaults
 
 from . import programs
-from .programs import (BIG, XN_COLS, _kernels, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms,
-                       knn_merge, reset_bounds, sample_rows, seeded_bound, shares_bound)
+from .programs import (BIG, XN_COLS, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms,
+                       knn_merge, reset_bounds, sample_rows, seeded_bound, seeded_program, shares_bound)
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
 ATOM = 64                    # f16 elements per 128-byte swizzle row
@@ -72,11 +72,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, minb=minb, overlap=overlap,
                   queue=queue, share=share, merge=merge, skip_pad=skip_pad, seed=seed, arch=arch)
-        first, search = (_kernels(knn_wgmma(**kw, sample=s)) for s in (True, False))
-        pre = 2 if metric == "l2" else 0      # (the norms kernels, once)
-        return Program(name=search[pre].name, arch=arch, kernels=first + search[pre:],
-                       workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS]),
-                                  Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])] if metric == "l2" else [])
+        return seeded_program(knn_wgmma(**kw, sample=True), knn_wgmma(**kw, sample=False), arch)
     sampling = bool(sample) and seeded_bound(k, seed)
     seeded = seeded_bound(k, seed) and not sampling
     kmerge = split > 1 and merge == "kernel"     # the merge is a kernel of its own (knn_merge)
