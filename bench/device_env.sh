@@ -17,3 +17,16 @@ knn_grid() {
   grep -E "compiled|deadline" $D/grid.log | head -4
   tail -3 $D/grid.log
 }
+# regrid_changed OP DEADLINE_S: the grid shapes whose pick the refitted table $D/sweep/OP.json changes
+# (lib_grid.py changed, listed in $D/changed.txt), re-timed with it (-> $D/grid/; the table is copied over
+# cakelib/tables/OP.json), cut at DEADLINE_S; to merge over a full grid with `lib_grid.py merge --later-wins`
+regrid_changed() {
+  local op=$1 only
+  only=$($PY bench/lib_grid.py changed $op cakelib/tables/$op.json $D/sweep/$op.json)
+  echo "$only" > $D/changed.txt
+  stamp "grid shapes whose pick changed: $(echo "$only" | tr ';' '\n' | grep -c =)"
+  cp $D/sweep/$op.json cakelib/tables/$op.json
+  [ -n "$only" ] && timeout $(( $2 + 60 )) $PY bench/lib_grid.py grid --op $op --out $D/grid --procs $NP \
+    --deadline-s $2 --only "$only" > $D/grid.log 2>&1
+  stamp "grid rc=$?"
+}

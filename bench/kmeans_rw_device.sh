@@ -40,12 +40,6 @@ for s, v in by.items():
         ka, kb = min(a, key=a.get), min(b, key=b.get)
         print(f"{s:36s} {ka:46s} {a[ka]:8.3f} {kb:46s} {b[kb]:8.3f} {a[ka] / b[kb]:.3f}")
 PYEOF
-ONLY=$($PY bench/lib_grid.py changed kmeans cakelib/tables/kmeans.json $D/sweep/kmeans.json)
-echo "$ONLY" > $D/changed.txt
-stamp "grid shapes whose pick changed: $(echo "$ONLY" | tr ';' '\n' | grep -c B=)"
-cp $D/sweep/kmeans.json cakelib/tables/kmeans.json
-[ -n "$ONLY" ] && timeout $(( ${2:-170} + 50 )) $PY bench/lib_grid.py grid --op kmeans --out $D/grid --procs $NP \
-  --deadline-s ${2:-170} --only "$ONLY" > $D/grid.log 2>&1
-stamp "grid rc=$?"
+regrid_changed kmeans ${2:-170}
 tail -2 $D/grid.log
 stamp done

@@ -11,13 +11,7 @@ timeout $(( ${1:-120} + 90 )) $PY bench/lib_grid.py sweep --op knn --out $D/swee
 stamp "sweep rc=$?"
 grep -E "compiled|probe|budget|table" $D/sweep.log | head -6
 [ -f $D/sweep/knn.json ] || { stamp "no table"; exit 1; }
-ONLY=$($PY bench/lib_grid.py changed knn cakelib/tables/knn.json $D/sweep/knn.json)
-echo "$ONLY" > $D/changed.txt
-stamp "grid shapes whose pick changed: $(echo "$ONLY" | tr ';' '\n' | grep -c Q)"
-cp $D/sweep/knn.json cakelib/tables/knn.json
-[ -n "$ONLY" ] && timeout $(( ${2:-150} + 60 )) $PY bench/lib_grid.py grid --op knn --out $D/grid --procs $NP \
-  --deadline-s ${2:-150} --only "$ONLY" > $D/grid.log 2>&1
-stamp "grid rc=$?"
+regrid_changed knn ${2:-150}
 grep -E "^knn \{" $D/grid.log | awk '{print $0}' | cut -c1-160 | tail -40
 tail -2 $D/grid.log
 stamp done
