@@ -552,6 +552,168 @@ def _merge_warps(r, k: int, kind: str, ws: int, bq: int) -> None:
         r.stg(tile("mi"), tile("PI", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
 
 
+def _merge_serial(r, k: int, kind: str, worst: float, reset: bool, sampling: bool) -> None:
+    """The last CTA's serial merge: thread tid < BQ merges the SPLIT partial lists of query row tid one
+    after the other, zeroing each row it read; stores the result (sampling: the row's bound instead) and,
+    with `reset`, zeroes the row's shared-bound word."""
+    # every row of the tile is merged (and so zeroed), also a padded query's; only real
+    # queries are stored
+    with r.if_("tid < BQ"):
+        r.fill("mv", worst)
+        r.fill("mi", -1)
+        with r.for_("j", 0, "SPLIT", id="merge_loop"):
+            r.let("rr", "(bid.x * SPLIT + j) * BQ + tid")
+            r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=4)
+            r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=4)
+            r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"),
+                  idx=tile("mi"))
+            # leave the workspace zeroed for the next launch (each row is read by this thread only)
+            r.fill("pv", 0.0)
+            r.fill("pi", 0)
+            r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+            r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=4)
+        if sampling:   # the sample's k-th best is the row's bound (every row of the tile)
+            r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"),
+                  bound=tile("TH", ["q0 + tid", 0], [1, 1]), id="store_bounds")
+        else:
+            if reset:
+                reset_bounds(r, "tid")
+            with r.if_("q0 + tid < Q"):
+                r.stg(tile("mv"), tile("Dist", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_dist")
+                r.stg(tile("mi"), tile("I", ["q0 + tid", 0], [1, k]), vec_bytes=4, id="store_idx")
+
+
+MERGE_WARPS = 4   # queries (one warp each) per CTA of the merge kernel
+
+
+def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = False, reset: bool = True,
+              arch: str = "sm_80", warps: int = MERGE_WARPS):
+    """The split search's merge as a kernel of its own (`merge="kernel"`, after the search kernel): a
+    warp per query row of the search's tiles (the padded rows too, so every partial row is zeroed),
+    `warps` per CTA, spread over the GPU. Lane l merges the partial lists l, l + 32, ... of its query
+    (per-thread `topk` over the stored lists, each row zeroed after it is read), then the warp merges
+    its 32 lists in a tree through shared memory (5 rounds of half the lanes at 32 splits). Lane 0
+    stores the result (I / Dist, real queries only) and zeroes the row's shared-bound word (`reset`);
+    `publish` (a sampling kernel's merge): it stores the row's k-th best as its bound instead.
+
+    The last-CTA merge it replaces runs on one SM per query tile with two threads per query: at Q = 128,
+    M = 100K, split 128 that was ~190 of the search kernel's 248 us (ncu, session 18: the SMs were
+    active a quarter of its cycles), warp divergence over 32 queries per warp making most entries run
+    the whole insertion."""
+    worst = BIG if kind == "min" else -BIG
+    vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4     # (rows of k words: 16-byte aligned at k % 4 == 0)
+    lanes = min(32, split)            # lanes that hold a list after the first pass
+    rounds = [1 << i for i in range(max(lanes - 1, 0).bit_length() - 1, -1, -1)]   # 16, 8, ..., 1
+    kb = KernelBuilder(f"knn_merge_k{k}_bq{bq}_s{split}" + ("_bound" if publish else ""), arch=arch,
+                       grid=["cdiv(cdiv(Q, BQ) * BQ, QW)"], threads=32 * warps,
+                       note=f"merge of {split} partial top-{k} lists per query: a warp per query"
+                            + (", storing each query's k-th best as its bound" if publish else ""))
+    kb.const(BQ=bq, KK=k, SPLIT=split, WR=WS_ROWS, QW=warps)
+    kb.scalar("Q", min=1)
+    kb.tensor("PV", "f32", ["WR", "KK"], access="readwrite")
+    kb.tensor("PI", "i32", ["WR", "KK"], access="readwrite")
+    if publish or reset:
+        kb.tensor("TH", "i32", ["WR", 1], access="readwrite")
+    if not publish:
+        kb.tensor("I", "i32", ["Q", "KK"], access="write")
+        kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
+    for n, dt in (("mv", "f32"), ("pv", "f32"), ("mi", "i32"), ("pi", "i32")):
+        kb.buffer(n, "reg", dt, [1, k], layout="row_major", scope="thread")
+    if rounds:
+        kb.buffer("hv", "smem", "f32", [32 * warps, k])
+        kb.buffer("hi", "smem", "i32", [32 * warps, k])
+    if reset and not publish:
+        kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("q", "bid.x * QW + role_warp")      # this warp's query row (warp-uniform)
+        r.let("qt", "q / BQ")
+        r.let("qr", "q % BQ")
+        r.let("hr", "role_warp * 32")              # the warp's rows of hv / hi
+        with r.if_("q < cdiv(Q, BQ) * BQ"):
+            r.fill("mv", worst)
+            r.fill("mi", -1)
+            with r.for_("jj", 0, "cdiv(SPLIT, 32)", id="merge_loop"):
+                with r.if_("jj * 32 + lane < SPLIT"):
+                    r.let("rr", "(qt * SPLIT + jj * 32 + lane) * BQ + qr")
+                    r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=vb)
+                    r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=vb)
+                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"))
+                    r.fill("pv", 0.0)     # leave the workspace zeroed for the next launch
+                    r.fill("pi", 0)
+                    r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
+                    r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
+            if rounds:
+                r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb, id="stage_lists")
+                r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+                r.sync("syncwarp")
+            for h in rounds:         # lanes < h take the list of lane + h (written the round before)
+                with r.if_(f"lane < {h}"):
+                    r.lds(tile("hv", [f"hr + lane + {h}", 0], [1, k]), tile("pv"), vec_bytes=vb)
+                    r.lds(tile("hi", [f"hr + lane + {h}", 0], [1, k]), tile("pi"), vec_bytes=vb)
+                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"))
+                    if h > 1:
+                        r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+                        r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+                r.sync("syncwarp")
+            with r.if_("lane == 0"):
+                if publish:
+                    r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"), bound=tile("TH", ["q", 0], [1, 1]),
+                          id="store_bounds")
+                else:
+                    if reset:
+                        r.fill("zb", 0)
+                        r.stg(tile("zb"), tile("TH", ["q", 0], [1, 1]), oob="mask", vec_bytes=4, id="reset_bounds")
+                    with r.if_("q < Q"):
+                        r.stg(tile("mv"), tile("Dist", ["q", 0], [1, k]), vec_bytes=vb, id="store_dist")
+                        r.stg(tile("mi"), tile("I", ["q", 0], [1, k]), vec_bytes=vb, id="store_idx")
+    return kb.build()
+
+
+def _kernels(ir) -> list:
+    """The kernels of a build: a Program's, or the one kernel."""
+    return list(ir.kernels) if isinstance(ir, Program) else [ir]
+
+
+def seeded_program(sample, search, arch: str) -> Program:
+    """A seeded search: the sampling build's kernels (norms, the sample, its merge), then the search build's
+    that are not already there (the norms kernels run once); the search's name and workspaces."""
+    first = _kernels(sample)
+    have = {k.name for k in first}
+    return Program(name=search.name, arch=arch, kernels=first + [k for k in _kernels(search) if k.name not in have],
+                   workspace=list(search.workspace) if isinstance(search, Program) else [])
+
+
+def _merge_unroll(split: int, k: int, d: int, bn: int, wm: int = 16, qfrag: str = "reg", halves: int = 2) -> int:
+    """Partial lists in flight per thread in the wide merge (each of the `halves` thread groups takes
+    split / halves): up to 4, within the verifier's register budget (E-RES-05 sums every register tile
+    of the role: query fragments, accumulator, B fragments, the mma_rows lists, the merge lists)."""
+    fa = wm * d // 64 if qfrag == "reg" else wm // 4
+    base = fa + wm * bn // 32 + bn // 4 + wm * k // 4 + 2 * k + 16
+    u = 4
+    while u > 1 and ((split // halves) % u or base + 2 * k * u > 250):
+        u //= 2
+    return u
+
+
+def _merge_warps(r, k: int, kind: str, ws: int, bq: int) -> None:
+    """ws > 1: the CTA's own merge of its warps' lists (each warp's quads hold its merged lists, [BQ, k]),
+    through smem: thread qq < BQ merges the ws lists of query qq and stores the CTA's partial list to
+    PV / PI row (bid.x * SPLIT + bid.y) * BQ + qq, so the last CTA merges SPLIT lists, not SPLIT * ws."""
+    r.sts(tile("tv"), tile("hmv", ["role_warp * BQ", 0], [bq, k]), vec_bytes=4, id="stage_warp_lists")
+    r.sts(tile("ti"), tile("hmi", ["role_warp * BQ", 0], [bq, k]), vec_bytes=4)
+    r.sync("syncthreads")
+    with r.if_("tid < BQ"):
+        r.lds(tile("hmv", ["tid", 0], [1, k]), tile("mv"), vec_bytes=4)
+        r.lds(tile("hmi", ["tid", 0], [1, k]), tile("mi"), vec_bytes=4)
+        with r.for_("w", 1, ws, id="merge_warps"):
+            r.lds(tile("hmv", ["w * BQ + tid", 0], [1, k]), tile("pv0"), vec_bytes=4)
+            r.lds(tile("hmi", ["w * BQ + tid", 0], [1, k]), tile("pi0"), vec_bytes=4)
+            r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
+        r.let("pr", "(bid.x * SPLIT + bid.y) * BQ + tid")
+        r.stg(tile("mv"), tile("PV", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
+        r.stg(tile("mi"), tile("PI", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
+
+
 def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2, shared: bool = False,
                 sampling: bool = False) -> None:
     """The last CTA's merge of the SPLIT partial lists of each query (row qq of the tile), by all
