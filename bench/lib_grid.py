@@ -87,6 +87,8 @@ def knn_train() -> list[dict]:
     # 1.45x of the best baseline) or k >= 16 with more than 1024 queries (the build shapes at 0.3-0.7x)
     other_k += [{"Q": Q, "M": 1 << 20, "k": 1} for Q in (1, 64, 1024)] + [{"Q": 16384, "M": 16384, "k": k} for k in (2, 32)]
     other_k += [{"Q": 4096, "M": 1 << 18, "k": 16}, {"Q": 32768, "M": 32768, "k": 16}]
+    # session 19: the 8192-query searches at k = 16 / 32 (the Q = 10000 grid shapes had only k = 10 near them)
+    other_k += [{"Q": 8192, "M": 1 << 20, "k": k} for k in (16, 32)]
     # session 10: no training shape sat at M = 256K or at Q = 128 / 512, where the grid's picks went wrong
     # (a depth-4 leaf shared by Q = 64 and 256; a refit leaf fitted to M = 100K points)
     between = [{"Q": Q, "M": M, "k": 10} for Q in (1, 16, 128, 512) for M in (1 << 18,)] + \
@@ -185,6 +187,10 @@ def knn_variants() -> list[dict]:
     mk = {"merge": "kernel"}
     out += [{**v(64, 128, s, 3, **wg), **mk, **sd} for s in (64, 128) for sd in ({}, {"seed": 8})]
     out += [{**v(64, 64, 256, 4, **wg), "overlap": True, **mk, **sd} for sd in ({}, {"seed": 8})]
+    # session 19: Q = 8192-10000 searches ran the unsplit mma.sync bq 32 kernel (Q = 10000, M = 1M, k = 10:
+    # 19.2 ms, where Q = 4096 takes 4.3 ms on a 16-way wgmma split): the workspace (WS_ROWS 2^17) now
+    # holds an 8-way split of 79 query tiles of 128, 632 CTAs
+    out += [v(128, 64, 8, 4, **wg), v(128, 64, 8, 4, minb=2, **wg)]
     return out
 
 
@@ -512,14 +518,23 @@ def variant_filter(op: str, pattern: str | None):
 def sweep_jobs(op: str, arch: str, only: str | None = None, pattern: str | None = None) -> list[tuple]:
     """(op, params, k, arch) of every kernel the sweep runs: each variant at each training k it supports
     (only / pattern: the training shapes and variants the sweep is restricted to)."""
-    from cakelib.variants import SUPPORTS
+    from cakelib.variants import NAMES, SUPPORTS
     variants = list(filter(variant_filter(op, pattern), knn_variants() if op == "knn" else kmeans_variants()))
     if op != "knn":
         return [(op, p, 10, arch) for p in variants if SUPPORTS[op](p, {"B": 1, "N": 1, "K": 1, "D": D, "arch": arch})]
     # the training shapes and the probe's (a restricted sweep still probes its variants at every probe k)
-    shapes = [s for s in knn_train() if shape_filter(only)(s)] + PROBE_SHAPES[op]
-    return [(op, p, k, arch) for k in sorted({s["k"] for s in shapes}) for p in variants
-            if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D, "arch": arch}) for s in shapes)]
+    from cakelib.runtime import per_call_form
+    train = [s for s in knn_train() if shape_filter(only)(s)]
+    shapes = train + PROBE_SHAPES[op]
+    jobs = {(NAMES[op](p), k): (op, p, k, arch) for k in sorted({s["k"] for s in shapes}) for p in variants
+            if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D, "arch": arch}) for s in shapes)}
+    for s in train:                      # the per-call forms the sweep times (another build where they differ)
+        sh = {**s, "D": D, "arch": arch}
+        for p in variants:
+            if SUPPORTS[op](p, sh):
+                t = per_call_form(op, p, sh)
+                jobs.setdefault((NAMES[op](t), s["k"]), (op, t, s["k"], arch))
+    return list(jobs.values())
 
 
 # A small shape per op on which the probe checks every variant once (Q not a multiple of a query tile,
@@ -629,10 +644,11 @@ def rescale_prior(kept: list, new: list, old: list) -> list:
     median 3% faster than their prior rows, up to 37% at the smallest shape, which handed them picks from
     variants that were not re-timed). A shape with no variant in both keeps its rows as they were."""
     key = lambda r: (json.dumps(r["shape"], sort_keys=True), r["variant"])
-    before = {key(r): r["ms"] for r in old if r.get("ok") and r.get("ms")}
+    # (a row that `ran` a per-call form is another kernel than a prior row of its name may have been)
+    before = {key(r): r["ms"] for r in old if r.get("ok") and r.get("ms") and not r.get("ran")}
     ratios: dict = {}
     for r in new:
-        if r.get("ok") and r.get("ms") and key(r) in before:
+        if r.get("ok") and r.get("ms") and key(r) in before and not r.get("ran"):
             ratios.setdefault(key(r)[0], []).append(r["ms"] / before[key(r)])
     out = []
     for r in kept:
@@ -648,6 +664,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
     re-timing the rest."""
     import torch
     from cakelib.dispatch import Measurement, evaluate, fit_by_cross_validation
+    from cakelib.runtime import per_call_form
     from cakelib.variants import FALLBACK, NAMES, SUPPORTS
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
@@ -693,18 +710,24 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
                 name = NAMES[op](p)
                 if not SUPPORTS[op](p, sh) or (name, shape.get("k", 10)) in bad:
                     continue
+                # timed as the library runs the pick at this shape (its per-call form), recorded under
+                # its table name: the fit compares what the dispatcher's choices would cost
+                run = per_call_form(op, p, sh)
+                ran = {"ran": NAMES[op](run)} if run != p else {}
+                if ran and (ran["ran"], shape.get("k", 10)) in bad:
+                    continue
                 try:
-                    ok, why, t = (run_knn_variant(timer, xq, xb, shape["k"], p, ref, best) if op == "knn"
-                                  else run_kmeans_variant(timer, x, c, p))
+                    ok, why, t = (run_knn_variant(timer, xq, xb, shape["k"], run, ref, best) if op == "knn"
+                                  else run_kmeans_variant(timer, x, c, run))
                     if t and not t.get("approx"):
                         best = t["ms"] if best is None else min(best, t["ms"])
                 except Exception as e:  # noqa: BLE001
                     ok, why, t = False, f"{type(e).__name__}: {e}"[:300], None
                     torch.cuda.synchronize()
                 rows.append(Measurement(shape=shape, variant=name, ms=t["ms"] if t else None, ok=ok))
-                raw.append({"shape": shape, "variant": name, "ok": ok, "why": why, **(t or {})})
-                print(f"{op} {shape} {name:28s} {'ok ' if ok else 'BAD'} {t['ms'] if t else float('nan'):9.4f} ms {why}",
-                      flush=True)
+                raw.append({"shape": shape, "variant": name, **ran, "ok": ok, "why": why, **(t or {})})
+                print(f"{op} {shape} {ran.get('ran', name):28s} {'ok ' if ok else 'BAD'} "
+                      f"{t['ms'] if t else float('nan'):9.4f} ms {why}", flush=True)
             torch.cuda.empty_cache()
         vmap = {NAMES[op](p): p for p in variants}
         if prior:

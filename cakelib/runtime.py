@@ -147,7 +147,7 @@ def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, d
     """(name, params) of the variant to run: an explicit `variant`, else the table's pick guarded by the
     variant's domain and turned into its per-call form (variants.PER_CALL: kNN's split options,
     tables/split_options/knn.json), else the general fallback."""
-    from .variants import NAMES, PER_CALL, SUPPORTS
+    from .variants import NAMES, SUPPORTS
     sup = SUPPORTS[op]
     if variant is not None:
         if not sup(variant, shape):
@@ -159,13 +159,22 @@ def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, d
     if hit is not None and hit[0] is t:
         return hit[1], dict(hit[2])
     name, params = _pick(op, shape, t, sup)
-    tuned = PER_CALL[op](params, shape) if op in PER_CALL else params   # the op's fitted per-call options
-    if tuned != params and sup(tuned, shape):
+    tuned = per_call_form(op, params, shape)
+    if tuned != params:
         name, params = NAMES[op](tuned), tuned
     if len(_CHOICES) > 4096:
         _CHOICES.clear()
     _CHOICES[key] = (t, name, params)
     return name, dict(params)
+
+
+def per_call_form(op: str, params: dict, shape: dict) -> dict:
+    """The params a table pick runs with at `shape`: the op's fitted per-call options
+    (variants.PER_CALL) where they give a form the variant's domain holds, else `params` itself. The
+    sweep times this form too, so that the table is fitted on what the library runs."""
+    from .variants import PER_CALL, SUPPORTS
+    tuned = PER_CALL[op](params, shape) if op in PER_CALL else params
+    return tuned if tuned != params and SUPPORTS[op](tuned, shape) else params
 
 
 def _pick(op: str, shape: dict, t, sup) -> tuple[str, dict]:

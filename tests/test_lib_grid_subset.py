@@ -22,10 +22,15 @@ def test_shape_filter_matches_every_named_dimension():
 
 
 def test_restricted_sweep_compiles_the_matching_variants_at_the_training_and_probe_ks():
-    jobs = lib_grid.sweep_jobs("knn", "sm_90a", only="k=16", pattern="_b2_mw_wg$")
+    jobs = lib_grid.sweep_jobs("knn", "sm_90a", only="k=16", pattern="_s(16|64)_p4_b2_mw_wg$")
     from cakelib.variants import knn_name
     names = sorted({knn_name(p) for _, p, _, _ in jobs})
-    assert names == ["knn_bq128_bn64_s16_p4_b2_mw_wg", "knn_bq128_bn64_s64_p4_b2_mw_wg"]
+    base = ["knn_bq128_bn64_s16_p4_b2_mw_wg", "knn_bq128_bn64_s64_p4_b2_mw_wg"]
+    # and their per-call forms at the training shapes (the merge kernel at k > 1; the sampled bound at
+    # M >= 256K), the kernels the sweep times
+    tuned = [n.replace("_mw_wg", "_mk_wg") + sd for n in base for sd in ("", "_sd8")]
+    assert names == sorted(base + tuned)
+    assert {k for _, p, k, _ in jobs if p.get("merge") == "kernel"} == {16}    # trained at k = 16 only
     assert sorted({k for _, _, k, _ in jobs}) == [10, 16]          # k = 16 trains, the probe also runs k = 10
     full = lib_grid.sweep_jobs("knn", "sm_90a")
     assert len(full) > len(jobs) and {j[2] for j in full} == {1, 2, 10, 16, 32}
@@ -102,3 +107,14 @@ def test_changed_shapes_lists_the_grid_shapes_two_tables_pick_apart(tmp_path):
     shapes = [s for s in lib_grid.kmeans_grid() if lib_grid.shape_filter(spec)(s)]
     assert 0 < len(shapes) < len(lib_grid.kmeans_grid()) and spec.startswith("B=")
     assert {"B": 1, "N": 1 << 22, "K": 256} not in shapes and {"B": 1, "N": 4096, "K": 8} in shapes
+
+
+def test_rows_that_ran_a_per_call_form_do_not_set_the_prior_rescale():
+    """A re-timed row that ran its per-call form (`ran`: e.g. the merge kernel where the prior timed the
+    last-CTA merge) is another kernel: only same-form rows give the shape's ratio."""
+    s1 = {"Q": 1, "M": 8, "k": 10}
+    old = [{"shape": s1, "variant": v, "ok": True, "ms": ms} for v, ms in (("a", 2.0), ("split", 4.0), ("x", 8.0))]
+    new = [{"shape": s1, "variant": "a", "ok": True, "ms": 1.0},
+           {"shape": s1, "variant": "split", "ran": "split_mk", "ok": True, "ms": 0.4}]
+    out = lib_grid.rescale_prior([old[2]], new, old)
+    assert out[0]["ms"] == pytest.approx(8.0 * 0.5)                 # a's ratio alone, not split's 0.1

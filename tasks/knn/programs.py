@@ -10,7 +10,8 @@ from cake_ir.nodes import Program, Workspace
 BIG = 3.0e38   # list sentinel: worse than any finite score
 
 
-WS_ROWS = 1 << 16   # rows of the split path's partial-list workspace (the task's `workspace`)
+WS_ROWS = 1 << 17   # rows of the split path's partial-list workspace (the task's `workspace`; 2^17: an
+                    # 8-way split of 10000 queries in tiles of 128)
 WS_TILES = 1 << 12  # query-tile counters in the workspace
 # the norms workspace's columns: M rounded up to 16 bytes, so the search kernel's 16-byte cp.async
 # chunks of its last tile stay inside it (the norms kernel writes the padding rows' zero norms)
