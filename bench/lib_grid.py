@@ -87,8 +87,13 @@ def knn_train() -> list[dict]:
     # 1.45x of the best baseline) or k >= 16 with more than 1024 queries (the build shapes at 0.3-0.7x)
     other_k += [{"Q": Q, "M": 1 << 20, "k": 1} for Q in (1, 64, 1024)] + [{"Q": 16384, "M": 16384, "k": k} for k in (2, 32)]
     other_k += [{"Q": 4096, "M": 1 << 18, "k": 16}, {"Q": 32768, "M": 32768, "k": 16}]
-    # session 19: the 8192-query searches at k = 16 / 32 (the Q = 10000 grid shapes had only k = 10 near them)
+    # session 19: the 8192-query searches at k = 16 / 32 (the Q = 10000 grid shapes had only k = 10 near them);
+    # after the per-call re-sweep (call 1), the shapes whose refitted pick lost most in the grid: a leaf
+    # of Q = 64 at M <= 256K fitted to M >= 1M points (0.63-0.94x), k = 16 at M = 100K given the k = 10
+    # picks (Q = 256 / 512: 0.80x), Q = 32 at M = 4M k = 16, Q = 4096 at M = 100K k = 16
     other_k += [{"Q": 8192, "M": 1 << 20, "k": k} for k in (16, 32)]
+    other_k += [{"Q": 64, "M": 1 << 18, "k": k} for k in (10, 16)] + \
+        [{"Q": Q, "M": 100_000, "k": 16} for Q in (64, 256, 512, 4096)] + [{"Q": 32, "M": 4 << 20, "k": 16}]
     # session 10: no training shape sat at M = 256K or at Q = 128 / 512, where the grid's picks went wrong
     # (a depth-4 leaf shared by Q = 64 and 256; a refit leaf fitted to M = 100K points)
     between = [{"Q": Q, "M": M, "k": 10} for Q in (1, 16, 128, 512) for M in (1 << 18,)] + \
