@@ -34,6 +34,7 @@ import numpy as np
 
 FORMAT = "cake-dispatch/1"
 _EPS = 1e-9            # a split must reduce the loss by more than this to be taken
+TAIL_AT = math.log(1.05)  # the `tail` term's knee: slower than this (the grid's bar) costs extra
 _TIE = 1e-12           # losses closer than this are ties (summation order differs between paths)
 _MAX_ALTERNATES = 3
 
@@ -196,8 +197,12 @@ def _best(fails: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(op: str, rows: list[Measurement], features: list[str], variants: dict[str, dict], fallback: str,
-        max_depth: int = 4, min_leaf: int = 3, version: int = 1, meta: dict | None = None) -> DispatchTable:
-    """Fit a dispatch tree (greedy CART on the log-slowdown objective; see the module docstring)."""
+        max_depth: int = 4, min_leaf: int = 3, version: int = 1, meta: dict | None = None,
+        tail: float = 0.0) -> DispatchTable:
+    """Fit a dispatch tree (greedy CART on the log-slowdown objective; see the module docstring).
+    tail: the weight of an extra hinge term, tail x (log slowdown - log 1.05) where a shape runs more
+    than 5% slower than its best, so that a leaf does not trade one shape's 3x loss for a few 1% gains
+    elsewhere (the grid's bar is a geomean *and* no shape 5% slower)."""
     unknown = sorted({r.variant for r in rows} - set(variants))
     if unknown:
         raise ValueError(f"measurements name variants not in `variants`: {unknown}")
@@ -214,7 +219,8 @@ def fit(op: str, rows: list[Measurement], features: list[str], variants: dict[st
     T = np.array([[times[k].get(v) or np.inf for v in names] for k in keys], dtype=float)
     C = np.log(T / T.min(axis=1, keepdims=True))           # log slowdown; inf where failed/missing
     FAIL = np.isinf(C).astype(np.int64)
-    LOSS = np.where(FAIL == 1, 0.0, C)                      # finite part; failures counted separately
+    C = np.where(FAIL == 1, 0.0, C)                         # finite part; failures counted separately
+    LOSS = C + tail * np.maximum(C - TAIL_AT, 0.0)
 
     def leaf(idx: np.ndarray) -> dict:
         fails, loss = FAIL[idx].sum(axis=0), LOSS[idx].sum(axis=0)
@@ -267,7 +273,7 @@ def fit(op: str, rows: list[Measurement], features: list[str], variants: dict[st
                           fallback=fallback, tree=tree, meta=dict(meta or {}))
     leaves = _leaves(tree)
     stats = evaluate(table, rows)
-    table.meta["fit"] = {"max_depth": max_depth, "min_leaf": min_leaf, "rows": len(rows),
+    table.meta["fit"] = {"max_depth": max_depth, "min_leaf": min_leaf, "tail": tail, "rows": len(rows),
                          "leaves": len(leaves), "unsafe_leaves": sum(1 for lf in leaves if lf.get("unsafe")),
                          **{k: stats[k] for k in ("shapes", "geomean_slowdown_vs_oracle", "worst_slowdown",
                                                   "worst_shape", "picked_failed")}}

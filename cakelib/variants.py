@@ -18,6 +18,11 @@ KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exc
 # M = 1M, k = 32 9.9 ms split vs 33.6 ms unsplit in the sweep)
 KNN_K_MAX_SPLIT = 32
 KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
+# a register cap (minb > 1: 128 registers for 2 CTAs of 256 threads or 4 of 128) holds the lists up to
+# k = 16 (ptxas: 12-88 B of spill stores); at k = 32 every capped kNN kernel spills 2-9 KB per thread
+# (session 19's cubins; the grid's Q = 10000, M = 1M, k = 32 ran 2x slower on one), so that is outside
+# their domain
+KNN_CAPPED_K_MAX = 16
 
 
 def knn_queue(p: dict, k: int) -> int:
@@ -103,6 +108,8 @@ def knn_supports(p: dict, shape: dict) -> bool:
                                             or (p.get("overlap") and p.get("stages", 2) < 3)):
         return False
     if p["bq"] % p.get("wm", 16) or not knn_registers_fit(p, k, D):   # E-RES-05 (e.g. bn 128 at k = 32)
+        return False
+    if p.get("minb", 1) > 1 and k > KNN_CAPPED_K_MAX:
         return False
     if p["split"] == 1:   # (seeded: the bounds TH hold a word per padded query row)
         return k <= KNN_K_MAX and (not p.get("seed", 0) or ceil(Q / p["bq"]) * p["bq"] <= WS_ROWS)
