@@ -21,7 +21,13 @@ def test_knn_domain():
     assert knn_supports(split, {"Q": 16, "M": 10**6, "k": 16, "D": 128})
     assert knn_supports(split, {"Q": 16, "M": 10**6, "k": 32, "D": 128})      # split path up to k = 32
     assert not knn_supports(split, {"Q": 16, "M": 10**6, "k": 33, "D": 128})  # lists in registers: k <= 32
-    assert not knn_supports(split, {"Q": 1024, "M": 10**6, "k": 10, "D": 128})  # 1024 * 128 rows > workspace
+    assert knn_supports(split, {"Q": 1024, "M": 10**6, "k": 10, "D": 128})      # 1024 * 128 rows = WS_ROWS
+    assert not knn_supports(split, {"Q": 1025, "M": 10**6, "k": 10, "D": 128})  # 65 tiles * 16 * 128 > workspace
+    # a register cap (minb) spills 2-9 KB per thread at k = 32: outside the capped variants' domain there
+    capped = {"bq": 128, "bn": 64, "split": 8, "stages": 4, "mma": "wgmma", "merge": "wide", "minb": 2}
+    assert knn_supports(capped, {"Q": 4096, "M": 10**6, "k": 16, "D": 128, "arch": "sm_90a"})
+    assert not knn_supports(capped, {"Q": 4096, "M": 10**6, "k": 32, "D": 128, "arch": "sm_90a"})
+    assert knn_supports({**capped, "minb": 1}, {"Q": 4096, "M": 10**6, "k": 32, "D": 128, "arch": "sm_90a"})
 
 
 def test_kmeans_domain():
