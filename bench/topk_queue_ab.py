@@ -11,7 +11,9 @@ compiled in parallel first. Prints a table last and writes JSON with the GPU and
 - `--option seed --values 0,8,32` (session 18): no sampling kernel (0) against one that scores every
   F-th database tile first and leaves each query's k-th best of it as the search's starting bound;
 - `--option merge --values wide,kernel,kernel_sd8` (session 18): the split path's last-CTA merge against a
-  merge kernel of its own (a warp per query), the latter also with the sampled bound (`_sd{F}`).
+  merge kernel of its own (a warp per query), the latter also with the sampled bound (`_sd{F}`);
+- `--option norms --values global,tile` (session 19): the wgmma kernels' database norms from a first kernel
+  (a read of the whole database) against norms reduced from each staged tile.
     python bench/topk_queue_ab.py [--option queue|share|skip_pad] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
                                   [--shapes JSON] [--compile-only]
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
@@ -52,6 +54,14 @@ PAD_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (1, 100000, 10), (1, 100000, 16), (1, 262144, 16), (1, M1, 10), (1, M1, 16), (1, 4 * M1, 16), (1, M1, 32),
     (2, 100000, 16), (4, 262144, 16), (8, 100000, 10), (8, 262144, 16), (8, M1, 16), (16, 100000, 16),
     (37, 262144, 16), (100, M1, 16), (1000, 262144, 16))]
+
+# the wgmma kernels' database norms (session 19): the shapes whose pick is a wgmma kernel, from the
+# database-bound searches (Q = 64 - 128, M >= 1M: the norms kernel reads as many bytes as the search) to the
+# compute-bound builds
+NORMS_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
+    (64, 4 * M1, 1), (64, M1, 1), (64, 4 * M1, 10), (64, 262144, 16), (128, 100000, 1), (128, 4 * M1, 1),
+    (128, M1, 10), (128, 100000, 16), (256, M1, 10), (256, 4 * M1, 16), (512, 262144, 10), (1024, 100000, 16),
+    (1024, 4 * M1, 10), (2048, M1, 16), (4096, 262144, 10), (10000, M1, 10), (16384, 16384, 2), (32768, 32768, 8))]
 
 # the sampled starting bound (session 18): every regime with k > 1 (few queries, Q = 64 - 128, the mid-Q
 # split wgmma, the unsplit builds), the grid's slowest shapes first
@@ -155,7 +165,7 @@ def main():
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
-    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad", "seed", "merge"))
+    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad", "seed", "merge", "norms"))
     ap.add_argument("--values", "--queues", dest="values", help="the option's values, the baseline first "
                     "(default: queue 0,2,4,8; share / skip_pad 0,1)")
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
@@ -171,14 +181,15 @@ def main():
         print(json.dumps(doc["queues"], indent=1))
         return
     opt = a.option
-    raw = (a.values or {"queue": "0,2,4,8", "seed": "0,8,32", "merge": "wide,kernel,kernel_sd8"}.get(opt, "0,1"))
-    queues = [q if opt == "merge" else int(q) for q in raw.split(",")]
+    raw = (a.values or {"queue": "0,2,4,8", "seed": "0,8,32", "merge": "wide,kernel,kernel_sd8",
+                        "norms": "global,tile"}.get(opt, "0,1"))
+    queues = [q if opt in ("merge", "norms") else int(q) for q in raw.split(",")]
 
     def build(p: dict, q) -> dict:   # the variant with the option's value q (share / skip_pad: 0 / 1 -> bool)
         if opt == "merge":           # "kernel_sd8": the merge kernel and the sampled bound (F = 8)
             m, _, f = q.partition("_sd")
             return {**p, "merge": m, **({"seed": int(f)} if f else {})}
-        return {**p, opt: q if opt in ("queue", "seed") else bool(q)}
+        return {**p, opt: q if opt in ("queue", "seed", "norms") else bool(q)}
     from bench.lib_grid import D, precompile
     from cakelib.runtime import choose
     if a.arch:    # compile only, e.g. on a machine without a GPU (the cubin cache then travels)
@@ -188,10 +199,13 @@ def main():
         arch = arch_of(properties(0))
     t0 = time.time()
     shapes = json.loads(a.shapes) if a.shapes else {"queue": SHAPES, "share": SHARE_SHAPES, "skip_pad": PAD_SHAPES,
-                                                     "seed": SEED_SHAPES, "merge": MERGE_SHAPES}[opt]
+                                                     "seed": SEED_SHAPES, "merge": MERGE_SHAPES,
+                                                     "norms": NORMS_SHAPES}[opt]
     cases = [(s, choose("knn", {**s, "D": D})) for s in shapes]
     if opt == "merge":   # (an unsplit kernel has no merge to compare)
         cases = [(s, (n, p)) for s, (n, p) in cases if p["split"] > 1]
+    if opt == "norms":   # (the mma.sync kernels have their own norms options)
+        cases = [(s, (n, p)) for s, (n, p) in cases if p.get("mma") == "wgmma"]
     jobs = sorted({("knn", json.dumps(build(p, q), sort_keys=True), s["k"], arch)
                    for s, (_, p) in cases for q in queues})
     fails = precompile([(o, json.loads(p), k, ar) for o, p, k, ar in jobs], a.procs)
@@ -234,7 +248,7 @@ def main():
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     json.dump({"env": env_info(("torch", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/topk_queue_ab.py"),
                "command": " ".join(sys.argv), "option": opt, "queues": queues, "rows": rows}, open(a.out, "w"), indent=1)
-    tag = {"queue": "T=", "seed": "F=", "merge": ""}.get(opt, "sb=")
+    tag = {"queue": "T=", "seed": "F=", "merge": "", "norms": ""}.get(opt, "sb=")
     head = "".join(f"{tag + str(q) + ' ms':>12s}" for q in queues)
     print(f"\n{'shape':28s} {'variant':36s}{head}  best")
     for r in rows:

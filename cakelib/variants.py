@@ -18,6 +18,12 @@ KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exc
 # M = 1M, k = 32 9.9 ms split vs 33.6 ms unsplit in the sweep)
 KNN_K_MAX_SPLIT = 32
 KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
+# the wgmma kernels' database norms (l2): "global", a norms kernel's first read of the whole database, or
+# "tile" (session 19), reduced from each staged tile while its wgmma runs; a variant's explicit "norms"
+# wins. "tile" saves a database read (Q = 64, M = 4M: ~0.25 of 0.53 ms by bytes) but has not been timed
+# on the grid yet: the committed tables were measured with "global" (`_gn` in a wgmma name when the
+# default is "tile")
+KNN_WGMMA_NORMS = "global"
 # a register cap (minb > 1: 128 registers for 2 CTAs of 256 threads or 4 of 128) holds the lists up to
 # k = 16 (ptxas: 12-88 B of spill stores); at k = 32 every capped kNN kernel spills 2-9 KB per thread
 # (session 19's cubins; the grid's Q = 10000, M = 1M, k = 32 ran 2x slower on one), so that is outside
@@ -35,8 +41,11 @@ def knn_queue(p: dict, k: int) -> int:
         return 0
     if "queue" in p:
         return int(p["queue"])
-    # (fitted with the last-CTA merge and no sample: the scan is the same with a merge kernel or a sample)
+    # (fitted with the last-CTA merge, no sample and the wgmma kernels' database norms from a first kernel:
+    # the scan's lists are the same with a merge kernel, a sample or norms reduced per tile)
     base = {**p, "seed": 0, **({"merge": "wide"} if p.get("merge") == "kernel" else {})}
+    if p.get("mma", "sync") == "wgmma":
+        base.pop("norms", None)
     by_k = _queue_table().get(knn_name(base), {})
     ks = [int(x) for x in by_k if int(x) <= k]
     return int(by_k[str(max(ks))]) if ks else 0
@@ -76,7 +85,8 @@ def _queue_table() -> dict:
 
 
 def knn_name(p: dict) -> str:
-    """`norms: "global"` (database norms computed once by a first kernel; l2 only, ip ignores it) adds `_gn`,
+    """`norms: "global"` (database norms computed once by a first kernel; l2 only, ip ignores it) adds `_gn`
+    (wgmma: norms other than KNN_WGMMA_NORMS add `_gn` / `_tn`, "tile" the norms reduced per staged tile),
     `minb` (CTAs per SM the registers must allow) `_b{minb}`, `merge: "wide"` (the split path's last-CTA
     merge by all threads, several lists in flight) `_mw`, `merge: "kernel"` (a merge kernel of its own after
     the search, a warp per query) `_mk`, `qfrag: "smem"` (query fragments re-read per
@@ -84,7 +94,10 @@ def knn_name(p: dict) -> str:
     database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
     query's bound of its k-th best; k > 1) `_sd{seed}`; the names of the variants without them are
     unchanged (committed tables refer to them)."""
-    gn = "_gn" if p.get("norms", "tile") == "global" else ""
+    if p.get("mma") == "wgmma":    # (the names mark a wgmma variant's norms only where they are not the default)
+        gn = {"global": "_gn", "tile": "_tn"}[p["norms"]] if p.get("norms", KNN_WGMMA_NORMS) != KNN_WGMMA_NORMS else ""
+    else:
+        gn = "_gn" if p.get("norms", "tile") == "global" else ""
     gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
     gn += {"wide": "_mw", "kernel": "_mk"}.get(p.get("merge", "serial"), "") if p["split"] > 1 else ""
     gn += "_qs" if p.get("qfrag", "reg") == "smem" else ""
@@ -164,7 +177,7 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
                          stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
                          merge=p.get("merge", "wide"),
                          queue=knn_queue(p, k), share=p.get("share", True), skip_pad=p.get("skip_pad", True),
-                         seed=p.get("seed", 0), arch=arch)
+                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), arch=arch)
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),

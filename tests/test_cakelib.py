@@ -35,6 +35,22 @@ def test_kmeans_domain():
     assert not kmeans_supports({"kmax": 64, "bm": 64, "bn": 64, "ctas": 8}, {"B": 2, "N": 10, "K": 65, "D": 128})
 
 
+def test_choose_runs_the_per_call_form_the_sweep_times():
+    """choose() turns the table's pick into its per-call form (per_call_form), the kernel the sweep times
+    for that pick: kNN split picks at k > 1 get the merge kernel (and the sampled bound at M >= 256K for
+    wgmma), unsplit picks and k = 1 stay as they are."""
+    rt_mod._TABLES.clear()
+    t = rt_mod.table("knn")
+    seen = set()
+    for Q, M, k in ((1, 100_000, 10), (1, 100_000, 1), (256, 1 << 20, 16), (32768, 32768, 8)):
+        shape = {"Q": Q, "M": M, "k": k, "D": 128, "arch": "sm_90a"}
+        _, picked = rt_mod._pick("knn", shape, t, SUPPORTS["knn"])
+        name, p = rt_mod.choose("knn", shape)
+        assert p == rt_mod.per_call_form("knn", picked, shape) and name == NAMES["knn"](p)
+        seen.add((picked["split"] > 1 and k > 1, p != picked))
+    assert seen == {(True, True), (False, False)}
+
+
 def test_choose_without_table_uses_fallback(monkeypatch, tmp_path):
     monkeypatch.setattr(rt_mod, "TABLES", tmp_path)
     rt_mod._TABLES.clear()

@@ -449,12 +449,12 @@ def test_supports_register_rule_agrees_with_the_verifier():
     """cakelib.variants.knn_registers_fit (a hand-kept sum of the search kernel's register tiles, the
     verifier asked only when that sum is over the budget) must accept exactly the kernels the verifier's
     E-RES-05 accepts, over every sweep variant and k, so the two cannot drift apart; knn_supports follows it
-    wherever its k limits allow the variant."""
+    wherever its k limits allow the variant (a register cap stops at KNN_CAPPED_K_MAX: it spills past it)."""
     import sys
     from pathlib import Path
 
     from cake_ir.verifier import verify
-    from cakelib.variants import knn_kernel, knn_registers_fit, knn_supports, knn_tile_registers
+    from cakelib.variants import KNN_CAPPED_K_MAX, knn_kernel, knn_registers_fit, knn_supports, knn_tile_registers
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from lib_grid import knn_variants
     checked = refused = by_liveness = 0
@@ -464,7 +464,8 @@ def test_supports_register_rule_agrees_with_the_verifier():
             over = any(d.code == "E-RES-05" for d in verify(ir).diagnostics)
             assert knn_registers_fit(p, k, 128) == (not over), (p, k)
             shape = {"Q": 1 if p["split"] > 1 else 4096, "M": 1 << 20, "k": k}
-            assert knn_supports(p, shape) == (not over), (p, k)
+            capped = p.get("minb", 1) > 1 and k > KNN_CAPPED_K_MAX
+            assert knn_supports(p, shape) == (not over and not capped), (p, k)
             checked += 1
             refused += over
             by_liveness += not over and knn_tile_registers(p, k, 128) > 255

@@ -37,7 +37,9 @@ def test_wgmma_variants_verify_and_compile_without_spills(p):
     from cakelib.variants import knn_kernel
     k = 16 if p["split"] > 1 else 10
     ir = knn_kernel(p, k, "l2", 128, "sm_90a")
-    assert isinstance(ir, Program) and [x.name for x in ir.kernels][:2] == ["knn_db_norms_d128", "knn_xq_norms_d128"]
+    from cakelib.variants import KNN_WGMMA_NORMS
+    first = (["knn_db_norms_d128"] if KNN_WGMMA_NORMS == "global" else []) + ["knn_xq_norms_d128"]
+    assert isinstance(ir, Program) and [x.name for x in ir.kernels][:len(first)] == first
     v = verify(ir)
     assert not [d for d in v.diagnostics if d.severity == "error"], [d.short() for d in v.diagnostics]
     assert not [d for d in v.diagnostics if d.code == "N-SYN-01"], "the sync simulation must run"
@@ -104,6 +106,41 @@ def test_removing_the_loop_barrier_is_reported():
     assert any(d.code == "E-SYN-06" and "reads sB" in d.message and "[distances]" in d.short() for d in errs), short
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_tile_norms_need_no_norms_kernel_and_their_barrier(overlap):
+    """norms "tile": the database norms reduced from each staged tile (swizzle atoms summed one by one)
+    while its wgmma runs; no norms kernel and no XN workspace. Without the barrier after the reduction the
+    simulator reports the select reading norms other threads wrote (E-SYN-11)."""
+    import json
+
+    from cake_ir.io import dumps, load
+    ir = knn_wgmma(bq=128, bn=64, stages=4, split=8, overlap=overlap, norms="tile")
+    assert [x.name for x in ir.kernels] == ["knn_xq_norms_d128", "knn_l2_k10_d128_128x64_wt_s8_p4" +
+                                            ("_ov" if overlap else "") + "_sb"]
+    assert [w.name for w in ir.workspace] == ["QN"]
+    v = verify(ir)
+    assert not [d for d in v.diagnostics if d.severity == "error" or d.code == "N-SYN-01"], \
+        [d.short() for d in v.diagnostics]
+    assert compile_ir(ir, arch="sm_90a").ok
+    doc = json.loads(dumps(ir))
+    loop = next(st for st in doc["kernels"][1]["roles"][0]["body"] if st.get("id") == "db_loop")
+    if overlap:      # the last tile's barrier (the others' is the next tile's arrival), in both steps
+
+        def drop(body):
+            for st in body:
+                if st["op"] == "if" and ">= nt" in json.dumps(st["cond"]):
+                    st["then"] = [x for x in st["then"] if x["op"] != "syncthreads"]
+                elif st["op"] == "if":
+                    drop(st["then"])
+        drop(loop["body"])
+    else:
+        i = max(i for i, st in enumerate(loop["body"]) if st["op"] == "syncthreads")
+        del loop["body"][i]
+    bad, _ = load(doc)
+    errs = [d for d in verify(bad).diagnostics if d.severity == "error"]
+    assert any(d.code == "E-SYN-11" and "hazard on cn" in d.message for d in errs), [d.short() for d in errs]
+
+
 needs_gpu = pytest.mark.skipif("not __import__('gpu_backend.driver', fromlist=['x']).gpu_available()",
                                reason="needs a CUDA GPU")
 
@@ -122,6 +159,21 @@ def test_cakelib_knn_wgmma_variants_match_float64(metric, Q, M, k, variant):
         pytest.skip("wgmma needs sm_90a")
     from test_knn_fast import check_cakelib_knn
     check_cakelib_knn(metric, Q, M, k, variant, seed=9)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("norms", ["tile", "global"])
+@pytest.mark.parametrize("Q,M,k,extra", [(130, 4099, 10, {}), (37, 60_001, 16, {"overlap": True}),
+                                         (64, 100_003, 1, {"overlap": True}), (300, 20_001, 32, {})])
+def test_cakelib_knn_wgmma_norms_match_float64(norms, Q, M, k, extra):
+    """Both database-norm forms against float64 (partial tiles, the overlapped loop's last-tile barrier)."""
+    from gpu_backend.driver import arch_of, properties
+    if arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    from test_knn_fast import check_cakelib_knn
+    p = {"bq": 128, "bn": 64, "split": 8, "stages": 4, "mma": "wgmma", "merge": "kernel", "norms": norms, **extra}
+    check_cakelib_knn("l2", Q, M, k, p, seed=5)
 
 
 def test_overlap_reloading_the_in_flight_slot_is_reported(monkeypatch):

@@ -10,9 +10,11 @@ mma tiles; the mid-Q searches were bound by bytes in flight, docs/tasks-kmeans-k
 
 Layout: wgmma reads K-major operands in 128-byte swizzle atoms (64 f16 per row), so a [rows, D] tile is
 stored as D / 64 atoms one below the other: atom a holds columns [64 a, 64 a + 64) of every row, at rows
-[a * rows, (a + 1) * rows) of a [D / 64 * rows, 64] swizzle_128B buffer. Both squared norms come from a
-first kernel each (knn_db_norms over Xb and over Xq) into workspaces XN / QN and are staged with the
-tiles, so the search kernel never reduces a swizzled tile.
+[a * rows, (a + 1) * rows) of a [D / 64 * rows, 64] swizzle_128B buffer. The query norms come from a
+first kernel (knn_db_norms over Xq) into the workspace QN; the database norms either the same way (norms
+"global": XN, staged with each tile) or from the staged tile itself (norms "tile": a sum of squares atom by
+atom, while the tile's wgmma runs; a row stays in its 128-byte lines under the swizzle, so its sum does
+not depend on it), which saves the norms kernel's read of the whole database.
 """
 from typing import Optional
 
@@ -46,7 +48,7 @@ def prefetch_distance(stages: int, overlap: bool) -> int:
 
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
               stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, share: bool = True,
-              merge: str = "wide",
+              merge: str = "wide", norms: str = "global",
               skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
@@ -59,7 +61,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     its k-th best, merge "kernel": a merge kernel after the search instead of the last CTA's merge,
     skip_pad: the rows past Q never enter the insertion, seed: a sampling kernel of every
     seed-th tile first leaves each query's bound in TH, which the search loads before its first tile
-    (programs.knn_fused)."""
+    (programs.knn_fused). norms (l2): "global", the database norms from a first kernel; "tile", reduced
+    from each staged tile while its wgmma runs (one more barrier per tile, one database read less)."""
     if arch != "sm_90a":
         raise ValueError("knn_wgmma needs sm_90a (wgmma)")
     if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
@@ -69,9 +72,11 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         raise ValueError("the wide merge deals a query's partial lists to 2 thread groups: split must be even")
     if overlap and stages < 3:
         raise ValueError("overlap needs stages >= 3 (the in-flight wgmma's slot stays loaded)")
+    if norms not in ("global", "tile"):
+        raise ValueError(f"norms is 'global' or 'tile', not {norms!r}")
     if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, minb=minb, overlap=overlap,
-                  queue=queue, share=share, merge=merge, skip_pad=skip_pad, seed=seed, arch=arch)
+                  queue=queue, share=share, merge=merge, norms=norms, skip_pad=skip_pad, seed=seed, arch=arch)
         return seeded_program(knn_wgmma(**kw, sample=True), knn_wgmma(**kw, sample=False), arch)
     sampling = bool(sample) and seeded_bound(k, seed)
     seeded = seeded_bound(k, seed) and not sampling
@@ -79,6 +84,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     warps = bq // 16
     atoms = d // ATOM
     l2 = metric == "l2"
+    tnorm = l2 and norms == "tile"     # the database norms reduced from the staged tiles
     kind = "min" if l2 else "max"
     worst = BIG if l2 else -BIG
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
@@ -89,7 +95,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     tag += "_sb" if shared else ""
     tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
-    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_wg{tag}", arch=arch, grid=grid, threads=32 * warps,
+    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_{'wt' if tnorm else 'wg'}{tag}", arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
                        note=(f"the sample (every {seed}-th tile) of a seeded kNN search: each query's k-th best as its "
                              "bound in TH; " if sampling else "")
@@ -97,8 +103,9 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                             + (f", database split over {split} CTAs + " + ("merge kernel" if kmerge else "last-CTA merge")
                                if split > 1 else ""))
     declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
-    if l2:
+    if l2 and not tnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
+    if l2:
         kb.tensor("QN", "f32", [1, QN_COLS])
     kb.buffer("sQ", "smem", "f16", [atoms * bq, ATOM], layout="swizzle_128B")
     kb.buffer("sB", "smem", "f16", [atoms * bn, ATOM], layout="swizzle_128B", stages=stages)
@@ -131,8 +138,15 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         for a in range(atoms):
             r.copy("cp_async", tile("Xb", [row, a * ATOM], [bn, ATOM]), tile("sB", [a * bn, 0], [bn, ATOM], slot=slot),
                    oob="zfill", id=id if a == 0 else None)
-        if l2:
+        if l2 and not tnorm:
             r.copy("cp_async", tile("XN", [0, row], [1, bn]), tile("cn", slot=slot), oob="zfill")
+
+    def tile_norms(t: str):
+        """Tile t's squared norms into its cn slot, atom by atom (the rows dealt to the same threads), from
+        the staged tile while its wgmma runs; the caller's next barrier publishes them to the select."""
+        for a in range(atoms):
+            r.reduce("sum_sq", tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({t}) % {stages}"),
+                     tile("cn", slot=f"({t}) % {stages}"), accumulate=a > 0, id="db_norms" if a == 0 else None)
 
     with kb.role("main", warps=(0, warps)) as r:
         r.let("q0", "bid.x * BQ")
@@ -206,22 +220,33 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             with r.for_("t", 0, "nt", id="db_loop"):
                 arrive("t")
                 distances("t", "acc")
+                if tnorm:
+                    tile_norms("t")
+                    r.sync("syncthreads")           # the norms, for every warp's select
                 r.sync("wgmma_wait", n=0)
                 select("t", "acc")
         else:
             # two accumulators: tile u's wgmma runs while tile u - 1's scores are selected. The prefetch of
             # step u overwrites slot (u - 2) % stages: tile u - 2's wgmma was retired (wait 1) at step u - 1,
             # before this step's barrier, and tile u - 1's (in flight) reads another slot
+            # (tile norms: tile u's are reduced after its wgmma is issued; the next arrive's barrier, or the
+            # last step's own, publishes them before tile u is selected)
             with r.if_("0 < nt"):
                 arrive("0")
                 distances("0", "acc")
+                if tnorm:
+                    tile_norms("0")
 
             def step(u: str, nxt: str, cur: str):
                 with r.if_(f"{u} < nt"):
                     arrive(u)
                     distances(u, nxt)
+                    if tnorm:
+                        tile_norms(u)
                     r.sync("wgmma_wait", n=1)       # tile u - 1's wgmma is done; tile u's runs on
                 with r.if_(f"{u} >= nt"):
+                    if tnorm:
+                        r.sync("syncthreads")       # the last tile's norms
                     r.sync("wgmma_wait", n=0)
                 select(f"{u} - 1", cur)
             with r.for_("t", 0, "nt", step=2, id="db_loop"):
@@ -253,11 +278,11 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     after = [knn_merge(k, bq, split, kind, publish=sampling, reset=shared or seeded, arch=arch)] if kmerge else []
     if not l2 and not after:
         return search
-    return Program(name=search.name, arch=arch,
-                   workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS]),
-                              Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])] if l2 else [],
-                   kernels=([knn_db_norms(d, arch=arch), knn_db_norms(d, arch=arch, src="Xq", n="Q", dst="QN")]
-                            if l2 else []) + [search] + after)
+    ws = ([] if tnorm else [Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])]) \
+        + [Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])] if l2 else []
+    first = ([] if tnorm else [knn_db_norms(d, arch=arch)]) \
+        + [knn_db_norms(d, arch=arch, src="Xq", n="Q", dst="QN")] if l2 else []
+    return Program(name=search.name, arch=arch, workspace=ws, kernels=first + [search] + after)
 
 
 # the agent's seed and family (tasks/<task>/programs.py SEEDS / FAMILIES)
@@ -267,7 +292,7 @@ programs.FAMILIES["knn_l2_wgmma_sm90a"] = {
     "defaults": {**signature_defaults(knn_wgmma), "metric": "l2"},
     "space": {"bq": [64, 128], "bn": [64, 128, 256], "k": [1, 10, 32], "d": [64, 128], "split": [1, 8, 32, 128],
               "stages": [2, 3, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32],
-              "merge": ["wide", "kernel"]},
+              "merge": ["wide", "kernel"], "norms": ["global", "tile"]},
     "check": lambda p: p["bq"] % 64 == 0 and p["bn"] % 16 == 0,
     "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
                 "topk_sampled_bound": ["seed"]},
