@@ -9,7 +9,9 @@ shows up as a readable diff.
 Objective: the geometric-mean slowdown vs. the per-shape oracle, i.e. the sum over shapes of
 log(time(chosen) / best time at that shape). A variant that failed (or was not measured) at a shape
 costs +inf there, so a leaf never picks a variant that failed on one of its shapes unless every
-variant did (then the leaf is marked "unsafe" and takes the one with the fewest failures).
+variant did (then the leaf is marked "unsafe" and takes the one with the fewest failures). `fit(tail=w)`
+adds w x (log slowdown - log 1.05) wherever a shape runs more than 5% slower than its best, so that a
+leaf does not trade one shape's large loss for small gains elsewhere (a leaf's `loss` includes it).
 
 Tree nodes (JSON):
     internal: {"feature": str, "threshold": float, "le": node, "gt": node}   (value <= threshold -> "le")
