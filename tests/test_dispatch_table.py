@@ -70,6 +70,21 @@ def test_max_depth_zero_is_one_leaf_minimising_geomean():
                       "alternates": ["B", "C"]}
 
 
+def test_tail_weight_keeps_a_leaf_off_one_large_loss():
+    """A: best on 12 shapes, 1.6x slower on a 13th; B: 4.5% slower on the 12, best on the 13th. The plain
+    geomean picks A (ln 1.6 = 0.47 < 12 ln 1.045 = 0.53); with the tail term (slowdowns past 5% weigh
+    4x) A costs 0.47 + 3 (0.47 - ln 1.05) = 1.73 and B, below the knee, stays at 0.53."""
+    rows = []
+    for q in range(13):
+        a, b = (1.6, 1.0) if q == 12 else (1.0, 1.045)
+        rows += [Measurement({"Q": 2 ** q}, "A", a, True), Measurement({"Q": 2 ** q}, "B", b, True)]
+    v = {"A": {}, "B": {}}
+    assert fit("knn", rows, ["log2_Q"], v, fallback="A", max_depth=0).tree["variant"] == "A"
+    t = fit("knn", rows, ["log2_Q"], v, fallback="A", max_depth=0, tail=3.0)
+    assert t.tree["variant"] == "B" and t.meta["fit"]["tail"] == 3.0
+    assert t.tree["loss"] == pytest.approx(12 * math.log(1.045) / 13)
+
+
 @pytest.mark.parametrize("min_leaf", [1, 3])
 def test_failed_or_missing_variant_never_picked_where_it_failed(min_leaf):
     # A is 2x faster than B everywhere, but fails its check at Q=8 and was never run at Q=32.

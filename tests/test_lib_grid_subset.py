@@ -118,3 +118,14 @@ def test_rows_that_ran_a_per_call_form_do_not_set_the_prior_rescale():
            {"shape": s1, "variant": "split", "ran": "split_mk", "ok": True, "ms": 0.4}]
     out = lib_grid.rescale_prior([old[2]], new, old)
     assert out[0]["ms"] == pytest.approx(8.0 * 0.5)                 # a's ratio alone, not split's 0.1
+
+
+def test_rows_outside_a_variants_current_domain_count_as_not_run():
+    """A sweep row timed before a domain rule (here the capped kernels at k = 32, which spill) joins the fit
+    as not run: a refit must not pick the variant there."""
+    capped = {"bq": 128, "bn": 64, "split": 8, "stages": 4, "mma": "wgmma", "merge": "wide", "minb": 2}
+    vmap = {"capped": capped, "plain": {**capped, "minb": 1}}
+    raw = [{"shape": {"Q": 4096, "M": 1 << 20, "k": k}, "variant": v, "ok": True, "ms": 1.0}
+           for k in (16, 32) for v in vmap]
+    got = {(m.variant, m.shape["k"]): m.ok for m in lib_grid.measurements("knn", raw, vmap)}
+    assert got == {("capped", 16): True, ("plain", 16): True, ("capped", 32): False, ("plain", 32): True}
