@@ -157,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x128_wg_p
   constexpr int D = 128;  // /consts/D
   constexpr int KK = 10;  // /consts/KK
   constexpr int SPLIT = 1;  // /consts/SPLIT
-  constexpr int WR = 65536;  // /consts/WR
+  constexpr int WR = 131072;  // /consts/WR
   constexpr int WTR = 4096;  // /consts/WTR
   const int cake_tid = threadIdx.x;
   const int cake_lane = cake_tid & 31;
