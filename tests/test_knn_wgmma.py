@@ -147,13 +147,18 @@ needs_gpu = pytest.mark.skipif("not __import__('gpu_backend.driver', fromlist=['
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("metric,Q,M,k,variant", [
-    ("l2", 130, 4099, 10, WG[0]), ("l2", 200, 20_001, 32, WG[1]), ("ip", 70, 9_999, 10, WG[2]),
-    ("l2", 37, 60_001, 16, WG[3]), ("l2", 300, 100_003, 10, WG[4]), ("l2", 1, 300_001, 1, WG[5]),
-    ("ip", 129, 50_001, 16, WG[6]), ("l2", 257, 70_001, 10, WG[-1]), ("l2", 64, 1000, 16, WG[-2]),
+@pytest.mark.parametrize("metric,Q,M,k,name", [
+    ("l2", 130, 4099, 10, "bq64_bn128_s1_p3_wg"), ("l2", 200, 20_001, 32, "bq128_bn128_s1_p3_wg"),
+    ("ip", 70, 9_999, 10, "bq128_bn64_s1_p4_wg"), ("l2", 37, 60_001, 16, "bq64_bn128_s8_p3_mw_wg"),
+    ("l2", 300, 100_003, 10, "bq64_bn128_s32_p3_mw_wg"), ("l2", 1, 300_001, 1, "bq64_bn128_s128_p3_mw_wg"),
+    ("ip", 129, 50_001, 16, "bq128_bn128_s8_p3_mw_wg"), ("l2", 257, 70_001, 10, "bq128_bn64_s128_p4_mw_wg"),
+    ("l2", 64, 1000, 16, "bq128_bn64_s8_p4_b2_mw_wg"), ("l2", 10_001, 40_000, 10, "bq128_bn64_s8_p4_mw_wg"),
     # the overlapped ones (two accumulators): odd tile counts, a chunk of one tile, k = 1
-    ("l2", 333, 77_777, 10, WG[-5]), ("ip", 65, 5_000, 1, WG[-4]), ("l2", 7, 300, 16, WG[-3])])
-def test_cakelib_knn_wgmma_variants_match_float64(metric, Q, M, k, variant):
+    ("l2", 333, 77_777, 10, "bq128_bn64_s8_p4_mw_wg_ov"), ("ip", 65, 5_000, 1, "bq128_bn64_s1_p4_wg_ov"),
+    ("l2", 7, 300, 16, "bq64_bn64_s256_p4_mw_wg_ov")])
+def test_cakelib_knn_wgmma_variants_match_float64(metric, Q, M, k, name):
+    from cakelib.variants import knn_name
+    variant = next(p for p in WG if knn_name(p) == "knn_" + name)      # (by name: the list grows)
     from gpu_backend.driver import arch_of, properties
     if arch_of(properties(0)) != "sm_90a":
         pytest.skip("wgmma needs sm_90a")
