@@ -20,10 +20,15 @@ KNN_K_MAX_SPLIT = 32
 KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
 # the wgmma kernels' database norms (l2): "global", a norms kernel's first read of the whole database, or
 # "tile" (session 19), reduced from each staged tile while its wgmma runs; a variant's explicit "norms"
-# wins. "tile" saves a database read (Q = 64, M = 4M: ~0.25 of 0.53 ms by bytes) but has not been timed
-# on the grid yet: the committed tables were measured with "global" (`_gn` in a wgmma name when the
-# default is "tile")
+# wins (`_gn` / `_tn` in a wgmma name where it is not this default). Measured (session 20, same-run A/B and
+# the grid's 87 wgmma picks, bench/results/topk-norms-ab-h200.json): "tile" saves the database read only
+# where few query tiles share it and the search streams (k = 1, Q = 64: 0.53 -> 0.36 ms at M = 4M, 1.35-1.47x;
+# Q = 128 1.03-1.15x): below the H200's ~200 FLOP per byte (2 Q D FLOP per 2 D bytes of a database row) the
+# search is bound by the database's bytes. At k = 10 / 16 (the insertion binds) it is even (0.96-1.05x), and
+# at Q >= 256 each query tile repeats the reduce in a compute-bound kernel: 0.68-0.99x. So "global" stays
+# the default and the per-call form takes "tile" within KNN_WGMMA_TILE_NORMS (knn_wgmma_norms)
 KNN_WGMMA_NORMS = "global"
+KNN_WGMMA_TILE_NORMS = {"k_max": 1, "q_max": 128}
 # a register cap (minb > 1: 128 registers for 2 CTAs of 256 threads or 4 of 128) holds the lists up to
 # k = 16 (ptxas: 12-88 B of spill stores); at k = 32 every capped kNN kernel spills 2-9 KB per thread
 # (session 19's cubins; the grid's Q = 10000, M = 1M, k = 32 ran 2x slower on one), so that is outside
@@ -68,6 +73,21 @@ def knn_split_options(p: dict, shape: dict) -> dict:
                 and p.get("mma", "sync") == sd["mma"]:
             out["seed"] = sd["F"]
     return out
+
+
+def knn_wgmma_norms(p: dict, shape: dict) -> dict:
+    """A wgmma pick's database norms per call: reduced per staged tile ("tile") where the search is bound by
+    the database's bytes (KNN_WGMMA_TILE_NORMS: at most q_max queries, k <= k_max; the norms kernel's read
+    is then a large share of them), else the variant's own (KNN_WGMMA_NORMS by default)."""
+    lim = KNN_WGMMA_TILE_NORMS
+    if p.get("mma") != "wgmma" or "norms" in p or shape["k"] > lim["k_max"] or shape["Q"] > lim["q_max"]:
+        return p
+    return {**p, "norms": "tile"}
+
+
+def knn_per_call(p: dict, shape: dict) -> dict:
+    """kNN's per-call form of a table pick (runtime.per_call_form): the split options, then the norms."""
+    return knn_wgmma_norms(knn_split_options(p, shape), shape)
 
 
 @lru_cache(maxsize=1)
@@ -239,6 +259,6 @@ def kmeans_kernel(p: dict, arch: str):
 
 SUPPORTS = {"knn": knn_supports, "kmeans": kmeans_supports}
 # a table pick's per-call form (params, shape) -> params, fitted apart from the dispatch tree
-PER_CALL = {"knn": knn_split_options}
+PER_CALL = {"knn": knn_per_call}
 NAMES = {"knn": knn_name, "kmeans": kmeans_name}
 FALLBACK = {"knn": KNN_FALLBACK, "kmeans": KMEANS_FALLBACK}

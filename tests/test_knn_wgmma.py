@@ -194,3 +194,18 @@ def test_overlap_reloading_the_in_flight_slot_is_reported(monkeypatch):
     assert any(d.code == "E-SYN-10" and "race on sB" in d.message and "wgmma" in d.message for d in errs), \
         [d.short() for d in errs]
     assert any(d.code == "E-SYN-06" and "reads cn" in d.message for d in errs), [d.short() for d in errs]
+
+
+def test_per_call_form_reduces_norms_per_tile_only_where_the_database_bytes_bind():
+    """knn_wgmma_norms (session 20's A/B): tile norms at k = 1 with <= 128 queries; a norms kernel at
+    k > 1 or with more queries; a variant's explicit norms and the mma.sync kernels untouched."""
+    from cakelib.variants import KNN_WGMMA_TILE_NORMS as lim, knn_name, knn_wgmma_norms
+    wg = {"bq": 64, "bn": 128, "split": 128, "stages": 3, "mma": "wgmma", "merge": "wide"}
+    q, k = lim["q_max"], lim["k_max"]
+    assert knn_wgmma_norms(wg, {"Q": q, "M": 1 << 20, "k": k})["norms"] == "tile"
+    assert "_tn" in knn_name(knn_wgmma_norms(wg, {"Q": q, "M": 1 << 20, "k": k}))
+    for shape in ({"Q": q + 1, "M": 1 << 20, "k": k}, {"Q": 1, "M": 1 << 20, "k": k + 1}):
+        assert "norms" not in knn_wgmma_norms(wg, shape)
+    assert knn_wgmma_norms({**wg, "norms": "global"}, {"Q": 1, "M": 1000, "k": 1})["norms"] == "global"
+    sync = {k_: v for k_, v in wg.items() if k_ != "mma"}
+    assert knn_wgmma_norms(sync, {"Q": 1, "M": 1000, "k": 1}) == sync
