@@ -449,7 +449,10 @@ def _compile_job(job) -> str:
     from cake_ir.compiler import compile_ir
     from cakelib.variants import kmeans_kernel, knn_kernel
     op, p, k, arch = job
-    ir = knn_kernel(p, k, "l2", D, arch) if op == "knn" else kmeans_kernel(p, arch)
+    try:   # (a build that cannot be made is a failure to report, not the end of the batch)
+        ir = knn_kernel(p, k, "l2", D, arch) if op == "knn" else kmeans_kernel(p, arch)
+    except Exception as e:  # noqa: BLE001
+        return f"build: {type(e).__name__}: {e}"[:400]
     res = compile_ir(ir, arch=arch)   # a kernel or a Program (knn norms "global")
     return "" if res.ok else "; ".join(d.short() for d in res.diagnostics if d.severity == "error")[:400]
 

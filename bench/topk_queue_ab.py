@@ -87,21 +87,24 @@ FIT_MARGIN = 0.97
 
 
 def fit(ab_paths: list[str], table_path: str) -> dict:
-    """variant name -> {k: T}: per measured (variant, k) the queue width with the best geometric mean of
+    """variant name (cakelib.variants.knn_queue_key of a row's params: merge and norms forms pooled, a sampled
+    bound apart) -> {k: T}: per measured (variant, k) the queue width with the best geometric mean of
     its median over T = 0's across the shapes measured, when that beats FIT_MARGIN, else 0
     (cakelib.variants.knn_queue reads it). A width that failed at some shape is not a candidate. A later
     file's (variant, k) replaces the earlier files' measurements of it (a re-measurement)."""
     import math
+    from cakelib.variants import knn_queue_key
     ratios: dict = {}
     for path in ab_paths:
         rows = json.load(open(path))["rows"]
-        for key in {(r["variant"], str(r["shape"]["k"])) for r in rows}:
+        key_of = lambda r: knn_queue_key(r["params"]) if "params" in r else r["variant"]  # noqa: E731
+        for key in {(key_of(r), str(r["shape"]["k"])) for r in rows}:
             ratios.pop(key, None)
         for r in rows:
             b0 = r["builds"].get("0", r["builds"].get(0, {}))
             if not b0.get("ok"):
                 continue
-            key = (r["variant"], str(r["shape"]["k"]))
+            key = (key_of(r), str(r["shape"]["k"]))
             for q, b in r["builds"].items():
                 ratios.setdefault(key, {}).setdefault(int(q), []).append(b["ms"] / b0["ms"] if b.get("ok") else None)
     table: dict = {}

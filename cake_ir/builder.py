@@ -161,6 +161,19 @@ class RoleBuilder(_Body):
         self.doc = doc
 
 
+IDENT_MAX = 48   # cake_ir.nodes' identifier limit
+
+
+def fit_ident(name: str) -> str:
+    """A generated kernel name that may run past the IR's identifier limit (a variant's tags add up): kept
+    when it fits, else its first characters and 8 hex digits of a hash of the whole, so distinct names stay
+    distinct and deterministic."""
+    if len(name) <= IDENT_MAX:
+        return name
+    import hashlib
+    return name[:IDENT_MAX - 9] + "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
+
+
 class KernelBuilder:
     def __init__(self, name: str, arch: str, grid: Sequence, threads: int, min_blocks_per_sm: int = 1,
                  cluster: Optional[Sequence[int]] = None, note: str | None = None):

@@ -46,14 +46,23 @@ def knn_queue(p: dict, k: int) -> int:
         return 0
     if "queue" in p:
         return int(p["queue"])
-    # (fitted with the last-CTA merge, no sample and the wgmma kernels' database norms from a first kernel:
-    # the scan's lists are the same with a merge kernel, a sample or norms reduced per tile)
-    base = {**p, "seed": 0, **({"merge": "wide"} if p.get("merge") == "kernel" else {})}
-    if p.get("mma", "sync") == "wgmma":
-        base.pop("norms", None)
-    by_k = _queue_table().get(knn_name(base), {})
+    by_k = _queue_table().get(knn_queue_key(p), {})
     ks = [int(x) for x in by_k if int(x) <= k]
     return int(by_k[str(max(ks))]) if ks else 0
+
+
+def knn_queue_key(p: dict) -> str:
+    """A variant's name in the queue table: the scan's lists are the same with a merge kernel or wgmma norms
+    reduced per tile, so those forms share the entry of the base variant (last-CTA merge, the default
+    norms) and A/B rows of any of them fit it (bench/topk_queue_ab.py --fit). A sampled bound (`_sd{F}`)
+    keeps its own entry: with the bound tight from the first tile far fewer scores pass, and the queue that
+    pays on the unseeded scan loses there (session 20: T = 2 at k = 16 1.07-1.57x unseeded, 0.89-1.0x on most
+    seeded picks)."""
+    base = {k: v for k, v in p.items() if k != "queue"}
+    base = {**base, **({"merge": "wide"} if p.get("merge") == "kernel" else {})}
+    if p.get("mma", "sync") == "wgmma":
+        base.pop("norms", None)
+    return knn_name(base)
 
 
 def knn_split_options(p: dict, shape: dict) -> dict:

@@ -30,11 +30,14 @@ def test_committed_table_names_sweep_variants_whose_queued_builds_fit():
     by_name = {V.knn_name(p): p for p in knn_variants()}
     table = V._queue_table()
     assert table, "cakelib/tables/topk_queue/knn.json is missing"
-    for name, by_k in table.items():
-        assert name in by_name, name
+    for name, by_k in table.items():   # (a seeded form `_sd{F}` keeps its own entry: knn_queue_key)
+        base, _, f = name.partition("_sd")
+        assert base in by_name, name
+        p = {**by_name[base], **({"seed": int(f)} if f else {})}
+        assert V.knn_queue_key(p) == name
         for k, t in by_k.items():
             if t:
-                assert V.knn_registers_fit(by_name[name], int(k), 128), (name, k, t)
+                assert V.knn_registers_fit(p, int(k), 128), (name, k, t)
 
 
 def test_fit_keeps_a_width_only_when_its_geomean_beats_the_margin(tmp_path):

@@ -51,12 +51,13 @@ def test_wgmma_variants_verify_and_compile_without_spills(p):
     search = next(i for i, x in enumerate(ir.kernels) if x.name == ir.name)
     assert len(notes) == len(ir.kernels) and "wgmma.mma_async" in compiled_parts(res)[search].cuda_source, notes
     if p.get("minb", 1) > 1 and p["split"] > 1:
-        # capped at 128 registers (minb 2): without the shared bound no spill; with it (session 16, the
-        # builds the grid measured) its cache and reset word cost a 16 B spill, no more
-        off = compile_ir(knn_kernel({**p, "share": False}, k, "l2", 128, "sm_90a"), arch="sm_90a")
+        # capped at 128 registers (minb 2): without the shared bound and the queue no spill; the bound's
+        # cache and reset word cost a 16 B spill (session 16), the fitted queue (T = 2 at k = 16, session
+        # 20: its 8 registers) 16 B more, measured 1.5x faster at M = 100K all the same
+        off = compile_ir(knn_kernel({**p, "share": False, "queue": 0}, k, "l2", 128, "sm_90a"), arch="sm_90a")
         assert off.ok and all("0 B spill stores" in d.message for part in compiled_parts(off)
                               for d in part.diagnostics if d.code == "N-BACKEND-RESOURCES")
-        assert max(spills) <= 16, notes
+        assert max(spills) <= 32, notes
     else:
         assert spills == [0] * len(ir.kernels), notes
 
@@ -209,3 +210,16 @@ def test_per_call_form_reduces_norms_per_tile_only_where_the_database_bytes_bind
     assert knn_wgmma_norms({**wg, "norms": "global"}, {"Q": 1, "M": 1000, "k": 1})["norms"] == "global"
     sync = {k_: v for k_, v in wg.items() if k_ != "mma"}
     assert knn_wgmma_norms(sync, {"Q": 1, "M": 1000, "k": 1}) == sync
+
+
+def test_long_variant_names_fit_the_identifier_limit_and_stay_distinct():
+    """A capped, queued, seeded split with the merge kernel tags its kernels past 48 characters
+    (knn_l2_k10_d128_128x64_wg_s16_p4_b2_q2_mk_sb_smp8): the builder shortens them by a hash."""
+    from cake_ir.builder import IDENT_MAX, fit_ident
+    from cakelib.variants import knn_kernel
+    p = {"bq": 128, "bn": 64, "split": 16, "stages": 4, "mma": "wgmma", "minb": 2, "merge": "kernel", "seed": 8}
+    q2, q4 = ({kern.name for kern in knn_kernel({**p, "queue": q}, 10, "l2", 128, "sm_90a").kernels} for q in (2, 4))
+    assert all(len(n) <= IDENT_MAX for n in q2 | q4), q2 | q4
+    assert len(q2 - q4) == 2, (q2, q4)   # the sample and the search differ by their queue; the rest is shared
+    assert fit_ident("a" * IDENT_MAX) == "a" * IDENT_MAX
+    assert fit_ident("a" * 60) != fit_ident("a" * 61) and len(fit_ident("a" * 60)) == IDENT_MAX

@@ -4,7 +4,7 @@ is never written. `python -m tasks.export_seeds` writes them to seeds/*.json."""
 from typing import Callable, Optional
 
 from tasks.base import signature_defaults
-from cake_ir.builder import KernelBuilder, tile
+from cake_ir.builder import KernelBuilder, fit_ident, tile
 from cake_ir.nodes import Program, Workspace
 
 BIG = 3.0e38   # list sentinel: worse than any finite score
@@ -196,7 +196,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     tag += "_sb" if shared else ""
     tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
-    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}", arch=arch, grid=grid, threads=32 * warps,
+    kb = KernelBuilder(fit_ident(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}{tag}"), arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
                        note=(f"the sample (every {seed}-th tile) of a seeded kNN search: each query's k-th best as its "
                              "bound in TH; " if sampling else "")

@@ -18,7 +18,7 @@ not depend on it), which saves the norms kernel's read of the whole database.
 """
 from typing import Optional
 
-from cake_ir.builder import KernelBuilder, tile
+from cake_ir.builder import KernelBuilder, fit_ident, tile
 from cake_ir.nodes import Program, Workspace
 from tasks.base import signature_defaults
 
@@ -96,7 +96,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
     grid = ["cdiv(Q, BQ)", "SPLIT"] if split > 1 else ["cdiv(Q, BQ)"]
     mma = "wt" if tnorm else "wg"      # (a kernel name holds 48 characters: `wt`, wgmma with tile norms)
-    kb = KernelBuilder(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_{mma}{tag}", arch=arch, grid=grid, threads=32 * warps,
+    kb = KernelBuilder(fit_ident(f"knn_{metric}_k{k}_d{d}_{bq}x{bn}_{mma}{tag}"), arch=arch, grid=grid, threads=32 * warps,
                        min_blocks_per_sm=minb,
                        note=(f"the sample (every {seed}-th tile) of a seeded kNN search: each query's k-th best as its "
                              "bound in TH; " if sampling else "")
