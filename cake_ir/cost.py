@@ -747,6 +747,14 @@ def _sane(spec: ArchSpec, arch: str) -> tuple[ArchSpec, list[str]]:
     return replace(spec, **{f: getattr(table, f) for f in bad}), bad
 
 
+def topk_merge_instrs(k: int) -> int:
+    """Instructions per thread to merge two sorted lists of k by the bitonic network
+    (cake::topk_merge_sorted): P = k rounded up to a power of two; P pair selections (a compare, two
+    selects) and P / 2 log2 P compare-exchanges (a compare, four selects)."""
+    p = 1 << max(0, (k - 1).bit_length())
+    return 3 * p + 5 * (p // 2) * max(0, p.bit_length() - 1)
+
+
 def topk_insertion_instrs(k: int, n: int, tiles: int, queue: int = 0) -> float:
     """Expected warp instructions per tile and row slot (8 rows x 4 lanes of a warp) that a filtered
     top-k over an accumulator spends inserting, averaged over a stream of `tiles` tiles with n scores
@@ -960,6 +968,8 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                     queue = resolve_tile(k, st.queue_idx).buffer.shape[-1] if st.queue_idx is not None else 0
                     slots = (4 if wg else 1) * rows // 8       # row slots (8 rows x 4 lanes) per scope group
                     inserts = 32 * slots * topk_insertion_instrs(st.k, cols // 4, max(1, ex.inner_trips), queue)
+                if st.src_sorted:   # each row a sorted list of k: one bitonic merge per row
+                    per, inserts = 0, (src.elems // max(1, st.k)) * topk_merge_instrs(st.k)
                 g = scope_work(scope, src.elems * per + inserts)
                 raw.count = g
                 raw.simt_ops = src.elems * per * g
@@ -969,9 +979,10 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 vals = resolve_tile(k, st.vals)
                 kk = vals.shape[-1] if vals.shape else 1
                 rows = vals.shape[0] if vals.shape else 16
-                g = scope_work("warp", 32 * (rows // 8) * 2 * (2 * kk + kk * kk))   # 2 xor steps: shuffles + inserts
+                # 2 xor steps: the partner's list by shuffles, then a bitonic merge (cake::topk_merge_quad)
+                g = scope_work("warp", 32 * (rows // 8) * 2 * (2 * kk + topk_merge_instrs(kk)))
                 raw.count = g
-                raw.simt_ops = 32 * (rows // 8) * 2 * kk * kk * g
+                raw.simt_ops = 32 * (rows // 8) * 2 * topk_merge_instrs(kk) * g
             elif isinstance(st, TopKBound):
                 # a word per row slot: a global load (load) or a key conversion and store (store)
                 vals = resolve_tile(k, st.vals)

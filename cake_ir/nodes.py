@@ -441,6 +441,11 @@ class TopK(Node):
     `valid_rows` (k > 1 over mma_acc / wgmma_acc): the score tile's rows from `valid_rows` on are
     padding (e.g. the queries past Q in the last query tile): their lanes still join the warp's
     shuffles but never enter the insertion (a tile of 16 rows with one query inserted for all 16).
+
+    `src_sorted` (per-thread row_major src [R, k] with src_idx): each row of src is itself a sorted top-k
+    list (a split's partial list, another lane's list staged in smem), so the two lists are merged by a
+    bitonic network (cake::topk_merge_sorted) instead of k insertions. Sortedness is the author's claim:
+    an unsorted row gives a wrong selection, not an error.
     """
 
     op: Literal["topk"] = "topk"
@@ -475,6 +480,11 @@ class TopK(Node):
                                   "and fixed during it (e.g. loaded by topk_bound from a sampling kernel's words; NaN "
                                   "= none): the filter also uses it, with no global traffic (k > 1 over mma_acc / "
                                   "wgmma_acc scores)")
+    src_sorted: bool = Field(
+        default=False, description="src (per-thread row_major f32 [R, k], with src_idx) holds top-k lists already sorted "
+                                   "best first under the same order (e.g. partial lists of a split search): each row is "
+                                   "merged by a bitonic network, ~k log k independent compares instead of k insertions "
+                                   "(E-TOPK-05: scale 1, no biases or limit)")
 
 
 class TopKMerge(Node):

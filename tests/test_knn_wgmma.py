@@ -51,13 +51,15 @@ def test_wgmma_variants_verify_and_compile_without_spills(p):
     search = next(i for i, x in enumerate(ir.kernels) if x.name == ir.name)
     assert len(notes) == len(ir.kernels) and "wgmma.mma_async" in compiled_parts(res)[search].cuda_source, notes
     if p.get("minb", 1) > 1 and p["split"] > 1:
-        # capped at 128 registers (minb 2): without the shared bound and the queue no spill; the bound's
-        # cache and reset word cost a 16 B spill (session 16), the fitted queue (T = 2 at k = 16, session
-        # 20: its 8 registers) 16 B more, measured 1.5x faster at M = 100K all the same
+        # capped at 128 registers (minb 2): without the shared bound and the queue at most 8 B of spill (the
+        # last-CTA merge's bitonic networks, session 20; 0 with its insertions); the bound's cache and reset
+        # word cost 16 B more (session 16), the fitted queue (T = 2 at k = 16, session 20: its 8 registers)
+        # 16 B more, measured 1.5x faster at M = 100K all the same
         off = compile_ir(knn_kernel({**p, "share": False, "queue": 0}, k, "l2", 128, "sm_90a"), arch="sm_90a")
-        assert off.ok and all("0 B spill stores" in d.message for part in compiled_parts(off)
-                              for d in part.diagnostics if d.code == "N-BACKEND-RESOURCES")
-        assert max(spills) <= 32, notes
+        off_spills = [int(re.search(r"(\d+) B spill stores", d.message).group(1)) for part in compiled_parts(off)
+                      for d in part.diagnostics if d.code == "N-BACKEND-RESOURCES"]
+        assert off.ok and max(off_spills) <= 8, off_spills
+        assert max(spills) <= 40, notes
     else:
         assert spills == [0] * len(ir.kernels), notes
 

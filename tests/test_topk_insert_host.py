@@ -91,3 +91,68 @@ def test_topk_insert_keeps_the_best_k_sorted(tmp_path):
         got_pairs = [(float(a), int(b)) for a, b in rows]
         fill = (float("inf") if mn else float("-inf"), 2147483647)
         assert got_pairs == want + [fill] * (k - len(want)), (k, mn, len(stream))
+
+
+def _merge_source() -> str:
+    """topk_better, inf and the bitonic merge (topk_pow2, topk_merge_sorted) as the header has them."""
+    h = header_text()
+    b = re.search(r"template <bool MIN> __device__ __forceinline__ bool topk_better.*?\n}\n", h, re.S)
+    m = re.search(r"template <int K> struct topk_pow2.*?"
+                  r"template <int K, bool MIN> __device__ __forceinline__ void topk_merge_sorted.*?\n}\n", h, re.S)
+    assert b and m, "topk_better / topk_merge_sorted not found in cake.cuh"
+    return "inline float inf() { return INFINITY; }\n" + b.group(0) + m.group(0)
+
+
+@pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
+def test_topk_merge_sorted_keeps_the_best_k_of_two_lists(tmp_path):
+    """Two sorted lists (the best k of two random streams with ties, short streams leaving the worst fill
+    (inf / -inf, INT_MAX) in their tails, as an unfilled list holds) merged by the bitonic network: the
+    best k of their union, best first, for k = 1..32 (powers of two and not) and both directions."""
+    calls = "\n".join(f"    case {k}: run<{k}>(mn); break;" for k in KS)
+    src, exe = tmp_path / "merge.cpp", tmp_path / "merge"
+    src.write_text(f"""#include <cstdio>
+#include <cmath>
+#define __device__
+#define __forceinline__ inline
+namespace cake {{
+{_merge_source()}
+}}
+template <int K> void run(int mn) {{
+  float a[K], b[K]; int ai[K], bi[K];
+  for (int q = 0; q < K; ++q) if (scanf("%f %d", &a[q], &ai[q]) != 2) return;
+  for (int q = 0; q < K; ++q) if (scanf("%f %d", &b[q], &bi[q]) != 2) return;
+  if (mn) cake::topk_merge_sorted<K, true>(a, ai, b, bi); else cake::topk_merge_sorted<K, false>(a, ai, b, bi);
+  for (int q = 0; q < K; ++q) printf("%.9g %d\\n", a[q], ai[q]);
+  printf("end\\n");
+}}
+int main() {{
+  int k, mn;
+  while (scanf("%d %d", &k, &mn) == 2) {{
+    switch (k) {{
+{calls}
+    }}
+  }}
+}}
+""")
+    subprocess.run([CXX, "-O1", "-std=c++14", str(src), "-o", str(exe)], check=True, capture_output=True, timeout=120)
+    rng = random.Random(11)
+    cases, lines = [], []
+    for k in KS:
+        for mn in (1, 0):
+            fill = (float("inf") if mn else float("-inf"), 2147483647)
+            key = (lambda p: (p[0], p[1])) if mn else (lambda p: (-p[0], p[1]))
+            for na, nb in ((k, k), (3 * k, 2 * k + 1), (k // 2, 3 * k), (0, k), (1, 0), (5 * k, 5 * k)):
+                idx = rng.sample(range(20 * (na + nb) + 10), na + nb)   # disjoint candidates, as the merges see
+                vals = [float(rng.randint(-12, 12)) / 4 for _ in range(na + nb)]
+                sa, sb = list(zip(vals[:na], idx[:na])), list(zip(vals[na:], idx[na:]))
+                la = (sorted(sa, key=key)[:k] + [fill] * k)[:k]
+                lb = (sorted(sb, key=key)[:k] + [fill] * k)[:k]
+                cases.append((k, (sorted(sa + sb, key=key)[:k] + [fill] * k)[:k]))
+                lines.append(f"{k} {mn}")
+                lines += [f"{x!r} {i}" for x, i in la + lb]
+    out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True,
+                         timeout=60).stdout.split("end\n")
+    assert len(out) == len(cases) + 1
+    for (k, want), got in zip(cases, out):
+        pairs = [(float(a), int(b)) for a, b in (ln.split() for ln in got.strip().splitlines())]
+        assert pairs == want, (k, pairs, want)

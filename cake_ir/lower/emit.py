@@ -1415,6 +1415,16 @@ class Emitter:
             if st.valid_rows is not None or st.given_bound is not None:
                 self.fail(path, "valid_rows and a given bound are for mma_acc / wgmma_acc score tiles")
             xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
+            if st.src_sorted:   # each src row is a sorted list of k (E-TOPK-05): a bitonic merge per row
+                if xb is None or C != K or sb.dtype != "f32" or lim or st.row_bias is not None \
+                        or st.col_bias is not None or st.scale != 1.0:
+                    self.fail(path, "src_sorted merges per-thread f32 [R, k] lists with src_idx, scale 1, no biases "
+                                    "or limit")
+                for r in range(R):
+                    w.line(f"cake::topk_merge_sorted<{K}, {mn}>(&{vb.name}[{r * K}], &{ib.name}[{r * K}], "
+                           f"&{sb.name}[{r * C}], &{xb.name}[{r * C}]);")
+                w.close()
+                return
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
             w.line("#pragma unroll")
             w.open(f"for (int cake_r = 0; cake_r < {R}; ++cake_r)")

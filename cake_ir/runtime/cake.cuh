@@ -384,6 +384,44 @@ template <bool MIN> __device__ __forceinline__ float bound_share_cached(int* wor
   cache = bound_value<MIN>((unsigned)__ldcg(word));
   return thr;
 }
+// The best K of two sorted lists (best first), into (vals, idx): a bitonic merge. Against the other list
+// reversed, each slot keeps the better of the pair, which leaves the best P of the 2 P entries as one
+// bitonic sequence (P: K rounded up to a power of two, the tails padded with entries worse than any,
+// index INT_MAX); log2 P half-cleaner stages of independent compare-exchanges sort it. ~P log2 P
+// compare-exchanges with no dependent chain longer than log2 P + 1, where inserting the K entries one
+// by one (topk_insert) costs K shifts of K slots; the same best K under topk_better's total order.
+template <int K> struct topk_pow2 { static constexpr int P = K <= 1 ? 1 : 2 * topk_pow2<(K + 1) / 2>::P; };
+template <> struct topk_pow2<1> { static constexpr int P = 1; };
+template <int K, bool MIN> __device__ __forceinline__ void topk_merge_sorted(float* vals, int* idx, const float* ov,
+                                                                         const int* oi) {
+  constexpr int P = topk_pow2<K>::P;
+  const float pad = MIN ? inf() : -inf();
+  float c[P]; int ci[P];
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    const float a = q < K ? vals[q] : pad;
+    const int ai = q < K ? idx[q] : 0x7fffffff;
+    const float b = P - 1 - q < K ? ov[P - 1 - q] : pad;
+    const int bi = P - 1 - q < K ? oi[P - 1 - q] : 0x7fffffff;
+    const bool take_b = topk_better<MIN>(b, bi, a, ai);
+    c[q] = take_b ? b : a;
+    ci[q] = take_b ? bi : ai;
+  }
+#pragma unroll
+  for (int s = P / 2; s > 0; s >>= 1) {
+#pragma unroll
+    for (int q = 0; q < P; ++q) {
+      if ((q & s) == 0) {
+        const bool swap = topk_better<MIN>(c[q + s], ci[q + s], c[q], ci[q]);
+        const float v = c[q]; const int i = ci[q];
+        c[q] = swap ? c[q + s] : v; ci[q] = swap ? ci[q + s] : i;
+        c[q + s] = swap ? v : c[q + s]; ci[q + s] = swap ? i : ci[q + s];
+      }
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < K; ++q) { vals[q] = c[q]; idx[q] = ci[q]; }
+}
 // Merge the lists of the lanes `lane ^ 1` and `lane ^ 2` (a quad) into every lane of the quad.
 template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float* vals, int* idx) {
 #pragma unroll
@@ -394,8 +432,7 @@ template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float
       ov[q] = __shfl_xor_sync(0xffffffffu, vals[q], m);
       oi[q] = __shfl_xor_sync(0xffffffffu, idx[q], m);
     }
-#pragma unroll
-    for (int q = 0; q < K; ++q) topk_insert<K, MIN>(vals, idx, ov[q], oi[q]);
+    topk_merge_sorted<K, MIN>(vals, idx, ov, oi);
   }
 }
 

@@ -405,7 +405,7 @@ def _merge_serial(r, k: int, kind: str, worst: float, reset: bool, sampling: boo
             r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=4)
             r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=4)
             r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"),
-                  idx=tile("mi"))
+                  idx=tile("mi"), src_sorted=True)
             # leave the workspace zeroed for the next launch (each row is read by this thread only)
             r.fill("pv", 0.0)
             r.fill("pi", 0)
@@ -438,7 +438,12 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
     The last-CTA merge it replaces runs on one SM per query tile with two threads per query: at Q = 128,
     M = 100K, split 128 that was ~190 of the search kernel's 248 us (ncu, session 18: the SMs were
     active a quarter of its cycles), warp divergence over 32 queries per warp making most entries run
-    the whole insertion."""
+    the whole insertion.
+
+    Every list it reads is sorted (a quad's after topk_merge, or a lane's), so each is merged by a bitonic
+    network (`topk` src_sorted, as in every merge of stored lists here): at Q = 1, k = 16 the insertions
+    made this kernel 34 us against the search's 45 (ncu, session 20), a serial chain of k shifts of k
+    slots per list and 5 tree rounds of one warp."""
     worst = BIG if kind == "min" else -BIG
     vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4     # (rows of k words: 16-byte aligned at k % 4 == 0)
     lanes = min(32, split)            # lanes that hold a list after the first pass
@@ -476,7 +481,8 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
                     r.let("rr", "(qt * SPLIT + jj * 32 + lane) * BQ + qr")
                     r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=vb)
                     r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=vb)
-                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"))
+                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"),
+                          src_sorted=True)
                     r.fill("pv", 0.0)     # leave the workspace zeroed for the next launch
                     r.fill("pi", 0)
                     r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
@@ -489,7 +495,8 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
                 with r.if_(f"lane < {h}"):
                     r.lds(tile("hv", [f"hr + lane + {h}", 0], [1, k]), tile("pv"), vec_bytes=vb)
                     r.lds(tile("hi", [f"hr + lane + {h}", 0], [1, k]), tile("pi"), vec_bytes=vb)
-                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"))
+                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"),
+                          src_sorted=True)
                     if h > 1:
                         r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb)
                         r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
@@ -547,7 +554,8 @@ def _merge_warps(r, k: int, kind: str, ws: int, bq: int) -> None:
         with r.for_("w", 1, ws, id="merge_warps"):
             r.lds(tile("hmv", ["w * BQ + tid", 0], [1, k]), tile("pv0"), vec_bytes=4)
             r.lds(tile("hmi", ["w * BQ + tid", 0], [1, k]), tile("pi0"), vec_bytes=4)
-            r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
+            r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"),
+                  src_sorted=True)
         r.let("pr", "(bid.x * SPLIT + bid.y) * BQ + tid")
         r.stg(tile("mv"), tile("PV", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
         r.stg(tile("mi"), tile("PI", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
@@ -574,7 +582,8 @@ def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2
             r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
             r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
         for u in range(unroll):
-            r.add("topk", kind=kind, k=k, src=tile(f"pv{u}"), src_idx=tile(f"pi{u}"), vals=tile("mv"), idx=tile("mi"))
+            r.add("topk", kind=kind, k=k, src=tile(f"pv{u}"), src_idx=tile(f"pi{u}"), vals=tile("mv"), idx=tile("mi"),
+                  src_sorted=True)
         for u in range(unroll):   # leave the workspace zeroed (each row is read by this thread only)
             r.fill(f"pv{u}", 0.0)
             r.fill(f"pi{u}", 0)
@@ -610,13 +619,14 @@ def _merge_groups(r, k: int, kind: str, halves: int) -> None:
     if halves == 2:
         r.lds(tile("hmv", ["qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
         r.lds(tile("hmi", ["qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
-        r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"))
+        r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"),
+              src_sorted=True)
     elif halves > 2:
         with r.for_("h", 0, halves - 1, id="merge_groups"):
             r.lds(tile("hmv", ["h * BQ + qq", 0], [1, k]), tile("pv0"), vec_bytes=4)
             r.lds(tile("hmi", ["h * BQ + qq", 0], [1, k]), tile("pi0"), vec_bytes=4)
             r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"),
-                  idx=tile("mi"))
+                  idx=tile("mi"), src_sorted=True)
 
 
 # the inner-product seed is tasks/knn_ip
