@@ -16,7 +16,7 @@ import csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head, rows = rows[0], rows[1:]
 ki, vi, ii = head.index("Kernel Name"), head.index("Metric Value"), head.index("ID")
-ks = [(int(r[ii]), r[ki], float(r[vi]) / 1e3) for r in rows]
+ks = [(int(r[ii]), r[ki], float(r[vi].replace(",", "")) / 1e3) for r in rows]   # (ncu groups digits)
 n = len(ks) // 2    # profile_lib makes the call twice: the second half is the last call
 print("   ", "  ".join(f"{name[:44]} {us:.1f}" for _, name, us in ks[n:]), f"| sum {sum(u for *_, u in ks[n:]):.1f}")
 PY
