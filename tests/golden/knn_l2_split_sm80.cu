@@ -423,16 +423,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) knn_l2_k10_d128_16x32_s64_sb
               }
             }
              {  // /roles/0/body/22/body/0/then/2/body/3
-              const int cake_cb = (int)(0);
-              #pragma unroll
-              for (int cake_r = 0; cake_r < 1; ++cake_r) {
-                #pragma unroll
-                for (int cake_c = 0; cake_c < 10; ++cake_c) {
-                  const int cake_gi = pi[cake_r * 10 + cake_c];
-                  const float cake_v = 1.0f * pv[cake_r * 10 + cake_c];
-                  cake::topk_insert<10, true>(&mv[cake_r * 10], &mi[cake_r * 10], cake_v, cake_gi);
-                }
-              }
+              cake::topk_merge_sorted<10, true>(&mv[0], &mi[0], &pv[0], &pi[0]);
             }
             #pragma unroll
             for (int cake_e = 0; cake_e < 10; ++cake_e) pv[cake_e] = (0.0f);  // /roles/0/body/22/body/0/then/2/body/4
