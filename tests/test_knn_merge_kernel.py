@@ -109,3 +109,21 @@ def test_merge_kernel_leaves_workspace_and_bounds_clean_on_gpu(variant):
     wide = {**variant, "merge": "wide"}
     wide.pop("seed", None)
     search_near_and_far("l2", [("near", variant), ("far", variant), ("near", variant), ("far", wide)], seed=37)
+
+
+@pytest.mark.parametrize("k,kind", [(10, "min"), (16, "max"), (32, "min")])
+def test_merge_kernel_merges_stored_lists_by_the_bitonic_network(k, kind):
+    """Every list the merge kernel reads is sorted, so each goes through one bitonic merge
+    (cake::topk_merge_sorted, session 20: 34 -> ~10 us at Q = 1, k = 16), never k insertions; the cost
+    model counts the network, under half the k insertions of ~6 k instructions each at k >= 8."""
+    from cake_ir.compiler import compile_ir
+    from cake_ir.cost import topk_merge_instrs
+    merge = knn_merge(k, 128, 64, kind=kind, arch="sm_90a")
+    assert all(t.src_sorted for t in _ops(merge, "topk"))
+    out = compile_ir(merge, emit="cuda")
+    assert out.ok, [d.short() for d in out.diagnostics]
+    src = out.cuda_source.split("knn_merge_")[-1]   # (the kernel, not the runtime header)
+    # the lanes' lists, then the tree's 5 unrolled rounds (32 lanes)
+    assert src.count(f"cake::topk_merge_sorted<{k}, {'true' if kind == 'min' else 'false'}>") == 1 + 5
+    assert "cake::topk_insert" not in src
+    assert topk_merge_instrs(k) < 6 * k * k / 2 and topk_merge_instrs(16) == 3 * 16 + 5 * 8 * 4

@@ -130,9 +130,11 @@ def test_lowering_loads_and_stores_the_words():
 
 
 def test_variant_names_and_registers_know_the_seed():
-    from cakelib.variants import _queue_table, knn_kernel, knn_name, knn_queue, knn_supports, knn_tile_registers
-    # a seeded or merge-kernel form keeps its base variant's fitted queue (the first A/B lost the k = 32
-    # builds' queue): some committed table variant has a fitted width
+    from cakelib.variants import (_queue_table, knn_kernel, knn_name, knn_queue, knn_queue_key, knn_supports,
+                                  knn_tile_registers)
+    # a merge-kernel form keeps its base variant's fitted queue (the first A/B lost the k = 32 builds'
+    # queue); a seeded form has an entry of its own (session 20: with the bound tight from the first tile
+    # the queue that pays on the unseeded scan loses): some committed table variant has a fitted width
     from cakelib.dispatch import DispatchTable
     from cakelib.runtime import TABLES
     variants = DispatchTable.load(TABLES / "knn.json").variants
@@ -140,9 +142,11 @@ def test_variant_names_and_registers_know_the_seed():
               for p in [variants.get(n)] if p is not None]
     assert fitted, "no committed kNN table variant has a fitted queue"
     for params, k in fitted:
-        assert knn_queue({**params, "seed": 8}, k) == knn_queue(params, k) > 0
+        assert knn_queue(params, k) > 0 and knn_queue_key({**params, "seed": 8}) == knn_queue_key(params) + "_sd8"
         if params.get("merge") == "wide":
             assert knn_queue({**params, "merge": "kernel"}, k) == knn_queue(params, k)
+    seeded = [n for n in _queue_table() if n.endswith("_sd8")]
+    assert seeded and any(not t for n in seeded for t in _queue_table()[n].values())   # measured, and not all queued
     p = {"bq": 128, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma"}
     assert knn_name({**p, "seed": 8}) == knn_name(p) + "_sd8"
     assert knn_tile_registers({**p, "seed": 8}, 16, 128) == knn_tile_registers(p, 16, 128) + 2
