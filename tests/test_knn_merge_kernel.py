@@ -127,3 +127,26 @@ def test_merge_kernel_merges_stored_lists_by_the_bitonic_network(k, kind):
     assert src.count(f"cake::topk_merge_sorted<{k}, {'true' if kind == 'min' else 'false'}>") == 1 + 5
     assert "cake::topk_insert" not in src
     assert topk_merge_instrs(k) < 6 * k * k / 2 and topk_merge_instrs(16) == 3 * 16 + 5 * 8 * 4
+
+
+def test_sorted_merge_tactic_marks_the_list_merges_and_verifies():
+    """topk_sorted_merge on the unsorted-merge form of a last-CTA merge search puts src_sorted back on
+    every merge of stored lists (and only there); the result verifies; the tactic library finds it."""
+    import json
+    from cake_ir.io import load
+    from tactics import get_tactic
+    from tactics.base import retrieve
+    ir = json.loads(knn_fused("l2", k=16, bq=16, bn=32, split=32, stages=4).model_dump_json(exclude_none=True))
+    marked = [st for st in _ops(load(ir)[0], "topk") if st.src_sorted]
+    assert marked
+    plain = json.loads(json.dumps(ir).replace('"src_sorted": true', '"src_sorted": false'))
+    t = get_tactic("topk_sorted_merge")
+    g = {"ir": plain, "recipe": None}
+    assert t.applicable(g) is None
+    new = t.apply(g, t.choices(g)[0])["ir"]
+    k, diags = load(new)
+    assert k is not None, diags
+    assert [st.src_sorted for st in _ops(k, "topk")] == [st.src_sorted for st in _ops(load(ir)[0], "topk")]
+    assert verify(k).ok
+    assert t.applicable({"ir": new, "recipe": None}) is not None      # nothing left to mark
+    assert "topk_sorted_merge" in [x.name for x in retrieve("merge partial top-k lists faster", k=5)]
