@@ -4,7 +4,7 @@
 # 5th shape first, cut at 300 s (-> $OUT/call5.tgz: knn/grid.log, knn/pytest.log, knn/lib-grid-knn-h200.json).
 # Run after a change to code every kNN kernel shares (session 20: the bitonic merges of sorted lists).
 #     OUT=/some/dir bash bench/knn_grid_tests_device.sh
-. bench/device_env.sh
+. "$(dirname "$0")/device_env.sh"
 timeout 45 $PY -m pytest -q -x -p no:cacheprovider -m gpu tests/test_knn_merge_kernel.py > $D/pytest.log 2>&1
 stamp "pytest rc=$?: $(tail -1 $D/pytest.log)"
 grep -E "^FAILED|Error" $D/pytest.log | head -5

@@ -7,18 +7,8 @@
 #     OUT=/some/dir SHAPES='[...]' bash bench/knn_queue_refit_device.sh [AB_DEADLINE_S=150] [GRID_DEADLINE_S=200]
 . "$(dirname "$0")/device_env.sh"
 TABLE=cakelib/tables/topk_queue/knn.json
-queues() {   # grid shape ("Q=..,M=..,k=..") -> the queue width its pick runs with
-  $PY - <<'PY'
-import json
-from bench.lib_grid import D, knn_grid
-from cakelib.runtime import choose
-from cakelib.variants import knn_queue
-print(json.dumps({",".join(f"{k}={v}" for k, v in s.items()): knn_queue(choose("knn", {**s, "D": D})[1], s["k"])
-                  for s in knn_grid()}))
-PY
-}
 cp $TABLE $D/queue-table-before.json
-queues > $D/queues-before.json
+$PY bench/lib_grid.py runs knn > $D/runs-before.json
 timeout $(( ${1:-150} + 60 )) $PY bench/topk_queue_ab.py --option queue --values 0,2,4 --shapes "$SHAPES" \
   --out $D/queue-ab.json --procs $NP --deadline-s ${1:-150} > $D/ab.log 2>&1
 stamp "ab rc=$?"
@@ -27,9 +17,8 @@ sources=$($PY -c "import json; print(' '.join(json.load(open('$TABLE'))['sources
 $PY bench/topk_queue_ab.py --fit $sources $D/queue-ab.json --table $TABLE > $D/fit.log 2>&1
 stamp "fit rc=$?"
 cp $TABLE $D/queue-table-after.json
-queues > $D/queues-after.json
-only=$($PY -c "import json; a, b = (json.load(open('$D/queues-' + w + '.json')) for w in ('before', 'after'));
-print(';'.join(s for s in a if a[s] != b[s]))")
+$PY bench/lib_grid.py runs knn > $D/runs-after.json
+only=$($PY bench/lib_grid.py runs-changed $D/runs-before.json $D/runs-after.json)
 echo "$only" > $D/changed.txt
 stamp "grid shapes whose queue changed: $(echo "$only" | tr ';' '\n' | grep -c =)"
 [ -n "$only" ] && [ "${2:-200}" -gt 0 ] || { stamp done; exit 0; }

@@ -13,13 +13,8 @@ if [ "${1:-120}" -gt 0 ]; then         # (AB_DEADLINE_S 0: the grid shapes only)
   tail -21 $D/ab.log
 fi
 [ "${2:-220}" -gt 0 ] || { stamp done; exit 0; }   # (GRID_DEADLINE_S 0: the A/B only)
-only=$($PY - <<'PY'
-from bench.lib_grid import D, knn_grid
-from cakelib.runtime import choose
-print(";".join(",".join(f"{k}={v}" for k, v in s.items()) for s in knn_grid()
-               if choose("knn", {**s, "D": D})[1].get("mma") == "wgmma"))
-PY
-)
+only=$($PY -c "import json; from bench.lib_grid import runs
+print(';'.join(s for s, p in runs('knn').items() if p.get('mma') == 'wgmma'))")
 stamp "grid shapes on wgmma kernels: $(echo "$only" | tr ';' '\n' | grep -c =)"
 timeout $(( ${2:-220} + 60 )) $PY bench/lib_grid.py grid --op knn --out $D/grid --procs $NP --deadline-s ${2:-220} --spread 5 \
   --only "$only" > $D/grid.log 2>&1

@@ -7,10 +7,13 @@ dispatched library against the best baseline over a grid of 400+ shapes, checkin
     python bench/lib_grid.py merge OUT FILE [FILE ...]             # one grid file from shards / continuations
     python bench/lib_grid.py refit SWEEP.json [--out DIR] [--max-depth N] [--min-leaf N] [--cv]  # tables from a sweep (no GPU)
     python bench/lib_grid.py shapes                                # print the grids (no GPU)
-    python bench/lib_grid.py compile [--op ...] [--arch A]         # compile every sweep kernel (no GPU; fills the cache)
+    python bench/lib_grid.py compile [--op ...] [--arch A] [--grid] # compile every sweep kernel, or (--grid) every
+                                                                   # kernel the grid dispatches (no GPU; fills the cache)
     python bench/lib_grid.py summary FILE [FILE ...]               # geomean / worst / slower count of grid results
     python bench/lib_grid.py compare OLD NEW [NEW ...]             # library time new / old on the shapes both timed
     python bench/lib_grid.py changed OP OLD.json NEW.json          # --only spec of the grid shapes two tables pick apart
+    python bench/lib_grid.py runs OP > SNAPSHOT.json               # what the library runs at each grid shape (per-call params, kNN queue)
+    python bench/lib_grid.py runs-changed BEFORE.json AFTER.json   # --only spec of the shapes two snapshots run differently
 
 Honesty rules (docs/evaluation.md): seeded inputs; every library result is checked against float64
 math on the GPU (knn: recall@k = 1 with ties allowed and distances within the rounding allowance;
@@ -775,6 +778,13 @@ def spread(shapes: list, n: int) -> list:
     return [shapes[i] for r in range(max(1, n)) for i in range(r, len(shapes), max(1, n))]
 
 
+def grid_jobs(op: str, shapes, arch: str) -> list[tuple]:
+    """The (op, params, k, arch) compile jobs of the kernels the library dispatches at these shapes."""
+    from cakelib.runtime import choose
+    jobs = {(op, json.dumps(choose(op, {**s, "D": D})[1], sort_keys=True), s.get("k", 10), arch) for s in shapes}
+    return [(o, json.loads(p), k, a) for o, p, k, a in sorted(jobs)]
+
+
 def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), only=None):
     import torch
     from cakelib import kmeans, knn
@@ -789,13 +799,9 @@ def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), 
         shapes = [s for s in spread(knn_grid() if op == "knn" else kmeans_grid(), spread_n)[skip:] if shape_filter(only)(s)]
         shapes = shapes[shard[0]::shard[1]]   # shard i of n: one GPU of n each takes every n-th shape
         # compile the dispatched variants in parallel first (k is a compile-time constant for knn)
-        jobs = set()
-        for s in shapes:
-            sh = {**s, "D": D}
-            name, p = choose(op, sh)
-            jobs.add((op, json.dumps(p, sort_keys=True), s.get("k", 10), arch))
+        jobs = grid_jobs(op, shapes, arch)
         t0 = time.time()
-        fails = precompile([(o, json.loads(p), k, a) for o, p, k, a in sorted(jobs)], procs)
+        fails = precompile(jobs, procs)
         print(f"{op}: compiled {len(jobs)} dispatched kernels in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
         base = knn_baselines() if op == "knn" else kmeans_baselines()
         rows = []
@@ -997,21 +1003,47 @@ def compare(old_path: str, new_paths: list[str]) -> None:
         print(f"{op:6s} {k!s:>3s} {len(pairs):6d}  {g:22.3f}  {so:.3f} -> {sn:.3f}")
 
 
+def only_spec(shapes) -> str:
+    """The --only spec ("B=1,N=4096,K=8;...") of these shapes."""
+    return ";".join(",".join(f"{k}={v}" for k, v in s.items()) for s in shapes)
+
+
 def changed_shapes(op: str, old_table: str, new_table: str) -> str:
-    """The --only spec ("B=1,N=4096,K=8;...") of the op's grid shapes where the library's guarded pick
-    (cakelib.runtime._pick) differs between two dispatch tables: the shapes a refit needs re-timed."""
+    """The --only spec of the op's grid shapes where the library's guarded pick (cakelib.runtime._pick)
+    differs between two dispatch tables: the shapes a refit needs re-timed."""
     from cakelib.dispatch import DispatchTable
     from cakelib.runtime import _pick
     from cakelib.variants import SUPPORTS
     old, new = DispatchTable.load(old_table), DispatchTable.load(new_table)
     pick = lambda t, s: _pick(op, {**s, "D": D}, t, SUPPORTS[op])[0]     # noqa: E731
-    return ";".join(",".join(f"{k}={v}" for k, v in s.items())
-                    for s in (knn_grid() if op == "knn" else kmeans_grid()) if pick(old, s) != pick(new, s))
+    return only_spec(s for s in (knn_grid() if op == "knn" else kmeans_grid()) if pick(old, s) != pick(new, s))
+
+
+def runs(op: str) -> dict:
+    """Grid shape (its --only spec) -> what the library runs there with the committed tables: the pick's
+    per-call params (cakelib.runtime.choose) and, for kNN, the queue width filled in per k. Two snapshots
+    (`runs` before and after a change to any table) give the shapes to re-time (`runs-changed`)."""
+    from cakelib.runtime import choose
+    from cakelib.variants import knn_queue
+    out = {}
+    for s in (knn_grid() if op == "knn" else kmeans_grid()):
+        _, p = choose(op, {**s, "D": D})
+        out[only_spec([s])] = {**p, **({"queue": knn_queue(p, s["k"])} if op == "knn" else {})}
+    return out
+
+
+def runs_changed(before: dict, after: dict) -> str:
+    """The --only spec of the shapes whose entry differs between two `runs` snapshots."""
+    return ";".join(spec for spec in before if before[spec] != after.get(spec))
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "changed":
         return print(changed_shapes(sys.argv[2], sys.argv[3], sys.argv[4]))
+    if len(sys.argv) > 1 and sys.argv[1] == "runs":        # runs OP > snapshot.json
+        return print(json.dumps(runs(sys.argv[2]), sort_keys=True))
+    if len(sys.argv) > 1 and sys.argv[1] == "runs-changed":   # runs-changed BEFORE.json AFTER.json -> --only spec
+        return print(runs_changed(*(json.load(open(f)) for f in sys.argv[2:4])))
     if len(sys.argv) > 1 and sys.argv[1] == "probe-child":
         return probe_child(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
     if len(sys.argv) > 1 and sys.argv[1] == "summary":
@@ -1045,6 +1077,7 @@ def main():
                     help="grid: time every n-th shape first (a run cut by its deadline still covers the grid)")
     ap.add_argument("--only", help="sweep / grid: only the shapes with these dimensions, e.g. k=16")
     ap.add_argument("--variants", help="sweep / compile: only the variants whose name matches this regex")
+    ap.add_argument("--grid", action="store_true", help="compile: the grid's dispatched kernels, not the sweep's")
     ap.add_argument("--prior", help="sweep: an earlier sweep JSON whose measurements join the fit")
     args = ap.parse_args()
     ops = [o for o in args.op.split(",") if o]
@@ -1057,10 +1090,15 @@ def main():
         return
     if args.mode == "compile":
         for op in ops:
-            jobs = sweep_jobs(op, args.arch, args.only, args.variants)   # what the sweep compiles (fills the cubin cache for it)
+            if args.grid:   # the kernels the grid dispatches (with the committed tables) at its --only shapes
+                jobs = grid_jobs(op, filter(shape_filter(args.only), knn_grid() if op == "knn" else kmeans_grid()),
+                                 args.arch)
+            else:           # what the sweep compiles (fills the cubin cache for it)
+                jobs = sweep_jobs(op, args.arch, args.only, args.variants)
             t0 = time.time()
             fails = precompile(jobs, args.procs)
-            print(f"{op}: {len(jobs)} variant x k kernels, {len(fails)} failed, {time.time() - t0:.1f} s")
+            print(f"{op}: {len(jobs)} {'dispatched' if args.grid else 'variant x k'} kernels, {len(fails)} failed, "
+                  f"{time.time() - t0:.1f} s")
             for j, e in fails.items():
                 print("  ", j, e)
         return

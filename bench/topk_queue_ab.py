@@ -95,9 +95,9 @@ def fit(ab_paths: list[str], table_path: str) -> dict:
     import math
     from cakelib.variants import knn_queue_key
     ratios: dict = {}
+    key_of = lambda r: knn_queue_key(r["params"]) if "params" in r else r["variant"]  # noqa: E731
     for path in ab_paths:
         rows = json.load(open(path))["rows"]
-        key_of = lambda r: knn_queue_key(r["params"]) if "params" in r else r["variant"]  # noqa: E731
         for key in {(key_of(r), str(r["shape"]["k"])) for r in rows}:
             ratios.pop(key, None)
         for r in rows:

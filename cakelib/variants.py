@@ -58,8 +58,7 @@ def knn_queue_key(p: dict) -> str:
     keeps its own entry: with the bound tight from the first tile far fewer scores pass, and the queue that
     pays on the unseeded scan loses there (session 20: T = 2 at k = 16 1.07-1.57x unseeded, 0.89-1.0x on most
     seeded picks)."""
-    base = {k: v for k, v in p.items() if k != "queue"}
-    base = {**base, **({"merge": "wide"} if p.get("merge") == "kernel" else {})}
+    base = {**p, **({"merge": "wide"} if p.get("merge") == "kernel" else {})}   # (names carry no queue)
     if p.get("mma", "sync") == "wgmma":
         base.pop("norms", None)
     return knn_name(base)

@@ -9,7 +9,7 @@ What goes wrong on hardware: the network pairs slot q of one list with slot k - 
 of another length, moved scores or skipped entries pair the wrong slots and keep entries that are not
 the best k (wrong neighbours, silently).
 """
-from cake_ir.analysis.tiles import resolve_tile
+from cake_ir.analysis.topk import sorted_merge_problems
 from cake_ir.nodes import TopK
 
 CODE = "E-TOPK-05"
@@ -18,24 +18,10 @@ STAGE = "source"
 
 
 def check(ctx):
-    k = ctx.kernel
     for s in ctx.sites:
         n, p = s.node, s.path
         if not isinstance(n, TopK) or not n.src_sorted:
             continue
         plain = [{"op": "replace", "path": f"{p}/src_sorted", "value": False}]   # insert entry by entry
-        sb = resolve_tile(k, n.src).buffer
-        if sb is None or sb.space != "reg" or sb.layout != "row_major" or sb.scope != "thread" or sb.dtype != "f32":
-            yield ctx.report(f"{p}/src/buf", "src_sorted merges per-thread row_major f32 lists",
-                             legal=["row_major f32 (scope thread)"], fix=plain)
-            continue
-        if sb.shape[-1] != n.k:
-            yield ctx.report(f"{p}/src/buf", f"src_sorted reads each row of {sb.name!r} as a list of k = {n.k} "
-                             f"entries; its rows hold {sb.shape[-1]}", legal=[n.k], fix=plain)
-        if n.src_idx is None:
-            yield ctx.report(p, "src_sorted lists need their indices (src_idx, i32 of src's shape)", fix=plain)
-        if n.scale != 1.0 or n.row_bias is not None or n.col_bias is not None or n.limit is not None:
-            bad = [f for f in ("scale", "row_bias", "col_bias", "limit")
-                   if (getattr(n, f) != 1.0 if f == "scale" else getattr(n, f) is not None)]
-            yield ctx.report(f"{p}/{bad[0]}", f"src_sorted merges the lists' own entries: {', '.join(bad)} would move "
-                             "or drop them", legal=["scale 1, no biases, no limit"], fix=plain)
+        for field, why, legal in sorted_merge_problems(ctx.kernel, n):
+            yield ctx.report(f"{p}/{field}" if field else p, why, legal=legal or None, fix=plain)

@@ -15,21 +15,22 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import Tactic, TacticError, buffer, ops
+from .base import Tactic, TacticError, ops
 
 
 def _mergeable(ir: dict) -> list[tuple[str, dict]]:
-    out = []
-    for path, st, _ in ops(ir, "topk"):
-        if st.get("src_sorted") or st.get("src_idx") is None or float(st.get("scale", 1.0)) != 1.0:
-            continue
-        if any(st.get(f) is not None for f in ("row_bias", "col_bias", "limit")):
-            continue
-        b = buffer(ir, (st.get("src") or {}).get("buf", ""))
-        if (b and b.get("space") == "reg" and b.get("layout", "row_major") == "row_major"
-                and b.get("scope") == "thread" and b.get("dtype") == "f32" and b["shape"][-1] == st.get("k")):
-            out.append((path, st))
-    return out
+    """(path, statement dict) of each topk not yet marked whose operands a sorted merge takes (the
+    verifier's own predicate, cake_ir.analysis.topk)."""
+    from cake_ir.analysis.topk import sorted_merge_problems
+    from cake_ir.io import load
+    from cake_ir.nodes import TopK
+    from cake_ir.walk import statements
+    k, _ = load(ir)
+    if k is None:
+        return []
+    ok = {s.path for s in statements(k) if isinstance(s.node, TopK) and not s.node.src_sorted
+          and not sorted_merge_problems(k, s.node)}
+    return [(path, st) for path, st, _ in ops(ir, "topk") if path in ok]
 
 
 class SortedMerge(Tactic):

@@ -129,3 +129,20 @@ def test_rows_outside_a_variants_current_domain_count_as_not_run():
            for k in (16, 32) for v in vmap]
     got = {(m.variant, m.shape["k"]): m.ok for m in lib_grid.measurements("knn", raw, vmap)}
     assert got == {("capped", 16): True, ("plain", 16): True, ("capped", 32): False, ("plain", 32): True}
+
+
+def test_runs_snapshots_name_the_shapes_a_table_change_moves(monkeypatch):
+    """`runs` lists what the library runs at every grid shape (the per-call params and the kNN queue); a
+    changed queue table moves exactly the shapes whose pick it lists (`runs_changed`)."""
+    from cakelib import variants
+    before = lib_grid.runs("knn")
+    assert len(before) == len(lib_grid.knn_grid()) and all("queue" in p for p in before.values())
+    spec, p = next((s, p) for s, p in before.items() if p.get("split", 1) > 1 and "=16" in s.split(",")[-1])
+    key = variants.knn_queue_key(p)
+    table = {**variants._queue_table(), key: {"16": 4 if p["queue"] != 4 else 2}}
+    monkeypatch.setattr(variants, "_queue_table", lambda: table)
+    after = lib_grid.runs("knn")
+    moved = lib_grid.runs_changed(before, after).split(";")
+    assert spec in moved
+    assert all(variants.knn_queue_key(before[s]) == key and int(s.split("k=")[1]) >= 16 for s in moved)
+    assert lib_grid.runs_changed(before, before) == ""

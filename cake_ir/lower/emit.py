@@ -15,6 +15,7 @@ from typing import NamedTuple, Optional
 
 from .. import expr as E
 from ..analysis.tiles import bulk_rows, per_thread_elems, resolve_tile, threads_in_scope
+from ..analysis.topk import sorted_merge_problems
 from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
@@ -1416,10 +1417,9 @@ class Emitter:
                 self.fail(path, "valid_rows and a given bound are for mma_acc / wgmma_acc score tiles")
             xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
             if st.src_sorted:   # each src row is a sorted list of k (E-TOPK-05): a bitonic merge per row
-                if xb is None or C != K or sb.dtype != "f32" or lim or st.row_bias is not None \
-                        or st.col_bias is not None or st.scale != 1.0:
-                    self.fail(path, "src_sorted merges per-thread f32 [R, k] lists with src_idx, scale 1, no biases "
-                                    "or limit")
+                problems = sorted_merge_problems(self.k, st)
+                if problems:
+                    self.fail(path, problems[0][1])
                 for r in range(R):
                     w.line(f"cake::topk_merge_sorted<{K}, {mn}>(&{vb.name}[{r * K}], &{ib.name}[{r * K}], "
                            f"&{sb.name}[{r * C}], &{xb.name}[{r * C}]);")
