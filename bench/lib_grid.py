@@ -104,6 +104,9 @@ def knn_train() -> list[dict]:
         [{"Q": Q, "M": 100_000, "k": 16} for Q in (64, 256, 512, 4096)] + [{"Q": 32, "M": 4 << 20, "k": 16}]
     # (call 2's refit gave Q = 32 at M = 100K the Q <= 16 pick: k = 16 0.87x -> 0.61x)
     other_k += [{"Q": 32, "M": 100_000, "k": k} for k in (10, 16)]
+    # session 21: the grid's slowest shapes, the k >= 16 builds and Q = 64 at M = 4M (0.79-0.95x)
+    other_k += [{"Q": 65536, "M": 65536, "k": k} for k in (16, 32)] + [{"Q": 32768, "M": 32768, "k": 32}]
+    other_k += [{"Q": 64, "M": 4 << 20, "k": 16}]
     # session 10: no training shape sat at M = 256K or at Q = 128 / 512, where the grid's picks went wrong
     # (a depth-4 leaf shared by Q = 64 and 256; a refit leaf fitted to M = 100K points)
     between = [{"Q": Q, "M": M, "k": 10} for Q in (1, 16, 128, 512) for M in (1 << 18,)] + \
@@ -202,6 +205,15 @@ def knn_variants() -> list[dict]:
     # 19.2 ms, where Q = 4096 takes 4.3 ms on a 16-way wgmma split): the workspace (WS_ROWS 2^17) now
     # holds an 8-way split of 79 query tiles of 128, 632 CTAs
     out += [v(128, 64, 8, 4, **wg), v(128, 64, 8, 4, minb=2, **wg)]
+    # session 21: the sampled bound on the builds (Q = M, k >= 16: the unsplit mma.sync kernel at 0.79-0.95x of
+    # flashlib, one CTA per SM bound by insertion) -- the seeded 8-way split at Q = 10000, M = 1M, k = 16 scores
+    # 2.5x the pairs per second of the unsplit build at Q = M = 32768; and sparser samples for the few-query
+    # searches of 4M rows (Q = 64: the every-8th-tile sample took 315 us of 1.18 ms, ncu session 20)
+    sd = lambda p, f: {**p, "seed": f}   # noqa: E731  (an explicit seed: the per-call options keep it)
+    out += [sd(v(128, 64, 1, 4, **wg), f) for f in (8, 32)] + [sd(v(128, 64, 2, 4, **wg), 8)]
+    out += [sd({**v(128, 64, 1, 4, **wg), "overlap": True}, 8), sd(v(128, 64, 1, 4, minb=2, **wg), 8)]
+    out += [sd(v(128, 64, 1, 2), 8)]
+    out += [sd(v(128, 64, 128, 4, **wg), f) for f in (16, 32)] + [sd({**v(64, 64, 256, 4, **wg), "overlap": True}, 32)]
     return out
 
 
@@ -846,7 +858,7 @@ def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), 
                 row["speedup"] = good[bb] / row["cake_ms"]
             rows.append(row)
             print(f"{op} {shape} {name:28s} ok={row['ok']} cake={row.get('cake_ms')} base={row['baselines']} "
-                  f"x{row.get('speedup', float('nan')):.2f} {row['why']}", flush=True)
+                  f"x{row.get('speedup', float('nan')):.2f} t={time.time() - t_start:.0f}s {row['why']}", flush=True)
             torch.cuda.empty_cache()
             if len(rows) % 10 == 0:   # a killed run still leaves its measurements
                 with open(os.path.join(out_dir, f"lib-grid-{op}-h200.partial.json"), "w") as f:
