@@ -50,6 +50,11 @@ FEATURES = {"knn": ["log2_Q", "log2_M", "k"], "kmeans": ["B", "log2_N", "K", "lo
 # leave-one-shape-out estimate 1.078x -> 1.073x the per-shape best and the held-out shapes > 10% slower
 # than their best 21 -> 19 (none > 1.5x either way); the training set's worst shape 1.41x -> 1.65x.
 FIT_TAIL = 3.0
+# A measured shape whose tree pick runs more than this x its best variant runs the best (cakelib.dispatch.pin).
+# Session 21: the sweep timed two new variants only at Q = 64, M = 4M (k = 10: 0.79 ms against the leaf's
+# 1.01); a leaf can only take a variant measured on all its shapes, so the tree kept the slower one.
+# Only the sweep's own rows count (`fresh_rows`): its --prior's, rescaled, may predate a change to the kernels.
+PIN_OVER = 1.05
 
 
 # ---------------------------------------------------------------- shapes
@@ -689,7 +694,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
     sweep's replace those of the same shape and variant), for timing a few new variants without
     re-timing the rest."""
     import torch
-    from cakelib.dispatch import evaluate, fit_by_cross_validation
+    from cakelib.dispatch import evaluate, fit_by_cross_validation, pin
     from cakelib.runtime import per_call_form
     from cakelib.variants import FALLBACK, NAMES, SUPPORTS
     from gpu_backend.driver import arch_of, properties
@@ -764,7 +769,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
             old = prior_doc["ops"][op]
             new = {(json.dumps(r["shape"], sort_keys=True), r["variant"]) for r in raw}
             kept = [r for r in old["rows"] if (json.dumps(r["shape"], sort_keys=True), r["variant"]) not in new]
-            kept = rescale_prior(kept, raw, old["rows"])
+            kept = [{**r, "prior": True} for r in rescale_prior(kept, raw, old["rows"])]
             raw = kept + raw
             vmap = {**old["variants"], **vmap}
             result["prior"] = {"file": prior, "rows_kept": len(kept), "env": prior_doc.get("env")}
@@ -774,6 +779,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
                 "shapes": len(shapes), "measurements": len(rows)}
         table = fit_by_cross_validation(op, rows, FEATURES[op], vmap, NAMES[op](FALLBACK[op]),
                                         supports=_supports(op, vmap, arch), meta=meta, tail=FIT_TAIL)
+        table = pin(table, measurements(op, fresh_rows(raw), vmap, arch), PIN_OVER, _supports(op, vmap, arch))
         path = os.path.join(out_dir, f"{op}.json")
         table.save(path)
         ev = evaluate(table, rows)
@@ -916,18 +922,24 @@ def measurements(op: str, raw: list, vmap: dict, arch: str = "sm_90a") -> list:
                         ok=r["ok"] and sup(r["variant"], r["shape"])) for r in raw]
 
 
+def fresh_rows(raw: list) -> list:
+    """A sweep's rows timed in its own run (not carried over from its --prior: `sweep` marks those)."""
+    return [r for r in raw if not r.get("prior")]
+
+
 def _supports(op: str, vmap: dict, arch: str = "sm_90a"):
     """supports(variant name, shape) for picking among measured variants (D and the GPU's arch added)."""
     from cakelib.variants import SUPPORTS
     return lambda name, shape: name in vmap and SUPPORTS[op](vmap[name], {**shape, "D": D, "arch": arch})
 
 
-def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False) -> None:
+def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False, pin_over=PIN_OVER) -> None:
     """Fit the dispatch tables again from a sweep's measurements (lib-sweep-h200.json), no GPU; the tree
     size is chosen by leave-one-shape-out cross-validation like the sweep's, unless max_depth / min_leaf
     fix it. The table records the sweep's date and GPU and the refit command. cv: also print the
-    leave-one-shape-out estimate (cakelib.dispatch.cross_validate) for the fitted size."""
-    from cakelib.dispatch import TREE_SIZES, cross_validate, evaluate, fit, fit_by_cross_validation
+    leave-one-shape-out estimate (cakelib.dispatch.cross_validate) for the fitted size. pin_over: the
+    measured shapes whose tree pick is slower than this x their best run the best (<= 0: no pins)."""
+    from cakelib.dispatch import TREE_SIZES, cross_validate, evaluate, fit, fit_by_cross_validation, pin
     from cakelib.variants import FALLBACK, NAMES
     d = json.load(open(sweep_path))
     for op, v in d["ops"].items():
@@ -942,6 +954,8 @@ def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False
             table = fit(op, rows, FEATURES[op], vm, fb, meta=meta, tail=FIT_TAIL, **size)
         else:
             table = fit_by_cross_validation(op, rows, FEATURES[op], vm, fb, supports=sup, meta=meta, tail=FIT_TAIL)
+        if pin_over > 0:
+            table = pin(table, measurements(op, fresh_rows(v["rows"]), v["variants"]), pin_over, sup)
         kw = {k: table.meta["fit"][k] for k in ("max_depth", "min_leaf", "tail")}
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"{op}.json")
@@ -1073,8 +1087,10 @@ def main():
         rp.add_argument("--max-depth", type=int)
         rp.add_argument("--min-leaf", type=int)
         rp.add_argument("--cv", action="store_true", help="also the leave-one-shape-out estimate")
+        rp.add_argument("--pin-over", type=float, default=PIN_OVER,
+                        help="pin a measured shape whose tree pick is slower than this x its best (0: no pins)")
         a = rp.parse_args()
-        return refit(a.sweep, a.out, a.max_depth, a.min_leaf, a.cv)
+        return refit(a.sweep, a.out, a.max_depth, a.min_leaf, a.cv, a.pin_over)
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["sweep", "grid", "shapes", "compile"])
     ap.add_argument("--op", default="knn,kmeans")

@@ -13,6 +13,11 @@ variant did (then the leaf is marked "unsafe" and takes the one with the fewest 
 adds w x (log slowdown - log 1.05) wherever a shape runs more than 5% slower than its best, so that a
 leaf does not trade one shape's large loss for small gains elsewhere (a leaf's `loss` includes it).
 
+Pins (JSON "pins", optional): [{"shape": {...}, "variant": str, "slowdown": float}, ...]. A measured shape
+on which the tree's pick ran more than `pin`'s threshold slower than the shape's best variant runs that best
+variant (`pin`): the tree generalises between measured shapes, the pins keep what was measured at them (a
+sweep that times new variants at a few shapes only cannot move a leaf whose other shapes lack them).
+
 Tree nodes (JSON):
     internal: {"feature": str, "threshold": float, "le": node, "gt": node}   (value <= threshold -> "le")
     leaf:     {"variant": str, "n": int, "loss": float, "alternates": [str, ...]}
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -87,12 +92,15 @@ class DispatchTable:
     fallback: str                  # used when neither a leaf's variant nor its alternates can run a shape
     tree: dict
     meta: dict = field(default_factory=dict)   # gpu, date, command, fit stats
+    pins: list = field(default_factory=list)   # [{"shape", "variant", "slowdown"}]: measured shapes' best
 
     def __post_init__(self):
         # Validate on construction so that an invalid table (hand-edited JSON, bad fit) never exists.
         if self.fallback not in self.variants:
             raise ValueError(f"dispatch table {self.op!r}: fallback {self.fallback!r} is not in variants")
         _check_node(self.tree, "tree", self)
+        object.__setattr__(self, "_pin_keys", _check_pins(self))
+        object.__setattr__(self, "_pinned", {_pin_key(p["shape"], self._pin_keys): p["variant"] for p in self.pins})
 
     def _leaf(self, shape: dict) -> dict:
         node = self.tree
@@ -102,9 +110,16 @@ class DispatchTable:
         return node
 
     def pick(self, shape: dict, supports: Callable[[str, dict], bool] | None = None) -> str:
-        """The variant for `shape`. With `supports(variant, shape) -> bool`, a rejected leaf variant
-        gives way to the leaf's alternates in rank order, then to `fallback` (returned unchecked: it
-        is the last resort)."""
+        """The variant for `shape`: its pin, else the tree's leaf. With `supports(variant, shape) -> bool`,
+        a rejected pin gives way to the leaf, a rejected leaf variant to the leaf's alternates in rank
+        order, then to `fallback` (returned unchecked: it is the last resort)."""
+        pinned = self._pinned.get(_pin_key(shape, self._pin_keys)) if self._pinned else None
+        if pinned is not None and (supports is None or supports(pinned, shape)):
+            return pinned
+        return self.tree_pick(shape, supports)
+
+    def tree_pick(self, shape: dict, supports: Callable[[str, dict], bool] | None = None) -> str:
+        """`pick` without the pins."""
         leaf = self._leaf(shape)
         if supports is None:
             return leaf["variant"]
@@ -114,8 +129,8 @@ class DispatchTable:
         return self.fallback
 
     def reachable(self) -> list[str]:
-        """Variants a pick can return: every leaf's variant and alternates, and the fallback."""
-        names = {self.fallback}
+        """Variants a pick can return: every pin's, every leaf's variant and alternates, and the fallback."""
+        names = {self.fallback} | {p["variant"] for p in self.pins}
         for leaf in _leaves(self.tree):
             names.add(leaf["variant"])
             names.update(leaf.get("alternates", []))
@@ -124,7 +139,7 @@ class DispatchTable:
     def to_dict(self) -> dict:
         return {"format": FORMAT, "op": self.op, "version": self.version, "features": self.features,
                 "variants": self.variants, "fallback": self.fallback, "tree": self.tree,
-                "meta": self.meta}
+                "meta": self.meta, **({"pins": self.pins} if self.pins else {})}
 
     def to_json(self) -> str:
         # sorted keys + indentation: a refit is a readable diff. allow_nan=False: inf is not JSON.
@@ -141,7 +156,7 @@ class DispatchTable:
             raise ValueError(f"dispatch table is missing keys {missing}")
         return cls(op=data["op"], version=data["version"], features=data["features"],
                    variants=data["variants"], fallback=data["fallback"], tree=data["tree"],
-                   meta=data.get("meta", {}))
+                   meta=data.get("meta", {}), pins=data.get("pins", []))
 
     def save(self, path) -> None:
         Path(path).write_text(self.to_json())
@@ -169,6 +184,55 @@ def _check_node(node, path: str, t: DispatchTable) -> None:
         if side not in node:
             raise ValueError(f"{where}: split node without {side!r}")
         _check_node(node[side], f"{path}.{side}", t)
+
+
+def _pin_key(shape: dict, keys: tuple) -> tuple:
+    return tuple(shape.get(k) for k in keys)
+
+
+def _check_pins(t: DispatchTable) -> tuple:
+    """The shape keys every pin names (one set for all pins), after checking each pin."""
+    keys, seen = None, set()
+    for i, p in enumerate(t.pins):
+        where = f"dispatch table {t.op!r}, pins[{i}]"
+        if not isinstance(p, dict) or not isinstance(p.get("shape"), dict) or not p["shape"]:
+            raise ValueError(f"{where}: expected {{'shape': {{...}}, 'variant': ...}}, got {p!r}")
+        if p.get("variant") not in t.variants:
+            raise ValueError(f"{where}: unknown variant {p.get('variant')!r} (known: {sorted(t.variants)})")
+        k = tuple(sorted(p["shape"]))
+        if keys is not None and k != keys:
+            raise ValueError(f"{where}: shape keys {list(k)} differ from the first pin's {list(keys)}")
+        keys = k
+        if _pin_key(p["shape"], keys) in seen:
+            raise ValueError(f"{where}: shape {p['shape']} is pinned twice")
+        seen.add(_pin_key(p["shape"], keys))
+    return keys or ()
+
+
+def pin(table: DispatchTable, rows: list[Measurement], slower_than: float = 1.05,
+        supports: Callable[[str, dict], bool] | None = None) -> DispatchTable:
+    """`table` with a pin on every measured shape where the tree's pick failed or ran more than
+    `slower_than` x the shape's best time: that shape then runs its best variant (the fastest that
+    `supports` allows). A shape whose pick `rows` do not time gets none (nothing to compare: pass the rows
+    of one run, so that a pin never rests on timings from different runs). Replaces the table's pins; the
+    tree is kept."""
+    times, pins = _times(rows), []
+    for key in sorted(times):
+        shape, per = dict(key), times[key]
+        ranked = sorted((t, v) for v, t in per.items() if t is not None)
+        ranked = [(t, v) for t, v in ranked if supports is None or supports(v, shape)]
+        picked = table.tree_pick(shape, supports)
+        if not ranked or picked not in per:
+            continue
+        got = per[picked]
+        slow = math.inf if got is None else got / ranked[0][0]
+        if slow > slower_than:
+            pins.append({"shape": shape, "variant": ranked[0][1],
+                         "slowdown": slow if math.isfinite(slow) else None})
+    out = replace(table, pins=pins, meta=dict(table.meta))
+    out.meta["pins"] = {"slower_than": slower_than, "pinned": len(pins),
+                        "pins_vs_oracle": evaluate(out, rows, supports), "tree_vs_oracle": evaluate(table, rows, supports)}
+    return out
 
 
 # -------------------------------------------------------------------------------------- cost matrix

@@ -302,3 +302,70 @@ def test_fit_by_cross_validation_chooses_the_tree_size_the_data_needs():
     assert all(t.pick({"Q": q}) == names[q // 6] for q in range(24))
     simple = fit_by_cross_validation("knn", _two_regimes(), ["log2_M", "log2_Q", "k"], VARIANTS, fallback="C", sizes=sizes)
     assert simple.meta["fit"]["max_depth"] == 1
+
+
+# ---------------------------------------------------------------------------------------- pins
+
+def _pinned_rows():
+    """_two_regimes, with a new variant D timed only at Q = 64, M = 100000 (3x faster there than B)."""
+    shape = {"Q": 64, "M": 100000, "k": 10}
+    return _two_regimes() + [Measurement(shape, "D", 64 * 0.1 / 3, True)]
+
+
+def test_pin_takes_a_variant_measured_at_one_shape_only():
+    """A variant timed at one shape cannot win a leaf holding others (missing counts as failed); a pin
+    runs it there, and only there."""
+    from cakelib.dispatch import pin
+    rows = _pinned_rows()
+    v = {**VARIANTS, "D": {}}
+    t = fit("knn", rows, ["log2_Q", "log2_M"], v, fallback="C")
+    assert t.pick({"Q": 64, "M": 100000, "k": 10}) == "B"          # the tree alone
+    p = pin(t, rows, slower_than=1.05)
+    assert p.pins == [{"shape": {"M": 100000, "Q": 64, "k": 10}, "variant": "D", "slowdown": pytest.approx(3.0)}]
+    assert p.pick({"Q": 64, "M": 100000, "k": 10}) == "D"
+    assert p.pick({"Q": 64, "M": 100000, "k": 10, "D": 128}) == "D"   # keys the pins do not name are ignored
+    assert p.pick({"Q": 64, "M": 1000, "k": 10}) == "B" and p.pick({"Q": 64, "M": 100000, "k": 16}) == "B"
+    assert p.pick({"Q": 64, "M": 100000, "k": 10}, supports=lambda n, s: n != "D") == "B"   # a refused pin
+    assert "D" in p.reachable() and "D" not in t.reachable()
+    assert p.tree == t.tree and p.meta["pins"]["pinned"] == 1
+    assert p.meta["pins"]["pins_vs_oracle"]["geomean_slowdown_vs_oracle"] == pytest.approx(1.0)
+    assert p.meta["pins"]["tree_vs_oracle"]["worst_slowdown"] == pytest.approx(3.0)
+    assert evaluate(p, rows)["worst_slowdown"] == pytest.approx(1.0)
+    assert DispatchTable.from_json(p.to_json()) == p and DispatchTable.from_json(p.to_json()).pick(
+        {"Q": 64, "M": 100000, "k": 10}) == "D"
+
+
+def test_pin_threshold_and_unmeasured_picks():
+    """Within the threshold no pin; a shape whose tree pick has no row (another run timed it) gets none;
+    a pick that failed its check is pinned away from."""
+    from cakelib.dispatch import pin
+    shape = {"Q": 64, "M": 100000, "k": 10}
+    v = {**VARIANTS, "D": {}}
+    t = fit("knn", _two_regimes(), ["log2_Q", "log2_M"], v, fallback="C")          # B at Q = 64
+    near = [Measurement(shape, "B", 1.0, True), Measurement(shape, "D", 0.96, True)]
+    assert pin(t, near, slower_than=1.05).pins == []
+    assert pin(t, near, slower_than=1.03).pins[0]["variant"] == "D"
+    assert pin(t, [Measurement(shape, "D", 0.1, True), Measurement(shape, "A", 0.2, True)]).pins == []
+    failed = pin(t, [Measurement(shape, "B", 0.1, False), Measurement(shape, "A", 0.5, True)])
+    assert failed.pins == [{"shape": shape, "variant": "A", "slowdown": None}]
+    assert json.loads(failed.to_json())["pins"][0]["slowdown"] is None
+
+
+def test_pins_are_checked_on_load():
+    from cakelib.dispatch import pin
+    good = json.loads(pin(fit("knn", _pinned_rows(), ["log2_Q"], {**VARIANTS, "D": {}}, fallback="C"),
+                          _pinned_rows()).to_json())
+    assert good["pins"]
+
+    def bad(mutate, match):
+        d = json.loads(json.dumps(good))
+        mutate(d)
+        with pytest.raises(ValueError, match=match):
+            DispatchTable.from_json(json.dumps(d))
+
+    bad(lambda d: d["pins"][0].update(variant="ghost"), r"pins\[0\].*'ghost'")
+    bad(lambda d: d["pins"].append(dict(d["pins"][0])), r"pins\[1\].*pinned twice")
+    bad(lambda d: d["pins"].append({"shape": {"Q": 1}, "variant": "A"}), r"pins\[1\].*differ")
+    bad(lambda d: d["pins"].append({"variant": "A"}), r"pins\[1\]: expected")
+    no_pins = json.loads(fit("knn", _two_regimes(), ["log2_Q"], VARIANTS, fallback="C").to_json())
+    assert "pins" not in no_pins                     # a table without pins keeps its committed layout

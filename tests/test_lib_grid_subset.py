@@ -146,3 +146,19 @@ def test_runs_snapshots_name_the_shapes_a_table_change_moves(monkeypatch):
     assert spec in moved
     assert all(variants.knn_queue_key(before[s]) == key and int(s.split("k=")[1]) >= 16 for s in moved)
     assert lib_grid.runs_changed(before, before) == ""
+
+
+def test_committed_sweep_pins_rest_on_its_own_run(tmp_path):
+    """The refit's pins come from the sweep's own rows only (`fresh_rows`: the --prior's carry a mark):
+    every pin of the committed kNN table sits on a shape the committed sweep timed itself, past PIN_OVER."""
+    import json
+    rows = [{"shape": {"Q": 1}, "prior": True}, {"shape": {"Q": 2}}, {"shape": {"Q": 3}, "prior_ms": 1.0}]
+    assert lib_grid.fresh_rows(rows) == rows[1:]
+    sweep = Path(__file__).resolve().parents[1] / "bench/results/lib-sweep-knn-h200.json"
+    d = json.loads(sweep.read_text())
+    fresh = lib_grid.fresh_rows(d["ops"]["knn"]["rows"])
+    assert 0 < len(fresh) < len(d["ops"]["knn"]["rows"])
+    committed = json.loads((Path(__file__).resolve().parents[1] / "cakelib/tables/knn.json").read_text())
+    fresh_shapes = {json.dumps(r["shape"], sort_keys=True) for r in fresh}
+    assert committed["pins"] and all(json.dumps(p["shape"], sort_keys=True) in fresh_shapes for p in committed["pins"])
+    assert all(p["slowdown"] is None or p["slowdown"] > lib_grid.PIN_OVER for p in committed["pins"])
