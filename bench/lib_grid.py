@@ -213,9 +213,10 @@ def knn_variants() -> list[dict]:
     # holds an 8-way split of 79 query tiles of 128, 632 CTAs
     out += [v(128, 64, 8, 4, **wg), v(128, 64, 8, 4, minb=2, **wg)]
     # session 21: the sampled bound on the builds (Q = M, k >= 16: the unsplit mma.sync kernel at 0.79-0.95x of
-    # flashlib, one CTA per SM bound by insertion) -- the seeded 8-way split at Q = 10000, M = 1M, k = 16 scores
-    # 2.5x the pairs per second of the unsplit build at Q = M = 32768; and sparser samples for the few-query
-    # searches of 4M rows (Q = 64: the every-8th-tile sample took 315 us of 1.18 ms, ncu session 20)
+    # flashlib; the seeded 8-way split at Q = 10000, M = 1M, k = 16 scores 2.5x the pairs per second) -- slower
+    # at every k >= 10 build (1.03-2.4x; kept: the committed sweep's rows and a k = 2 pin name them); and
+    # sparser samples for the few-query searches of 4M rows (Q = 64: the every-8th-tile sample took 315 us of
+    # 1.18 ms, ncu session 20; every 32nd: 1.22-1.28x faster, pinned there)
     sd = lambda p, f: {**p, "seed": f}   # noqa: E731  (an explicit seed: the per-call options keep it)
     out += [sd(v(128, 64, 1, 4, **wg), f) for f in (8, 32)] + [sd(v(128, 64, 2, 4, **wg), 8)]
     out += [sd({**v(128, 64, 1, 4, **wg), "overlap": True}, 8), sd(v(128, 64, 1, 4, minb=2, **wg), 8)]
