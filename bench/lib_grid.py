@@ -214,7 +214,7 @@ def knn_variants() -> list[dict]:
     out += [v(128, 64, 8, 4, **wg), v(128, 64, 8, 4, minb=2, **wg)]
     # session 21: the sampled bound on the builds (Q = M, k >= 16: the unsplit mma.sync kernel at 0.79-0.95x of
     # flashlib; the seeded 8-way split at Q = 10000, M = 1M, k = 16 scores 2.5x the pairs per second) -- slower
-    # at every k >= 10 build (1.03-2.4x; kept: the committed sweep's rows and a k = 2 pin name them); and
+    # at every k >= 10 wgmma build (1.03-1.18x; kept: the committed sweep's rows and a k = 2 pin name them); and
     # sparser samples for the few-query searches of 4M rows (Q = 64: the every-8th-tile sample took 315 us of
     # 1.18 ms, ncu session 20; every 32nd: 1.22-1.28x faster, pinned there)
     sd = lambda p, f: {**p, "seed": f}   # noqa: E731  (an explicit seed: the per-call options keep it)

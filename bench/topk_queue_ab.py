@@ -14,6 +14,9 @@ compiled in parallel first. Prints a table last and writes JSON with the GPU and
   merge kernel of its own (a warp per query), the latter also with the sampled bound (`_sd{F}`);
 - `--option norms --values global,tile` (session 19): the wgmma kernels' database norms from a first kernel
   (a read of the whole database) against norms reduced from each staged tile.
+`--variant A,B` A/Bs the named variants (bench/lib_grid.py knn_variants, in their per-call form) at every shape
+that supports them instead of the table's picks, e.g. a family the table does not pick yet (session 21: the
+queue on the wgmma builds, which ran with T = 0 at k = 16 / 32 where the mma.sync build's T = 2 bought 1.2-2.4x).
     python bench/topk_queue_ab.py [--option queue|share|skip_pad] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
                                   [--shapes JSON] [--compile-only]
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
@@ -172,6 +175,8 @@ def main():
     ap.add_argument("--values", "--queues", dest="values", help="the option's values, the baseline first "
                     "(default: queue 0,2,4,8; share / skip_pad 0,1)")
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
+    ap.add_argument("--variant", help="comma-separated variant names (bench/lib_grid.py knn_variants) to A/B at "
+                    "every shape that supports them, in their per-call form, instead of the table's picks")
     ap.add_argument("--procs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--compile-only", action="store_true", help="fill the cubin cache and stop")
     ap.add_argument("--arch", help="with --compile-only: the target (no GPU needed), e.g. sm_90a")
@@ -204,7 +209,18 @@ def main():
     shapes = json.loads(a.shapes) if a.shapes else {"queue": SHAPES, "share": SHARE_SHAPES, "skip_pad": PAD_SHAPES,
                                                      "seed": SEED_SHAPES, "merge": MERGE_SHAPES,
                                                      "norms": NORMS_SHAPES}[opt]
-    cases = [(s, choose("knn", {**s, "D": D})) for s in shapes]
+    if a.variant:   # named variants instead of the table's picks (e.g. a family the table does not pick yet)
+        from bench.lib_grid import knn_variants
+        from cakelib.runtime import per_call_form
+        from cakelib.variants import NAMES, SUPPORTS
+        named = {NAMES["knn"](p): p for p in knn_variants()}
+        unknown = [n for n in a.variant.split(",") if n not in named]
+        if unknown:
+            raise SystemExit(f"--variant: not in knn_variants: {unknown}")
+        cases = [(s, (n, per_call_form("knn", named[n], {**s, "D": D, "arch": arch}))) for s in shapes
+                 for n in a.variant.split(",") if SUPPORTS["knn"](named[n], {**s, "D": D, "arch": arch})]
+    else:
+        cases = [(s, choose("knn", {**s, "D": D})) for s in shapes]
     if opt == "merge":   # (an unsplit kernel has no merge to compare)
         cases = [(s, (n, p)) for s, (n, p) in cases if p["split"] > 1]
     if opt == "norms":   # (the mma.sync kernels have their own norms options)
