@@ -724,6 +724,10 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
         bad |= {(name, s.get("k", 10)) for name in probed for s in shapes}
         print(f"{op}: probed {len(variants)} variants in {time.time() - t0:.1f} s, {len(probed)} left out", flush=True)
         variants = list(filter(variant_filter(op, pattern), variants))
+        uq = unqueued(variants, {s["k"] for s in shapes}) if op == "knn" else {}
+        if uq:   # (their times compare a queue as well as a kernel with the fitted variants')
+            print(f"knn: {len(uq)} variants run queue T = 0 at k >= 16 for want of a queue-table entry "
+                  f"(bench/topk_queue_ab.py --variant): {', '.join(sorted(uq))}", flush=True)
         raw = []
         t_op = time.time()
         for shape in shapes:
@@ -926,6 +930,23 @@ def measurements(op: str, raw: list, vmap: dict, arch: str = "sm_90a") -> list:
     sup = _supports(op, vmap, arch)
     return [Measurement(shape=r["shape"], variant=r["variant"], ms=r.get("ms"),
                         ok=r["ok"] and sup(r["variant"], r["shape"])) for r in raw]
+
+
+def unqueued(variants: list, ks) -> dict:
+    """kNN variant name -> the ks >= 16 at which it runs the deferred insertion's queue at T = 0 only because
+    the queue table has no entry for it (cakelib.variants.knn_queue's default). Session 21: every wgmma build
+    and every seeded form was swept at T = 0 beside the mma.sync build's fitted T = 2, which had bought it 2.4x
+    at k = 32: the sweep compared queues, not kernels."""
+    from cakelib.variants import _queue_table, knn_name, knn_queue_key
+    table = _queue_table()
+    out = {}
+    for p in variants:
+        if "queue" in p or knn_queue_key(p) in table:
+            continue
+        big = sorted(k for k in ks if k >= 16)
+        if big:
+            out[knn_name(p)] = big
+    return out
 
 
 def fresh_rows(raw: list) -> list:

@@ -162,3 +162,14 @@ def test_committed_sweep_pins_rest_on_its_own_run(tmp_path):
     fresh_shapes = {json.dumps(r["shape"], sort_keys=True) for r in fresh}
     assert committed["pins"] and all(json.dumps(p["shape"], sort_keys=True) in fresh_shapes for p in committed["pins"])
     assert all(p["slowdown"] is None or p["slowdown"] > lib_grid.PIN_OVER for p in committed["pins"])
+
+
+def test_sweep_names_the_variants_that_run_without_a_fitted_queue():
+    """A kNN variant with no queue-table entry runs T = 0 at k >= 16 while fitted ones run theirs: the sweep
+    says so (session 21: the wgmma builds compared with T = 0 against the mma.sync build's T = 2)."""
+    from cakelib.variants import knn_name
+    sync = {"bq": 128, "bn": 64, "split": 1, "stages": 2, "norms": "global"}     # fitted: T = 2 at k = 16 / 32
+    wg = {"bq": 128, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma"}          # no entry
+    got = lib_grid.unqueued([sync, wg, {**wg, "queue": 2}], {10, 16, 32})
+    assert got == {knn_name(wg): [16, 32]}
+    assert lib_grid.unqueued([wg], {1, 10}) == {}
