@@ -231,11 +231,11 @@ TACTICS = [
                     "split starts from empty lists and inserts its first candidates before its threshold tightens. "
                     "Measured on the H200 (with the merge kernel): 0.91x the time of the wgmma database splits at "
                     "M >= 256K rows; it costs more than it saves where each split's chunk is short (a handful of "
-                    "queries) and on unsplit kernels, whose own lists tighten over hundreds of tiles (self-kNN "
-                    "builds, Q = M = 16K-64K, k >= 10: 1.03-1.18x slower seeded). The sample is a pass of its own "
-                    "whose tiles insert almost every score (no bound yet): sample sparsely where the stream is "
-                    "long. At 64 queries over 4M rows every 32nd tile beat every 8th by 1.22-1.28x (0.79 ms "
-                    "against 1.01 at k = 10): a 32x smaller sample still bounds the row within its (k F / M) quantile.",
+                    "queries) and on unsplit kernels, whose own lists tighten over hundreds of tiles (all-pairs "
+                    "builds over 16K-64K rows lost 3-18% with it). The sample is a pass of its own whose tiles "
+                    "insert almost every score (no bound yet): sample sparsely where the stream is long. At 64 "
+                    "queries over 4M rows every 32nd tile beat every 8th by 1.22-1.28x (0.79 ms against 1.01): a "
+                    "sparser sample still bounds each row near its (k F / M) quantile.",
         keywords=("threshold", "bound", "sample", "sampling", "warm start", "empty list", "split", "database split",
                   "chunk", "first tiles", "sample density", "sparse sample"),
         params_doc="the family's seed parameter (F: every F-th database tile sampled first, 0 = off), values from "
