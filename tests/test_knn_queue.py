@@ -129,3 +129,15 @@ def test_topk_queue_tactic_is_found_by_its_problem():
     # the queue 1.1-1.6x on unseeded splits), both ahead of everything else
     assert {t.name for t in retrieve("nearest neighbour search slow at large k", k=2)} == {"topk_queue",
                                                                                         "topk_sorted_merge"}
+
+
+def test_queue_ab_refuses_an_unknown_named_variant(monkeypatch):
+    """bench/topk_queue_ab.py --variant names variants of bench/lib_grid.py knn_variants; a typo stops the A/B
+    before anything compiles, naming it."""
+    import sys
+    from bench import topk_queue_ab
+    monkeypatch.setattr(sys, "argv", ["topk_queue_ab.py", "--compile-only", "--arch", "sm_90a", "--shapes",
+                                      '[{"Q": 16384, "M": 16384, "k": 16}]', "--variant",
+                                      "knn_bq128_bn64_s1_p4_wg,knn_bq128_bn64_s1_p4_wgg"])
+    with pytest.raises(SystemExit, match="knn_bq128_bn64_s1_p4_wgg"):
+        topk_queue_ab.main()
