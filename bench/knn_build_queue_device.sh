@@ -3,27 +3,18 @@
 # insertion's queue. The session-21 sweep timed the wgmma builds with T = 0 (the queue table had no entry for
 # them: it was fitted at the picks of its day), where the mma.sync build's T = 2 bought 1.17x at k = 16 and
 # 2.4x at k = 32 (bench/results/topk-queue-ab-h200.json); T = 0 is also 250 registers at k = 32 (T = 2: 217).
-#   1. same-run A/B of T = 0 / 2 / 4 on the unsplit wgmma builds (capped b2 at k = 16 too) at Q = M = 16K-64K,
-#      k = 16 / 32 -> $D/queue-ab.json, printed;
-#   2. the queue table refitted with it (over its committed sources);
-#   3. a sweep of the k = 16 / 32 builds with the new queues beside the mma.sync picks (Q = M = 16384 at k = 16
+#   1. bench/knn_queue_refit_device.sh with VARIANT: same-run A/B of T = 0 / 2 / 4 on the unsplit wgmma builds
+#      (capped b2 at k = 16 too) at Q = M = 16K-64K, k = 16 / 32, the queue table refitted with it;
+#   2. a sweep of the k = 16 / 32 builds with the new queues beside the mma.sync picks (Q = M = 16384 at k = 16
 #      is a training shape since session 21), the refit with pins, all 165 grid shapes in one run
 #      (bench/knn_percall_sweep_device.sh FULL=1).
 # Compile first on the CPU machine and carry the cache:
 #     CAKE_CACHE_DIR=DIR python bench/topk_queue_ab.py --option queue --values 0,2,4 --shapes "$SHAPES" \
-#       --variant knn_bq128_bn64_s1_p4_wg,knn_bq128_bn64_s1_p4_b2_wg --compile-only --arch sm_90a
+#       --variant "$VARIANT" --compile-only --arch sm_90a       (SHAPES, VARIANT as below)
 #     OUT=/some/dir CAKE_CACHE_DIR=DIR bash bench/knn_build_queue_device.sh [SWEEP_BUDGET_S=100] [GRID_DEADLINE_S=300]
-. "$(dirname "$0")/device_env.sh"
-SHAPES='[{"Q":16384,"M":16384,"k":16},{"Q":32768,"M":32768,"k":16},{"Q":65536,"M":65536,"k":16},{"Q":16384,"M":16384,"k":32},{"Q":32768,"M":32768,"k":32},{"Q":65536,"M":65536,"k":32}]'
-timeout 150 $PY bench/topk_queue_ab.py --option queue --values 0,2,4 --shapes "$SHAPES" --procs $NP \
-  --variant knn_bq128_bn64_s1_p4_wg,knn_bq128_bn64_s1_p4_b2_wg --out $D/queue-ab.json > $D/queue-ab.log 2>&1
-stamp "queue A/B rc=$?"
-tail -10 $D/queue-ab.log
-[ -f $D/queue-ab.json ] || { stamp "no A/B result"; exit 1; }
-SRC=$($PY -c "import json; print(' '.join(json.load(open('cakelib/tables/topk_queue/knn.json'))['sources']))")
-$PY bench/topk_queue_ab.py --fit $SRC $D/queue-ab.json > $D/queue-fit.log 2>&1
-stamp "queue table refitted rc=$?: $(grep -A3 -E 's1_p4(_b2)?_wg"' $D/queue-fit.log | tr -d ' \n')"
-cp cakelib/tables/topk_queue/knn.json $D/topk-queue-knn.json
+export SHAPES='[{"Q":16384,"M":16384,"k":16},{"Q":32768,"M":32768,"k":16},{"Q":65536,"M":65536,"k":16},{"Q":16384,"M":16384,"k":32},{"Q":32768,"M":32768,"k":32},{"Q":65536,"M":65536,"k":32}]'
+export VARIANT=knn_bq128_bn64_s1_p4_wg,knn_bq128_bn64_s1_p4_b2_wg
+bash "$(dirname "$0")/knn_queue_refit_device.sh" 120 0 || exit 1
 ONLY='Q=16384|32768|65536,k=16|32' \
 PAT='(bq128_bn64_s1_p4(_b2)?_wg$|bq128_bn64_s1_p2_gn$|bq128_bn32_s1_p3_gn_b2_qs$|bq64_bn64_s1_p2_gn_b4_qs$)' \
-FULL=1 bash "$(dirname "$0")/knn_percall_sweep_device.sh" "${1:-100}" "${2:-300}"
+FULL=1 exec bash "$(dirname "$0")/knn_percall_sweep_device.sh" "${1:-100}" "${2:-300}"

@@ -4,13 +4,15 @@
 # the queue table refitted over its committed sources and this A/B, and the grid shapes whose queue the
 # refit changes re-timed (-> $D/grid/, to merge over the full grid with --later-wins; the refitted table is
 # $D/queue-table-after.json).
-#     OUT=/some/dir SHAPES='[...]' bash bench/knn_queue_refit_device.sh [AB_DEADLINE_S=150] [GRID_DEADLINE_S=200]
+# VARIANT=A,B: A/B those variants (topk_queue_ab.py --variant) instead of the table's picks. GRID_DEADLINE_S 0:
+# the A/B and the refit only.
+#     OUT=/some/dir SHAPES='[...]' [VARIANT=...] bash bench/knn_queue_refit_device.sh [AB_DEADLINE_S=150] [GRID_DEADLINE_S=200]
 . "$(dirname "$0")/device_env.sh"
 TABLE=cakelib/tables/topk_queue/knn.json
 cp $TABLE $D/queue-table-before.json
 $PY bench/lib_grid.py runs knn > $D/runs-before.json
 timeout $(( ${1:-150} + 60 )) $PY bench/topk_queue_ab.py --option queue --values 0,2,4 --shapes "$SHAPES" \
-  --out $D/queue-ab.json --procs $NP --deadline-s ${1:-150} > $D/ab.log 2>&1
+  ${VARIANT:+--variant "$VARIANT"} --out $D/queue-ab.json --procs $NP --deadline-s ${1:-150} > $D/ab.log 2>&1
 stamp "ab rc=$?"
 tail -42 $D/ab.log
 sources=$($PY -c "import json; print(' '.join(json.load(open('$TABLE'))['sources']))")

@@ -787,9 +787,10 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
         rows = measurements(op, raw, vmap, arch)
         meta = {"gpu": info.get("gpu"), "date": info["date"], "command": " ".join(["python"] + sys.argv),
                 "shapes": len(shapes), "measurements": len(rows)}
+        sup = _supports(op, vmap, arch)
         table = fit_by_cross_validation(op, rows, FEATURES[op], vmap, NAMES[op](FALLBACK[op]),
-                                        supports=_supports(op, vmap, arch), meta=meta, tail=FIT_TAIL)
-        table = pin(table, measurements(op, fresh_rows(raw), vmap, arch), PIN_OVER, _supports(op, vmap, arch))
+                                        supports=sup, meta=meta, tail=FIT_TAIL)
+        table = pin(table, measurements(op, fresh_rows(raw), vmap, arch), PIN_OVER, sup)
         path = os.path.join(out_dir, f"{op}.json")
         table.save(path)
         ev = evaluate(table, rows)
@@ -937,16 +938,9 @@ def unqueued(variants: list, ks) -> dict:
     the queue table has no entry for it (cakelib.variants.knn_queue's default). Session 21: every wgmma build
     and every seeded form was swept at T = 0 beside the mma.sync build's fitted T = 2, which had bought it 2.4x
     at k = 32: the sweep compared queues, not kernels."""
-    from cakelib.variants import _queue_table, knn_name, knn_queue_key
-    table = _queue_table()
-    out = {}
-    for p in variants:
-        if "queue" in p or knn_queue_key(p) in table:
-            continue
-        big = sorted(k for k in ks if k >= 16)
-        if big:
-            out[knn_name(p)] = big
-    return out
+    from cakelib.variants import knn_name, knn_queue_fitted
+    big = sorted(k for k in ks if k >= 16)
+    return {knn_name(p): big for p in variants if big and "queue" not in p and not knn_queue_fitted(p)}
 
 
 def fresh_rows(raw: list) -> list:

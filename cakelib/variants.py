@@ -51,6 +51,11 @@ def knn_queue(p: dict, k: int) -> int:
     return int(by_k[str(max(ks))]) if ks else 0
 
 
+def knn_queue_fitted(p: dict) -> bool:
+    """The queue table has an entry for this variant (else `knn_queue` runs it at T = 0 at every k)."""
+    return knn_queue_key(p) in _queue_table()
+
+
 def knn_queue_key(p: dict) -> str:
     """A variant's name in the queue table: the scan's lists are the same with a merge kernel or wgmma norms
     reduced per tile, so those forms share the entry of the base variant (last-CTA merge, the default

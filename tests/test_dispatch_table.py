@@ -330,6 +330,8 @@ def test_pin_takes_a_variant_measured_at_one_shape_only():
     assert p.tree == t.tree and p.meta["pins"]["pinned"] == 1
     assert p.meta["pins"]["pins_vs_oracle"]["geomean_slowdown_vs_oracle"] == pytest.approx(1.0)
     assert p.meta["pins"]["tree_vs_oracle"]["worst_slowdown"] == pytest.approx(3.0)
+    again = pin(p, rows, slower_than=1.05)                          # re-pinning: the tree's numbers stay the tree's
+    assert again.pins == p.pins and again.meta["pins"]["tree_vs_oracle"]["worst_slowdown"] == pytest.approx(3.0)
     assert evaluate(p, rows)["worst_slowdown"] == pytest.approx(1.0)
     assert DispatchTable.from_json(p.to_json()) == p and DispatchTable.from_json(p.to_json()).pick(
         {"Q": 64, "M": 100000, "k": 10}) == "D"
