@@ -6,6 +6,7 @@ dispatched library against the best baseline over a grid of 400+ shapes, checkin
                                    [--deadline-s S] [--spread N] [--skip I] [--shard I/N]
     python bench/lib_grid.py merge OUT FILE [FILE ...]             # one grid file from shards / continuations
     python bench/lib_grid.py refit SWEEP.json [--out DIR] [--max-depth N] [--min-leaf N] [--cv]  # tables from a sweep (no GPU)
+    python bench/lib_grid.py refit SWEEP.json --keep-tree TABLE.json   # that table's tree, pins from the sweep's own rows
     python bench/lib_grid.py shapes                                # print the grids (no GPU)
     python bench/lib_grid.py compile [--op ...] [--arch A] [--grid] # compile every sweep kernel, or (--grid) every
                                                                    # kernel the grid dispatches (no GPU; fills the cache)
@@ -27,6 +28,7 @@ kmeans is timed as 10 Lloyd iterations from the same initial centroids for every
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import math
@@ -954,13 +956,17 @@ def _supports(op: str, vmap: dict, arch: str = "sm_90a"):
     return lambda name, shape: name in vmap and SUPPORTS[op](vmap[name], {**shape, "D": D, "arch": arch})
 
 
-def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False, pin_over=PIN_OVER) -> None:
+def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False, pin_over=PIN_OVER,
+          keep_tree=None) -> None:
     """Fit the dispatch tables again from a sweep's measurements (lib-sweep-h200.json), no GPU; the tree
     size is chosen by leave-one-shape-out cross-validation like the sweep's, unless max_depth / min_leaf
     fix it. The table records the sweep's date and GPU and the refit command. cv: also print the
     leave-one-shape-out estimate (cakelib.dispatch.cross_validate) for the fitted size. pin_over: the
-    measured shapes whose tree pick is slower than this x their best run the best (<= 0: no pins)."""
-    from cakelib.dispatch import TREE_SIZES, cross_validate, evaluate, fit, fit_by_cross_validation, pin
+    measured shapes whose tree pick is slower than this x their best run the best (<= 0: no pins).
+    keep_tree: a table file whose tree is kept (no fit; e.g. when a sweep of a few shapes would move picks
+    at shapes it did not time): only its pins are redone from the sweep's own rows, its pins at shapes
+    the sweep did not time kept."""
+    from cakelib.dispatch import TREE_SIZES, DispatchTable, cross_validate, evaluate, fit, fit_by_cross_validation, pin
     from cakelib.variants import FALLBACK, NAMES
     d = json.load(open(sweep_path))
     for op, v in d["ops"].items():
@@ -969,6 +975,25 @@ def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False
         meta = {"gpu": d["env"].get("gpu"), "date": d["env"]["date"], "command": " ".join(["python"] + sys.argv),
                 "sweep_command": d.get("command"), "shapes": len({json.dumps(r["shape"], sort_keys=True) for r in v["rows"]}),
                 "measurements": len(rows)}
+        if keep_tree:
+            if pin_over <= 0:
+                raise SystemExit("refit --keep-tree only redoes the pins: --pin-over must be > 0")
+            old = DispatchTable.load(keep_tree)
+            if old.op != op:
+                raise SystemExit(f"--keep-tree {keep_tree} is a {old.op!r} table, the sweep's op is {op!r}")
+            fresh = measurements(op, fresh_rows(v["rows"]), v["variants"])
+            table = pin(old, fresh, pin_over, sup)
+            timed = {json.dumps(r["shape"], sort_keys=True) for r in fresh_rows(v["rows"])}
+            kept = [p for p in old.pins if json.dumps(p["shape"], sort_keys=True) not in timed]
+            table = dataclasses.replace(table, pins=kept + table.pins,
+                                        meta={**table.meta, "repinned": meta, "pins_kept": len(kept)})
+            os.makedirs(out_dir, exist_ok=True)
+            path = os.path.join(out_dir, f"{op}.json")
+            table.save(path)
+            print(f"{op}: table -> {path}; tree of {keep_tree}, {len(table.pins) - len(kept)} pins from the sweep's "
+                  f"own rows, {len(kept)} kept; training-set geomean slowdown vs oracle "
+                  f"{evaluate(table, rows)['geomean_slowdown_vs_oracle']:.3f}")
+            continue
         if max_depth or min_leaf:        # a fixed size: the given parts over the simplest one tried
             size = {**TREE_SIZES[0], **({"max_depth": max_depth} if max_depth else {}),
                     **({"min_leaf": min_leaf} if min_leaf else {})}
@@ -1110,8 +1135,10 @@ def main():
         rp.add_argument("--cv", action="store_true", help="also the leave-one-shape-out estimate")
         rp.add_argument("--pin-over", type=float, default=PIN_OVER,
                         help="pin a measured shape whose tree pick is slower than this x its best (0: no pins)")
+        rp.add_argument("--keep-tree", help="a table file whose tree is kept: only the pins are redone (from the "
+                        "sweep's own rows; its pins at shapes the sweep did not time are kept)")
         a = rp.parse_args()
-        return refit(a.sweep, a.out, a.max_depth, a.min_leaf, a.cv, a.pin_over)
+        return refit(a.sweep, a.out, a.max_depth, a.min_leaf, a.cv, a.pin_over, a.keep_tree)
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["sweep", "grid", "shapes", "compile"])
     ap.add_argument("--op", default="knn,kmeans")
