@@ -291,6 +291,12 @@ def kmeans_variants() -> list[dict]:
     # ... with both atoms of dims in one m64n128k16 per block and 16 points (half the update instructions)
     out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rw, "update_n": 128}
             for kmax in (256, 128) for p in (16, 33, 132)]
+    # session 22: centroid tiles in pairs on two accumulators (`astages` 2), tile 2u + 1's wgmma in flight during
+    # tile 2u's argmin (B = 1, N = 4M, K = 256 ran 0.93x of flashlib on the one-accumulator loop); bn 32 keeps
+    # the two accumulators in the registers of one (238 vs 239 at K = 256; bn 64 there: 255 and spills)
+    out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": bn, "ctas": p, **rw, "update_n": 128, "astages": a}
+            for kmax, bn, a, ps in ((256, 32, 1, (132,)), (256, 32, 2, (16, 33, 132)), (128, 32, 1, (132,)),
+                                    (128, 32, 2, (33, 132)), (128, 64, 2, (132,))) for p in ps]
     return out
 
 

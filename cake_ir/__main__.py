@@ -386,6 +386,7 @@ _OTHER_CODES = [
     ("W-BACKEND-SPILL", "warning", "ptxas spilled registers (bytes stored/loaded in the message)"),
     ("W-BACKEND-LOCAL", "warning", "the kernel uses local memory (a register array indexed at run time?)"),
     ("W-BACKEND-SETMAXNREG", "warning", "ptxas ignored setmaxnreg (warning C7508)"),
+    ("W-BACKEND-WGMMA-SERIAL", "warning", "ptxas serialized the kernel's wgmma (info C7514 and kin: the reason in the message)"),
     ("W-BACKEND-WARNING", "warning", "another NVRTC/ptxas warning"),
     ("N-BACKEND-RESOURCES", "note", "ptxas's resource report: registers, stack, spills, static shared memory"),
 ]

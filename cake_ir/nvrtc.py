@@ -52,6 +52,10 @@ _SMEM = re.compile(r"(\d+) bytes smem")
 _PTX_LINE = re.compile(r"(?:ptx input, line|instruction at line) (\d+)")
 _LOC = re.compile(r"^\s*\.loc\s+\d+\s+(\d+)\s")
 _WARN_C7508 = re.compile(r"C7508|setmaxnreg ignored", re.I)
+# ptxas reports this as "info", but it costs the whole kernel its wgmma overlap (every wgmma waits for the
+# previous): e.g. C7514, an accumulator read by ordinary instructions inside a pipeline stage ptxas cannot
+# delimit (a conditional wgmma, or one issued across a loop's back edge, while another is read)
+_WGMMA_SERIAL = re.compile(r"wgmma\.mma_async instructions are serialized", re.I)
 
 
 def parse_ptxas(log: str) -> dict:
@@ -152,7 +156,10 @@ def nvrtc_compile(source: str, arch: str, line_map: dict[int, str], kernel_name:
     res = parse_ptxas(text)
     if cubin is not None:
         for raw in text.splitlines():
-            if "warning" in raw.lower():
+            if _WGMMA_SERIAL.search(raw):
+                diags.append(Diagnostic(code="W-BACKEND-WGMMA-SERIAL", severity="warning", node="/roles",
+                                        message=raw.strip()[:400]))
+            elif "warning" in raw.lower():
                 m = _LINE.search(raw)
                 node = _node_for_line(line_map, int(m.group(1))) if m else "/"
                 code = "W-BACKEND-SETMAXNREG" if _WARN_C7508.search(raw) else "W-BACKEND-WARNING"

@@ -233,7 +233,8 @@ def kmeans_name(p: dict) -> str:
     assignment on wgmma, sm_90a) adds `_wg`, `xstages: 2` (fused: the next point tile prefetched) `_x2`,
     `sums: "regs"` (wgmma: the sums held in registers for the whole kernel, no smem sums) `_rs`, `sums:
     "wgmma"` (held in wgmma accumulators, the one-hot update on wgmma too) `_rw`, with `update_n: 128` (both
-    swizzle atoms of dims per update instruction) `_rw128`."""
+    swizzle atoms of dims per update instruction) `_rw128`, `astages: 2` (resident: two distance accumulators,
+    the next centroid tile's wgmma in flight during this one's argmin) `_a2`."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""
@@ -243,6 +244,7 @@ def kmeans_name(p: dict) -> str:
     extra += "_x2" if p.get("xstages", 1) == 2 else ""
     extra += {"smem": "", "regs": "_rs", "wgmma": "_rw"}[p.get("sums", "smem")]
     extra += "128" if p.get("update_n", 64) == 128 else ""
+    extra += "_a2" if p.get("astages", 1) == 2 else ""
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
 
@@ -260,7 +262,8 @@ def kmeans_kernel(p: dict, arch: str):
         from tasks.kmeans.wgmma import kmeans_wgmma
         return kmeans_wgmma(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], urows=p.get("urows", 16),
                             resident=p.get("kind", "fused") == "resident", xstages=p.get("xstages", 1),
-                            sums=p.get("sums", "smem"), update_n=p.get("update_n", 64), arch=arch)
+                            sums=p.get("sums", "smem"), update_n=p.get("update_n", 64),
+                            astages=p.get("astages", 1), arch=arch)
     update = p.get("update", "atomic")
     if p.get("kind", "fused") == "resident":
         return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16),

@@ -21,7 +21,8 @@ WG = [p for p in kmeans_variants() if p.get("mma") == "wgmma"]
 
 
 @pytest.mark.parametrize("p", WG, ids=lambda p: f"{p['kind']}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_u{p.get('urows', 16)}"
-                         f"_x{p.get('xstages', 1)}_p{p['ctas']}" + ("_rs" if p.get("sums") == "regs" else ""))
+                         f"_x{p.get('xstages', 1)}_p{p['ctas']}" + ("_rs" if p.get("sums") == "regs" else "")
+                         + {"wgmma": f"_rw{p.get('update_n', 64)}"}.get(p.get("sums"), "") + f"_a{p.get('astages', 1)}")
 def test_wgmma_variants_verify_and_compile_without_spills(p):
     from cakelib.variants import kmeans_kernel, kmeans_name
     assert "_wg" in kmeans_name(p) and "_mma" in kmeans_name(p)
@@ -282,5 +283,98 @@ def test_held_sums_one_step_matches_float64(p, B, N, K):
     shape = {"B": B, "N": N, "K": K}
     inp = TASK.make_inputs(shape, seed=11)
     Cn, A = kmeans(inp["X"].reshape(B, N, 128), K, 1, init=inp["C"].reshape(B, K, 128), variant=p)
+    checks = TASK.check({"A": A, "Cnew": Cn.reshape(B * K, 128)}, TASK.reference(inp, shape), inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+
+
+A2 = [p for p in WG if p.get("astages", 1) == 2]
+
+
+def _with_ids(node, ids, found):
+    if isinstance(node, dict):
+        if node.get("id") in ids:
+            found.append(node)
+        for v in node.values():
+            _with_ids(v, ids, found)
+    elif isinstance(node, list):
+        for v in node:
+            _with_ids(v, ids, found)
+    return found
+
+
+def _lists(node):
+    if isinstance(node, dict):
+        for v in node.values():
+            yield from _lists(v)
+    elif isinstance(node, list):
+        yield node
+        for v in node:
+            yield from _lists(v)
+
+
+def test_paired_centroid_tiles_overlap_an_argmin_with_the_next_wgmma():
+    """astages 2: the resident centroid loop goes by pairs of tiles on two accumulators: both tiles' wgmma
+    committed as two groups, wait_group 1 before the first tile's argmin (the second still in flight),
+    wait_group 0 before the second's; it verifies and ptxas keeps the wgmma pipelined (no
+    W-BACKEND-WGMMA-SERIAL). The same kernel with the second tile's wgmma made conditional is serialized by
+    ptxas, and that comes back as W-BACKEND-WGMMA-SERIAL."""
+    import json
+
+    from cake_ir.io import dumps, load
+    from cakelib.variants import kmeans_kernel, kmeans_name
+    assert {kmeans_name(p) for p in A2} >= {"kmeans_resident_k256_bm128_bn32_p132_mma16_wg_rw128_a2",
+                                            "kmeans_resident_k128_bm128_bn32_p132_mma16_wg_rw128_a2"}
+    p = next(p for p in A2 if p["kmax"] == 256)
+    k = kmeans_kernel(p, "sm_90a")
+    assert {"acc", "acc1"} <= {b.name for b in k.buffers}
+    res = verify(k)
+    assert res.ok and not [d for d in res.diagnostics if d.code == "N-SYN-01"], [d.short() for d in res.diagnostics]
+    doc = json.loads(dumps(k))
+    loop = _with_ids(doc, {"centroid_pairs"}, [])[0]
+    ops = [(s["op"], s.get("n")) for s in loop["body"] if s["op"] in ("wgmma_commit", "wgmma_wait")] \
+        if all("op" in s for s in loop["body"]) else None
+    assert ops == [("wgmma_commit", None), ("wgmma_commit", None), ("wgmma_wait", 1), ("wgmma_wait", 0)], ops
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok and not [d for d in r.diagnostics if d.code in ("W-BACKEND-WGMMA-SERIAL", "W-BACKEND-SPILL")], \
+        [d.short() for d in r.diagnostics if d.severity != "note"]
+    # rotated: the next pair's first tile issued (where it exists) during this pair, across the back edge;
+    # it verifies, but ptxas serializes every wgmma of the kernel
+    body = loop["body"]
+    assert body[4]["op"] == "wgmma_fence" and body[7]["op"] == "wgmma_commit" and body[9]["op"] == "topk"
+    first = json.dumps(body[0:3])
+    nxt = json.loads(first.replace("(2 * u)", "min(2 * u + 2, KMAX / BN - 2)").replace('"distances"', '"distances_next"'))
+    loop["body"] = body[4:10] + [{"op": "if", "cond": "2 * u + 2 < cdiv(K, BN)", "then": nxt},
+                                 {"op": "wgmma_commit"}, {"op": "wgmma_wait", "n": 1}] + body[11:]
+    parent = next(lst for lst in _lists(doc) if any(x is loop for x in lst))
+    i = next(j for j, x in enumerate(parent) if x is loop)
+    parent[i:i + 1] = json.loads(first.replace("(2 * u)", "0")) + [{"op": "wgmma_commit"}, loop,
+                                                                     {"op": "wgmma_wait", "n": 0}]
+    bad = load(doc)[0]
+    assert verify(bad).ok, [d.short() for d in verify(bad).diagnostics if d.severity == "error"]
+    r = compile_ir(bad, arch="sm_90a")
+    serial = [d for d in r.diagnostics if d.code == "W-BACKEND-WGMMA-SERIAL"]
+    assert r.ok and serial and "serialized" in serial[0].message, [d.short() for d in r.diagnostics if d.severity != "note"]
+    with pytest.raises(ValueError, match="resident form"):
+        kmeans_wgmma(kmax=256, bm=128, bn=64, sums="wgmma", update_n=128, astages=2)     # streamed centroids
+    with pytest.raises(ValueError, match="even number of centroid tiles"):
+        kmeans_wgmma(kmax=192, bm=128, bn=64, resident=True, sums="regs", astages=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B,N,K,kmax", [(2, 70001, 256, 256), (3, 9999, 70, 256), (1, 20000, 7, 256),
+                                        (3, 4099, 100, 128), (2, 30001, 33, 128), (4, 999, 128, 128)])
+def test_paired_centroid_tiles_match_float64(B, N, K, kmax):
+    """astages 2 against float64: K a whole number of tile pairs, an odd number of tiles (the last pair's
+    second tile past K, masked), a single tile, several batches and point tiles per CTA."""
+    from gpu_backend.driver import arch_of, properties
+    if arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    from cakelib import kmeans
+    from tasks.kmeans.task import TASK
+    variant = next(p for p in A2 if p["kmax"] == kmax and p["bn"] == 32)
+    shape = {"B": B, "N": N, "K": K}
+    inp = TASK.make_inputs(shape, seed=7)
+    Cn, A = kmeans(inp["X"].reshape(B, N, 128), K, 1, init=inp["C"].reshape(B, K, 128), variant=variant)
     checks = TASK.check({"A": A, "Cnew": Cn.reshape(B * K, 128)}, TASK.reference(inp, shape), inp, shape)
     assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]

@@ -34,7 +34,7 @@ ATOM = 64   # f16 elements per 128-byte swizzle row
 
 def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, ctas: int = 132, rows: int = 8,
                  urows: int = 16, resident: bool = False, xstages: int = 1, sums: str = "smem", update_n: int = 64,
-                 arch: str = "sm_90a"):
+                 astages: int = 1, arch: str = "sm_90a"):
     """Fused Lloyd iteration for K <= kmax: wgmma assignment (64 points per warpgroup, bm / 64
     warpgroups), tensor-core one-hot update (`urows` clusters per accumulator block), smem sums
     flushed once per CTA, the last CTA of a batch finishes (programs.kmeans_fused). xstages 2 (streamed
@@ -43,7 +43,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     (programs._update_held; K x d x 4 / threads bytes per thread: kmax 256 needs bm 128), stored to the
     smem sums once, for the flush; "smem": loaded and stored per point tile (programs._update_mma);
     "wgmma": held in wgmma accumulators, the one-hot product on wgmma (`update_wgmma`), `update_n` dims
-    (one or both swizzle atoms of X) per instruction."""
+    (one or both swizzle atoms of X) per instruction. astages 2 (resident form): two distance accumulators,
+    centroid tile t + 1's wgmma in flight while tile t's argmin runs (`assign_pipelined`)."""
     if arch != "sm_90a":
         raise ValueError("kmeans_wgmma needs sm_90a (wgmma)")
     if d != 128:
@@ -59,6 +60,9 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
         raise ValueError(f"sums is 'smem', 'regs' or 'wgmma', not {sums!r}")
     if update_n not in (64, 128) or (update_n != 64 and sums != "wgmma"):
         raise ValueError(f"update_n (the wgmma update's N) is 64 or 128, with sums 'wgmma' (got {update_n})")
+    if astages not in (1, 2) or (astages == 2 and (not resident or (kmax // bn) % 2)):
+        raise ValueError(f"astages (distance accumulators in flight) is 1 or 2; 2 is for the resident form with an "
+                         f"even number of centroid tiles (kmax / bn; got astages={astages}, kmax={kmax}, bn={bn})")
     if sums == "wgmma":
         wgmma_held_blocks(kmax, bm)       # raises where the blocks do not deal evenly or fit the registers
     assert UPDATE_DN == ATOM, "the update's X blocks are whole swizzle atoms"
@@ -66,9 +70,11 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     threads = 32 * warps
     atoms = d // ATOM
     crow = kmax if resident else bn            # rows of one centroid atom in sC
-    kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}_d{d}_{bm}x{bn}_wg_mma{urows}"
+    # (astages 2 drops "_d128" from the name: D is always 128 here and names stop at 48 characters)
+    kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}{'' if astages == 2 else f'_d{d}'}"
+                       f"_{bm}x{bn}_wg_mma{urows}"
                        + ("_x2" if xstages == 2 else "") + {"smem": "", "regs": "_rs", "wgmma": "_rw"}[sums]
-                       + ("128" if update_n == 128 else ""),
+                       + ("128" if update_n == 128 else "") + ("_a2" if astages == 2 else ""),
                        arch=arch, grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: wgmma argmin assignment + tensor-core one-hot update"
                             + (", resident centroids" if resident else ", streamed centroid tiles"))
@@ -87,6 +93,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     kb.buffer("scnt", "smem", "f32", [kmax, 1])
     fscope = _declare_finish(kb, threads)
     _declare_registers(kb, d, bn, levels, fscope, mma="wgmma")
+    if astages == 2:
+        kb.buffer("acc1", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
 
     def load_c(r, row0: str, n: int, dst_row0: str, slot):
         for a in range(atoms):
@@ -105,18 +113,40 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
             r.reduce("sum_sq", tile("sC", [a * crow, 0], [n, ATOM], slot=slot), tile("cn", [row0], [n]),
                      accumulate=a > 0, id="centroid_norms" if a == 0 else None)
 
-    def assign(r, xslot, cslot, t: str):
-        """acc = X tile . C tile t (this warpgroup's 64 points), then the running argmin."""
+    def distances(r, xslot, cslot, t: str, acc: str = "acc", id="distances"):
+        """acc = X tile . C tile t (this warpgroup's 64 points), uncommitted."""
         r.sync("wgmma_fence")
         for a in range(atoms):
             r.wgmma([64, bn, 16], tile("sX", [f"{a * bm} + 64 * wg", 0], [64, ATOM], slot=xslot),
                     tile("sC", [f"{a * crow} + " + (f"{t} * BN" if resident else "0"), 0], [bn, ATOM], slot=cslot),
-                    tile("acc"), accumulate=a > 0, id="distances" if a == 0 else None)
+                    tile(acc), accumulate=a > 0, id=id if a == 0 else None)
+
+    def argmin(r, t: str, acc: str = "acc", id="argmin"):
+        # rows of C beyond K (the next batch's centroids or zero fill) are skipped by limit
+        r.add("topk", id=id, kind="min", k=1, src=tile(acc), vals=tile("bv"), idx=tile("bi"),
+              col=f"{t} * BN", limit="K", scale=-2.0, col_bias=tile("cn", [f"{t} * BN"], [bn]))
+
+    def assign(r, xslot, cslot, t: str):
+        """acc = X tile . C tile t, then the running argmin."""
+        distances(r, xslot, cslot, t)
         r.sync("wgmma_commit")
         r.sync("wgmma_wait", n=0)
-        # rows of C beyond K (the next batch's centroids or zero fill) are skipped by limit
-        r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
-              col=f"{t} * BN", limit="K", scale=-2.0, col_bias=tile("cn", [f"{t} * BN"], [bn]))
+        argmin(r, t)
+
+    def assign_pipelined(r, xslot):
+        """The resident centroid loop over pairs of tiles on two accumulators: tile 2u + 1's wgmma runs on the
+        tensor cores while tile 2u's argmin runs on the ALUs. Both tiles are always issued (KMAX / BN is even,
+        so tile 2u + 1 is in sC; past K the argmin's limit skips its columns): a conditional wgmma, or one
+        issued across the loop's back edge, makes ptxas serialize every wgmma (C7514)."""
+        with r.for_("u", 0, "cdiv(K, 2 * BN)", id="centroid_pairs"):
+            distances(r, xslot, None, "(2 * u)")
+            r.sync("wgmma_commit")
+            distances(r, xslot, None, "(2 * u + 1)", acc="acc1", id="distances_odd")
+            r.sync("wgmma_commit")
+            r.sync("wgmma_wait", n=1)
+            argmin(r, "(2 * u)")
+            r.sync("wgmma_wait", n=0)
+            argmin(r, "(2 * u + 1)", acc="acc1", id="argmin_odd")
 
     def x_block(slot):
         # the update's [16 points, 64 dims] block: dims [uc, uc + 64) are atom uc / 64
@@ -161,8 +191,11 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                 r.sync("cp_async_commit")
                 r.fill("bv", BIG)
                 r.fill("bi", -1)
-                with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
-                    assign(r, "it % 2", None, "t")
+                if astages == 2:
+                    assign_pipelined(r, "it % 2")
+                else:
+                    with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+                        assign(r, "it % 2", None, "t")
                 r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
                 r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
                 update("it % 2")
@@ -295,12 +328,14 @@ programs.FAMILIES["kmeans_wgmma_sm90a"] = {
     "make": kmeans_wgmma,
     "defaults": signature_defaults(kmeans_wgmma),
     "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
-              "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs", "wgmma"], "update_n": [64, 128]},
+              "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs", "wgmma"], "update_n": [64, 128],
+              "astages": [1, 2]},
     # resident centroids fit for kmax <= 128 (256 with the sums in registers); a centroid tile divides kmax;
     # wgmma tiles of 64 points; the prefetched point tile is for the streamed form; held sums fit the registers
     "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0
     and (not p["resident"] or p["kmax"] <= 128 or p.get("sums", "smem") != "smem")
     and (p.get("xstages", 1) == 1 or not p["resident"]) and (p.get("sums", "smem") == "smem" or _held_fits(p))
-    and (p.get("update_n", 64) == 64 or p.get("sums") == "wgmma"),
+    and (p.get("update_n", 64) == 64 or p.get("sums") == "wgmma")
+    and (p.get("astages", 1) == 1 or (p["resident"] and p["kmax"] // p["bn"] % 2 == 0)),
     "tactics": {"retile": ["bm", "bn"], "update_mechanism": ["sums", "urows"]},
 }
