@@ -292,11 +292,17 @@ def kmeans_variants() -> list[dict]:
     out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rw, "update_n": 128}
             for kmax in (256, 128) for p in (16, 33, 132)]
     # session 22: centroid tiles in pairs on two accumulators (`astages` 2), tile 2u + 1's wgmma in flight during
-    # tile 2u's argmin (B = 1, N = 4M, K = 256 ran 0.93x of flashlib on the one-accumulator loop); bn 32 keeps
-    # the two accumulators in the registers of one (238 vs 239 at K = 256; bn 64 there: 255 and spills)
-    out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": bn, "ctas": p, **rw, "update_n": 128, "astages": a}
-            for kmax, bn, a, ps in ((256, 32, 1, (132,)), (256, 32, 2, (16, 33, 132)), (128, 32, 1, (132,)),
-                                    (128, 32, 2, (33, 132)), (128, 64, 2, (132,))) for p in ps]
+    # tile 2u's argmin; bn 32 keeps the two accumulators in the registers of one (238 vs 239 at K = 256; bn 64:
+    # 255 and spills). Measured and not picked (bench/results/lib-sweep-kmeans-h200-session22-a2.json): at
+    # B = 1, N = 4M, K = 256 16.72 ms against 16.62 for bn 32 on one accumulator and 14.39 for the bn 64 pick
+    # (the two warpgroups already overlap one's argmin with the other's wgmma); kept for the record and tests
+    out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 32, "ctas": 132, **rw, "update_n": 128, "astages": 2}
+            for kmax in (256, 128)]
+    # the argmin's running bests split into independent chains (topk `chains`; ncu, B = 1 N = 4M K = 256: 2 warps
+    # per scheduler, a fixed-latency "wait" stall 1.36 of the 5.13 cycles per issued instruction), on the picks
+    out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rw, "update_n": 128, "chains": c}
+            for kmax, ps in ((256, (16, 33, 132)), (128, (33,))) for p in ps for c in (2, 4)]
+    out += [{"kind": "resident", "kmax": 128, "bm": 128, "bn": 64, "ctas": 132, **mma32, **wg, "chains": c} for c in (2, 4)]
     return out
 
 

@@ -485,6 +485,11 @@ class TopK(Node):
                                    "best first under the same order (e.g. partial lists of a split search): each row is "
                                    "merged by a bitonic network, ~k log k independent compares instead of k insertions "
                                    "(E-TOPK-05: scale 1, no biases or limit)")
+    chains: Annotated[int, Field(ge=1, le=8)] = Field(
+        default=1, description="k = 1 over mma_acc / wgmma_acc scores: independent running bests per row, chain c over "
+                               "the lane's column pairs n = c, c + chains, ..., joined by the exact (value, index) test "
+                               "at the end: the scan's dependent compare-select chain chains times shorter (must divide "
+                               "the tile's N / 8); the same result for any value")
 
 
 class TopKMerge(Node):

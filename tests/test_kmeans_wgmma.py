@@ -378,3 +378,59 @@ def test_paired_centroid_tiles_match_float64(B, N, K, kmax):
     Cn, A = kmeans(inp["X"].reshape(B, N, 128), K, 1, init=inp["C"].reshape(B, K, 128), variant=variant)
     checks = TASK.check({"A": A, "Cnew": Cn.reshape(B * K, 128)}, TASK.reference(inp, shape), inp, shape)
     assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+
+
+CH = [p for p in WG if p.get("chains", 1) > 1]
+
+
+def test_argmin_chains_lower_to_independent_running_bests():
+    """topk `chains` (k = 1 over wgmma_acc): per row `chains` running bests, column pair n into best
+    n % chains, joined into the first by the exact (value, smaller index) test before the list insert;
+    a chains count that does not divide the lane's column pairs (N / 8), or chains with k > 1, is an
+    error naming the node and the legal values."""
+    import json
+
+    from cake_ir.io import dumps, load
+    from cakelib.variants import kmeans_kernel
+    assert {p["chains"] for p in CH} == {2, 4} and len(CH) >= 8
+    p = next(p for p in CH if p["kmax"] == 256 and p["ctas"] == 132 and p["chains"] == 4)
+    k = kmeans_kernel(p, "sm_90a")
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok and not [d for d in r.diagnostics if d.code in ("W-BACKEND-WGMMA-SERIAL", "W-BACKEND-SPILL")]
+    body = r.cuda_source.split("__global__")[-1]
+    assert "float cake_bu[8]; int cake_bc[8];" in body                 # 2 rows per lane x 4 chains
+    assert body.count("cake_bu[0 * 4 + cake_n % 4]") == 2 * 2 and body.count("cake_bu[1 * 4 + cake_n % 4]") == 2 * 2
+    for a, o in ((0, 1), (0, 2), (0, 3), (4, 5), (4, 6), (4, 7)):
+        assert (f"if (cake_bu[{o}] < cake_bu[{a}] || (cake_bu[{o}] == cake_bu[{a}] && cake_bc[{o}] < cake_bc[{a}]))"
+                in body), (a, o)
+    assert "cake_bu[4] + " not in body and "cake_bu[4], cake_cb + cake_bc[4]" in body   # slot 1 inserts its first
+    doc = json.loads(dumps(k))
+    node = _with_ids(doc, {"argmin"}, [])[0]
+    node["chains"] = 3                                                  # N / 8 = 8 column pairs per lane
+    r = compile_ir(load(doc)[0], arch="sm_90a", emit="cuda")
+    bad = [d for d in r.diagnostics if d.severity == "error"]
+    assert not r.ok and bad and "chains (3) must divide" in bad[0].message and "[1, 2, 4, 8]" in bad[0].message
+    assert bad[0].node.startswith("/roles/0/"), bad[0].node
+    node.update(chains=2, k=2)     # (the verifier refuses the [16, 1] lists for k = 2 first: lower it anyway)
+    r = compile_ir(load(doc)[0], arch="sm_90a", emit="cuda", verify_first=False)
+    assert not r.ok and any("chains is for k = 1" in d.message for d in r.diagnostics if d.severity == "error")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B,N,K,chains", [(2, 70001, 250, 4), (3, 9999, 7, 4), (1, 20000, 64, 2), (4, 999, 100, 2),
+                                          (2, 30001, 129, 4)])
+def test_argmin_chains_match_float64(B, N, K, chains):
+    """chains against float64: K below, at and past a centroid tile (the limit's partial-tile scan), several
+    batches and point tiles per CTA."""
+    from gpu_backend.driver import arch_of, properties
+    if arch_of(properties(0)) != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    from cakelib import kmeans
+    from tasks.kmeans.task import TASK
+    variant = next(p for p in CH if p["kmax"] == 256 and p["ctas"] == 132 and p["chains"] == chains)
+    shape = {"B": B, "N": N, "K": K}
+    inp = TASK.make_inputs(shape, seed=11)
+    Cn, A = kmeans(inp["X"].reshape(B, N, 128), K, 1, init=inp["C"].reshape(B, K, 128), variant=variant)
+    checks = TASK.check({"A": A, "Cnew": Cn.reshape(B * K, 128)}, TASK.reference(inp, shape), inp, shape)
+    assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]

@@ -1383,6 +1383,8 @@ class Emitter:
             if wg and TM != 64:
                 self.fail(path, f"topk over a wgmma_acc tile takes one warpgroup tile [64, N], not [{TM}, {TN}]")
             TM = 16 if wg else TM
+            if K > 1 and st.chains != 1:
+                self.fail(path, "chains is for k = 1 (a running argmin / argmax): k > 1 filters and inserts per score")
             if vb.layout != "mma_rows" or ib.layout != "mma_rows" or list(vb.shape) != [TM, K] or list(ib.shape) != [TM, K]:
                 self.fail(path, f"topk over an {sb.layout} [{sb.shape[0]}, {TN}] tile keeps mma_rows lists of shape [{TM}, {K}]")
             if st.src_idx is not None:
@@ -1404,6 +1406,9 @@ class Emitter:
                 self.fail(path, "valid_rows is for k > 1 (a top-1's running best is one compare per score)")
             if st.given_bound is not None:
                 self.fail(path, "a given bound is for k > 1 (a top-1's running best is one compare per score)")
+            if NT % st.chains:
+                self.fail(path, f"chains ({st.chains}) must divide the tile's column pairs per lane, N / 8 = {NT} "
+                                f"(legal: {[c for c in range(1, 9) if NT % c == 0]})")
             self.topk1_acc(st, sb, vb, ib, TM, NT, mn, lim, path, wg)
         elif sb.layout == "row_major" and sb.scope == "thread":
             R, C = prod(sb.shape[:-1]), sb.shape[-1]
@@ -1415,6 +1420,8 @@ class Emitter:
                 self.fail(path, "a shared bound is for mma_acc / wgmma_acc score tiles")
             if st.valid_rows is not None or st.given_bound is not None:
                 self.fail(path, "valid_rows and a given bound are for mma_acc / wgmma_acc score tiles")
+            if st.chains != 1:
+                self.fail(path, "chains is for mma_acc / wgmma_acc score tiles (k = 1)")
             xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
             if st.src_sorted:   # each src row is a sorted list of k (E-TOPK-05): a bitonic merge per row
                 problems = sorted_merge_problems(self.k, st)
@@ -1451,12 +1458,16 @@ class Emitter:
         bias, with the exact (value, index) test. Per score an FMA, a compare and two selects; the
         limit is tested on the partial tile only (a separate scan). The same result as testing every
         score exactly: within a lane the columns ascend, across lanes and calls the exact test breaks
-        ties by index."""
+        ties by index. chains > 1: the lane's column pairs n go to running best n % chains (each still
+        ascending), joined by the exact test: the dependent compare-select chain per row is chains times
+        shorter (the scan was latency-bound: 2 rows per lane, so 2 chains in flight)."""
         w = self.w
         better = "<" if mn == "true" else ">"
         worst = "cake::inf()" if mn == "true" else "(-cake::inf())"
         slots = self.rows_slots(TM, wg)
         cb_v = (lambda c: self.smem_f32(self.vec_addr(st.col_bias, c, path))) if st.col_bias is not None else None
+        C = st.chains
+        best = (lambda slot: f"{slot}") if C == 1 else (lambda slot: f"{slot} * {C} + cake_n % {C}")
 
         def scan(guard: bool):
             w.line("#pragma unroll")
@@ -1471,19 +1482,20 @@ class Emitter:
                 src = f"{sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j]"
                 u = (f"__fmaf_rn({float(st.scale)!r}f, {src}, cake_cbv)" if cb_v is not None
                      else f"{float(st.scale)!r}f * {src}")
-                cond = f"cake_u {better} cake_bu[{slot}]"
+                b = best(slot)
+                cond = f"cake_u {better} cake_bu[{b}]"
                 if guard:
                     cond = f"cake_c < cake_rem && {cond}"
                 w.open("")
                 w.line(f"const float cake_u = {u};")
-                w.line(f"if ({cond}) {{ cake_bu[{slot}] = cake_u; cake_bc[{slot}] = cake_c; }}")
+                w.line(f"if ({cond}) {{ cake_bu[{b}] = cake_u; cake_bc[{b}] = cake_c; }}")
                 w.close()
             w.close()
             w.close()
         S = len(slots)
-        w.line(f"float cake_bu[{S}]; int cake_bc[{S}];")
+        w.line(f"float cake_bu[{S * C}]; int cake_bc[{S * C}];")
         w.line("#pragma unroll")
-        w.line(f"for (int cake_h = 0; cake_h < {S}; ++cake_h) {{ cake_bu[cake_h] = {worst}; cake_bc[cake_h] = 0; }}")
+        w.line(f"for (int cake_h = 0; cake_h < {S * C}; ++cake_h) {{ cake_bu[cake_h] = {worst}; cake_bc[cake_h] = 0; }}")
         if lim:
             w.line(f"const int cake_rem = {lim} - cake_cb;   // columns c < cake_rem are in range")
             w.open(f"if (cake_rem >= {8 * NT})")
@@ -1494,11 +1506,18 @@ class Emitter:
             w.close()
         else:
             scan(False)
+        if C > 1:   # each slot's chains into its first, by the exact (value, smaller index) test
+            for slot, _ in slots:
+                for c in range(1, C):
+                    a, o = slot * C, slot * C + c
+                    w.line(f"if (cake_bu[{o}] {better} cake_bu[{a}] || (cake_bu[{o}] == cake_bu[{a}] && "
+                           f"cake_bc[{o}] < cake_bc[{a}])) {{ cake_bu[{a}] = cake_bu[{o}]; cake_bc[{a}] = cake_bc[{o}]; }}")
         for slot, row in slots:
+            slot_c = slot * C
             rb = f" + {self.smem_f32(self.vec_addr(st.row_bias, row, path))}" if st.row_bias is not None else ""
             # a row with no column in range keeps its list: its best is the worst value (never better)
-            w.line(f"cake::topk_insert<1, {mn}>(&{vb.name}[{slot}], &{ib.name}[{slot}], cake_bu[{slot}]{rb}, "
-                   f"cake_cb + cake_bc[{slot}]);")
+            w.line(f"cake::topk_insert<1, {mn}>(&{vb.name}[{slot}], &{ib.name}[{slot}], cake_bu[{slot_c}]{rb}, "
+                   f"cake_cb + cake_bc[{slot_c}]);")
 
     def topk_queue(self, st, TM: int, path):
         """(values, indices, T) of st's deferred-insertion queue (mma_rows [TM, T]), or None."""

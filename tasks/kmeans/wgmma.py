@@ -34,7 +34,7 @@ ATOM = 64   # f16 elements per 128-byte swizzle row
 
 def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, ctas: int = 132, rows: int = 8,
                  urows: int = 16, resident: bool = False, xstages: int = 1, sums: str = "smem", update_n: int = 64,
-                 astages: int = 1, arch: str = "sm_90a"):
+                 astages: int = 1, chains: int = 1, arch: str = "sm_90a"):
     """Fused Lloyd iteration for K <= kmax: wgmma assignment (64 points per warpgroup, bm / 64
     warpgroups), tensor-core one-hot update (`urows` clusters per accumulator block), smem sums
     flushed once per CTA, the last CTA of a batch finishes (programs.kmeans_fused). xstages 2 (streamed
@@ -44,7 +44,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     smem sums once, for the flush; "smem": loaded and stored per point tile (programs._update_mma);
     "wgmma": held in wgmma accumulators, the one-hot product on wgmma (`update_wgmma`), `update_n` dims
     (one or both swizzle atoms of X) per instruction. astages 2 (resident form): two distance accumulators,
-    centroid tile t + 1's wgmma in flight while tile t's argmin runs (`assign_pipelined`)."""
+    centroid tile t + 1's wgmma in flight while tile t's argmin runs (`assign_pipelined`). chains: the
+    argmin's independent running bests per row (topk `chains`: its compare-select chain that many times shorter)."""
     if arch != "sm_90a":
         raise ValueError("kmeans_wgmma needs sm_90a (wgmma)")
     if d != 128:
@@ -70,11 +71,13 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     threads = 32 * warps
     atoms = d // ATOM
     crow = kmax if resident else bn            # rows of one centroid atom in sC
-    # (astages 2 drops "_d128" from the name: D is always 128 here and names stop at 48 characters)
-    kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}{'' if astages == 2 else f'_d{d}'}"
+    # (astages 2 / chains drop "_d128" from the name: D is always 128 here and names stop at 48 characters)
+    short = astages == 2 or chains > 1
+    kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}{'' if short else f'_d{d}'}"
                        f"_{bm}x{bn}_wg_mma{urows}"
                        + ("_x2" if xstages == 2 else "") + {"smem": "", "regs": "_rs", "wgmma": "_rw"}[sums]
-                       + ("128" if update_n == 128 else "") + ("_a2" if astages == 2 else ""),
+                       + ("128" if update_n == 128 else "") + ("_a2" if astages == 2 else "")
+                       + (f"_c{chains}" if chains > 1 else ""),
                        arch=arch, grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: wgmma argmin assignment + tensor-core one-hot update"
                             + (", resident centroids" if resident else ", streamed centroid tiles"))
@@ -124,7 +127,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     def argmin(r, t: str, acc: str = "acc", id="argmin"):
         # rows of C beyond K (the next batch's centroids or zero fill) are skipped by limit
         r.add("topk", id=id, kind="min", k=1, src=tile(acc), vals=tile("bv"), idx=tile("bi"),
-              col=f"{t} * BN", limit="K", scale=-2.0, col_bias=tile("cn", [f"{t} * BN"], [bn]))
+              col=f"{t} * BN", limit="K", scale=-2.0, col_bias=tile("cn", [f"{t} * BN"], [bn]),
+              **({"chains": chains} if chains > 1 else {}))
 
     def assign(r, xslot, cslot, t: str):
         """acc = X tile . C tile t, then the running argmin."""
@@ -329,7 +333,7 @@ programs.FAMILIES["kmeans_wgmma_sm90a"] = {
     "defaults": signature_defaults(kmeans_wgmma),
     "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
               "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs", "wgmma"], "update_n": [64, 128],
-              "astages": [1, 2]},
+              "astages": [1, 2], "chains": [1, 2, 4]},
     # resident centroids fit for kmax <= 128 (256 with the sums in registers); a centroid tile divides kmax;
     # wgmma tiles of 64 points; the prefetched point tile is for the streamed form; held sums fit the registers
     "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0
