@@ -13,7 +13,9 @@ compiled in parallel first. Prints a table last and writes JSON with the GPU and
 - `--option merge --values wide,kernel,kernel_sd8` (session 18): the split path's last-CTA merge against a
   merge kernel of its own (a warp per query), the latter also with the sampled bound (`_sd{F}`);
 - `--option norms --values global,tile` (session 19): the wgmma kernels' database norms from a first kernel
-  (a read of the whole database) against norms reduced from each staged tile.
+  (a read of the whole database) against norms reduced from each staged tile;
+- `--option rolled --values 0,1` (session 22): an unrolled insertion per column against one rolled loop per row
+  over its passing scores (`topk` rolled: the instruction cache).
 `--variant A,B` A/Bs the named variants (bench/lib_grid.py knn_variants, in their per-call form) at every shape
 that supports them instead of the table's picks, e.g. a family the table does not pick yet (session 21: the
 queue on the wgmma builds, which ran with T = 0 at k = 16 / 32 where the mma.sync build's T = 2 bought 1.2-2.4x).
@@ -171,7 +173,7 @@ def main():
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
-    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad", "seed", "merge", "norms"))
+    ap.add_argument("--option", default="queue", choices=("queue", "share", "skip_pad", "seed", "merge", "norms", "rolled"))
     ap.add_argument("--values", "--queues", dest="values", help="the option's values, the baseline first "
                     "(default: queue 0,2,4,8; share / skip_pad 0,1)")
     ap.add_argument("--shapes", help="a JSON list of {Q, M, k} instead of SHAPES")
@@ -208,7 +210,7 @@ def main():
     t0 = time.time()
     shapes = json.loads(a.shapes) if a.shapes else {"queue": SHAPES, "share": SHARE_SHAPES, "skip_pad": PAD_SHAPES,
                                                      "seed": SEED_SHAPES, "merge": MERGE_SHAPES,
-                                                     "norms": NORMS_SHAPES}[opt]
+                                                     "norms": NORMS_SHAPES, "rolled": SHAPES}[opt]
     if a.variant:   # named variants instead of the table's picks (e.g. a family the table does not pick yet)
         from bench.lib_grid import knn_variants
         from cakelib.runtime import per_call_form

@@ -490,6 +490,11 @@ class TopK(Node):
                                "the lane's column pairs n = c, c + chains, ..., joined by the exact (value, index) test "
                                "at the end: the scan's dependent compare-select chain chains times shorter (must divide "
                                "the tile's N / 8); the same result for any value")
+    rolled: bool = Field(
+        default=False, description="k > 1 over mma_acc / wgmma_acc scores: a row's passing scores enter the insertion "
+                                   "through one rolled loop over a bit mask of them (a select chain picks each score) "
+                                   "instead of an unrolled insertion per column: one copy of the insertion code per "
+                                   "row instead of one per column (the instruction cache); the same result")
 
 
 class TopKMerge(Node):

@@ -125,8 +125,9 @@ def knn_name(p: dict) -> str:
     the search, a warp per query) `_mk`, `qfrag: "smem"` (query fragments re-read per
     k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
     database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
-    query's bound of its k-th best; k > 1) `_sd{seed}`; the names of the variants without them are
-    unchanged (committed tables refer to them)."""
+    query's bound of its k-th best; k > 1) `_sd{seed}`, `rolled` (one rolled insertion loop per row over its
+    passing scores; k > 1) `_rl`; the names of the variants without them are unchanged (committed tables refer
+    to them)."""
     if p.get("mma") == "wgmma":    # (the names mark a wgmma variant's norms only where they are not the default)
         gn = {"global": "_gn", "tile": "_tn"}[p["norms"]] if p.get("norms", KNN_WGMMA_NORMS) != KNN_WGMMA_NORMS else ""
     else:
@@ -139,6 +140,7 @@ def knn_name(p: dict) -> str:
     gn += "_wg" if p.get("mma", "sync") == "wgmma" else ""
     gn += "_ov" if p.get("overlap") else ""
     gn += f"_sd{p['seed']}" if p.get("seed", 0) else ""
+    gn += "_rl" if p.get("rolled") else ""
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -210,12 +212,13 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
                          stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
                          merge=p.get("merge", "wide"),
                          queue=knn_queue(p, k), share=p.get("share", True), skip_pad=p.get("skip_pad", True),
-                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), arch=arch)
+                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), rolled=p.get("rolled", False),
+                         arch=arch)
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),
                      wm=p.get("wm", 16), ws=p.get("ws", 1), queue=knn_queue(p, k), share=p.get("share", True),
-                     skip_pad=p.get("skip_pad", True), seed=p.get("seed", 0))
+                     skip_pad=p.get("skip_pad", True), seed=p.get("seed", 0), rolled=p.get("rolled", False))
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

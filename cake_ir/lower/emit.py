@@ -1392,6 +1392,8 @@ class Emitter:
             NT = TN // 8
             w.line("const int cake_c0 = 2 * (cake_lane & 3);")
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
+            if K > 1 and st.rolled and 2 * NT > 32:
+                self.fail(path, f"rolled keeps a lane's passing columns of a row in a 32-bit mask: N <= 128 (got {TN})")
             if K > 1:
                 queue = self.topk_queue(st, TM, path)
                 bound = self.topk_bound(st, sb.shape[0], path)
@@ -1406,6 +1408,8 @@ class Emitter:
                 self.fail(path, "valid_rows is for k > 1 (a top-1's running best is one compare per score)")
             if st.given_bound is not None:
                 self.fail(path, "a given bound is for k > 1 (a top-1's running best is one compare per score)")
+            if st.rolled:
+                self.fail(path, "rolled is for k > 1 (a top-1's running best has no insertion to roll)")
             if NT % st.chains:
                 self.fail(path, f"chains ({st.chains}) must divide the tile's column pairs per lane, N / 8 = {NT} "
                                 f"(legal: {[c for c in range(1, 9) if NT % c == 0]})")
@@ -1420,8 +1424,8 @@ class Emitter:
                 self.fail(path, "a shared bound is for mma_acc / wgmma_acc score tiles")
             if st.valid_rows is not None or st.given_bound is not None:
                 self.fail(path, "valid_rows and a given bound are for mma_acc / wgmma_acc score tiles")
-            if st.chains != 1:
-                self.fail(path, "chains is for mma_acc / wgmma_acc score tiles (k = 1)")
+            if st.chains != 1 or st.rolled:
+                self.fail(path, "chains (k = 1) and rolled (k > 1) are for mma_acc / wgmma_acc score tiles")
             xb = self.reg_tile(st.src_idx, path) if st.src_idx is not None else None
             if st.src_sorted:   # each src row is a sorted list of k (E-TOPK-05): a bitonic merge per row
                 problems = sorted_merge_problems(self.k, st)
@@ -1660,18 +1664,40 @@ class Emitter:
             if st.valid_rows is not None:   # a padding row: nothing passes (its lanes stay for the shuffles)
                 w.line(f"if (!(({row}) < (int)({ix(st.valid_rows)}))) cake_best = {worst};")
             w.open(f"if (cake_best {passes} cake_thu)")
-            w.line("#pragma unroll")
-            w.open(f"for (int cake_i = 0; cake_i < {n}; ++cake_i)")
-            w.line("const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);")
-            w.line(f"const float cake_v = cake_s[{slot}][cake_i] + cake_rb;")
             guard = " && cake_c < cake_rem" if lim else ""
+            if st.rolled:
+                # the passing columns as bits (the same test on the same value as below), then one rolled loop
+                # over them in increasing column order: a select chain reads the score from registers (a
+                # run-time index into cake_s would put it in local memory)
+                w.line("unsigned cake_m = 0u;")
+                w.line("#pragma unroll")
+                w.open(f"for (int cake_i = 0; cake_i < {n}; ++cake_i)")
+                w.line("const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);")
+                w.line(f"if (cake_s[{slot}][cake_i] + cake_rb {passes} cake_thr{guard}) cake_m |= 1u << cake_i;")
+                w.close()
+                w.line("#pragma unroll 1")
+                w.open("for (; cake_m != 0u; cake_m &= cake_m - 1u)")
+                w.line("const int cake_i = __ffs(cake_m) - 1;")
+                w.line(f"float cake_sv = cake_s[{slot}][0];")
+                w.line("#pragma unroll")
+                w.line(f"for (int cake_j = 1; cake_j < {n}; ++cake_j) if (cake_i == cake_j) cake_sv = cake_s[{slot}][cake_j];")
+                w.line("const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);")
+                w.line("const float cake_v = cake_sv + cake_rb;")
+                guard = ""
+                passes_test = "true"
+            else:
+                w.line("#pragma unroll")
+                w.open(f"for (int cake_i = 0; cake_i < {n}; ++cake_i)")
+                w.line("const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);")
+                w.line(f"const float cake_v = cake_s[{slot}][cake_i] + cake_rb;")
+                passes_test = f"cake_v {passes} cake_thr"
             insert = f"cake::topk_insert<{K}, {mn}>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);"
             if queue is None:
-                w.line(f"if (cake_v {passes} cake_thr{guard}) {insert}")
+                w.line(f"if ({passes_test}{guard}) {insert}")
             else:
                 qv, qi, T = queue
                 q_v, q_i = f"&{qv.name}[{slot * T}]", f"&{qi.name}[{slot * T}]"   # this row's queue
-                w.open(f"if (cake_v {passes} cake_thr{guard})")
+                w.open(f"if ({passes_test}{guard})")
                 w.line(f"if ({qi.name}[{slot * T + T - 1}] >= 0) {insert}   // a full queue: on the spot")
                 w.line(f"else cake::topk_push<{T}>({q_v}, {q_i}, cake_v, cake_cb + cake_c);")
                 w.close()

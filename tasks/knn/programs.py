@@ -110,7 +110,7 @@ def declare_topk_queue(kb, rows: int, queue: int) -> dict:
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
               qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0, share: bool = True,
-              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None):
+              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, rolled: bool = False):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into
@@ -173,11 +173,16 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     starts from an empty list (~k ln(CH / k) insertions per lane list, most in the first tiles). Exact:
     the sample's k entries are database rows scored by the same code, so the row's k-th best over the
     database is at least as good (ties pass the filter). The sample costs 1 / f of the stream; its bound
-    is about the row's (k f / M)-quantile. An unsplit seeded search zeroes its tile's words at the end."""
+    is about the row's (k f / M)-quantile. An unsplit seeded search zeroes its tile's words at the end.
+
+    rolled (k > 1): a row's passing scores are inserted by one rolled loop over a mask of them (`topk` rolled)
+    instead of an unrolled insertion per column: the search kernel's code shrinks by ~bn / 4 copies of the
+    insertion per row (ncu, session 22: the k = 32 builds stall on the instruction cache)."""
     gnorm = norms == "global" and metric == "l2"
     if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, arch=arch, norms=norms, minb=minb,
-                  merge=merge, qfrag=qfrag, wm=wm, ws=ws, queue=queue, share=share, skip_pad=skip_pad, seed=seed)
+                  merge=merge, qfrag=qfrag, wm=wm, ws=ws, queue=queue, share=share, skip_pad=skip_pad, seed=seed,
+                  rolled=rolled)
         return seeded_program(knn_fused(**kw, sample=True), knn_fused(**kw, sample=False), arch)
     sampling = bool(sample) and seeded_bound(k, seed)
     seeded = seeded_bound(k, seed) and not sampling
@@ -347,6 +352,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 topk["given_bound"] = tile("gb")
             if skip_pad and k > 1:
                 topk["valid_rows"] = "Q - q0 - wq0"
+            if rolled and k > 1:
+                topk["rolled"] = True
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", ["wq0"], [wm]),
                             col_bias=cnt(f"t % {stages}") if gnorm

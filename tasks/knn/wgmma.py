@@ -49,7 +49,8 @@ def prefetch_distance(stages: int, overlap: bool) -> int:
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
               stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, share: bool = True,
               merge: str = "wide", norms: str = "global",
-              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, arch: str = "sm_90a"):
+              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, rolled: bool = False,
+              arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
     k steps (m64 n BN k16) into its [64, BN] f32 accumulator, waits for them and folds the scores into
@@ -62,7 +63,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     skip_pad: the rows past Q never enter the insertion, seed: a sampling kernel of every
     seed-th tile first leaves each query's bound in TH, which the search loads before its first tile
     (programs.knn_fused). norms (l2): "global", the database norms from a first kernel; "tile", reduced
-    from each staged tile while its wgmma runs (one more barrier per tile, one database read less)."""
+    from each staged tile while its wgmma runs (one more barrier per tile, one database read less). rolled: one
+    rolled insertion loop per row over its passing scores (programs.knn_fused)."""
     if arch != "sm_90a":
         raise ValueError("knn_wgmma needs sm_90a (wgmma)")
     if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
@@ -76,7 +78,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         raise ValueError(f"norms is 'global' or 'tile', not {norms!r}")
     if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, minb=minb, overlap=overlap,
-                  queue=queue, share=share, merge=merge, norms=norms, skip_pad=skip_pad, seed=seed, arch=arch)
+                  queue=queue, share=share, merge=merge, norms=norms, skip_pad=skip_pad, seed=seed, rolled=rolled,
+                  arch=arch)
         return seeded_program(knn_wgmma(**kw, sample=True), knn_wgmma(**kw, sample=False), arch)
     sampling = bool(sample) and seeded_bound(k, seed)
     seeded = seeded_bound(k, seed) and not sampling
@@ -212,6 +215,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 topk["given_bound"] = tile("gb")
             if skip_pad and k > 1:
                 topk["valid_rows"] = "Q - q0 - 64 * wg"
+            if rolled and k > 1:
+                topk["rolled"] = True
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]),
                             col_bias=tile("cn", slot=f"({t}) % {stages}"))
