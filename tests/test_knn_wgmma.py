@@ -52,12 +52,14 @@ def test_wgmma_variants_verify_and_compile_without_spills(p):
         # capped at 128 registers (minb 2): without the shared bound and the queue at most 8 B of spill (the
         # last-CTA merge's bitonic networks, session 20; 0 with its insertions); the bound's cache and reset
         # word cost 16 B more (session 16), the fitted queue (T = 2 at k = 16, session 20: its 8 registers)
-        # 16 B more, measured 1.5x faster at M = 100K all the same
+        # 16 B more, measured 1.5x faster at M = 100K all the same; the rolled insertion (session 22, the default)
+        # 16 B more again, measured 1.12-1.40x faster at the capped split picks all the same
+        # (bench/results/topk-rolled-ab-h200.json: Q = 1024-10000, k = 10 / 16)
         off = compile_ir(knn_kernel({**p, "share": False, "queue": 0}, k, "l2", 128, "sm_90a"), arch="sm_90a")
         off_spills = [int(re.search(r"(\d+) B spill stores", d.message).group(1)) for part in compiled_parts(off)
                       for d in part.diagnostics if d.code == "N-BACKEND-RESOURCES"]
         assert off.ok and max(off_spills) <= 8, off_spills
-        assert max(spills) <= 40, notes
+        assert max(spills) <= 56, notes
     else:
         assert spills == [0] * len(ir.kernels), notes
 

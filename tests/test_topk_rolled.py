@@ -1,5 +1,6 @@
 """`topk` rolled (k > 1 over mma / wgmma accumulators): a row's passing scores go through one rolled loop
-over a bit mask instead of an unrolled insertion per column. CPU: the lowering's shape (a mask per row,
+over a bit mask instead of an unrolled insertion per column (every kNN kernel's default since session 22:
+1.0-2.3x less time, bench/results/topk-rolled-ab-h200.json). CPU: the lowering's shape (a mask per row,
 one loop, one insertion site per row instead of one per column), the static code it saves (SASS, the
 search loop), the refusals that name the node; the variant name. GPU (marked): rolled kNN variants against
 float64 (split and unsplit, mma.sync and wgmma, queue and none, ragged database ends)."""
@@ -23,8 +24,8 @@ def _search(ir):
 
 @pytest.mark.parametrize("queue", [0, 2])
 def test_rolled_lowering_inserts_from_one_loop_per_row(queue):
-    plain = knn_fused("l2", k=32, bq=64, bn=64, queue=queue, arch="sm_90a")
-    rolled = knn_fused("l2", k=32, bq=64, bn=64, queue=queue, arch="sm_90a", rolled=True)
+    plain = knn_fused("l2", k=32, bq=64, bn=64, queue=queue, arch="sm_90a", rolled=False)
+    rolled = knn_fused("l2", k=32, bq=64, bn=64, queue=queue, arch="sm_90a")          # the default since session 22
     assert not [d.short() for d in verify(rolled).diagnostics if d.severity == "error"]
     a = compile_kernel(_search(plain), emit="cuda").cuda_source.split("__global__")[-1]
     b = compile_kernel(_search(rolled), emit="cuda").cuda_source.split("__global__")[-1]
@@ -46,8 +47,8 @@ def test_rolled_search_loop_is_a_fraction_of_the_code():
         pytest.skip("needs nvdisasm (nvidia-cuda-nvdisasm)")
     from bench.sass_hot_path import measure
     p = {"bq": 128, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma", "queue": 2}
-    a = measure(_search(knn_kernel(p, 32, "l2", 128, "sm_90a")), "sm_90a")
-    b = measure(_search(knn_kernel({**p, "rolled": True}, 32, "l2", 128, "sm_90a")), "sm_90a")
+    a = measure(_search(knn_kernel({**p, "rolled": False}, 32, "l2", 128, "sm_90a")), "sm_90a")
+    b = measure(_search(knn_kernel(p, 32, "l2", 128, "sm_90a")), "sm_90a")
     assert b["loop_static"] * 3 < a["loop_static"], (a["loop_static"], b["loop_static"])
     assert b["hot"] <= a["hot"] + 12 and b["spill_bytes"] == 0, (a["hot"], b["hot"], b["spill_bytes"])
 
@@ -72,9 +73,18 @@ def test_rolled_is_refused_where_it_has_no_meaning():
     assert not r.ok and "rolled is for k > 1" in bad[0].message and bad[0].node.startswith("/roles/"), bad
 
 
-def test_rolled_variant_name():
+def test_rolled_is_the_library_default_and_the_old_form_is_named():
+    """Every kNN variant runs rolled (KNN_ROLLED) under its old name, the committed tables' names; the unrolled
+    form is `_ur`; the builders default to rolled too (the agent's seeds)."""
+    from cakelib.variants import KNN_ROLLED
+    assert KNN_ROLLED is True
     p = {"bq": 128, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma"}
-    assert knn_name({**p, "rolled": True}) == knn_name(p) + "_rl"
+    assert knn_name({**p, "rolled": True}) == knn_name(p) == "knn_bq128_bn64_s1_p4_wg"
+    assert knn_name({**p, "rolled": False}) == knn_name(p) + "_ur"
+    src = compile_kernel(_search(knn_kernel(p, 16, "l2", 128, "sm_90a")), emit="cuda").cuda_source
+    assert "for (; cake_m != 0u; cake_m &= cake_m - 1u)" in src
+    assert "cake_m" not in compile_kernel(_search(knn_kernel({**p, "rolled": False}, 16, "l2", 128, "sm_90a")),
+                                          emit="cuda").cuda_source
 
 
 @needs_gpu

@@ -110,7 +110,7 @@ def declare_topk_queue(kb, rows: int, queue: int) -> dict:
 def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 64, split: int = 1,
               stages: int = 2, arch: str = "sm_80", norms: str = "tile", minb: int = 1, merge: str = "serial",
               qfrag: str = "reg", wm: int = 16, ws: int = 1, queue: int = 0, share: bool = True,
-              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, rolled: bool = False):
+              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, rolled: bool = True):
     """CTA (query tile, split) streams database rows [s * CH, (s + 1) * CH) (CH = M / split rounded
     up to BN) in `bn`-row tiles (cp.async double buffer). Each warp owns 16 queries, keeps their A
     fragments (all of D) in registers, computes a [16, bn] score tile with mma.sync and folds it into

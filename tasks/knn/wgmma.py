@@ -49,7 +49,7 @@ def prefetch_distance(stages: int, overlap: bool) -> int:
 def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: int = 128, split: int = 1,
               stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, share: bool = True,
               merge: str = "wide", norms: str = "global",
-              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, rolled: bool = False,
+              skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, rolled: bool = True,
               arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
