@@ -494,7 +494,7 @@ class TopK(Node):
         default=False, description="k > 1 over mma_acc / wgmma_acc scores: a row's passing scores enter the insertion "
                                    "through one rolled loop over a bit mask of them (a select chain picks each score) "
                                    "instead of an unrolled insertion per column: one copy of the insertion code per "
-                                   "row instead of one per column (the instruction cache); the same result")
+                                   "row instead of one per column (the instruction cache); the same result; N <= 256")
 
 
 class TopKMerge(Node):

@@ -106,3 +106,15 @@ def test_rolled_variants_match_float64_on_gpu(metric, Q, M, k, variant):
         pytest.skip("wgmma needs sm_90a")
     from test_knn_fast import check_cakelib_knn
     check_cakelib_knn(metric, Q, M, k, variant, seed=13)
+
+
+def test_rolled_insertion_tactic_is_in_the_families_and_found_by_its_symptom():
+    from tasks.knn.programs import FAMILIES
+    from tactics.base import get_tactic, retrieve
+    for fam in FAMILIES.values():
+        assert fam["tactics"]["topk_rolled_insertion"] == ["rolled"] and fam["space"]["rolled"] == [True, False]
+        assert fam["defaults"]["rolled"] is True
+    assert get_tactic("topk_rolled_insertion") is not None
+    names = [t.name for t in retrieve("the top-k search loop stalls on the instruction cache (no instruction): "
+                                      "the unrolled insertion code is too large", k=3)]
+    assert "topk_rolled_insertion" in names

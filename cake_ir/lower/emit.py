@@ -1392,8 +1392,8 @@ class Emitter:
             NT = TN // 8
             w.line("const int cake_c0 = 2 * (cake_lane & 3);")
             w.line(f"const int cake_cb = (int)({ix(st.col)});")
-            if K > 1 and st.rolled and 2 * NT > 32:
-                self.fail(path, f"rolled keeps a lane's passing columns of a row in a 32-bit mask: N <= 128 (got {TN})")
+            if K > 1 and st.rolled and 2 * NT > 64:
+                self.fail(path, f"rolled keeps a lane's passing columns of a row in a 64-bit mask: N <= 256 (got {TN})")
             if K > 1:
                 queue = self.topk_queue(st, TM, path)
                 bound = self.topk_bound(st, sb.shape[0], path)
@@ -1669,15 +1669,17 @@ class Emitter:
                 # the passing columns as bits (the same test on the same value as below), then one rolled loop
                 # over them in increasing column order: a select chain reads the score from registers (a
                 # run-time index into cake_s would put it in local memory)
-                w.line("unsigned cake_m = 0u;")
+                wide = n > 32     # (N = 256: 64 columns per lane and row)
+                mt, one, ffs = ("unsigned long long", "1ull", "__ffsll") if wide else ("unsigned", "1u", "__ffs")
+                w.line(f"{mt} cake_m = 0{'ull' if wide else 'u'};")
                 w.line("#pragma unroll")
                 w.open(f"for (int cake_i = 0; cake_i < {n}; ++cake_i)")
                 w.line("const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);")
-                w.line(f"if (cake_s[{slot}][cake_i] + cake_rb {passes} cake_thr{guard}) cake_m |= 1u << cake_i;")
+                w.line(f"if (cake_s[{slot}][cake_i] + cake_rb {passes} cake_thr{guard}) cake_m |= {one} << cake_i;")
                 w.close()
                 w.line("#pragma unroll 1")
-                w.open("for (; cake_m != 0u; cake_m &= cake_m - 1u)")
-                w.line("const int cake_i = __ffs(cake_m) - 1;")
+                w.open(f"for (; cake_m != 0{'ull' if wide else 'u'}; cake_m &= cake_m - {one})")
+                w.line(f"const int cake_i = {ffs}(cake_m) - 1;")
                 w.line(f"float cake_sv = cake_s[{slot}][0];")
                 w.line("#pragma unroll")
                 w.line(f"for (int cake_j = 1; cake_j < {n}; ++cake_j) if (cake_i == cake_j) cake_sv = cake_s[{slot}][cake_j];")

@@ -646,12 +646,13 @@ FAMILIES = {
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
                   "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"],
-                  "merge": ["serial", "wide", "kernel"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32]},
+                  "merge": ["serial", "wide", "kernel"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32],
+                  "rolled": [True, False]},
         # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide or kernel merge
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0 and (
             p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") in ("wide", "kernel"))),
         "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
-                "topk_sampled_bound": ["seed"]},
+                "topk_sampled_bound": ["seed"], "topk_rolled_insertion": ["rolled"]},
     },
 }
 

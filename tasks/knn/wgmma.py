@@ -298,8 +298,8 @@ programs.FAMILIES["knn_l2_wgmma_sm90a"] = {
     "defaults": {**signature_defaults(knn_wgmma), "metric": "l2"},
     "space": {"bq": [64, 128], "bn": [64, 128, 256], "k": [1, 10, 32], "d": [64, 128], "split": [1, 8, 32, 128],
               "stages": [2, 3, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32],
-              "merge": ["wide", "kernel"], "norms": ["global", "tile"]},
+              "merge": ["wide", "kernel"], "norms": ["global", "tile"], "rolled": [True, False]},
     "check": lambda p: p["bq"] % 64 == 0 and p["bn"] % 16 == 0,
     "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
-                "topk_sampled_bound": ["seed"]},
+                "topk_sampled_bound": ["seed"], "topk_rolled_insertion": ["rolled"]},
 }
