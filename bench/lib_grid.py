@@ -298,6 +298,11 @@ def kmeans_variants() -> list[dict]:
     # (the two warpgroups already overlap one's argmin with the other's wgmma); kept for the record and tests
     out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 32, "ctas": 132, **rw, "update_n": 128, "astages": 2}
             for kmax in (256, 128)]
+    # ... and every tile in one static sequence (`aunroll`: tile t + 1's wgmma under tile t's argmin, no loop and
+    # no condition, so ptxas keeps the wgmma pipelined; ncu, B = 1 N = 4M K = 256: the pick's wait for each
+    # tile's wgmma was the top stall, 9.4% of the samples); bn 64 at 255 registers spills 40 B
+    out += [{"kind": "resident", "kmax": 256, "bm": 128, "bn": bn, "ctas": 132, **rw, "update_n": 128, "astages": 2,
+             "aunroll": True} for bn in (32, 64)]
     # the argmin's running bests split into independent chains (topk `chains`; ncu, B = 1 N = 4M K = 256: 2 warps
     # per scheduler, a fixed-latency "wait" stall 1.36 of the 5.13 cycles per issued instruction), on the picks
     out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rw, "update_n": 128, "chains": c}

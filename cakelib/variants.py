@@ -241,7 +241,8 @@ def kmeans_name(p: dict) -> str:
     `sums: "regs"` (wgmma: the sums held in registers for the whole kernel, no smem sums) `_rs`, `sums:
     "wgmma"` (held in wgmma accumulators, the one-hot update on wgmma too) `_rw`, with `update_n: 128` (both
     swizzle atoms of dims per update instruction) `_rw128`, `astages: 2` (resident: two distance accumulators,
-    the next centroid tile's wgmma in flight during this one's argmin) `_a2`, `chains: c` (the argmin's running
+    the next centroid tile's wgmma in flight during this one's argmin) `_a2` (`aunroll`: every tile in one static
+    sequence, `_a2u`), `chains: c` (the argmin's running
     bests per row, topk `chains`) `_ch{c}`."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
@@ -253,6 +254,7 @@ def kmeans_name(p: dict) -> str:
     extra += {"smem": "", "regs": "_rs", "wgmma": "_rw"}[p.get("sums", "smem")]
     extra += "128" if p.get("update_n", 64) == 128 else ""
     extra += "_a2" if p.get("astages", 1) == 2 else ""
+    extra += "u" if p.get("aunroll") else ""
     extra += f"_ch{p['chains']}" if p.get("chains", 1) > 1 else ""
     return f"kmeans_{p.get('kind', 'fused')}_k{p['kmax']}_bm{p['bm']}_bn{p['bn']}_p{p['ctas']}{extra}"
 
@@ -272,7 +274,8 @@ def kmeans_kernel(p: dict, arch: str):
         return kmeans_wgmma(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], urows=p.get("urows", 16),
                             resident=p.get("kind", "fused") == "resident", xstages=p.get("xstages", 1),
                             sums=p.get("sums", "smem"), update_n=p.get("update_n", 64),
-                            astages=p.get("astages", 1), chains=p.get("chains", 1), arch=arch)
+                            astages=p.get("astages", 1), chains=p.get("chains", 1),
+                            aunroll=p.get("aunroll", False), arch=arch)
     update = p.get("update", "atomic")
     if p.get("kind", "fused") == "resident":
         return kmeans_resident(kmax=p["kmax"], bm=p["bm"], bn=p["bn"], ctas=p["ctas"], big=p.get("big", 16),

@@ -34,7 +34,7 @@ ATOM = 64   # f16 elements per 128-byte swizzle row
 
 def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, ctas: int = 132, rows: int = 8,
                  urows: int = 16, resident: bool = False, xstages: int = 1, sums: str = "smem", update_n: int = 64,
-                 astages: int = 1, chains: int = 1, arch: str = "sm_90a"):
+                 astages: int = 1, chains: int = 1, aunroll: bool = False, arch: str = "sm_90a"):
     """Fused Lloyd iteration for K <= kmax: wgmma assignment (64 points per warpgroup, bm / 64
     warpgroups), tensor-core one-hot update (`urows` clusters per accumulator block), smem sums
     flushed once per CTA, the last CTA of a batch finishes (programs.kmeans_fused). xstages 2 (streamed
@@ -44,7 +44,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     smem sums once, for the flush; "smem": loaded and stored per point tile (programs._update_mma);
     "wgmma": held in wgmma accumulators, the one-hot product on wgmma (`update_wgmma`), `update_n` dims
     (one or both swizzle atoms of X) per instruction. astages 2 (resident form): two distance accumulators,
-    centroid tile t + 1's wgmma in flight while tile t's argmin runs (`assign_pipelined`). chains: the
+    centroid tile t + 1's wgmma in flight while tile t's argmin runs (`assign_pipelined`); with aunroll, all
+    KMAX / BN tiles in one static sequence, each tile's argmin under the next tile's wgmma (`assign_static`). chains: the
     argmin's independent running bests per row (topk `chains`: its compare-select chain that many times shorter)."""
     if arch != "sm_90a":
         raise ValueError("kmeans_wgmma needs sm_90a (wgmma)")
@@ -64,6 +65,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     if astages not in (1, 2) or (astages == 2 and (not resident or (kmax // bn) % 2)):
         raise ValueError(f"astages (distance accumulators in flight) is 1 or 2; 2 is for the resident form with an "
                          f"even number of centroid tiles (kmax / bn; got astages={astages}, kmax={kmax}, bn={bn})")
+    if aunroll and astages != 2:
+        raise ValueError("aunroll (every centroid tile in one static sequence) pipelines two accumulators: astages 2")
     if sums == "wgmma":
         wgmma_held_blocks(kmax, bm)       # raises where the blocks do not deal evenly or fit the registers
     assert UPDATE_DN == ATOM, "the update's X blocks are whole swizzle atoms"
@@ -76,7 +79,7 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     kb = KernelBuilder(f"kmeans_{'resident' if resident else 'fused'}_k{kmax}{'' if short else f'_d{d}'}"
                        f"_{bm}x{bn}_wg_mma{urows}"
                        + ("_x2" if xstages == 2 else "") + {"smem": "", "regs": "_rs", "wgmma": "_rw"}[sums]
-                       + ("128" if update_n == 128 else "") + ("_a2" if astages == 2 else "")
+                       + ("128" if update_n == 128 else "") + ("_a2" if astages == 2 else "") + ("u" if aunroll else "")
                        + (f"_c{chains}" if chains > 1 else ""),
                        arch=arch, grid=["min(P, cdiv(N, BM))", "B"], threads=threads,
                        note="one Lloyd iteration: wgmma argmin assignment + tensor-core one-hot update"
@@ -152,6 +155,22 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
             r.sync("wgmma_wait", n=0)
             argmin(r, "(2 * u + 1)", acc="acc1", id="argmin_odd")
 
+    def assign_static(r, xslot):
+        """Every one of the KMAX / BN centroid tiles in one static sequence on two accumulators: tile t + 1's
+        wgmma is issued before tile t's argmin, so each argmin but the last runs under a wgmma. No loop and no
+        condition (ptxas keeps the wgmma pipelined: C7514 serializes a conditional or back-edge issue); tiles
+        past K are computed and skipped by the argmin's limit (the variant is for K near KMAX)."""
+        nt = kmax // bn
+        accs = ("acc", "acc1")
+        distances(r, xslot, None, "0", acc=accs[0])
+        r.sync("wgmma_commit")
+        for t in range(nt):
+            if t + 1 < nt:
+                distances(r, xslot, None, str(t + 1), acc=accs[(t + 1) % 2], id=f"distances_{t + 1}")
+                r.sync("wgmma_commit")
+            r.sync("wgmma_wait", n=1 if t + 1 < nt else 0)
+            argmin(r, str(t), acc=accs[t % 2], id="argmin" if t == 0 else f"argmin_{t}")
+
     def x_block(slot):
         # the update's [16 points, 64 dims] block: dims [uc, uc + 64) are atom uc / 64
         return lambda p: tile("sX", [f"(uc / {ATOM}) * BM + {p * 16}", 0], [16, ATOM], slot=slot)
@@ -195,7 +214,9 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
                 r.sync("cp_async_commit")
                 r.fill("bv", BIG)
                 r.fill("bi", -1)
-                if astages == 2:
+                if aunroll:
+                    assign_static(r, "it % 2")
+                elif astages == 2:
                     assign_pipelined(r, "it % 2")
                 else:
                     with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
