@@ -397,7 +397,7 @@ def test_argmin_chains_lower_to_independent_running_bests():
 
     from cake_ir.io import dumps, load
     from cakelib.variants import kmeans_kernel
-    assert {p["chains"] for p in CH} == {2, 4} and len(CH) >= 8
+    assert {p["chains"] for p in CH} == {2, 4} and len(CH) >= 2
     p = next(p for p in CH if p["kmax"] == 256 and p["ctas"] == 132 and p["chains"] == 4)
     k = kmeans_kernel(p, "sm_90a")
     r = compile_ir(k, arch="sm_90a")
