@@ -307,7 +307,7 @@ def kmeans_variants() -> list[dict]:
              "aunroll": True} for bn in (32, 64)]
     # the argmin's running bests split into independent chains (topk `chains`; ncu, B = 1 N = 4M K = 256: a
     # fixed-latency "wait" stall 1.36 of the 5.13 cycles per issued instruction). Measured on the K >= 100 picks
-    # and not picked: 1-4% slower everywhere (bench/results/lib-sweep-kmeans-h200-session22-chains.json); kept
+    # and not picked: 0-7% slower everywhere (bench/results/lib-sweep-kmeans-h200-session22-chains.json); kept
     # on the K = 256 pick for the record and tests
     out += [{"kind": "resident", "kmax": 256, "bm": 128, "bn": 64, "ctas": 132, **rw, "update_n": 128, "chains": c}
             for c in (2, 4)]
@@ -1004,7 +1004,8 @@ def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False
             fresh = measurements(op, fresh_rows(v["rows"]), v["variants"])
             table = pin(old, fresh, pin_over, sup)
             timed = {json.dumps(r["shape"], sort_keys=True) for r in fresh_rows(v["rows"])}
-            kept = [p for p in old.pins if json.dumps(p["shape"], sort_keys=True) not in timed]
+            # (marked: they rest on an earlier sweep's own run, now this sweep's prior rows)
+            kept = [{**p, "kept": True} for p in old.pins if json.dumps(p["shape"], sort_keys=True) not in timed]
             table = dataclasses.replace(table, pins=kept + table.pins,
                                         meta={**table.meta, "repinned": meta, "pins_kept": len(kept)})
             os.makedirs(out_dir, exist_ok=True)

@@ -160,7 +160,15 @@ def test_committed_sweep_pins_rest_on_its_own_run(tmp_path):
     assert 0 < len(fresh) < len(d["ops"]["knn"]["rows"])
     committed = json.loads((Path(__file__).resolve().parents[1] / "cakelib/tables/knn.json").read_text())
     fresh_shapes = {json.dumps(r["shape"], sort_keys=True) for r in fresh}
-    assert committed["pins"] and all(json.dumps(p["shape"], sort_keys=True) in fresh_shapes for p in committed["pins"])
+    new = [p for p in committed["pins"] if not p.get("kept")]
+    assert new and all(json.dumps(p["shape"], sort_keys=True) in fresh_shapes for p in new)
+    # pins kept by `refit --keep-tree` from the table's earlier sweep: their shape is no row of this one's own
+    # run, and their variant was timed there by that earlier run (now this sweep's prior rows)
+    prior = {(json.dumps(r["shape"], sort_keys=True), r["variant"]) for r in d["ops"]["knn"]["rows"] if r.get("prior")}
+    for p in committed["pins"]:
+        if p.get("kept"):
+            key = json.dumps(p["shape"], sort_keys=True)
+            assert key not in fresh_shapes and (key, p["variant"]) in prior, p
     assert all(p["slowdown"] is None or p["slowdown"] > lib_grid.PIN_OVER for p in committed["pins"])
 
 
@@ -169,7 +177,47 @@ def test_sweep_names_the_variants_that_run_without_a_fitted_queue():
     says so (session 21: the wgmma builds compared with T = 0 against the mma.sync build's T = 2)."""
     from cakelib.variants import knn_name
     sync = {"bq": 128, "bn": 64, "split": 1, "stages": 2, "norms": "global"}     # fitted: T = 2 at k = 16 / 32
-    wg = {"bq": 128, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma"}          # no entry
+    wg = {"bq": 64, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma", "overlap": True}   # no entry (session 22
+    # gave the unsplit 128-query wgmma builds theirs)
     got = lib_grid.unqueued([sync, wg, {**wg, "queue": 2}], {10, 16, 32})
     assert got == {knn_name(wg): [16, 32]}
     assert lib_grid.unqueued([wg], {1, 10}) == {}
+
+
+def test_refit_keep_tree_redoes_only_the_pins(tmp_path):
+    """`refit SWEEP --keep-tree TABLE`: TABLE's tree unchanged; pins from the sweep's own rows (a shape where the
+    tree's pick ran > PIN_OVER x the best); TABLE's pins at shapes the sweep did not time kept and marked; its
+    pins at shapes the sweep timed redone (dropped when the pick is now within PIN_OVER)."""
+    import json
+
+    from cakelib.dispatch import DispatchTable
+    root = Path(__file__).resolve().parents[1]
+    table = DispatchTable.load(root / "cakelib/tables/knn.json")
+    vmap = table.variants
+    fast, slow = {"Q": 32768, "M": 32768, "k": 16}, {"Q": 16384, "M": 16384, "k": 32}
+    pick_fast, pick_slow = table.tree_pick({**fast, "D": 128}), table.tree_pick({**slow, "D": 128})
+    other = "knn_bq128_bn64_s1_p2_gn"
+    assert other in vmap and other not in (pick_fast,) and pick_slow != "knn_bq128_bn64_s1_p4_wg"
+    import dataclasses
+    old = dataclasses.replace(table, pins=[{"shape": {"Q": 7, "M": 100000, "k": 10}, "variant": pick_fast,
+                                            "slowdown": 1.2}, {"shape": fast, "variant": other, "slowdown": 1.3}])
+    old.save(tmp_path / "old.json")
+    rows = [{"shape": fast, "variant": pick_fast, "ok": True, "ms": 1.00},      # the pick within PIN_OVER: no pin
+            {"shape": fast, "variant": other, "ok": True, "ms": 0.98},
+            {"shape": slow, "variant": pick_slow, "ok": True, "ms": 2.0},       # the pick 2x the best: pinned
+            {"shape": slow, "variant": "knn_bq128_bn64_s1_p4_wg", "ok": True, "ms": 1.0},
+            {"shape": {"Q": 1, "M": 100000, "k": 10}, "variant": pick_fast, "ok": True, "ms": 5.0, "prior": True}]
+    sweep = {"env": {"gpu": "test", "date": "2026-12-02"}, "command": "test",
+             "ops": {"knn": {"variants": vmap, "rows": rows}}}
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    lib_grid.refit(str(tmp_path / "sweep.json"), str(tmp_path / "out"), keep_tree=str(tmp_path / "old.json"))
+    new = DispatchTable.load(tmp_path / "out" / "knn.json")
+    assert new.tree == table.tree
+    pins = {json.dumps(p["shape"], sort_keys=True): p for p in new.pins}
+    assert set(pins) == {json.dumps(s, sort_keys=True) for s in ({"Q": 7, "M": 100000, "k": 10}, slow)}
+    assert pins[json.dumps(slow, sort_keys=True)]["variant"] == "knn_bq128_bn64_s1_p4_wg"
+    assert pins[json.dumps({"Q": 7, "M": 100000, "k": 10}, sort_keys=True)].get("kept") is True
+    assert new.pick({**slow, "D": 128}) == "knn_bq128_bn64_s1_p4_wg" and new.pick({**fast, "D": 128}) == pick_fast
+    with pytest.raises(SystemExit, match="pin-over"):
+        lib_grid.refit(str(tmp_path / "sweep.json"), str(tmp_path / "out2"), pin_over=0,
+                       keep_tree=str(tmp_path / "old.json"))
