@@ -242,8 +242,7 @@ def kmeans_name(p: dict) -> str:
     "wgmma"` (held in wgmma accumulators, the one-hot update on wgmma too) `_rw`, with `update_n: 128` (both
     swizzle atoms of dims per update instruction) `_rw128`, `astages: 2` (resident: two distance accumulators,
     the next centroid tile's wgmma in flight during this one's argmin) `_a2` (`aunroll`: every tile in one static
-    sequence, `_a2u`), `chains: c` (the argmin's running
-    bests per row, topk `chains`) `_ch{c}`."""
+    sequence, `_a2u`), `chains: c` (the argmin's running bests per row, topk `chains`) `_ch{c}`."""
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

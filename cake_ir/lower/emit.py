@@ -1464,7 +1464,8 @@ class Emitter:
         score exactly: within a lane the columns ascend, across lanes and calls the exact test breaks
         ties by index. chains > 1: the lane's column pairs n go to running best n % chains (each still
         ascending), joined by the exact test: the dependent compare-select chain per row is chains times
-        shorter (the scan was latency-bound: 2 rows per lane, so 2 chains in flight)."""
+        shorter (2 rows per lane keep only 2 chains in flight; measured 0-7% slower on the k-means picks,
+        session 22: the join and the registers cost more than the chain there)."""
         w = self.w
         better = "<" if mn == "true" else ">"
         worst = "cake::inf()" if mn == "true" else "(-cake::inf())"
