@@ -1687,7 +1687,7 @@ class Emitter:
                 w.line("const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);")
                 w.line("const float cake_v = cake_sv + cake_rb;")
                 guard = ""
-                passes_test = "true"
+                passes_test = ""      # (every set bit passed the test)
             else:
                 w.line("#pragma unroll")
                 w.open(f"for (int cake_i = 0; cake_i < {n}; ++cake_i)")
@@ -1695,12 +1695,13 @@ class Emitter:
                 w.line(f"const float cake_v = cake_s[{slot}][cake_i] + cake_rb;")
                 passes_test = f"cake_v {passes} cake_thr"
             insert = f"cake::topk_insert<{K}, {mn}>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);"
+            cond = f"{passes_test}{guard}"
             if queue is None:
-                w.line(f"if ({passes_test}{guard}) {insert}")
+                w.line(f"if ({cond}) {insert}" if cond else insert)
             else:
                 qv, qi, T = queue
                 q_v, q_i = f"&{qv.name}[{slot * T}]", f"&{qi.name}[{slot * T}]"   # this row's queue
-                w.open(f"if ({passes_test}{guard})")
+                w.open(f"if ({cond})" if cond else "")
                 w.line(f"if ({qi.name}[{slot * T + T - 1}] >= 0) {insert}   // a full queue: on the spot")
                 w.line(f"else cake::topk_push<{T}>({q_v}, {q_i}, cake_v, cake_cb + cake_c);")
                 w.close()

@@ -236,11 +236,21 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
           for (int cake_i = 1; cake_i < 16; ++cake_i) cake_best = fmaxf(cake_best, cake_s[0][cake_i]);
           if (!((0 + (cake_lane >> 2)) < (int)(Q - q0 - wq0))) cake_best = (-cake::inf());
           if (cake_best >= cake_thu) {
+            unsigned cake_m = 0u;
             #pragma unroll
             for (int cake_i = 0; cake_i < 16; ++cake_i) {
               const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);
-              const float cake_v = cake_s[0][cake_i] + cake_rb;
-              if (cake_v >= cake_thr && cake_c < cake_rem) cake::topk_insert<10, false>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);
+              if (cake_s[0][cake_i] + cake_rb >= cake_thr && cake_c < cake_rem) cake_m |= 1u << cake_i;
+            }
+            #pragma unroll 1
+            for (; cake_m != 0u; cake_m &= cake_m - 1u) {
+              const int cake_i = __ffs(cake_m) - 1;
+              float cake_sv = cake_s[0][0];
+              #pragma unroll
+              for (int cake_j = 1; cake_j < 16; ++cake_j) if (cake_i == cake_j) cake_sv = cake_s[0][cake_j];
+              const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);
+              const float cake_v = cake_sv + cake_rb;
+              cake::topk_insert<10, false>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);
             }
           }
         }
@@ -255,11 +265,21 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_ip_k10_d128_64x64(  // 
           for (int cake_i = 1; cake_i < 16; ++cake_i) cake_best = fmaxf(cake_best, cake_s[1][cake_i]);
           if (!((8 + (cake_lane >> 2)) < (int)(Q - q0 - wq0))) cake_best = (-cake::inf());
           if (cake_best >= cake_thu) {
+            unsigned cake_m = 0u;
             #pragma unroll
             for (int cake_i = 0; cake_i < 16; ++cake_i) {
               const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);
-              const float cake_v = cake_s[1][cake_i] + cake_rb;
-              if (cake_v >= cake_thr && cake_c < cake_rem) cake::topk_insert<10, false>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);
+              if (cake_s[1][cake_i] + cake_rb >= cake_thr && cake_c < cake_rem) cake_m |= 1u << cake_i;
+            }
+            #pragma unroll 1
+            for (; cake_m != 0u; cake_m &= cake_m - 1u) {
+              const int cake_i = __ffs(cake_m) - 1;
+              float cake_sv = cake_s[1][0];
+              #pragma unroll
+              for (int cake_j = 1; cake_j < 16; ++cake_j) if (cake_i == cake_j) cake_sv = cake_s[1][cake_j];
+              const int cake_c = (cake_i >> 1) * 8 + cake_c0 + (cake_i & 1);
+              const float cake_v = cake_sv + cake_rb;
+              cake::topk_insert<10, false>(cake_tv, cake_ti, cake_v, cake_cb + cake_c);
             }
           }
         }
