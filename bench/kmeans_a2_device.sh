@@ -12,14 +12,7 @@
 . "$(dirname "$0")/device_env.sh"
 export KONLY='K=100|128|160|256'
 export KPAT='(k128_bm128_bn64_p132_mma32_wg$|k(128|256)_bm128_bn64_p(16|33|132)_mma16_wg_rw128$|_bn32_p(16|33|132)_mma16_wg_rw128(_a2)?$|k128_bm128_bn64_p132_mma16_wg_rw128_a2$)'
-timeout 120 $PY -m pytest -q -x -p no:cacheprovider -m gpu tests/test_kmeans_wgmma.py -k paired > $D/pytest.log 2>&1
-stamp "pytest rc=$?: $(tail -1 $D/pytest.log)"
-grep -E "^FAILED|Error" $D/pytest.log | head -5
-timeout $(( ${1:-120} + 120 )) $PY bench/lib_grid.py sweep --op kmeans --out $D/kmeans-sweep --procs $NP \
-  --budget-s ${1:-120} --only "$KONLY" --variants "$KPAT" --prior bench/results/lib-sweep-kmeans-h200.json \
-  > $D/kmeans-sweep.log 2>&1
-stamp "kmeans sweep rc=$?"
-grep -E "compiled|probe|budget|table" $D/kmeans-sweep.log | head -6
-grep -E "N': (2097152|4194304)" $D/kmeans-sweep.log | cut -c1-130
+gpu_tests 120 tests/test_kmeans_wgmma.py -k paired
+kmeans_sweep ${1:-120} "$KONLY" "$KPAT"
 knn_grid ${2:-320} 60
 stamp done

@@ -12,23 +12,11 @@
 . "$(dirname "$0")/device_env.sh"
 export KONLY='K=256'
 export KPAT='(k256_bm128_bn64_p(16|33|132)_mma16_wg_rw128$|_a2u$)'
-timeout 100 $PY -m pytest -q -x -p no:cacheprovider -m gpu tests/test_kmeans_wgmma.py -k static_centroid > $D/pytest.log 2>&1
-stamp "pytest rc=$?: $(tail -1 $D/pytest.log)"
-grep -E "^FAILED|Error" $D/pytest.log | head -5
-timeout $(( ${1:-90} + 90 )) $PY bench/lib_grid.py sweep --op kmeans --out $D/kmeans-sweep --procs $NP \
-  --budget-s ${1:-90} --only "$KONLY" --variants "$KPAT" --prior bench/results/lib-sweep-kmeans-h200.json \
-  > $D/kmeans-sweep.log 2>&1
-stamp "kmeans sweep rc=$?"
-grep -E "^kmeans \{" $D/kmeans-sweep.log | cut -c1-130
+gpu_tests 100 tests/test_kmeans_wgmma.py -k static_centroid
+kmeans_sweep ${1:-90} "$KONLY" "$KPAT"
 $PY bench/lib_grid.py refit $D/kmeans-sweep/lib-sweep-h200.json --keep-tree cakelib/tables/kmeans.json --out $D/repin \
   > $D/repin.log 2>&1
 stamp "repin rc=$?: $(tail -1 $D/repin.log)"
-only=$($PY bench/lib_grid.py changed kmeans cakelib/tables/kmeans.json $D/repin/kmeans.json)
-echo "$only" > $D/changed.txt
-stamp "grid shapes whose pick changed: $(echo "$only" | tr ';' '\n' | grep -c =)"
-cp $D/repin/kmeans.json cakelib/tables/kmeans.json
-[ -n "$only" ] && timeout $(( ${2:-60} + 60 )) $PY bench/lib_grid.py grid --op kmeans --out $D/grid --procs $NP \
-  --deadline-s ${2:-60} --only "$only" > $D/grid.log 2>&1
-stamp "grid rc=$?"
-grep -E "^kmeans \{" $D/grid.log | cut -c1-200
+regrid_changed kmeans ${2:-60} $D/repin/kmeans.json
+[ -f $D/grid.log ] && grep -E "^kmeans \{" $D/grid.log | cut -c1-200
 stamp done

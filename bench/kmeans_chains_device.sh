@@ -10,13 +10,6 @@
 . "$(dirname "$0")/device_env.sh"
 export KONLY='K=100|128|160|256'
 export KPAT='(k128_bm128_bn64_p132_mma32_wg(_ch[24])?$|k(128|256)_bm128_bn64_p(16|33|132)_mma16_wg_rw128(_ch[24])?$)'
-timeout 150 $PY -m pytest -q -x -p no:cacheprovider -m gpu tests/test_kmeans_wgmma.py -k "chains or paired" > $D/pytest.log 2>&1
-stamp "pytest rc=$?: $(tail -1 $D/pytest.log)"
-grep -E "^FAILED|Error" $D/pytest.log | head -5
-timeout $(( ${1:-150} + 120 )) $PY bench/lib_grid.py sweep --op kmeans --out $D/kmeans-sweep --procs $NP \
-  --budget-s ${1:-150} --only "$KONLY" --variants "$KPAT" --prior bench/results/lib-sweep-kmeans-h200.json \
-  > $D/kmeans-sweep.log 2>&1
-stamp "kmeans sweep rc=$?"
-grep -E "compiled|probe|budget|table" $D/kmeans-sweep.log | head -6
-grep -E "^kmeans \{" $D/kmeans-sweep.log | cut -c1-130
+gpu_tests 150 tests/test_kmeans_wgmma.py -k "chains or paired"
+kmeans_sweep ${1:-150} "$KONLY" "$KPAT"
 stamp done

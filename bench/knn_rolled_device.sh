@@ -9,9 +9,7 @@
 #       --shapes "$(cat bench/results/logs/session22/rolled-ab-shapes.json)" --compile-only --arch sm_90a
 #     OUT=/some/dir CAKE_CACHE_DIR=DIR bash bench/knn_rolled_device.sh [AB_DEADLINE_S=200]
 . "$(dirname "$0")/device_env.sh"
-timeout 150 $PY -m pytest -q -x -p no:cacheprovider -m gpu tests/test_topk_rolled.py > $D/pytest.log 2>&1
-stamp "pytest rc=$?: $(tail -1 $D/pytest.log)"
-grep -E "^FAILED|Error" $D/pytest.log | head -5
+gpu_tests 150 tests/test_topk_rolled.py
 timeout $(( ${1:-200} + 60 )) $PY bench/topk_queue_ab.py --option rolled --values 0,1 \
   --shapes "$(cat bench/results/logs/session22/rolled-ab-shapes.json)" --out $D/rolled-ab.json --procs $NP \
   --deadline-s ${1:-200} > $D/ab.log 2>&1

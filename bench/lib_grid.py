@@ -995,41 +995,37 @@ def refit(sweep_path: str, out_dir: str, max_depth=None, min_leaf=None, cv=False
         meta = {"gpu": d["env"].get("gpu"), "date": d["env"]["date"], "command": " ".join(["python"] + sys.argv),
                 "sweep_command": d.get("command"), "shapes": len({json.dumps(r["shape"], sort_keys=True) for r in v["rows"]}),
                 "measurements": len(rows)}
+        fresh = measurements(op, fresh_rows(v["rows"]), v["variants"])
         if keep_tree:
             if pin_over <= 0:
                 raise SystemExit("refit --keep-tree only redoes the pins: --pin-over must be > 0")
             old = DispatchTable.load(keep_tree)
             if old.op != op:
                 raise SystemExit(f"--keep-tree {keep_tree} is a {old.op!r} table, the sweep's op is {op!r}")
-            fresh = measurements(op, fresh_rows(v["rows"]), v["variants"])
             table = pin(old, fresh, pin_over, sup)
-            timed = {json.dumps(r["shape"], sort_keys=True) for r in fresh_rows(v["rows"])}
+            timed = {json.dumps(r.shape, sort_keys=True) for r in fresh}
             # (marked: they rest on an earlier sweep's own run, now this sweep's prior rows)
             kept = [{**p, "kept": True} for p in old.pins if json.dumps(p["shape"], sort_keys=True) not in timed]
             table = dataclasses.replace(table, pins=kept + table.pins,
                                         meta={**table.meta, "repinned": meta, "pins_kept": len(kept)})
-            os.makedirs(out_dir, exist_ok=True)
-            path = os.path.join(out_dir, f"{op}.json")
-            table.save(path)
-            print(f"{op}: table -> {path}; tree of {keep_tree}, {len(table.pins) - len(kept)} pins from the sweep's "
-                  f"own rows, {len(kept)} kept; training-set geomean slowdown vs oracle "
-                  f"{evaluate(table, rows)['geomean_slowdown_vs_oracle']:.3f}")
-            continue
-        if max_depth or min_leaf:        # a fixed size: the given parts over the simplest one tried
-            size = {**TREE_SIZES[0], **({"max_depth": max_depth} if max_depth else {}),
-                    **({"min_leaf": min_leaf} if min_leaf else {})}
-            table = fit(op, rows, FEATURES[op], vm, fb, meta=meta, tail=FIT_TAIL, **size)
+            how = f"tree of {keep_tree}, {len(table.pins) - len(kept)} pins from the sweep's own rows, {len(kept)} kept"
         else:
-            table = fit_by_cross_validation(op, rows, FEATURES[op], vm, fb, supports=sup, meta=meta, tail=FIT_TAIL)
-        if pin_over > 0:
-            table = pin(table, measurements(op, fresh_rows(v["rows"]), v["variants"]), pin_over, sup)
-        kw = {k: table.meta["fit"][k] for k in ("max_depth", "min_leaf", "tail")}
+            if max_depth or min_leaf:        # a fixed size: the given parts over the simplest one tried
+                size = {**TREE_SIZES[0], **({"max_depth": max_depth} if max_depth else {}),
+                        **({"min_leaf": min_leaf} if min_leaf else {})}
+                table = fit(op, rows, FEATURES[op], vm, fb, meta=meta, tail=FIT_TAIL, **size)
+            else:
+                table = fit_by_cross_validation(op, rows, FEATURES[op], vm, fb, supports=sup, meta=meta, tail=FIT_TAIL)
+            if pin_over > 0:
+                table = pin(table, fresh, pin_over, sup)
+            kw = {k: table.meta["fit"][k] for k in ("max_depth", "min_leaf", "tail")}
+            how = str(kw)
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"{op}.json")
         table.save(path)
         print(f"{op}: table -> {path}; training-set geomean slowdown vs oracle "
-              f"{evaluate(table, rows)['geomean_slowdown_vs_oracle']:.3f} ({kw})")
-        if cv:
+              f"{evaluate(table, rows)['geomean_slowdown_vs_oracle']:.3f} ({how})")
+        if cv and not keep_tree:
             ev = cross_validate(op, rows, FEATURES[op], vm, fb, supports=sup, **kw)
             print(f"{op}: leave-one-shape-out geomean slowdown vs oracle {ev['geomean_slowdown_vs_oracle']:.3f}, "
                   f"worst {ev['worst_slowdown']:.2f} at {ev['worst_shape']}")

@@ -28,10 +28,6 @@ KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
 # at Q >= 256 each query tile repeats the reduce in a compute-bound kernel: 0.68-0.99x. So "global" stays
 # the default and the per-call form takes "tile" within KNN_WGMMA_TILE_NORMS (knn_wgmma_norms)
 KNN_WGMMA_NORMS = "global"
-# session 22: a row's passing scores enter the top-k lists through one rolled loop (`topk` rolled) in every kNN
-# kernel: 1.0-2.3x less time at the table's picks on 24 shapes, never slower (bench/results/topk-rolled-ab-h200.json;
-# the unrolled insertions overflowed the instruction cache); a variant's "rolled" False (`_ur`) is the old form
-KNN_ROLLED = True
 KNN_WGMMA_TILE_NORMS = {"k_max": 1, "q_max": 128}
 # a register cap (minb > 1: 128 registers for 2 CTAs of 256 threads or 4 of 128) holds the lists up to
 # k = 16 (ptxas: 12-88 B of spill stores); at k = 32 every capped kNN kernel spills 2-9 KB per thread
@@ -66,8 +62,10 @@ def knn_queue_key(p: dict) -> str:
     norms) and A/B rows of any of them fit it (bench/topk_queue_ab.py --fit). A sampled bound (`_sd{F}`)
     keeps its own entry: with the bound tight from the first tile far fewer scores pass, and the queue that
     pays on the unseeded scan loses there (session 20: T = 2 at k = 16 1.07-1.57x unseeded, 0.89-1.0x on most
-    seeded picks)."""
+    seeded picks). The insertion's form (`rolled`) shares it too: session 22's rolled A/B keyed the rolled arm
+    apart (`_rl`), so it ran T = 0 where the table fits T = 2 for the unrolled one."""
     base = {**p, **({"merge": "wide"} if p.get("merge") == "kernel" else {})}   # (names carry no queue)
+    base.pop("rolled", None)
     if p.get("mma", "sync") == "wgmma":
         base.pop("norms", None)
     return knn_name(base)
@@ -129,9 +127,10 @@ def knn_name(p: dict) -> str:
     the search, a warp per query) `_mk`, `qfrag: "smem"` (query fragments re-read per
     k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
     database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
-    query's bound of its k-th best; k > 1) `_sd{seed}`, `rolled` other than KNN_ROLLED (False: an unrolled
-    insertion per column, `_ur`; True where the default is False: `_rl`); the names of the variants without
-    them are unchanged (committed tables refer to them)."""
+    query's bound of its k-th best; k > 1) `_sd{seed}`, `rolled: False` (an unrolled insertion per column,
+    `_ur`; the builders' default since session 22 is the rolled loop, `topk` rolled: 1.0-2.3x less time at the
+    table's picks, bench/results/topk-rolled-ab-h200.json); the names of the variants without them are unchanged
+    (committed tables refer to them)."""
     if p.get("mma") == "wgmma":    # (the names mark a wgmma variant's norms only where they are not the default)
         gn = {"global": "_gn", "tile": "_tn"}[p["norms"]] if p.get("norms", KNN_WGMMA_NORMS) != KNN_WGMMA_NORMS else ""
     else:
@@ -144,7 +143,7 @@ def knn_name(p: dict) -> str:
     gn += "_wg" if p.get("mma", "sync") == "wgmma" else ""
     gn += "_ov" if p.get("overlap") else ""
     gn += f"_sd{p['seed']}" if p.get("seed", 0) else ""
-    gn += ("_rl" if p["rolled"] else "_ur") if p.get("rolled", KNN_ROLLED) != KNN_ROLLED else ""
+    gn += "_ur" if "rolled" in p and not p["rolled"] else ""
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -216,13 +215,18 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
                          stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
                          merge=p.get("merge", "wide"),
                          queue=knn_queue(p, k), share=p.get("share", True), skip_pad=p.get("skip_pad", True),
-                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), rolled=p.get("rolled", KNN_ROLLED),
-                         arch=arch)
+                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), arch=arch,
+                         **_rolled(p))
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),
                      wm=p.get("wm", 16), ws=p.get("ws", 1), queue=knn_queue(p, k), share=p.get("share", True),
-                     skip_pad=p.get("skip_pad", True), seed=p.get("seed", 0), rolled=p.get("rolled", KNN_ROLLED))
+                     skip_pad=p.get("skip_pad", True), seed=p.get("seed", 0), **_rolled(p))
+
+
+def _rolled(p: dict) -> dict:
+    """The variant's `rolled` where it sets one; else the builders' own default (rolled)."""
+    return {"rolled": bool(p["rolled"])} if "rolled" in p else {}
 
 
 # ---------------------------------------------------------------- kmeans (tasks/kmeans/programs.py)

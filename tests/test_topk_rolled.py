@@ -74,13 +74,17 @@ def test_rolled_is_refused_where_it_has_no_meaning():
 
 
 def test_rolled_is_the_library_default_and_the_old_form_is_named():
-    """Every kNN variant runs rolled (KNN_ROLLED) under its old name, the committed tables' names; the unrolled
-    form is `_ur`; the builders default to rolled too (the agent's seeds)."""
-    from cakelib.variants import KNN_ROLLED
-    assert KNN_ROLLED is True
+    """Every kNN variant runs rolled (the builders' default) under its old name, the committed tables' names;
+    the unrolled form is `_ur`; the builders default to rolled (the library and the agent's seeds)."""
+    from tasks.base import signature_defaults
+    assert signature_defaults(knn_fused)["rolled"] is True and signature_defaults(knn_wgmma)["rolled"] is True
     p = {"bq": 128, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma"}
     assert knn_name({**p, "rolled": True}) == knn_name(p) == "knn_bq128_bn64_s1_p4_wg"
     assert knn_name({**p, "rolled": False}) == knn_name(p) + "_ur"
+    # one queue-table entry for both forms: an A/B of the insertion compares the insertion, not the queue
+    from cakelib.variants import knn_queue, knn_queue_key
+    assert knn_queue_key({**p, "rolled": False}) == knn_queue_key({**p, "rolled": True}) == knn_queue_key(p)
+    assert knn_queue({**p, "rolled": False}, 32) == knn_queue(p, 32) == 2      # the committed table's fit
     src = compile_kernel(_search(knn_kernel(p, 16, "l2", 128, "sm_90a")), emit="cuda").cuda_source
     assert "for (; cake_m != 0u; cake_m &= cake_m - 1u)" in src
     assert "cake_m" not in compile_kernel(_search(knn_kernel({**p, "rolled": False}, 16, "l2", 128, "sm_90a")),

@@ -45,8 +45,9 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
     "wgmma": held in wgmma accumulators, the one-hot product on wgmma (`update_wgmma`), `update_n` dims
     (one or both swizzle atoms of X) per instruction. astages 2 (resident form): two distance accumulators,
     centroid tile t + 1's wgmma in flight while tile t's argmin runs (`assign_pipelined`); with aunroll, all
-    KMAX / BN tiles in one static sequence, each tile's argmin under the next tile's wgmma (`assign_static`). chains: the
-    argmin's independent running bests per row (topk `chains`: its compare-select chain that many times shorter)."""
+    KMAX / BN tiles in one static sequence, each tile's argmin under the next tile's wgmma (`assign_static`).
+    chains: the argmin's independent running bests per row (topk `chains`: its compare-select chain that many
+    times shorter)."""
     if arch != "sm_90a":
         raise ValueError("kmeans_wgmma needs sm_90a (wgmma)")
     if d != 128:
@@ -354,13 +355,14 @@ programs.FAMILIES["kmeans_wgmma_sm90a"] = {
     "defaults": signature_defaults(kmeans_wgmma),
     "space": {"kmax": [128, 256], "bm": [64, 128], "bn": [64, 128, 256], "ctas": [66, 132, 264], "urows": [16, 32],
               "resident": [False, True], "xstages": [1, 2], "sums": ["smem", "regs", "wgmma"], "update_n": [64, 128],
-              "astages": [1, 2], "chains": [1, 2, 4]},
+              "astages": [1, 2], "aunroll": [False, True], "chains": [1, 2, 4]},
     # resident centroids fit for kmax <= 128 (256 with the sums in registers); a centroid tile divides kmax;
     # wgmma tiles of 64 points; the prefetched point tile is for the streamed form; held sums fit the registers
     "check": lambda p: p["bm"] % 64 == 0 and p["kmax"] % p["bn"] == 0
     and (not p["resident"] or p["kmax"] <= 128 or p.get("sums", "smem") != "smem")
     and (p.get("xstages", 1) == 1 or not p["resident"]) and (p.get("sums", "smem") == "smem" or _held_fits(p))
     and (p.get("update_n", 64) == 64 or p.get("sums") == "wgmma")
-    and (p.get("astages", 1) == 1 or (p["resident"] and p["kmax"] // p["bn"] % 2 == 0)),
+    and (p.get("astages", 1) == 1 or (p["resident"] and p["kmax"] // p["bn"] % 2 == 0))
+    and (not p.get("aunroll") or p.get("astages", 1) == 2),
     "tactics": {"retile": ["bm", "bn"], "update_mechanism": ["sums", "urows"]},
 }
