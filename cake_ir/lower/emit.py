@@ -958,9 +958,12 @@ class Emitter:
         self.wgmma_ns.add((N, ty))
         arow, acol, _, _ = self.tile_rc(a, path)
         w.open("", path)
+        # the k16 steps' descriptors: the first one's, 16 elements further each (one add, not a descriptor each)
+        w.line(f"const cake::u64 cake_da = {self.desc(ab, st.a.slot, arow, acol)};", path)
+        w.line(f"const cake::u64 cake_db = {self.desc(bb, st.b.slot, brow, bcol)};", path)
         for kk in range(TK // 16):
-            ad = self.desc(ab, st.a.slot, arow, f"{acol} + {kk * 16}")
-            bd = self.desc(bb, st.b.slot, brow, f"{bcol} + {kk * 16}")
+            ad, bd = (f"cake::wgmma_desc_add({d}, {kk * 16 * SIZE[x.dtype]}u)" if kk else d
+                      for d, x in (("cake_da", ab), ("cake_db", bb)))
             scale = "1" if kk > 0 else f"({cond_c(st.accumulate)}) ? 1 : 0"
             w.line(f"cake_wgmma_m64n{N}k16_{ty}(&{cb.name}[{base}], {ad}, {bd}, {scale});", path)
         w.close()
@@ -977,8 +980,13 @@ class Emitter:
         TK = b.shape[0] if tb else b.shape[-1]
         if ab.space != "reg":
             self.fail(path, "wgmma with an MN-major b takes A from registers")
-        if ab.layout != "mma_a" or list(a.shape) != [16, 16] or any(str(o) != "0" for o in (a.offset or ())):
-            self.fail(path, "a wgmma A operand in registers is a whole mma_a fragment [16, 16] per warp")
+        ao = [E.try_const(E.parse_index(o), dict(self.k.consts)) for o in (a.offset or (0, 0))]
+        if ab.layout != "mma_a" or list(a.shape) != [16, 16] or len(ao) != 2 \
+                or any(not isinstance(o, int) or o % 16 for o in ao):
+            self.fail(path, "a wgmma A operand in registers is a [16, 16] block of an mma_a fragment per warp "
+                            "(constant offsets, multiples of 16)")
+        # block (mt, kt) of the fragment: its registers (mt * KT + kt) * 4 .. + 3 (the onehot / ldmatrix order)
+        areg = (ao[0] // 16 * (ab.shape[1] // 16) + ao[1] // 16) * 4
         if TK != 16:
             self.fail(path, f"with A in registers (one k16 step) b spans 16 K, not {TK}")
         if tb and b.shape[-1] != N and not (st.b_atom_rows and N % b.shape[-1] == 0):
@@ -989,7 +997,7 @@ class Emitter:
         lbo = st.b_atom_rows * row_pitch_elems(bb) * SIZE[ty] if st.b_atom_rows else 16
         bd = self.desc(bb, st.b.slot, brow, bcol, lbo=lbo)
         scale = f"({cond_c(st.accumulate)}) ? 1 : 0"
-        self.w.line(f"cake_wgmma_rs_m64n{N}k16_{ty}_t{tb}(&{cb.name}[{base}], {ab.name}, {bd}, {scale});", path)
+        self.w.line(f"cake_wgmma_rs_m64n{N}k16_{ty}_t{tb}(&{cb.name}[{base}], &{ab.name}[{areg}], {bd}, {scale});", path)
 
     def emit_wgmma_rs_wrapper(self, n: int, ty: str, tb: int):
         w = self.w
@@ -1013,9 +1021,12 @@ class Emitter:
         stage = ""
         if b.stages > 1 or slot not in (None, 0, "0"):
             stage = f" + (unsigned)({ix(slot if slot is not None else 0)}) * {self.plan.stage_strides[b.name]}u"
-        addr = f"cake_smem_base + {self.plan.offsets[b.name]}u{stage} + (unsigned)(({row_c}) * {pitch} + ({col_c}) * {es})"
+        # the stage's descriptor (one expression for every tile of the stage: the compiler computes it once),
+        # stepped to the tile's first row and column
+        base = f"cake_smem_base + {self.plan.offsets[b.name]}u{stage}"
         sbo = 8 * pitch
-        return f"cake::wgmma_desc({addr}, {lbo}, {sbo}, {DESC_SWIZZLE[b.layout]})"
+        return (f"cake::wgmma_desc_add(cake::wgmma_desc({base}, {lbo}, {sbo}, {DESC_SWIZZLE[b.layout]}), "
+                f"(unsigned)(({row_c}) * {pitch} + ({col_c}) * {es}))")
 
     def emit_wgmma_wrapper(self, n: int, ty: str):
         w = self.w
@@ -1470,7 +1481,9 @@ class Emitter:
         better = "<" if mn == "true" else ">"
         worst = "cake::inf()" if mn == "true" else "(-cake::inf())"
         slots = self.rows_slots(TM, wg)
-        cb_v = (lambda c: self.smem_f32(self.vec_addr(st.col_bias, c, path))) if st.col_bias is not None else None
+        # the bias through a pointer at the lane's first column: its loads take constant offsets (LDS [R + imm])
+        # where the full address per column cost an IMAD, a LEA and a LOP each
+        cb_v = "cake_cbp[cake_n * 8 + cake_j]" if st.col_bias is not None else None
         C = st.chains
         best = (lambda slot: f"{slot}") if C == 1 else (lambda slot: f"{slot} * {C} + cake_n % {C}")
 
@@ -1481,7 +1494,7 @@ class Emitter:
             w.open("for (int cake_j = 0; cake_j < 2; ++cake_j)")
             w.line("const int cake_c = cake_n * 8 + cake_c0 + cake_j;")
             if cb_v is not None:
-                w.line(f"const float cake_cbv = {cb_v('cake_c')};")
+                w.line(f"const float cake_cbv = {cb_v};")
             for slot, _ in slots:
                 m, h = slot // 2, slot % 2
                 src = f"{sb.name}[(({m}) * {NT} + cake_n) * 4 + {2 * h} + cake_j]"
@@ -1498,6 +1511,9 @@ class Emitter:
             w.close()
             w.close()
         S = len(slots)
+        if cb_v is not None:
+            w.line("const float* cake_cbp = reinterpret_cast<const float*>(cake_smem + "
+                   f"({self.vec_addr(st.col_bias, 'cake_c0', path)} - cake_smem_base));")
         w.line(f"float cake_bu[{S * C}]; int cake_bc[{S * C}];")
         w.line("#pragma unroll")
         w.line(f"for (int cake_h = 0; cake_h < {S * C}; ++cake_h) {{ cake_bu[cake_h] = {worst}; cake_bc[cake_h] = 0; }}")
@@ -1951,13 +1967,26 @@ class Emitter:
         w.open("", path)
         w.line("const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;")
         w.line(f"const int cake_tr0 = (int)({ix(st.row0)}) + cake_g;   // the target of the lane's first row")
-        if st.limit is not None:
+        if st.limit is None:
+            self.onehot_pairs(st, db, idx, r0, c0, rows, MT, KT, False, path)
+        else:
+            # every column in range (all but a tail's last fragment): no per-column test (warp-uniform branch)
             w.line(f"const int cake_cl = (int)({ix(st.limit)}) - (int)({ix(st.col0)});")
+            w.open(f"if (cake_cl >= {KT * 16})")
+            self.onehot_pairs(st, db, idx, r0, c0, rows, MT, KT, False, path)
+            w.close()
+            w.open("else")
+            self.onehot_pairs(st, db, idx, r0, c0, rows, MT, KT, True, path)
+            w.close()
+        w.close()
+
+    def onehot_pairs(self, st: OneHot, db, idx, r0, c0, rows: int, MT: int, KT: int, checked: bool, path):
+        w = self.w
         for kt in range(KT):
             for h, off in enumerate((0, 1, 8, 9)):
                 j = f"{kt * 16 + off} + cake_t2"
                 val = self.onehot_target(st, idx, r0, c0, rows, j)
-                rel = f"({j}) < cake_cl ? {val} - cake_tr0 : -1" if st.limit is not None else f"{val} - cake_tr0"
+                rel = f"({j}) < cake_cl ? {val} - cake_tr0 : -1" if checked else f"{val} - cake_tr0"
                 w.line(f"const int cake_d{kt}_{h} = {rel};")
             w.line(f"const unsigned cake_p{kt}_0 = cake::i2h2(cake_d{kt}_0, cake_d{kt}_1);   // columns 2t, 2t + 1")
             w.line(f"const unsigned cake_p{kt}_1 = cake::i2h2(cake_d{kt}_2, cake_d{kt}_3);   // columns 2t + 8, 2t + 9")
@@ -1969,7 +1998,6 @@ class Emitter:
                     if db.dtype == "bf16":
                         cmp = f"cake::h1_to_bf1({cmp})"
                     w.line(f"{db.name}[{(mt * KT + kt) * 4 + r}] = {cmp};   // row {R} + g", path)
-        w.close()
 
     @_robust
     def s_ScatterAdd(self, st: ScatterAdd, path):

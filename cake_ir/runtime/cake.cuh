@@ -231,6 +231,13 @@ __device__ __forceinline__ u64 wgmma_desc(unsigned addr, unsigned lbo, unsigned 
   d |= (u64)swizzle << 62;
   return d;
 }
+// The descriptor of the tile `bytes` (a multiple of 16) further on: only the start-address field (bits 0-13,
+// address >> 4) moves, and a shared-memory address stays below 2^18, so it never carries into the next field.
+// One 32-bit add where a whole descriptor costs ~4 uniform instructions: the lowering builds a buffer stage's
+// descriptor once (the compiler shares it between statements) and steps it per tile row / column / k16 step.
+__device__ __forceinline__ u64 wgmma_desc_add(u64 d, unsigned bytes) {
+  return ((d >> 32) << 32) | (u64)((unsigned)d + (bytes >> 4));
+}
 __device__ __forceinline__ void wgmma_fence() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");

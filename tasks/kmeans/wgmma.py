@@ -267,8 +267,8 @@ def kmeans_wgmma(kmax: int = 256, d: int = 128, bm: int = 64, bn: int = 128, cta
 
 
 def wgmma_held_blocks(kmax: int, bm: int) -> int:
-    """sums "wgmma": the 64-cluster blocks each of the bm / 64 warpgroups holds (block u to warpgroup
-    u % warpgroups), each 64 accumulator registers per thread over D = 128; at most 128 registers."""
+    """sums "wgmma": the 64-cluster blocks each of the bm / 64 warpgroups holds, each 64 accumulator registers
+    per thread over D = 128; at most 128 registers."""
     wgs = bm // 64
     if kmax % (64 * wgs) or kmax // wgs > programs.HELD_REGS:
         raise ValueError(f"sums 'wgmma' deals 64-cluster blocks evenly over the {wgs} warpgroups, at most "
@@ -277,47 +277,61 @@ def wgmma_held_blocks(kmax: int, bm: int) -> int:
     return kmax // 64 // wgs
 
 
+# Which clusters the held accumulators sum: warpgroup g holds the 64 H clusters from 64 H g (H = held blocks), and
+# row 16 w + r of its block j (warp w's rows of the wgmma accumulator) is cluster 64 H g + 16 H w + 16 j + r. So a
+# warp's rows of all H blocks are 16 H consecutive clusters: one one-hot fragment [16 H, 16] per warp and 16-point
+# step (row tile j the A operand of block j), its targets read and converted once for every block.
+def _warp_clusters(held: int) -> str:
+    """The first cluster of the calling warp's rows (its row tile 0)."""
+    return f"{64 * held} * wg + {16 * held} * (role_warp % 4)"
+
+
+def _block_first(held: int, j: int) -> str:
+    """The least cluster block j of the calling warpgroup sums (warp 0, row 0): the block is skipped past K."""
+    return f"{64 * held} * wg + {16 * j}"
+
+
 def declare_wgmma_sums(kb, kmax: int, bm: int, atoms: int, span: int = 1) -> int:
-    """sums "wgmma": warpgroup g holds the 64-cluster blocks u = g, g + warpgroups, .. of the sums, one
+    """sums "wgmma": warpgroup g holds `held` 64-row blocks of the sums (the clusters of _warp_clusters), one
     wgmma_acc [64, 64 span] per block and `span` swizzle atoms of dims (S{j}_{c}); the one-hot A fragments
-    oh{j}_{parity} (each warp its 16 clusters x 16 points), double-buffered over the 16-point steps; the
-    tile's targets."""
+    oh_{parity} [16 held, 16] (each warp its 16 held clusters x 16 points), double-buffered over the 16-point
+    steps; the tile's targets."""
     held = wgmma_held_blocks(kmax, bm)
     kb.buffer("sidx", "smem", "i32", [bm, 1])
+    for par in (0, 1):
+        kb.buffer(f"oh_{par}", "reg", "f16", [16 * held, 16], layout="mma_a", scope="warp")
     for j in range(held):
-        for par in (0, 1):
-            kb.buffer(f"oh{j}_{par}", "reg", "f16", [16, 16], layout="mma_a", scope="warp")
         for c in range(atoms // span):
             kb.buffer(f"S{j}_{c}", "reg", "f32", [64, ATOM * span], layout="wgmma_acc", scope="warpgroup")
     return held
 
 
 def zero_wgmma_sums(r, bm: int, atoms: int, held: int, span: int = 1) -> None:
+    r.let("uw", _warp_clusters(held))
     for j in range(held):
-        r.let(f"ur{j}", f"(wg + {j * (bm // 64)}) * 64")      # the block's first cluster
+        r.let(f"ur{j}", _block_first(held, j))
         for c in range(atoms // span):
             r.fill(f"S{j}_{c}", 0.0)
 
 
 def update_wgmma(r, bm: int, atoms: int, held: int, slot, span: int = 1) -> None:
     """sums[c, :] += X[j, :] for the tile's points j of cluster c on wgmma: per 16 points, A = the one-hot
-    [64 clusters, 16 points] from registers (each warp builds its 16 rows), B = the points' X rows read
-    MN-major from the swizzled tile (dims contiguous; `span` 2: both atoms in one m64n128k16, the second
-    BM rows after the first), into the warpgroup's held accumulators. The fragments of step p are
-    rewritten at step p + 2, after wgmma_wait 1 has retired step p."""
+    [16 held clusters, 16 points] each warp builds in registers (row tile j: block j's rows), B = the points' X
+    rows read MN-major from the swizzled tile (dims contiguous; `span` 2: both atoms in one m64n128k16, the
+    second BM rows after the first), into the warpgroup's held accumulators. The fragment of step p is
+    rewritten at step p + 2, after wgmma_wait 1 has retired step p. Rows past K get no one (no target is
+    >= K); a block wholly past K is skipped."""
     r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
     r.sync("syncthreads")   # every warp reads every warp's targets
     for p in range(bm // 16):
         par = p % 2
-        for j in range(held):
-            with r.if_(f"ur{j} < K"):
-                r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile(f"oh{j}_{par}"),
-                      row0=f"ur{j} + 16 * (role_warp % 4)", col0=f"n0 + {p * 16}", limit="N")
+        r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile(f"oh_{par}"),
+              row0="uw", col0=f"n0 + {p * 16}", limit="N", id="onehot" if p == 0 else None)
         r.sync("wgmma_fence")
         for j in range(held):
             with r.if_(f"ur{j} < K"):
                 for c in range(atoms // span):
-                    r.wgmma([64, ATOM * span, 16], tile(f"oh{j}_{par}"),
+                    r.wgmma([64, ATOM * span, 16], tile(f"oh_{par}", [16 * j, 0], [16, 16]),
                             tile("sX", [f"{c * span} * BM + {p * 16}", 0], [16, ATOM], slot=slot), tile(f"S{j}_{c}"),
                             accumulate=True, b_major="mn", b_atom_rows=bm if span > 1 else None,
                             id="sums_wgmma" if p == j == c == 0 else None)
@@ -328,11 +342,16 @@ def update_wgmma(r, bm: int, atoms: int, held: int, slot, span: int = 1) -> None
 
 
 def flush_wgmma_sums(r, bm: int, atoms: int, held: int, span: int = 1) -> None:
+    """Each lane adds its accumulator rows to their clusters' sums: row 16 w + r of block j is cluster
+    ur{j} + 16 (held - 1) w + (16 w + r) (_warp_clusters)."""
+    row0 = f"ur{{j}} + {16 * (held - 1)} * (role_warp % 4)"
     for j in range(held):
+        first = row0.format(j=j)
         with r.if_(f"ur{j} < K"):
             for c in range(atoms // span):
                 r.add("red_add", id="flush_held_sums" if j == c == 0 else None, src=tile(f"S{j}_{c}"),
-                      dst=tile("WS", [f"b * K + ur{j}", c * span * ATOM], [64, span * ATOM]), row_limit=f"K - ur{j}")
+                      dst=tile("WS", [f"b * K + {first}", c * span * ATOM], [64, span * ATOM]),
+                      row_limit=f"K - ({first})")
 
 
 def _held_fits(p: dict) -> bool:

@@ -81,10 +81,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256x64_s4(  
       for (int cake_i = 0; cake_i < 128; ++cake_i) cake::reg_fence(acc[cake_i]);  // /roles/1/body/0/body/1
       cake::wgmma_fence();  // /roles/1/body/0/body/1
        {  // /roles/1/body/0/body/2
-        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 0) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + (unsigned)(((0)) * 128 + ((0) + 0) * 2), 16, 1024, 1), (kt > 0) ? 1 : 0);  // /roles/1/body/0/body/2
-        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 16) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + (unsigned)(((0)) * 128 + ((0) + 16) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
-        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 32) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + (unsigned)(((0)) * 128 + ((0) + 32) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
-        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u + (unsigned)(((64 * cake_wg)) * 128 + ((0) + 48) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u + (unsigned)(((0)) * 128 + ((0) + 48) * 2), 16, 1024, 1), 1);  // /roles/1/body/0/body/2
+        const cake::u64 cake_da = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(kt % S) * 16384u, 16, 1024, 1), (unsigned)(((64 * cake_wg)) * 128 + ((0)) * 2));  // /roles/1/body/0/body/2
+        const cake::u64 cake_db = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 65536u + (unsigned)(kt % S) * 32768u, 16, 1024, 1), (unsigned)(((0)) * 128 + ((0)) * 2));  // /roles/1/body/0/body/2
+        cake_wgmma_m64n256k16_bf16(&acc[0], cake_da, cake_db, (kt > 0) ? 1 : 0);  // /roles/1/body/0/body/2
+        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc_add(cake_da, 32u), cake::wgmma_desc_add(cake_db, 32u), 1);  // /roles/1/body/0/body/2
+        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc_add(cake_da, 64u), cake::wgmma_desc_add(cake_db, 64u), 1);  // /roles/1/body/0/body/2
+        cake_wgmma_m64n256k16_bf16(&acc[0], cake::wgmma_desc_add(cake_da, 96u), cake::wgmma_desc_add(cake_db, 96u), 1);  // /roles/1/body/0/body/2
       }
       cake::wgmma_commit();  // /roles/1/body/0/body/3
       cake::wgmma_wait<0>();  // /roles/1/body/0/body/4

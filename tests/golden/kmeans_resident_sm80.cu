@@ -262,6 +262,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
          {  // /roles/0/body/12/body/8/body/17
           const int cake_c0 = 2 * (cake_lane & 3);
           const int cake_cb = (int)(t * BN);
+          const float* cake_cbp = reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 69632u + 4u * (unsigned)((t * BN) + (cake_c0))) - cake_smem_base));
           float cake_bu[2]; int cake_bc[2];
           #pragma unroll
           for (int cake_h = 0; cake_h < 2; ++cake_h) { cake_bu[cake_h] = cake::inf(); cake_bc[cake_h] = 0; }
@@ -272,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
               #pragma unroll
               for (int cake_j = 0; cake_j < 2; ++cake_j) {
                 const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-                const float cake_cbv = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 69632u + 4u * (unsigned)((t * BN) + (cake_c))) - cake_smem_base)));
+                const float cake_cbv = cake_cbp[cake_n * 8 + cake_j];
                  {
                   const float cake_u = __fmaf_rn(-2.0f, acc[((0) * 8 + cake_n) * 4 + 0 + cake_j], cake_cbv);
                   if (cake_u < cake_bu[0]) { cake_bu[0] = cake_u; cake_bc[0] = cake_c; }
@@ -290,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
               #pragma unroll
               for (int cake_j = 0; cake_j < 2; ++cake_j) {
                 const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-                const float cake_cbv = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 69632u + 4u * (unsigned)((t * BN) + (cake_c))) - cake_smem_base)));
+                const float cake_cbv = cake_cbp[cake_n * 8 + cake_j];
                  {
                   const float cake_u = __fmaf_rn(-2.0f, acc[((0) * 8 + cake_n) * 4 + 0 + cake_j], cake_cbv);
                   if (cake_c < cake_rem && cake_u < cake_bu[0]) { cake_bu[0] = cake_u; cake_bc[0] = cake_c; }

@@ -181,16 +181,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x1
         for (int cake_i = 0; cake_i < 64; ++cake_i) cake::reg_fence(acc[cake_i]);  // /roles/0/body/6/body/9/body/5
         cake::wgmma_fence();  // /roles/0/body/6/body/9/body/5
          {  // /roles/0/body/6/body/9/body/6
-          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0) + 0) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u + (unsigned)(((0 + 0)) * 128 + ((0) + 0) * 2), 16, 1024, 1), (false) ? 1 : 0);  // /roles/0/body/6/body/9/body/6
-          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0) + 16) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u + (unsigned)(((0 + 0)) * 128 + ((0) + 16) * 2), 16, 1024, 1), 1);  // /roles/0/body/6/body/9/body/6
-          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0) + 32) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u + (unsigned)(((0 + 0)) * 128 + ((0) + 32) * 2), 16, 1024, 1), 1);  // /roles/0/body/6/body/9/body/6
-          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0) + 48) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u + (unsigned)(((0 + 0)) * 128 + ((0) + 48) * 2), 16, 1024, 1), 1);  // /roles/0/body/6/body/9/body/6
+          const cake::u64 cake_da = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 0u, 16, 1024, 1), (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0)) * 2));  // /roles/0/body/6/body/9/body/6
+          const cake::u64 cake_db = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u, 16, 1024, 1), (unsigned)(((0 + 0)) * 128 + ((0)) * 2));  // /roles/0/body/6/body/9/body/6
+          cake_wgmma_m64n128k16_f16(&acc[0], cake_da, cake_db, (false) ? 1 : 0);  // /roles/0/body/6/body/9/body/6
+          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 32u), cake::wgmma_desc_add(cake_db, 32u), 1);  // /roles/0/body/6/body/9/body/6
+          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 64u), cake::wgmma_desc_add(cake_db, 64u), 1);  // /roles/0/body/6/body/9/body/6
+          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 96u), cake::wgmma_desc_add(cake_db, 96u), 1);  // /roles/0/body/6/body/9/body/6
         }
          {  // /roles/0/body/6/body/9/body/7
-          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0) + 0) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u + (unsigned)(((128 + 0)) * 128 + ((0) + 0) * 2), 16, 1024, 1), (true) ? 1 : 0);  // /roles/0/body/6/body/9/body/7
-          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0) + 16) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u + (unsigned)(((128 + 0)) * 128 + ((0) + 16) * 2), 16, 1024, 1), 1);  // /roles/0/body/6/body/9/body/7
-          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0) + 32) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u + (unsigned)(((128 + 0)) * 128 + ((0) + 32) * 2), 16, 1024, 1), 1);  // /roles/0/body/6/body/9/body/7
-          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0) + 48) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u + (unsigned)(((128 + 0)) * 128 + ((0) + 48) * 2), 16, 1024, 1), 1);  // /roles/0/body/6/body/9/body/7
+          const cake::u64 cake_da = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 0u, 16, 1024, 1), (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0)) * 2));  // /roles/0/body/6/body/9/body/7
+          const cake::u64 cake_db = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 2) * 32768u, 16, 1024, 1), (unsigned)(((128 + 0)) * 128 + ((0)) * 2));  // /roles/0/body/6/body/9/body/7
+          cake_wgmma_m64n128k16_f16(&acc[0], cake_da, cake_db, (true) ? 1 : 0);  // /roles/0/body/6/body/9/body/7
+          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 32u), cake::wgmma_desc_add(cake_db, 32u), 1);  // /roles/0/body/6/body/9/body/7
+          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 64u), cake::wgmma_desc_add(cake_db, 64u), 1);  // /roles/0/body/6/body/9/body/7
+          cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 96u), cake::wgmma_desc_add(cake_db, 96u), 1);  // /roles/0/body/6/body/9/body/7
         }
         cake::wgmma_commit();  // /roles/0/body/6/body/9/body/8
         cake::wgmma_wait<0>();  // /roles/0/body/6/body/9/body/9
@@ -199,6 +203,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x1
          {  // /roles/0/body/6/body/9/body/10
           const int cake_c0 = 2 * (cake_lane & 3);
           const int cake_cb = (int)(t * BN);
+          const float* cake_cbp = reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 81920u + 4u * (unsigned)((t * BN) + (cake_c0))) - cake_smem_base));
           float cake_bu[2]; int cake_bc[2];
           #pragma unroll
           for (int cake_h = 0; cake_h < 2; ++cake_h) { cake_bu[cake_h] = cake::inf(); cake_bc[cake_h] = 0; }
@@ -209,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x1
               #pragma unroll
               for (int cake_j = 0; cake_j < 2; ++cake_j) {
                 const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-                const float cake_cbv = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 81920u + 4u * (unsigned)((t * BN) + (cake_c))) - cake_smem_base)));
+                const float cake_cbv = cake_cbp[cake_n * 8 + cake_j];
                  {
                   const float cake_u = __fmaf_rn(-2.0f, acc[((0) * 16 + cake_n) * 4 + 0 + cake_j], cake_cbv);
                   if (cake_u < cake_bu[0]) { cake_bu[0] = cake_u; cake_bc[0] = cake_c; }
@@ -227,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x1
               #pragma unroll
               for (int cake_j = 0; cake_j < 2; ++cake_j) {
                 const int cake_c = cake_n * 8 + cake_c0 + cake_j;
-                const float cake_cbv = (*reinterpret_cast<const float*>(cake_smem + ((cake_smem_base + 81920u + 4u * (unsigned)((t * BN) + (cake_c))) - cake_smem_base)));
+                const float cake_cbv = cake_cbp[cake_n * 8 + cake_j];
                  {
                   const float cake_u = __fmaf_rn(-2.0f, acc[((0) * 16 + cake_n) * 4 + 0 + cake_j], cake_cbv);
                   if (cake_c < cake_rem && cake_u < cake_bu[0]) { cake_bu[0] = cake_u; cake_bc[0] = cake_c; }
@@ -285,16 +290,30 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x1
           const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;
           const int cake_tr0 = (int)(ur) + cake_g;   // the target of the lane's first row
           const int cake_cl = (int)(N) - (int)(n0 + 0);
-          const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-          const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-          oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/3
-          oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/3
-          oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/3
-          oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/3
+          if (cake_cl >= 16) {
+            const int cake_d0_0 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_1 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_2 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_3 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/3
+            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/3
+            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/3
+            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/3
+          }
+          else {
+            const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((0) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/3
+            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/3
+            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/3
+            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/3
+          }
         }
          {  // /roles/0/body/6/body/14/body/4
           const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
@@ -315,16 +334,30 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x1
           const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;
           const int cake_tr0 = (int)(ur) + cake_g;   // the target of the lane's first row
           const int cake_cl = (int)(N) - (int)(n0 + 16);
-          const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-          const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-          oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/6
-          oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/6
-          oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/6
-          oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/6
+          if (cake_cl >= 16) {
+            const int cake_d0_0 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_1 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_2 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_3 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/6
+            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/6
+            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/6
+            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/6
+          }
+          else {
+            const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((16) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/6
+            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/6
+            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/6
+            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/6
+          }
         }
          {  // /roles/0/body/6/body/14/body/7
           const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
@@ -345,16 +378,30 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x1
           const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;
           const int cake_tr0 = (int)(ur) + cake_g;   // the target of the lane's first row
           const int cake_cl = (int)(N) - (int)(n0 + 32);
-          const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-          const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-          oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/9
-          oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/9
-          oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/9
-          oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/9
+          if (cake_cl >= 16) {
+            const int cake_d0_0 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_1 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_2 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_3 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/9
+            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/9
+            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/9
+            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/9
+          }
+          else {
+            const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((32) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/9
+            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/9
+            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/9
+            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/9
+          }
         }
          {  // /roles/0/body/6/body/14/body/10
           const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
@@ -375,16 +422,30 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_fused_k256_d128_64x1
           const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;
           const int cake_tr0 = (int)(ur) + cake_g;   // the target of the lane's first row
           const int cake_cl = (int)(N) - (int)(n0 + 48);
-          const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-          const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-          const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-          oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/12
-          oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/12
-          oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/12
-          oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/12
+          if (cake_cl >= 16) {
+            const int cake_d0_0 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_1 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_2 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const int cake_d0_3 = (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
+            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/12
+            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/12
+            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/12
+            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/12
+          }
+          else {
+            const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (222208u + (unsigned)(((48) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/12
+            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/12
+            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/6/body/14/body/12
+            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/6/body/14/body/12
+          }
         }
          {  // /roles/0/body/6/body/14/body/13
           const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;

@@ -275,16 +275,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) knn_l2_k10_d128_64x128_wg_p
       for (int cake_i = 0; cake_i < 64; ++cake_i) cake::reg_fence(acc[cake_i]);  // /roles/0/body/17/body/5
       cake::wgmma_fence();  // /roles/0/body/17/body/5
        {  // /roles/0/body/17/body/6
-        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0) + 0) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u + (unsigned)(((0)) * 128 + ((0) + 0) * 2), 16, 1024, 1), (false) ? 1 : 0);  // /roles/0/body/17/body/6
-        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0) + 16) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u + (unsigned)(((0)) * 128 + ((0) + 16) * 2), 16, 1024, 1), 1);  // /roles/0/body/17/body/6
-        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0) + 32) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u + (unsigned)(((0)) * 128 + ((0) + 32) * 2), 16, 1024, 1), 1);  // /roles/0/body/17/body/6
-        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0) + 48) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u + (unsigned)(((0)) * 128 + ((0) + 48) * 2), 16, 1024, 1), 1);  // /roles/0/body/17/body/6
+        const cake::u64 cake_da = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 0u, 16, 1024, 1), (unsigned)(((0 + 64 * cake_wg)) * 128 + ((0)) * 2));  // /roles/0/body/17/body/6
+        const cake::u64 cake_db = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u, 16, 1024, 1), (unsigned)(((0)) * 128 + ((0)) * 2));  // /roles/0/body/17/body/6
+        cake_wgmma_m64n128k16_f16(&acc[0], cake_da, cake_db, (false) ? 1 : 0);  // /roles/0/body/17/body/6
+        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 32u), cake::wgmma_desc_add(cake_db, 32u), 1);  // /roles/0/body/17/body/6
+        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 64u), cake::wgmma_desc_add(cake_db, 64u), 1);  // /roles/0/body/17/body/6
+        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 96u), cake::wgmma_desc_add(cake_db, 96u), 1);  // /roles/0/body/17/body/6
       }
        {  // /roles/0/body/17/body/7
-        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0) + 0) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u + (unsigned)(((128)) * 128 + ((0) + 0) * 2), 16, 1024, 1), (true) ? 1 : 0);  // /roles/0/body/17/body/7
-        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0) + 16) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u + (unsigned)(((128)) * 128 + ((0) + 16) * 2), 16, 1024, 1), 1);  // /roles/0/body/17/body/7
-        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0) + 32) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u + (unsigned)(((128)) * 128 + ((0) + 32) * 2), 16, 1024, 1), 1);  // /roles/0/body/17/body/7
-        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc(cake_smem_base + 0u + (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0) + 48) * 2), 16, 1024, 1), cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u + (unsigned)(((128)) * 128 + ((0) + 48) * 2), 16, 1024, 1), 1);  // /roles/0/body/17/body/7
+        const cake::u64 cake_da = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 0u, 16, 1024, 1), (unsigned)(((64 + 64 * cake_wg)) * 128 + ((0)) * 2));  // /roles/0/body/17/body/7
+        const cake::u64 cake_db = cake::wgmma_desc_add(cake::wgmma_desc(cake_smem_base + 16384u + (unsigned)(t % 3) * 32768u, 16, 1024, 1), (unsigned)(((128)) * 128 + ((0)) * 2));  // /roles/0/body/17/body/7
+        cake_wgmma_m64n128k16_f16(&acc[0], cake_da, cake_db, (true) ? 1 : 0);  // /roles/0/body/17/body/7
+        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 32u), cake::wgmma_desc_add(cake_db, 32u), 1);  // /roles/0/body/17/body/7
+        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 64u), cake::wgmma_desc_add(cake_db, 64u), 1);  // /roles/0/body/17/body/7
+        cake_wgmma_m64n128k16_f16(&acc[0], cake::wgmma_desc_add(cake_da, 96u), cake::wgmma_desc_add(cake_db, 96u), 1);  // /roles/0/body/17/body/7
       }
       cake::wgmma_commit();  // /roles/0/body/17/body/8
       cake::wgmma_wait<0>();  // /roles/0/body/17/body/9
