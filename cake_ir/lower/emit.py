@@ -1967,17 +1967,9 @@ class Emitter:
         w.open("", path)
         w.line("const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;")
         w.line(f"const int cake_tr0 = (int)({ix(st.row0)}) + cake_g;   // the target of the lane's first row")
-        if st.limit is None:
-            self.onehot_pairs(st, db, idx, r0, c0, rows, MT, KT, False, path)
-        else:
-            # every column in range (all but a tail's last fragment): no per-column test (warp-uniform branch)
+        if st.limit is not None:
             w.line(f"const int cake_cl = (int)({ix(st.limit)}) - (int)({ix(st.col0)});")
-            w.open(f"if (cake_cl >= {KT * 16})")
-            self.onehot_pairs(st, db, idx, r0, c0, rows, MT, KT, False, path)
-            w.close()
-            w.open("else")
-            self.onehot_pairs(st, db, idx, r0, c0, rows, MT, KT, True, path)
-            w.close()
+        self.onehot_pairs(st, db, idx, r0, c0, rows, MT, KT, st.limit is not None, path)
         w.close()
 
     def onehot_pairs(self, st: OneHot, db, idx, r0, c0, rows: int, MT: int, KT: int, checked: bool, path):

@@ -323,20 +323,29 @@ def update_wgmma(r, bm: int, atoms: int, held: int, slot, span: int = 1) -> None
     >= K); a block wholly past K is skipped."""
     r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
     r.sync("syncthreads")   # every warp reads every warp's targets
-    for p in range(bm // 16):
-        par = p % 2
-        r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile(f"oh_{par}"),
-              row0="uw", col0=f"n0 + {p * 16}", limit="N", id="onehot" if p == 0 else None)
-        r.sync("wgmma_fence")
-        for j in range(held):
-            with r.if_(f"ur{j} < K"):
-                for c in range(atoms // span):
-                    r.wgmma([64, ATOM * span, 16], tile(f"oh_{par}", [16 * j, 0], [16, 16]),
-                            tile("sX", [f"{c * span} * BM + {p * 16}", 0], [16, ATOM], slot=slot), tile(f"S{j}_{c}"),
-                            accumulate=True, b_major="mn", b_atom_rows=bm if span > 1 else None,
-                            id="sums_wgmma" if p == j == c == 0 else None)
-        r.sync("wgmma_commit")
-        r.sync("wgmma_wait", n=1)
+
+    def steps(limit, tag: str):
+        for p in range(bm // 16):
+            par = p % 2
+            r.add("onehot", index=tile("sidx", [p * 16, 0], [16, 1]), dst=tile(f"oh_{par}"), row0="uw",
+                  col0=f"n0 + {p * 16}", **({"limit": limit} if limit else {}), id=f"onehot{tag}" if p == 0 else None)
+            r.sync("wgmma_fence")
+            for j in range(held):
+                with r.if_(f"ur{j} < K"):
+                    for c in range(atoms // span):
+                        r.wgmma([64, ATOM * span, 16], tile(f"oh_{par}", [16 * j, 0], [16, 16]),
+                                tile("sX", [f"{c * span} * BM + {p * 16}", 0], [16, ATOM], slot=slot), tile(f"S{j}_{c}"),
+                                accumulate=True, b_major="mn", b_atom_rows=bm if span > 1 else None,
+                                id=f"sums_wgmma{tag}" if p == j == c == 0 else None)
+            r.sync("wgmma_commit")
+            r.sync("wgmma_wait", n=1)
+    # a whole tile of points (all but a batch's last): the one-hot fragments without a per-point test of N (~8
+    # instructions per fragment; as a test inside each onehot, a branch per fragment, it cost the mma.sync updates
+    # 10%, session 23)
+    with r.if_("n0 + BM <= N", id="whole_tile"):
+        steps(None, "")
+    with r.else_():
+        steps("N", "_tail")
     r.sync("wgmma_wait", n=0)    # the tile's sX slot is reloaded after the next barrier
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("scnt"), row0="n0 + wm0", row_limit="N")
 

@@ -352,30 +352,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
           const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;
           const int cake_tr0 = (int)(ur) + cake_g;   // the target of the lane's first row
           const int cake_cl = (int)(N) - (int)(n0 + 0);
-          if (cake_cl >= 16) {
-            const int cake_d0_0 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_1 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_2 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_3 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/3
-            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/3
-            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/3
-            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/3
-          }
-          else {
-            const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/3
-            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/3
-            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/3
-            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/3
-          }
+          const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((0) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+          const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+          oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/3
+          oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/3
+          oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/3
+          oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/3
         }
          {  // /roles/0/body/12/body/13/body/4
           const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
@@ -396,30 +382,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
           const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;
           const int cake_tr0 = (int)(ur) + cake_g;   // the target of the lane's first row
           const int cake_cl = (int)(N) - (int)(n0 + 16);
-          if (cake_cl >= 16) {
-            const int cake_d0_0 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_1 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_2 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_3 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/6
-            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/6
-            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/6
-            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/6
-          }
-          else {
-            const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/6
-            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/6
-            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/6
-            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/6
-          }
+          const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((16) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+          const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+          oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/6
+          oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/6
+          oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/6
+          oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/6
         }
          {  // /roles/0/body/12/body/13/body/7
           const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
@@ -440,30 +412,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
           const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;
           const int cake_tr0 = (int)(ur) + cake_g;   // the target of the lane's first row
           const int cake_cl = (int)(N) - (int)(n0 + 32);
-          if (cake_cl >= 16) {
-            const int cake_d0_0 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_1 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_2 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_3 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/9
-            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/9
-            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/9
-            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/9
-          }
-          else {
-            const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/9
-            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/9
-            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/9
-            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/9
-          }
+          const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((32) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+          const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+          oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/9
+          oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/9
+          oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/9
+          oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/9
         }
          {  // /roles/0/body/12/body/13/body/10
           const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
@@ -484,30 +442,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) kmeans_resident_k128_d128_6
           const int cake_g = cake_lane >> 2, cake_t2 = (cake_lane & 3) * 2;
           const int cake_tr0 = (int)(ur) + cake_g;   // the target of the lane's first row
           const int cake_cl = (int)(N) - (int)(n0 + 48);
-          if (cake_cl >= 16) {
-            const int cake_d0_0 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_1 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_2 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const int cake_d0_3 = (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0;
-            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/12
-            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/12
-            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/12
-            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/12
-          }
-          else {
-            const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
-            const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
-            const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
-            oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/12
-            oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/12
-            oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/12
-            oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/12
-          }
+          const int cake_d0_0 = (0 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 0 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_1 = (1 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 1 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_2 = (8 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 8 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const int cake_d0_3 = (9 + cake_t2) < cake_cl ? (*reinterpret_cast<const int*>(cake_smem + (139776u + (unsigned)(((48) + 9 + cake_t2) * 4 + ((0)) * 4)))) - cake_tr0 : -1;
+          const unsigned cake_p0_0 = cake::i2h2(cake_d0_0, cake_d0_1);   // columns 2t, 2t + 1
+          const unsigned cake_p0_1 = cake::i2h2(cake_d0_2, cake_d0_3);   // columns 2t + 8, 2t + 9
+          oh[0] = cake::heq2(cake_p0_0, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/12
+          oh[1] = cake::heq2(cake_p0_0, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/12
+          oh[2] = cake::heq2(cake_p0_1, 0x00000000u);   // row 0 + g  // /roles/0/body/12/body/13/body/12
+          oh[3] = cake::heq2(cake_p0_1, 0x48004800u);   // row 8 + g  // /roles/0/body/12/body/13/body/12
         }
          {  // /roles/0/body/12/body/13/body/13
           const int cake_lr = ((cake_lane >> 3) & 1) * 8 + (cake_lane & 7), cake_lc = (cake_lane >> 4) * 8;
