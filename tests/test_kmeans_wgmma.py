@@ -242,8 +242,21 @@ def test_wgmma_update_holds_sums_in_wgmma_accumulators():
     res = verify(k)
     assert res.ok and not [d for d in res.diagnostics if d.code == "N-SYN-01"], [d.short() for d in res.diagnostics]
     body = compile_kernel(k, emit="cuda").cuda_source.split("__global__")[-1]
-    assert body.count("cake_wgmma_rs_m64n64k16_f16_t1(&S") == 8 * 2 * 2          # 8 steps x 2 blocks x 2 atoms
-    assert body.count("cake::wgmma_wait<1>()") == 8 and "mma_16816_f16" not in body
+    # twice: a whole tile of points (no test of N in the one-hot) and a batch's last tile
+    assert body.count("cake_wgmma_rs_m64n64k16_f16_t1(&S") == 2 * 8 * 2 * 2      # 8 steps x 2 blocks x 2 atoms
+    assert body.count("cake::wgmma_wait<1>()") == 2 * 8 and "mma_16816_f16" not in body
+    whole, tail = body.split("if (n0 + BM <= N) {")[1].split("else {", 1)
+    assert "cake_cl" not in whole and "< cake_cl ?" in tail
+    # one one-hot fragment per warp and step for both blocks: a warp's rows of the two blocks are 32 consecutive
+    # clusters (block j its row tile j, registers 4 j ..), flushed 16 rows further per warp
+    import json
+
+    from cake_ir.io import dumps
+    doc = json.loads(dumps(k))
+    hots = [s for lst in _lists(doc) for s in lst if isinstance(s, dict) and s.get("op") == "onehot"]
+    assert len(hots) == 2 * 8 and {h["row0"] for h in hots} == {"uw"} and {h["dst"]["buf"] for h in hots} == {"oh_0", "oh_1"}
+    assert "&oh_0[4]" in body and "&oh_1[0]" in body
+    assert "b * K + ur1 + 16 * (role_warp % 4)" in json.dumps(doc)
     assert "if (S0_0[cake_e] != 0.0f) cake::red_add_global(" in body
     with pytest.raises(ValueError, match="evenly over the 2 warpgroups"):
         kmeans_wgmma(kmax=192, bm=128, bn=64, sums="wgmma")
