@@ -4,6 +4,12 @@ on the GPU, through a CAKE IR kernel picked per shape by the dispatch table (cak
 Inputs are read as fp16 (fp32 accumulation on tensor cores); D must be 64 or 128, k <= 32 (the
 split-database path where its registers allow, which the dispatcher only picks when it applies). Returns (indices [Q, k]
 int32, distances [Q, k] float32), best first: smallest squared distance for "l2", largest q.x for "ip".
+
+rerank=True: the search returns its best KC = min(32, M, max(2k, k + 8)) candidates, and a second kernel
+(tasks/knn/rerank.py) re-scores them exactly in fp32 from the inputs in their own precision (fp32, or fp16 when
+they are fp16; l2 as the sum of squared differences, without the fused form's cancellation) and returns the best
+k of them, ties to the smaller index. A true neighbour the fp16 search ranked below its KC-th candidate is not
+recovered.
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from .runtime import choose, runtime
 
 
 def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional[dict] = None,
-        device: Optional[int] = None, out: Optional[tuple] = None):
+        device: Optional[int] = None, out: Optional[tuple] = None, rerank: bool = False):
     """out: optional (indices int32 [Q, k], distances float32 [Q, k]) CUDA torch tensors written in place
     (and returned), for callers that keep their buffers."""
     if metric not in ("l2", "ip"):
@@ -28,7 +34,7 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
     except Exception:
         arrays.release(q)
         raise
-    outs = []
+    outs, temps = [], []
     try:
         if len(q.shape) != 2 or len(db.shape) != 2 or q.shape[1] != db.shape[1]:
             raise ValueError(f"queries [Q, D] and database [M, D] expected, got {list(q.shape)} and {list(db.shape)}")
@@ -36,17 +42,19 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         M = db.shape[0]
         if not 1 <= k <= M:
             raise ValueError(f"k = {k} must be in [1, M = {M}]")
-        shape = {"Q": Q, "M": M, "k": k, "D": D, "arch": rt.arch}
+        from tasks.knn.rerank import rerank_candidates
+        kk = rerank_candidates(k, M) if rerank else k     # what the search returns
+        shape = {"Q": Q, "M": M, "k": kk, "D": D, "arch": rt.arch}
         _, p = choose("knn", shape, variant)
         from .variants import knn_kernel, knn_queue
         # the build's key: every build parameter (an explicit variant may set options its name omits, e.g.
         # share / skip_pad) and the queue, filled in per k like k itself
-        kern = rt.kernel(("knn", tuple(sorted(p.items())), k, metric, D, knn_queue(p, k)),
-                         lambda arch: knn_kernel(p, k, metric, D, arch))
+        kern = rt.kernel(("knn", tuple(sorted(p.items())), kk, metric, D, knn_queue(p, kk)),
+                         lambda arch: knn_kernel(p, kk, metric, D, arch))
         from tasks.knn.programs import WS_ROWS, WS_TILES
         stream = arrays.stream_of(q)
         ws = {n: rt.workspace(f"knn.{n}", shape, dt, stream) for n, shape, dt in (
-            ("PV", (WS_ROWS, k), "f32"), ("PI", (WS_ROWS, k), "i32"), ("WT", (WS_TILES, 1), "i32"),
+            ("PV", (WS_ROWS, kk), "f32"), ("PI", (WS_ROWS, kk), "i32"), ("WT", (WS_TILES, 1), "i32"),
             ("TH", (WS_ROWS, 1), "i32"))}
         if out is not None:
             I = arrays.as_output(out[0], "out[0] (indices)", (Q, k), "i32", q)
@@ -55,8 +63,44 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
             I = arrays.empty_like_kind(q, (Q, k), "i32")
             Dist = arrays.empty_like_kind(q, (Q, k), "f32")
         outs = [I, Dist]
-        rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": I.view, "Dist": Dist.view, **ws}, {"Q": Q, "M": M},
-                  stream)
+        if not rerank:
+            rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": I.view, "Dist": Dist.view, **ws}, {"Q": Q, "M": M},
+                      stream)
+            return arrays.result(I), arrays.result(Dist)
+        CI, CD = (arrays.empty_like_kind(q, (Q, kk), dt) for dt in ("i32", "f32"))
+        for t in (CI, CD):   # the candidates are this call's: freed below, after the device is done with them
+            if t.kind != "torch":
+                t.owned = t.view
+        temps = [CI, CD]
+        rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": CI.view, "Dist": CD.view, **ws}, {"Q": Q, "M": M}, stream)
+        dt = _rerank_dtype(queries, database)
+        rq, rdb = (q, db) if dt == "f16" else (arrays.as_input(queries, "queries", "f32"),
+                                              arrays.as_input(database, "database", "f32"))
+        if dt != "f16":
+            temps += [rq, rdb]
+        from tasks.knn.rerank import knn_rerank
+        rk = rt.kernel(("knn_rerank", kk, k, metric, D, dt), lambda arch: knn_rerank(kk, k, metric, D, dt, arch))
+        rt.launch(rk, {"Xq": rq.view, "Xb": rdb.view, "CI": CI.view, "I": I.view, "Dist": Dist.view},
+                  {"Q": Q, "M": M}, stream)
         return arrays.result(I), arrays.result(Dist)
     finally:
-        arrays.release(q, db, *outs)
+        if temps and any(t.owned is not None for t in temps):
+            from gpu_backend.memory import synchronize
+            synchronize()
+        arrays.release(q, db, *outs, *temps)
+
+
+def _rerank_dtype(queries, database) -> str:
+    """The precision the re-ranking reads: fp16 when both inputs are fp16 already (torch, numpy or a device
+    array), fp32 otherwise (an exact copy of fp32 / fp16 / bf16 values)."""
+    def is_f16(x) -> bool:
+        if arrays._is_torch(x):
+            import torch
+            return x.dtype == torch.float16
+        if hasattr(x, "__cuda_array_interface__"):
+            return x.__cuda_array_interface__["typestr"] == "<f2"
+        if hasattr(x, "ptr") and hasattr(x, "dtype"):
+            return x.dtype == "f16"
+        import numpy as np
+        return np.asarray(x).dtype == np.float16
+    return "f16" if is_f16(queries) and is_f16(database) else "f32"

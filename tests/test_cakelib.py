@@ -143,7 +143,8 @@ def test_kmeans_mma_update_variants_compile(arch):
         if p.get("sums") == "wgmma":     # per 16 points, each held 64-cluster block x 2 atoms of dims on wgmma
             held = wgmma_held_blocks(p["kmax"], p["bm"])
             n = p.get("update_n", 64)
-            assert body.count(f"cake_wgmma_rs_m64n{n}k16_f16_t1(&S") == p["bm"] // 16 * held * 128 // n, p
+            # twice: whole point tiles and a batch's last (wgmma.update_wgmma)
+            assert body.count(f"cake_wgmma_rs_m64n{n}k16_f16_t1(&S") == 2 * p["bm"] // 16 * held * 128 // n, p
             assert "mma_16816_f16(&uacc" not in body, p
             continue
         held = held_blocks(p["kmax"], 128, p["bm"] // 16, p.get("urows", 16)) if p.get("sums") == "regs" else 1
