@@ -59,10 +59,10 @@ def test_wgmma_with_register_a_verifies_and_lowers(b_major):
     assert r.ok, [d.short() for d in r.diagnostics]
     tb = 0 if b_major == "k" else 1
     n = 128 if b_major == "mn2" else 64
-    assert f"cake_wgmma_rs_m64n{n}k16_f16_t{tb}(&acc[0], fa, " in r.cuda_source
+    assert f"cake_wgmma_rs_m64n{n}k16_f16_t{tb}(&acc[0], &fa[0], " in r.cuda_source
     assert f"{{%{n // 2}, %{n // 2 + 1}, %{n // 2 + 2}, %{n // 2 + 3}}}, %{n // 2 + 4}, p, 1, 1, {tb};" in r.cuda_source
     if b_major == "mn2":                                # LBO: the second atom 16 rows x 128 bytes on
-        assert ", 2048, 1024, 1), (true)" in r.cuda_source
+        assert ", 2048, 1024, 1), (unsigned)(" in r.cuda_source     # the descriptor: LBO = the atoms' distance
     assert "if ((cake_row + 16 * (cake_wg_tid >> 5)) >= (int)(50)) continue;" in r.cuda_source
 
 
