@@ -71,6 +71,19 @@ def as_input(x, name: str, dtype: str = "f16") -> Arg:
     return Arg(dev, tuple(a.shape), "numpy", owned=dev)
 
 
+def is_f16(x) -> bool:
+    """Whether an input (torch tensor, `__cuda_array_interface__` object, DeviceArray or numpy-convertible) holds
+    fp16 values already."""
+    if _is_torch(x):
+        import torch
+        return x.dtype == torch.float16
+    if hasattr(x, "__cuda_array_interface__"):
+        return _CAI_DTYPES.get(x.__cuda_array_interface__["typestr"]) == "f16"
+    if hasattr(x, "ptr") and hasattr(x, "dtype"):
+        return x.dtype == "f16"
+    return np.asarray(x).dtype == np.float16
+
+
 def device_of(x, default: int = 0) -> int:
     """The CUDA device ordinal a torch tensor lives on (`default` for anything else)."""
     if _is_torch(x) and x.is_cuda:
@@ -86,8 +99,10 @@ def _c_strides(shape, item):
     return tuple(reversed(out))
 
 
-def empty_like_kind(like: Arg, shape, dtype: str) -> Arg:
-    """An output buffer on the same kind of memory as `like`."""
+def empty_like_kind(like: Arg, shape, dtype: str, scratch: bool = False) -> Arg:
+    """An output buffer on the same kind of memory as `like`. scratch: a buffer the call keeps to itself (a
+    DeviceArray is then owned, freed by `release` once the device is done with it; torch's allocator orders a
+    tensor's reuse by stream)."""
     shape = tuple(int(s) for s in shape)
     if like.kind == "torch":
         import torch
@@ -96,7 +111,7 @@ def empty_like_kind(like: Arg, shape, dtype: str) -> Arg:
         return Arg(t, shape, "torch", like.device)
     from gpu_backend.memory import DeviceArray
     dev = DeviceArray.alloc(shape, dtype)
-    return Arg(dev, shape, like.kind, owned=dev if like.kind == "numpy" else None)
+    return Arg(dev, shape, like.kind, owned=dev if like.kind == "numpy" or scratch else None)
 
 
 def as_output(x, name: str, shape, dtype: str, like: Arg) -> Arg:

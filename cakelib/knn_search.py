@@ -42,7 +42,8 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         M = db.shape[0]
         if not 1 <= k <= M:
             raise ValueError(f"k = {k} must be in [1, M = {M}]")
-        from tasks.knn.rerank import rerank_candidates
+        if rerank:
+            from tasks.knn.rerank import rerank_candidates
         kk = rerank_candidates(k, M) if rerank else k     # what the search returns
         shape = {"Q": Q, "M": M, "k": kk, "D": D, "arch": rt.arch}
         _, p = choose("knn", shape, variant)
@@ -67,13 +68,12 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
             rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": I.view, "Dist": Dist.view, **ws}, {"Q": Q, "M": M},
                       stream)
             return arrays.result(I), arrays.result(Dist)
-        CI, CD = (arrays.empty_like_kind(q, (Q, kk), dt) for dt in ("i32", "f32"))
-        for t in (CI, CD):   # the candidates are this call's: freed below, after the device is done with them
-            if t.kind != "torch":
-                t.owned = t.view
+        CI, CD = (arrays.empty_like_kind(q, (Q, kk), dt, scratch=True) for dt in ("i32", "f32"))
         temps = [CI, CD]
         rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": CI.view, "Dist": CD.view, **ws}, {"Q": Q, "M": M}, stream)
-        dt = _rerank_dtype(queries, database)
+        # the precision the re-ranking reads: fp16 when both inputs are fp16 already, else fp32 (an exact copy of
+        # fp32 / fp16 / bf16 values)
+        dt = "f16" if arrays.is_f16(queries) and arrays.is_f16(database) else "f32"
         rq, rdb = (q, db) if dt == "f16" else (arrays.as_input(queries, "queries", "f32"),
                                               arrays.as_input(database, "database", "f32"))
         if dt != "f16":
@@ -89,18 +89,3 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
             synchronize()
         arrays.release(q, db, *outs, *temps)
 
-
-def _rerank_dtype(queries, database) -> str:
-    """The precision the re-ranking reads: fp16 when both inputs are fp16 already (torch, numpy or a device
-    array), fp32 otherwise (an exact copy of fp32 / fp16 / bf16 values)."""
-    def is_f16(x) -> bool:
-        if arrays._is_torch(x):
-            import torch
-            return x.dtype == torch.float16
-        if hasattr(x, "__cuda_array_interface__"):
-            return x.__cuda_array_interface__["typestr"] == "<f2"
-        if hasattr(x, "ptr") and hasattr(x, "dtype"):
-            return x.dtype == "f16"
-        import numpy as np
-        return np.asarray(x).dtype == np.float16
-    return "f16" if is_f16(queries) and is_f16(database) else "f32"

@@ -110,3 +110,19 @@ def test_library_rerank_is_fp32_exact_where_the_fused_search_is_not(metric):
     tol = 1e-5 * scale
     assert np.all(np.abs(got1 - best) <= tol), np.abs(got1 - best).max()     # the true top k (up to ties)
     assert np.all(np.diff(D1, axis=1) >= 0) if metric == "l2" else np.all(np.diff(D1, axis=1) <= 0)
+
+
+def test_rerank_reads_fp16_only_when_both_inputs_are_fp16():
+    """cakelib.arrays.is_f16 decides the re-ranking's precision (fp16 inputs are read as they are, anything
+    else through an exact fp32 copy)."""
+    from cakelib import arrays
+    from gpu_backend.memory import DeviceArray
+    assert arrays.is_f16(np.zeros((2, 4), np.float16)) and not arrays.is_f16(np.zeros((2, 4), np.float32))
+    assert not arrays.is_f16([[1.0, 2.0]])
+
+    class Cai:   # a cupy-like device array
+        def __init__(self, typestr):
+            self.__cuda_array_interface__ = {"typestr": typestr, "shape": (2, 4), "data": (0, False), "version": 3}
+    assert arrays.is_f16(Cai("<f2")) and not arrays.is_f16(Cai("<f4"))
+    assert arrays.is_f16(DeviceArray(0, (2, 4), "f16", owned=False)) \
+        and not arrays.is_f16(DeviceArray(0, (2, 4), "f32", owned=False))

@@ -1969,16 +1969,11 @@ class Emitter:
         w.line(f"const int cake_tr0 = (int)({ix(st.row0)}) + cake_g;   // the target of the lane's first row")
         if st.limit is not None:
             w.line(f"const int cake_cl = (int)({ix(st.limit)}) - (int)({ix(st.col0)});")
-        self.onehot_pairs(st, db, idx, r0, c0, rows, MT, KT, st.limit is not None, path)
-        w.close()
-
-    def onehot_pairs(self, st: OneHot, db, idx, r0, c0, rows: int, MT: int, KT: int, checked: bool, path):
-        w = self.w
         for kt in range(KT):
             for h, off in enumerate((0, 1, 8, 9)):
                 j = f"{kt * 16 + off} + cake_t2"
                 val = self.onehot_target(st, idx, r0, c0, rows, j)
-                rel = f"({j}) < cake_cl ? {val} - cake_tr0 : -1" if checked else f"{val} - cake_tr0"
+                rel = f"({j}) < cake_cl ? {val} - cake_tr0 : -1" if st.limit is not None else f"{val} - cake_tr0"
                 w.line(f"const int cake_d{kt}_{h} = {rel};")
             w.line(f"const unsigned cake_p{kt}_0 = cake::i2h2(cake_d{kt}_0, cake_d{kt}_1);   // columns 2t, 2t + 1")
             w.line(f"const unsigned cake_p{kt}_1 = cake::i2h2(cake_d{kt}_2, cake_d{kt}_3);   // columns 2t + 8, 2t + 9")
@@ -1990,6 +1985,7 @@ class Emitter:
                     if db.dtype == "bf16":
                         cmp = f"cake::h1_to_bf1({cmp})"
                     w.line(f"{db.name}[{(mt * KT + kt) * 4 + r}] = {cmp};   // row {R} + g", path)
+        w.close()
 
     @_robust
     def s_ScatterAdd(self, st: ScatterAdd, path):

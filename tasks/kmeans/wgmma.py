@@ -319,7 +319,7 @@ def update_wgmma(r, bm: int, atoms: int, held: int, slot, span: int = 1) -> None
     [16 held clusters, 16 points] each warp builds in registers (row tile j: block j's rows), B = the points' X
     rows read MN-major from the swizzled tile (dims contiguous; `span` 2: both atoms in one m64n128k16, the
     second BM rows after the first), into the warpgroup's held accumulators. The fragment of step p is
-    rewritten at step p + 2, after wgmma_wait 1 has retired step p. Rows past K get no one (no target is
+    rewritten at step p + 2, after wgmma_wait 1 has retired step p. Rows past K stay zero (no target is
     >= K); a block wholly past K is skipped."""
     r.sts(tile("bi"), tile("sidx", ["wm0", 0], [16, 1]), vec_bytes=4, id="stage_targets")
     r.sync("syncthreads")   # every warp reads every warp's targets
@@ -353,9 +353,8 @@ def update_wgmma(r, bm: int, atoms: int, held: int, slot, span: int = 1) -> None
 def flush_wgmma_sums(r, bm: int, atoms: int, held: int, span: int = 1) -> None:
     """Each lane adds its accumulator rows to their clusters' sums: row 16 w + r of block j is cluster
     ur{j} + 16 (held - 1) w + (16 w + r) (_warp_clusters)."""
-    row0 = f"ur{{j}} + {16 * (held - 1)} * (role_warp % 4)"
     for j in range(held):
-        first = row0.format(j=j)
+        first = f"ur{j} + {16 * (held - 1)} * (role_warp % 4)"     # the cluster of the warp's accumulator row 0
         with r.if_(f"ur{j} < K"):
             for c in range(atoms // span):
                 r.add("red_add", id="flush_held_sums" if j == c == 0 else None, src=tile(f"S{j}_{c}"),
