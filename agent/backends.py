@@ -3,8 +3,13 @@
 Both backends expose the same calls, each taking a list of job dicts and a callback that receives
 (index, record dict) as each job finishes (so the graph node can store results one by one):
 
-    compile(jobs, on_result)    CPU: agent.jobs.compile_job (NVRTC, resources), `compile_workers` at a time
-    evaluate(jobs, on_result)   GPU: test / profile / baseline jobs, one worker per GPU id
+    compile(jobs, on_result, stop=None)    CPU: agent.jobs.compile_job (NVRTC, resources), `compile_workers` at a time
+    evaluate(jobs, on_result, stop=None)   GPU: test / profile / baseline jobs, one worker per GPU id
+    check_gpus()                           start the GPU workers; WorkerStartError with the cause if one cannot
+
+`stop()` (the run's time budget) ends dispatching: jobs not started come back as status "skipped".
+`on_tick(activity)`, when set, is called about once a second while jobs run, with what each busy
+worker is doing (the graph turns it into progress lines).
 
 LocalBackend reuses gpu_backend.worker.WorkerPool for both: CPU compile workers (no GPU pinned) and
 one evaluation worker per `--gpus` entry with the pool's watchdog and restart-after-fault.
@@ -29,6 +34,20 @@ def eval_job_fn() -> str:
     return os.environ.get("CAKE_EVAL_JOB_FN") or EVAL_JOB_DEFAULT
 
 
+class WorkerStartError(RuntimeError):
+    """An evaluation worker could not start or reach its GPU (no driver, no device, ...)."""
+
+
+HELLO_JOB = {"hello": True, "name": "hello", "task": "-", "deadline_s": 120.0}
+
+
+def hello_problem(gpu, rec: dict) -> Optional[str]:
+    """Why a worker's answer to HELLO_JOB means it cannot evaluate (None when it can)."""
+    if rec.get("status") == "ok":
+        return None
+    return f"GPU {gpu}: {rec.get('error_class') or rec.get('status')}: {(rec.get('message') or '').strip()[:400]}"
+
+
 class LocalBackend:
     kind = "local"
 
@@ -41,6 +60,8 @@ class LocalBackend:
         self.busy = 0
         self.jobs = collections.Counter()
         self.gpu_s = 0.0
+        self.on_tick: Optional[Callable[[list], None]] = None
+        self.devices: dict = {}
 
     def _compile_pool(self):
         if self._cpool is None:
@@ -56,10 +77,11 @@ class LocalBackend:
             self._gpool = WorkerPool(gpus=self.gpus, job_fn=eval_job_fn(), deadline_s=self.deadline_s)
         return self._gpool
 
-    def _run(self, pool, jobs: list, on_result: OnResult, label: str) -> None:
+    def _run(self, pool, jobs: list, on_result: OnResult, label: str, stop=None) -> None:
         self.busy = min(len(jobs), len(pool.workers))
+        tick = (lambda: self.on_tick(pool.activity())) if self.on_tick else None
         try:
-            for idx, rec in pool.run_iter(jobs):
+            for idx, rec in pool.run_iter(jobs, on_tick=tick, stop=stop):
                 d = rec.model_dump()
                 d["executor"] = f"{label}:{rec.gpu if rec.gpu is not None else 'cpu'}:{rec.worker_pid}"
                 self.jobs[label] += 1
@@ -69,13 +91,34 @@ class LocalBackend:
         finally:
             self.busy = 0
 
-    def compile(self, jobs: list, on_result: OnResult) -> None:
+    def compile(self, jobs: list, on_result: OnResult, stop=None) -> None:
         if jobs:
-            self._run(self._compile_pool(), jobs, on_result, "local")
+            self._run(self._compile_pool(), jobs, on_result, "local", stop)
 
-    def evaluate(self, jobs: list, on_result: OnResult) -> None:
+    def evaluate(self, jobs: list, on_result: OnResult, stop=None) -> None:
         if jobs:
-            self._run(self._gpu_pool(), jobs, on_result, "gpu")
+            self._run(self._gpu_pool(), jobs, on_result, "gpu", stop)
+
+    def check_gpus(self) -> dict:
+        """Start one worker per GPU and have each open its device; {gpu: device name}, or
+        WorkerStartError naming every GPU that cannot evaluate and why."""
+        from gpu_backend.worker import WorkerPoolError
+        pool = self._gpu_pool()
+        problems = []
+        try:
+            recs = pool.each(dict(HELLO_JOB))
+        except WorkerPoolError as e:
+            raise WorkerStartError(str(e)) from None
+        for gpu, rec in zip(self.gpus, recs):
+            rec = rec.model_dump()
+            why = hello_problem(gpu, rec)
+            if why:
+                problems.append(why)
+            else:
+                self.devices[gpu] = rec.get("device")
+        if problems:
+            raise WorkerStartError("; ".join(problems))
+        return dict(self.devices)
 
     def usage(self) -> dict:
         return {"kind": self.kind, "gpus": self.gpus, "compile_workers": self.compile_workers, "busy": self.busy,
@@ -141,12 +184,14 @@ class RayBackend:
         self.jobs = collections.Counter()
         self.restarts = 0
         self.gpu_s = 0.0
+        self.on_tick: Optional[Callable[[list], None]] = None
+        self.devices: dict = {}
 
     def _new(self, kind: str):
         opts = {"num_cpus": 1} if kind == "cpu" else {"num_gpus": 1, "num_cpus": 1}
         return self.Actor.options(**opts).remote(kind)
 
-    def _run(self, actors: list, kind: str, fn_path: str, jobs: list, on_result: OnResult) -> None:
+    def _run(self, actors: list, kind: str, fn_path: str, jobs: list, on_result: OnResult, stop=None) -> None:
         ray = self.ray
         if not actors:
             raise RuntimeError(f"no {kind} actors (use --gpus, or --dry-run)")
@@ -154,6 +199,17 @@ class RayBackend:
         free = list(range(len(actors)))
         pending: dict = {}
         while queue or pending:
+            if queue and stop is not None and stop():
+                while queue:
+                    idx, job = queue.popleft()
+                    on_result(idx, {"status": "skipped", "error_class": "stopped", "candidate": job.get("name", "?"),
+                                    "message": "not run: dispatching stopped (the run's time budget)"})
+                continue
+            if self.on_tick is not None:
+                now = time.monotonic()
+                self.on_tick([{"gpu": kind, "job": j.get("name") or j.get("baseline"), "stage": None,
+                               "seconds": now - (d - float(j.get("deadline_s") or self.deadline_s))}
+                              for _, (_, _, d, j) in pending.items()])
             while queue and free:
                 slot = free.pop()
                 idx, job = queue.popleft()
@@ -194,13 +250,31 @@ class RayBackend:
                                                f"the actor was killed and replaced"})
         self.busy = 0
 
-    def compile(self, jobs: list, on_result: OnResult) -> None:
+    def compile(self, jobs: list, on_result: OnResult, stop=None) -> None:
         if jobs:
-            self._run(self.cpu, "cpu", COMPILE_JOB, jobs, on_result)
+            self._run(self.cpu, "cpu", COMPILE_JOB, jobs, on_result, stop)
 
-    def evaluate(self, jobs: list, on_result: OnResult) -> None:
+    def evaluate(self, jobs: list, on_result: OnResult, stop=None) -> None:
         if jobs:
-            self._run(self.gpu, "gpu", eval_job_fn(), jobs, on_result)
+            self._run(self.gpu, "gpu", eval_job_fn(), jobs, on_result, stop)
+
+    def check_gpus(self) -> dict:
+        """Each GPU actor opens its device ({gpu: device name}), or WorkerStartError with the causes."""
+        problems, devices = [], {}
+        for gpu, actor in zip(self.gpus, self.gpu):
+            try:
+                rec = self.ray.get(actor.run.remote(eval_job_fn(), dict(HELLO_JOB)), timeout=HELLO_JOB["deadline_s"])
+            except Exception as e:  # noqa: BLE001 - the actor could not be placed or died
+                rec = {"status": "error", "error_class": "worker_died", "message": f"{type(e).__name__}: {e}"}
+            why = hello_problem(gpu, rec)
+            if why:
+                problems.append(why)
+            else:
+                devices[gpu] = rec.get("device")
+        if problems:
+            raise WorkerStartError("; ".join(problems))
+        self.devices = devices
+        return devices
 
     def usage(self) -> dict:
         return {"kind": self.kind, "gpus": self.gpus, "compile_workers": self.compile_workers, "busy": self.busy,

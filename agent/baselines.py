@@ -1,7 +1,8 @@
 """Baseline hook: library implementations (torch.matmul, torch.softmax) timed by the evaluation worker.
 
-The GPU worker pool runs `dispatch`: a job with a "baseline" key is a baseline timing; any other job
-is a candidate evaluation (gpu_backend.evaluate.run_job). Tasks declare their baselines
+The GPU worker pool runs `dispatch`: a job with a "baseline" key is a baseline timing, a "hello" job the
+worker's start-up check (gpu_backend.evaluate.hello); any other job is a candidate evaluation
+(gpu_backend.evaluate.run_job). Tasks declare their baselines
 (tasks/registry.py: {"name", "call"}); if gpu_backend.evaluate grows its own `run_baseline(job)`, it
 is used instead of the fallback below.
 
@@ -20,6 +21,9 @@ import time
 
 
 def dispatch(job: dict, progress=None) -> dict:
+    if job.get("hello"):
+        from gpu_backend.evaluate import hello
+        return hello(job, progress)
     if "baseline" in job:
         from gpu_backend import evaluate as ev
         own = getattr(ev, "run_baseline", None)
@@ -72,10 +76,10 @@ def time_baseline(job: dict, progress=None) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
-    inputs = task.make_inputs(shape, int(job.get("seed") or 0))
+    inputs, refs_of = _inputs(task, shape, job)
     dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
     specs = {s.name: s for s in task.inputs(shape)}
-    tin = {n: torch.from_numpy(inputs[n]).to(dev).to(dt.get(specs[n].dtype, torch.float32)) for n in specs}
+    tin = {n: torch.from_numpy(_writable(inputs[n])).to(dev).to(dt.get(specs[n].dtype, torch.float32)) for n in specs}
     if "B" in shape:
         tin["_B"] = int(shape["B"])   # batched tasks (kmeans) fold the batch into rows
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -97,7 +101,7 @@ def time_baseline(job: dict, progress=None) -> dict:
         e.record()
         e.synchronize()
         times.append(s.elapsed_time(e))
-    ref = task.reference(inputs, shape)
+    ref = refs_of()
     # the same checks as candidates (run_checks: the task's own check for knn / kmeans -- ties in the
     # indices, inertia -- else rel RMSE / max-abs), on the baseline's outputs as device bits
     checks = check_baseline_outputs(task, _host_outputs(out), ref, inputs, shape)
@@ -115,6 +119,23 @@ def time_baseline(job: dict, progress=None) -> dict:
                message=f"{job['baseline']} (torch {torch.__version__})" + (f": {bad.message}" if bad else ""),
                wall_s=time.perf_counter() - t0)
     return rec
+
+
+def _inputs(task, shape: dict, job: dict):
+    """(inputs, refs()) the baseline runs on: with `bench_seed`, the run's bench inputs of this shape,
+    the very data its candidates are timed on (built once per worker, gpu_backend.task_data); else
+    fresh inputs from the job's seed."""
+    if job.get("bench_seed") is not None:
+        from gpu_backend.evaluate import DATA, derive_seed
+        return DATA.get(task, shape, derive_seed(int(job["bench_seed"]), 1000))
+    inputs = task.make_inputs(shape, int(job.get("seed") or 0))
+    return inputs, lambda: task.reference(inputs, shape)
+
+
+def _writable(a):
+    """torch.from_numpy wants a writable array; cached inputs are read-only memory maps."""
+    import numpy as np
+    return a if getattr(a, "flags", None) is not None and a.flags.writeable else np.array(a)
 
 
 def _host_outputs(out: dict) -> dict:

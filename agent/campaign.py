@@ -19,7 +19,11 @@ from . import config as C
 
 
 class CampaignError(RuntimeError):
-    pass
+    """A run that cannot start or continue; `exit_code` is agent.run's (2: bad usage, 1: the machine)."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _spec(target: str):
@@ -56,7 +60,10 @@ def checkpoint_values(run_id: str) -> Optional[dict]:
         conn.close()
 
 
-def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Optional[dict] = None) -> dict:
+def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Optional[dict] = None,
+        started: Optional[float] = None) -> dict:
+    """Run or resume `cfg`'s campaign; `started` (time.monotonic()) is when the run's clock starts
+    (default now): the budget covers everything from there, the workers' start included."""
     from knowledge.store import Store
     from tasks.registry import get
 
@@ -88,7 +95,7 @@ def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Opt
                 raise CampaignError(f"run {run_id!r} already exists; continue it with --resume {run_id}")
             elapsed0 = 0.0
         try:
-            entry = get(cfg.task).for_shape(cfg.shape)
+            entry = get(cfg.task).for_shape(cfg.shape, cfg.timed_shapes)
         except ValueError as e:
             raise CampaignError(str(e)) from None
         spec = _spec(cfg.target)
@@ -98,7 +105,9 @@ def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Opt
         else:
             store.update_run(run_id, status="running", finished_at=None)
         backend = make_backend(cfg)
-        rt = Runtime(cfg, entry, store, backend, progress, spec, elapsed0=elapsed0)
+        if not cfg.dry_run:
+            _start_workers(cfg, backend, store, progress)
+        rt = Runtime(cfg, entry, store, backend, progress, spec, elapsed0=elapsed0, t0=started)
         graph = build_graph(rt).compile(checkpointer=saver)
         thread = _thread(run_id, cfg)
         mode = "dry run: verify + compile + cost model, nothing measured" if cfg.dry_run else \
@@ -134,6 +143,19 @@ def run(cfg: C.RunConfig, *, resume: bool = False, progress=None, overrides: Opt
         conn.close()
 
 
+def _start_workers(cfg, backend, store, progress) -> None:
+    """Start the GPU workers and have each open its device, so a machine where they cannot (no
+    driver, no device, a wrong --gpus) stops here with the cause instead of failing every candidate."""
+    from .backends import WorkerStartError
+    try:
+        devices = backend.check_gpus()
+    except WorkerStartError as e:
+        store.update_run(cfg.run_id, status="failed", stop_reason=f"evaluation workers cannot start: {e}")
+        raise CampaignError(f"the evaluation workers cannot start: {e}\n(check the NVIDIA driver and --gpus; "
+                            f"--dry-run verifies, compiles and ranks without a GPU)", exit_code=1) from None
+    progress.event(f"[{cfg.run_id}] workers ready: " + ", ".join(f"GPU {g}: {d}" for g, d in devices.items()))
+
+
 def finish(cfg, entry, store, state: dict, spec, progress) -> dict:
     from . import library, report
     from .graph import _summary
@@ -153,6 +175,7 @@ def finish(cfg, entry, store, state: dict, spec, progress) -> dict:
              + progress.funnel_text({"funnel": state.get("funnel"), "dry_run": cfg.dry_run}),
              "   " + progress.fail_text({"failures_by_code": state.get("failures_by_code")}, 8),
              "   " + progress.best_text({"best": state.get("best")}),
+             "   " + progress.rate_text(state),
              ""]
     if cfg.dry_run:
         lines.insert(2, "   DRY RUN: times are cost-model predictions (unmeasured)")

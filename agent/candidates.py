@@ -34,16 +34,27 @@ def cost_summary(kernel, ctx: ProposeContext) -> dict:
             "fits": rep.smem_bytes <= getattr(ctx.spec, "smem_per_block_max", rep.smem_bytes)}
 
 
-def make_candidate(genome: dict, ctx: ProposeContext, *, strategy: str, proposer: str, tactic: Optional[str],
-                   params: Optional[dict] = None, parent: Optional[dict] = None) -> tuple[Optional[dict], Optional[list]]:
-    """(candidate, None) or (None, schema diagnostics) when the IR does not load."""
-    from cake_ir.io import ir_hash, load, to_dict
+def load_genome(genome: dict):
+    """(kernel, IR hash), or (None, schema diagnostics as dicts) when the IR does not load."""
+    from cake_ir.io import ir_hash, load
     kernel, diags = load(genome["ir"])
     if kernel is None:
         return None, [d.model_dump(exclude_none=True) for d in diags]
+    return kernel, ir_hash(kernel)
+
+
+def make_candidate(genome: dict, ctx: ProposeContext, *, strategy: str, proposer: str, tactic: Optional[str],
+                   params: Optional[dict] = None, parent: Optional[dict] = None,
+                   loaded: Optional[tuple] = None) -> tuple[Optional[dict], Optional[list]]:
+    """(candidate, None) or (None, schema diagnostics) when the IR does not load. `loaded`: the
+    genome's `load_genome` result when the caller already has it (the search checks the hash first)."""
+    from cake_ir.io import to_dict
+    kernel, h = loaded if loaded is not None else load_genome(genome)
+    if kernel is None:
+        return None, h
     cost = cost_summary(kernel, ctx)
     cand = {
-        "hash": ir_hash(kernel), "name": kernel.name, "ir": to_dict(kernel), "recipe": genome.get("recipe"),
+        "hash": h, "name": kernel.name, "ir": to_dict(kernel), "recipe": genome.get("recipe"),
         "parent": parent["hash"] if parent else None, "parent_name": parent.get("name") if parent else None,
         "parent_score": parent.get("score") if parent else None,
         "tactic": tactic, "params": params or {}, "strategy": strategy, "proposer": proposer,

@@ -1,8 +1,9 @@
 """Run configuration and the places a run writes to.
 
 CAKE_HOME (default ./.cake) holds the knowledge DB (cake.db, or CAKE_DB_URL), the LangGraph
-checkpoints (checkpoints.sqlite), the HTML reports (reports/<run>.html) and the NVRTC cubin cache
-(cubin/, or CAKE_CACHE_DIR). The task library (best kernels per shape) lives in
+checkpoints (checkpoints.sqlite), the HTML reports (reports/<run>.html), the NVRTC cubin cache
+(cubin/, or CAKE_CACHE_DIR) and the evaluation workers' task inputs and float64 references (refs/, or
+CAKE_REF_CACHE_DIR; gpu_backend/task_data.py). The task library (best kernels per shape) lives in
 tasks/<task>/library/ unless CAKE_LIBRARY_DIR points elsewhere.
 """
 from __future__ import annotations
@@ -41,9 +42,10 @@ def library_root() -> Optional[Path]:
 
 
 def setup_environment() -> None:
-    """Environment defaults that must be set before heavy imports (NVRTC cache location, litellm's
-    offline price list)."""
+    """Environment defaults that must be set before heavy imports (NVRTC cache location, the task data
+    cache of the evaluation workers, litellm's offline price list)."""
     os.environ.setdefault("CAKE_CACHE_DIR", str(home() / "cubin"))
+    os.environ.setdefault("CAKE_REF_CACHE_DIR", str(home() / "refs"))
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_TELEMETRY", "False")
 
@@ -97,6 +99,10 @@ class RunConfig:
     knowledge_chars: int = 4000          # LLM prompt: retrieved tactics + experience notes of earlier runs
     vectors: bool = True                 # at the end of a run, embed its notes and failures into Chroma
     shape: Optional[str] = None          # the timed bench shape: an index or KEY=VALUE,... (None: the first)
+    timed_shapes: str = "run"            # "run": candidates are timed at the run's shape; "class": at every
+                                         # bench shape of its class (library entries for each)
+    retime_baselines: bool = False       # time the baselines even when the knowledge store has them
+    llm_timeout: Optional[float] = None  # seconds per LLM call (litellm's timeout); None: litellm's default
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -36,7 +36,7 @@ class ExploreStrategy:
         self.name = name
 
     def propose(self, st: dict, n: int, ctx: ProposeContext) -> tuple[list[dict], list[dict]]:
-        pool = collect(self, st, ctx, n, 30 * n + 30, lambda: self._draw(st, ctx), active=bool(st["pop"]))
+        pool = collect(self, st, ctx, n, 30 * n + 30, lambda wide: self._draw(st, ctx), active=bool(st["pop"]))
         return pool, []
 
     def _draw(self, st: dict, ctx: ProposeContext):

@@ -28,11 +28,13 @@ import time
 import zlib
 from typing import Any, Optional, TypedDict
 
+from . import gpu_stages as G
 from .candidates import ProposeContext, make_candidate
 from .strategies import add_note, allocate, better, conclusion, new_strategy_state, observe
 
-STAGES = ("verify", "compile", "test", "profile")
+STAGES = ("verify", "compile", "test", "profile", "confirm")
 MAX_EMPTY_ITERATIONS = 3
+FINISH_RESERVE_MAX_S = 20.0
 
 
 class AgentState(TypedDict, total=False):
@@ -53,6 +55,7 @@ class AgentState(TypedDict, total=False):
     history: list             # best-so-far over time
     events: list              # plateau shifts, budget stops, ...
     elapsed_s: float
+    node_s: dict              # wall seconds spent in each node (where a run's time goes)
     empty_iterations: int
     stop: Optional[str]
 
@@ -63,8 +66,13 @@ def initial_state(cfg) -> dict:
             "strategies": {n: {**new_strategy_state(n, "llm" if n == "llm" else "search"),
                                "weight": round(1.0 / len(cfg.strategies), 4)} for n in cfg.strategies},
             "notes": [], "best": {}, "seed_best_s": None, "baseline": {}, "funnel": {"proposed": 0},
-            "failures_by_code": {}, "history": [], "events": [], "elapsed_s": 0.0, "empty_iterations": 0,
+            "failures_by_code": {}, "history": [], "events": [], "elapsed_s": 0.0, "node_s": {}, "empty_iterations": 0,
             "stop": None}
+
+
+def finish_reserve(budget_s: float) -> float:
+    """Seconds of the budget kept for the end of the run (knowledge update, library export, report)."""
+    return min(0.05 * budget_s, FINISH_RESERVE_MAX_S)
 
 
 def _rng(seed: int, iteration: int, name: str) -> random.Random:
@@ -74,9 +82,9 @@ def _rng(seed: int, iteration: int, name: str) -> random.Random:
 class Runtime:
     """What the nodes need besides the state (not checkpointed): config, task, DB, backend, display."""
 
-    def __init__(self, cfg, entry, store, backend, progress, spec, elapsed0: float = 0.0):
+    def __init__(self, cfg, entry, store, backend, progress, spec, elapsed0: float = 0.0, t0: Optional[float] = None):
         self.cfg, self.entry, self.store, self.backend, self.progress, self.spec = cfg, entry, store, backend, progress, spec
-        self.t0, self.elapsed0 = time.monotonic(), elapsed0
+        self.t0, self.elapsed0 = (time.monotonic() if t0 is None else t0), elapsed0
         self.strategies = {}
         for n in cfg.strategies:
             if n == "llm":
@@ -91,6 +99,10 @@ class Runtime:
         self.shape = entry.bench_shape
         self._fault = self._parse_fault(os.environ.get("CAKE_FAULT_AFTER"))
         self._records: dict = {}
+        self._snap: dict = {}
+        self.node: Optional[str] = None       # the graph node running now (or "baselines")
+        if backend is not None:
+            backend.on_tick = self.heartbeat
 
     # ---- test hook: CAKE_FAULT_AFTER=<stage>:<n> kills this process (SIGKILL) right after the n-th
     # evaluation of that stage is stored, i.e. in the middle of a node, before its checkpoint.
@@ -109,6 +121,18 @@ class Runtime:
     def elapsed(self) -> float:
         return self.elapsed0 + (time.monotonic() - self.t0)
 
+    def over_budget(self) -> bool:
+        """Past --budget-minutes, less the end-of-run reserve: no new job starts (the graph stops at its
+        next propose)."""
+        return self.cfg.budget_s is not None and self.elapsed() >= self.cfg.budget_s - finish_reserve(self.cfg.budget_s)
+
+    def heartbeat(self, activity: list) -> None:
+        """Called by the backend about once a second while jobs run: a progress line every few seconds."""
+        if self._snap:
+            snap = {**self._snap, "elapsed_s": self.elapsed(), "node": self.node,
+                    "workers": self.backend.usage() if self.backend else {}}
+            self.progress.tick(snap, activity)
+
     def ctx(self, state: dict, iteration: int, name: str) -> ProposeContext:
         return ProposeContext(rng=_rng(self.cfg.seed, iteration, name), seen=set(state.get("seen", [])),
                               notes=list(state.get("notes", [])), iteration=iteration, entry=self.entry,
@@ -121,6 +145,7 @@ class Runtime:
                 "best": state.get("best", {}), "strategies": state.get("strategies", {}),
                 "workers": self.backend.usage() if self.backend else {}, "dry_run": self.cfg.dry_run,
                 "elapsed_s": self.elapsed(), "node": node}
+        self._snap = snap
         self.progress.update(snap)
 
 
@@ -160,7 +185,7 @@ def make_nodes(rt: Runtime) -> dict:
             return state["stop"]
         if state.get("n_proposed", 0) >= cfg.max_candidates:
             return f"max candidates reached ({cfg.max_candidates})"
-        if cfg.budget_s is not None and rt.elapsed() >= cfg.budget_s:
+        if rt.over_budget():
             return f"time budget reached ({cfg.budget_s / 60:g} min)"
         if state.get("iteration", -1) >= 0:
             sts = state.get("strategies", {})
@@ -268,11 +293,14 @@ def make_nodes(rt: Runtime) -> dict:
                 _apply_compile(c, result, cfg.dry_run)
         # a dry run ranks by the compiled code's instruction counts where nvdisasm is there
         sass_cost = {"shape": dict(rt.shape), "target": cfg.target} if cfg.dry_run else None
-        jobs = [{"ir": c["ir"], "name": c["id"], "task": cfg.task, "hash": c["hash"], "sass_cost": sass_cost}
-                for c in todo]
+        jobs = [{"ir": c["ir"], "name": c["id"], "label": f"{c['id']} {c['name']}", "task": cfg.task, "hash": c["hash"],
+                 "sass_cost": sass_cost} for c in todo]
 
         def done(idx: int, rec: dict) -> None:
             c = todo[idx]
+            if rec.get("status") == "skipped":     # the budget ran out before it started
+                c["status"], c["stage"] = "skipped", "compile"
+                return
             result = {"ok": rec.get("status") == "ok", "status": rec.get("status"), "error_class": rec.get("error_class"),
                       "message": rec.get("message", "")[:2000], "node": rec.get("node"),
                       "diagnostics": (rec.get("diagnostics") or [])[:12], "compile": rec.get("compile") or {},
@@ -289,134 +317,63 @@ def make_nodes(rt: Runtime) -> dict:
             rt.stored("compile")
             rt.show({**state, "batch": batch}, "compile")
 
-        rt.backend.compile(jobs, done)
+        rt.backend.compile(jobs, done, stop=rt.over_budget)
         return {"batch": batch, "elapsed_s": rt.elapsed()}
 
-    # -------------------------------------------------------------------- test / profile (GPU)
-    def _gpu_stage(state: dict, stage: str) -> dict:
-        batch = copy.deepcopy(state["batch"])
-        extra: dict = {}
-        if stage == "profile" and not state.get("baseline"):
-            extra["baseline"] = _baselines(rt)
-        baseline = extra.get("baseline", state.get("baseline", {}))
-        todo = []
-        for c in _alive(batch):
-            result = _reuse(rt, c, stage)
-            if result is None:
-                todo.append(c)
-            else:
-                _apply_gpu(c, stage, result)
-        jobs = []
-        tests = rt.entry.test_shapes()                # the run's shape class (all shapes without classes)
-        timed = rt.entry.timed_shapes()
-        for c in todo:
-            job = {"candidate": json.dumps(c["ir"]), "task": cfg.task, "name": c["id"],
-                   "seed": zlib.crc32(f"{cfg.seed}:{c['hash']}:{stage}".encode()) & 0x7FFFFFFF,
-                   "deadline_s": cfg.deadline_s}
-            if stage == "test":
-                job.update(profile=False, reruns=1, shapes=tests)
-            else:  # a quick re-test on the smallest shape, then timing on the bench shapes of the class,
-                # on the run's inputs (one bench_seed: every candidate sees the same data, and a worker
-                # builds each shape's inputs and reference once)
-                job.update(profile=True, reruns=0, shapes=[min(tests, key=lambda s: sum(s.values()))],
-                           bench_shapes=timed,
-                           bench_seed=zlib.crc32(f"{cfg.seed}:{cfg.run_id}:bench".encode()) & 0x7FFFFFFF)
-            jobs.append(job)
-
-        def done(idx: int, rec: dict) -> None:
-            c = todo[idx]
-            result = _gpu_result(rt, stage, rec, baseline, c)
-            _apply_gpu(c, stage, result)
-            fails = [] if result["ok"] else [{"code": result.get("error_class") or result.get("status") or "error",
-                                              "node": result.get("node"), "message": result.get("message")}]
-            rt.store.record_stage(cfg.run_id, _db_cand(c), stage, result.get("status") or "error",
-                                  error_class=result.get("error_class"), metrics=result.get("metrics"),
-                                  timings=result.get("timings"), result=result, seconds=result.get("seconds", 0.0),
-                                  executor=result.get("executor"), failures=fails)
-            rt.stored(stage)
-            rt.show({**state, "batch": batch}, stage)
-
-        rt.backend.evaluate(jobs, done)
-        return {"batch": batch, "elapsed_s": rt.elapsed(), **extra}
-
+    # -------------------------------------------------------------------- test / profile / confirm (GPU)
     def test(state: dict) -> dict:
-        return _gpu_stage(state, "test")
+        return G.run_stage(rt, state, "test", G.alive)
 
     def profile(state: dict) -> dict:
-        return _gpu_stage(state, "profile")
+        return G.run_stage(rt, state, "profile", G.alive)
+
+    def confirm(state: dict) -> dict:
+        return G.run_stage(rt, state, "confirm", G.would_be_best)
 
     # -------------------------------------------------------------------- reflect
     def reflect(state: dict) -> dict:
-        strategies = copy.deepcopy(state["strategies"])
-        notes = list(state.get("notes", []))
-        funnel = dict(state.get("funnel", {}))
-        fbc = dict(state.get("failures_by_code", {}))
-        best = dict(state.get("best") or {})
-        history = list(state.get("history", []))
-        events = []
-        seed_best = state.get("seed_best_s")
+        r = {"strategies": copy.deepcopy(state["strategies"]), "notes": list(state.get("notes", [])),
+             "funnel": dict(state.get("funnel", {})), "failures_by_code": dict(state.get("failures_by_code", {})),
+             "best": dict(state.get("best") or {}), "history": list(state.get("history", [])),
+             "seed_best_s": state.get("seed_best_s"), "events": []}
         measured = not cfg.dry_run
-        for c in state["batch"]:
+        done = [c for c in state["batch"] if c.get("status") != "skipped"]    # skipped: the budget ran out
+        for c in done:
             if c.get("status") == "alive":   # a dry run ends at compile
                 c = {**c, "status": "ok"}
-            for s in STAGES:
-                if _passed(c, s):
-                    funnel[s] = funnel.get(s, 0) + 1
-            if c["status"] == "failed":
-                code = (c.get("fail") or {}).get("code") or "?"
-                fbc[code] = fbc.get(code, 0) + 1
-            if c.get("strategy") == "seed":
-                if c["status"] == "ok":
-                    if better(c.get("score_s"), seed_best):
-                        seed_best = c["score_s"]
-                    from .strategies import add_member, member_of
-                    for st in strategies.values():
-                        add_member(st, member_of(c))
-                        if better(c.get("score_s"), st.get("best_s")):
-                            st["best_s"], st["best_hash"] = c["score_s"], c["hash"]
-            elif c.get("strategy") in strategies:
-                st = strategies[c["strategy"]]
-                events += observe(st, c, cfg.plateau)
-                if c["status"] == "failed" and c.get("strategy") == "llm":
-                    from .llm import remember_failure
-                    remember_failure(st, c)
-                notes = add_note(notes, conclusion(c, measured))
-            if c["status"] == "ok" and better(c.get("score_s"), best.get("score_s")):
-                best = {"hash": c["hash"], "name": c.get("name"), "score_s": c["score_s"], "measured": measured,
-                        "strategy": c.get("strategy"), "tactic": c.get("tactic"), "params": c.get("params"),
-                        "predicted_s": c.get("predicted_s"), "iteration": c.get("iteration"),
-                        "profile": c.get("profile"), "cost": c.get("cost")}
-                history.append({"n": state.get("n_evaluated", 0) + 1, "t": rt.elapsed(), "best_s": c["score_s"],
-                                "hash": c["hash"]})
+            _absorb(rt, r, c, measured)
+            if _new_best(c, r["best"], measured):
+                r["best"] = _best_summary(c, measured)
+                r["history"].append({"n": state.get("n_evaluated", 0) + 1, "t": rt.elapsed(), "best_s": c["score_s"],
+                                     "hash": c["hash"]})
         for f in state.get("proposer_failures", []):
-            fbc[f["code"]] = fbc.get(f["code"], 0) + 1
+            r["failures_by_code"][f["code"]] = r["failures_by_code"].get(f["code"], 0) + 1
             rt.store.add_failure(cfg.run_id, f["key"], "propose", f["code"], f.get("message", ""),
                                  strategy=f.get("strategy"))
-        # speedup of the best: vs the measured baseline, else vs the best seed (same measure)
-        if best:
-            base = _baseline_ms(state.get("baseline", {}))
-            if measured and base:
-                best["speedup"], best["speedup_vs"] = base[1] * 1e-3 / best["score_s"], base[0]
-            elif seed_best:
-                best["speedup"] = seed_best / best["score_s"]
-                best["speedup_vs"] = "best seed" + ("" if measured else " (predicted)")
-        n_eval = state.get("n_evaluated", 0) + len(state["batch"])
-        out = {"batch": [], "proposer_failures": [], "strategies": strategies, "notes": notes, "funnel": funnel,
-               "failures_by_code": fbc, "best": best, "history": history, "seed_best_s": seed_best,
-               "n_evaluated": n_eval, "events": (state.get("events", []) + events)[-50:], "elapsed_s": rt.elapsed()}
+        baseline = state.get("baseline") or {}
+        if measured and not baseline:   # after the first step: the seeds are measured before anything waits
+            from .baseline_cache import time_baselines
+            rt.node = "baselines"
+            baseline = time_baselines(rt, retime=cfg.retime_baselines)
+            rt.node = "reflect"
+        _speedup(r["best"], baseline, r["seed_best_s"], measured)
+        events = r.pop("events")
+        out = {**r, "batch": [], "proposer_failures": [], "baseline": baseline,
+               "n_evaluated": state.get("n_evaluated", 0) + len(done), "events": (state.get("events", []) + events)[-50:],
+               "elapsed_s": rt.elapsed()}
         for e in events:
             rt.progress.event(f"[{cfg.run_id}] {e}")
         nxt = {**state, **out}
         why = stop_reason(nxt)
         out["stop"] = why
-        rt.store.update_run(cfg.run_id, best_hash=best.get("hash"), summary=_summary(nxt))
+        rt.store.update_run(cfg.run_id, best_hash=out["best"].get("hash"), summary=_summary(nxt))
         if why:
             _end_of_run(rt)
         rt.show(nxt, "reflect")
         return out
 
     return {"propose": propose, "verify": verify, "compile": compile_, "test": test, "profile": profile,
-            "reflect": reflect, "stop_reason": stop_reason}
+            "confirm": confirm, "reflect": reflect, "stop_reason": stop_reason}
 
 
 def _end_of_run(rt: Runtime) -> None:
@@ -431,6 +388,63 @@ def _end_of_run(rt: Runtime) -> None:
                                                        f"failures" if "failures" in r else ""))
     except Exception as e:  # noqa: BLE001
         rt.progress.event(f"[{rt.cfg.run_id}] knowledge update failed: {type(e).__name__}: {str(e)[:300]}")
+
+
+def _absorb(rt: Runtime, r: dict, c: dict, measured: bool) -> None:
+    """One evaluated candidate into reflect's accumulators: funnel, failure counts, the strategies'
+    populations and statistics, the shared notes."""
+    from .strategies import add_member, member_of
+    for s in STAGES:
+        if _passed(c, s):
+            r["funnel"][s] = r["funnel"].get(s, 0) + 1
+    if c["status"] == "failed":
+        code = (c.get("fail") or {}).get("code") or "?"
+        r["failures_by_code"][code] = r["failures_by_code"].get(code, 0) + 1
+    strategies = r["strategies"]
+    if c.get("strategy") == "seed":
+        if c["status"] == "ok":
+            if better(c.get("score_s"), r["seed_best_s"]):
+                r["seed_best_s"] = c["score_s"]
+            for st in strategies.values():
+                add_member(st, member_of(c))
+                if better(c.get("score_s"), st.get("best_s")):
+                    st["best_s"], st["best_hash"] = c["score_s"], c["hash"]
+    elif c.get("strategy") in strategies:
+        st = strategies[c["strategy"]]
+        r["events"] += observe(st, c, rt.cfg.plateau)
+        if c["status"] == "failed" and c.get("strategy") == "llm":
+            from .llm import remember_failure
+            remember_failure(st, c)
+        r["notes"] = add_note(r["notes"], conclusion(c, measured))
+
+
+def _new_best(c: dict, best: dict, measured: bool) -> bool:
+    """A measured best must also have passed the confirm stage (the full matrix on fresh inputs)."""
+    if c["status"] != "ok" or not better(c.get("score_s"), best.get("score_s")):
+        return False
+    return not measured or _passed(c, "confirm")
+
+
+def _best_summary(c: dict, measured: bool) -> dict:
+    return {"hash": c["hash"], "name": c.get("name"), "score_s": c["score_s"], "measured": measured,
+            "strategy": c.get("strategy"), "tactic": c.get("tactic"), "params": c.get("params"),
+            "predicted_s": c.get("predicted_s"), "iteration": c.get("iteration"),
+            "profile": c.get("profile"), "cost": c.get("cost")}
+
+
+def _speedup(best: dict, baseline: dict, seed_best: Optional[float], measured: bool) -> None:
+    """The best's speedup: vs the fastest baseline timed correct, else vs the best seed (same measure);
+    `speedups`: vs every baseline timed correct."""
+    if not best:
+        return
+    base = _baseline_ms(baseline)
+    if measured:
+        best["speedups"] = G.speedups(baseline, best["score_s"] * 1e3)
+    if measured and base:
+        best["speedup"], best["speedup_vs"] = base[1] * 1e-3 / best["score_s"], base[0]
+    elif seed_best:
+        best["speedup"] = seed_best / best["score_s"]
+        best["speedup_vs"] = "best seed" + ("" if measured else " (predicted)")
 
 
 def _passed(c: dict, stage: str) -> bool:
@@ -464,73 +478,6 @@ def _apply_compile(c: dict, result: dict, dry_run: bool) -> None:
               d.get("node") or result.get("node"), d.get("message") or result.get("message", ""))
 
 
-def _apply_gpu(c: dict, stage: str, result: dict) -> None:
-    c["stage"] = stage
-    c[stage] = {k: v for k, v in result.items() if k not in ("timings",)}
-    if result["ok"]:
-        c.setdefault("passed", []).append(stage)
-        if stage == "profile":
-            c["status"], c["score_s"], c["measured"] = "ok", result["metrics"]["seconds"], True
-    else:
-        _fail(c, stage, result.get("error_class") or result.get("status") or "error", result.get("node"),
-              result.get("message", ""))
-
-
-def _gpu_result(rt: Runtime, stage: str, rec: dict, baseline: dict, c: dict) -> dict:
-    from cake_ir.cost import roofline_floor
-    ok = rec.get("status") == "ok"
-    result = {"ok": ok, "status": rec.get("status"), "error_class": rec.get("error_class"),
-              "message": (rec.get("message") or "")[:2000], "node": rec.get("node"), "executor": rec.get("executor"),
-              "device": rec.get("device"), "seconds": rec.get("wall_s", 0.0), "max_rel_rmse": rec.get("max_rel_rmse"),
-              "seed": rec.get("seed"), "timings": rec.get("timings") or [],
-              "shapes": [{k: s.get(k) for k in ("shape", "run", "ok", "rel_rmse", "error_class")} for s in rec.get("shapes") or []][:12]}
-    metrics: dict = {"max_rel_rmse": rec.get("max_rel_rmse")}
-    if stage == "profile" and ok:
-        tm = next((t for t in result["timings"] if t.get("shape") == rt.shape), (result["timings"] or [None])[0])
-        if tm is None:
-            result.update(ok=False, status="error", error_class="no_timing", message="the profile record has no timing")
-        else:
-            sec = tm["ms_median"] * 1e-3
-            t = rt.entry.task
-            floor = roofline_floor(t.flops(rt.shape), t.bytes(rt.shape), rt.spec)
-            metrics.update(seconds=sec, ms_median=tm["ms_median"], ms_min=tm.get("ms_min"), ms_max=tm.get("ms_max"),
-                           tflops=tm.get("tflops"), tbps=tm.get("tbps"), roofline_frac=floor / sec if sec > 0 else None,
-                           residual=(sec / c["predicted_s"]) if c.get("predicted_s") else None,
-                           speedup={n: b["ms"] / tm["ms_median"] for n, b in baseline.items()
-                                    if b.get("status") == "ok" and b.get("ms")})
-    result["metrics"] = metrics
-    return result
-
-
-def _baselines(rt: Runtime) -> dict:
-    """Time the task's baselines once per run (on the GPU workers); {} entries say why not."""
-    out: dict = {}
-    bl = rt.entry.baselines
-    if not bl:
-        return {"_none": {"status": "none", "message": "the task declares no baselines"}}
-    jobs = [{"baseline": b["name"], "call": b["call"], "task": rt.cfg.task, "shape": rt.shape,
-             "seed": zlib.crc32(f"{rt.cfg.seed}:baseline:{b['name']}".encode()) & 0x7FFFFFFF,
-             "deadline_s": rt.cfg.deadline_s} for b in bl]
-
-    def done(idx: int, rec: dict) -> None:
-        tm = (rec.get("timings") or [None])[0]
-        out[bl[idx]["name"]] = {"status": rec.get("status"), "ms": tm["ms_median"] if tm else None,
-                                "device": rec.get("device"), "message": (rec.get("message") or "")[:300],
-                                "error_class": rec.get("error_class")}
-
-    try:
-        rt.backend.evaluate(jobs, done)
-    except Exception as e:  # noqa: BLE001 - no baseline is not a reason to stop the run
-        out["_error"] = {"status": "error", "message": f"{type(e).__name__}: {e}"[:300]}
-    for n, b in out.items():
-        if b.get("status") == "ok":
-            rt.progress.event(f"[{rt.cfg.run_id}] baseline {n}: {b['ms']:.4f} ms on {b.get('device')}")
-        else:
-            rt.progress.event(f"[{rt.cfg.run_id}] baseline {n}: not timed ({b.get('error_class') or b.get('status')}: "
-                              f"{b.get('message', '')[:120]})")
-    return out
-
-
 def _baseline_ms(baseline: dict) -> Optional[tuple[str, float]]:
     ok = [(n, b["ms"]) for n, b in baseline.items() if b.get("status") == "ok" and b.get("ms")]
     return min(ok, key=lambda x: x[1]) if ok else None
@@ -540,7 +487,7 @@ def _summary(state: dict) -> dict:
     return {"iteration": state.get("iteration"), "n_proposed": state.get("n_proposed"),
             "n_evaluated": state.get("n_evaluated"), "funnel": state.get("funnel"),
             "failures_by_code": state.get("failures_by_code"), "best": state.get("best"),
-            "baseline": state.get("baseline"), "elapsed_s": state.get("elapsed_s"),
+            "baseline": state.get("baseline"), "elapsed_s": state.get("elapsed_s"), "node_s": state.get("node_s"),
             "strategies": {n: {k: s.get(k) for k in ("evaluated", "ok", "improved", "best_s", "plateau", "active",
                                                      "inactive_reason", "weight", "tokens", "cost_usd", "calls",
                                                      "proposer_failures")}
@@ -548,13 +495,26 @@ def _summary(state: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------ the graph
+def _timed(rt: Runtime, name: str, node):
+    """The node with its wall time added to the state's `node_s` (the summary's "time by node"); the
+    runtime knows which node runs (progress lines)."""
+    def run(state: dict) -> dict:
+        rt.node = name
+        t0 = time.perf_counter()
+        out = node(state)
+        spent = dict(state.get("node_s") or {})
+        spent[name] = round(spent.get(name, 0.0) + time.perf_counter() - t0, 3)
+        return {**out, "node_s": spent}
+    return run
+
+
 def build_graph(rt: Runtime):
     from langgraph.graph import END, START, StateGraph
 
     nodes = make_nodes(rt)
     g = StateGraph(AgentState)
-    for name in ("propose", "verify", "compile", "test", "profile", "reflect"):
-        g.add_node(name, nodes[name])
+    for name in ("propose", "verify", "compile", "test", "profile", "confirm", "reflect"):
+        g.add_node(name, _timed(rt, name, nodes[name]))
     g.add_edge(START, "propose")
 
     def after_propose(state: dict) -> str:
@@ -581,7 +541,11 @@ def build_graph(rt: Runtime):
     g.add_conditional_edges("propose", after_propose, ["verify", "reflect", "propose", END])
     g.add_conditional_edges("verify", after_verify, ["compile", "reflect"])
     g.add_conditional_edges("compile", after_compile, ["test", "reflect"])
+    def after_profile(state: dict) -> str:
+        return "confirm" if G.would_be_best(state["batch"], state) else "reflect"
+
     g.add_conditional_edges("test", after_test, ["profile", "reflect"])
-    g.add_edge("profile", "reflect")
+    g.add_conditional_edges("profile", after_profile, ["confirm", "reflect"])
+    g.add_edge("confirm", "reflect")
     g.add_conditional_edges("reflect", after_reflect, ["propose", END])
     return g

@@ -135,7 +135,8 @@ def _export_timed(entry, rows: dict, state: dict, cfg, root) -> dict:
     pm = prof.get("metrics") or {}
     device = prof.get("device") if best.get("measured") else None
     meta = {"seconds": best.get("score_s"), "ms_median": pm.get("ms_median"), "predicted_s": best.get("predicted_s"),
-            "speedup": best.get("speedup"), "speedup_vs": best.get("speedup_vs"), "speedups": pm.get("speedup"),
+            "speedup": best.get("speedup"), "speedup_vs": best.get("speedup_vs"),
+            "speedups": best.get("speedups") or pm.get("speedup"),
             "roofline_frac": pm.get("roofline_frac"), "device": device,
             "target": None if best.get("measured") else cfg.target,
             "strategy": best.get("strategy"), "tactic": best.get("tactic")}

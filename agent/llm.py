@@ -12,7 +12,9 @@ Budgets: tokens and cost are counted from each response's `usage` (and litellm.c
 the model has a price). Before every call the strategy checks `--token-budget` / `--cost-budget`; a
 call's max_tokens is capped at what is left. When a budget is spent the strategy stops (and the run
 stops when no other strategy is active). A call that raises (network, HTTP error) is a proposer
-failure E-PROPOSER-CALL; three in a row stop the strategy.
+failure E-PROPOSER-CALL; three in a row stop the strategy, and a refusal of the credentials (401/403)
+stops it at once. `credential_problem` checks for the provider's keys before a run starts; each call
+waits at most `--llm-timeout` seconds.
 """
 from __future__ import annotations
 
@@ -117,7 +119,40 @@ def parse_reply(text: str, base_ir: dict) -> tuple[dict, str]:
     return program, mode
 
 
-def call_llm(model: str, messages: list, *, api_base: Optional[str], max_tokens: int, timeout: float = 180) -> dict:
+DEFAULT_TIMEOUT_S = 180.0
+
+
+def credential_problem(model: str, api_base: Optional[str] = None) -> Optional[str]:
+    """Why a call to `model` cannot authenticate, said plainly (None when the provider's keys are in
+    the environment, or a server URL / CAKE_LLM_API_KEY is given: a local server may need none)."""
+    if api_base or os.environ.get("CAKE_LLM_API_BASE") or os.environ.get("CAKE_LLM_API_KEY"):
+        return None
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+    try:
+        env = litellm.validate_environment(model=model)
+    except Exception as e:  # noqa: BLE001 - an unknown provider: litellm says which
+        return f"the model {model!r} is not one litellm knows how to call ({type(e).__name__}: {str(e)[:200]})"
+    missing = list(env.get("missing_keys") or [])
+    if env.get("keys_in_environment") or not missing:
+        return None
+    return (f"no credentials for {model}: set {' and '.join(missing)} in the environment (or CAKE_LLM_API_KEY), "
+            f"or give --api-base for an OpenAI-compatible server")
+
+
+def is_auth_error(e: BaseException) -> bool:
+    """A provider's refusal of the credentials (not worth retrying)."""
+    try:
+        import litellm
+        if isinstance(e, getattr(litellm, "AuthenticationError", ())):
+            return True
+    except ImportError:
+        pass
+    return getattr(e, "status_code", None) in (401, 403)
+
+
+def call_llm(model: str, messages: list, *, api_base: Optional[str], max_tokens: int,
+             timeout: float = DEFAULT_TIMEOUT_S) -> dict:
     """One chat completion through litellm; returns {"text", "usage", "cost_usd", "seconds"}."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
@@ -213,7 +248,8 @@ class LLMStrategy:
         max_tokens = cfg.reply_tokens
         if cfg.token_budget is not None:
             max_tokens = max(1, min(max_tokens, cfg.token_budget - st.get("tokens", 0)))
-        r = call_llm(cfg.model, messages, api_base=cfg.api_base, max_tokens=max_tokens)
+        r = call_llm(cfg.model, messages, api_base=cfg.api_base, max_tokens=max_tokens,
+                     timeout=getattr(cfg, "llm_timeout", None) or DEFAULT_TIMEOUT_S)
         st["calls"] = st.get("calls", 0) + 1
         for k in ("prompt_tokens", "completion_tokens"):
             st[k] = st.get(k, 0) + r["usage"][k]
@@ -263,7 +299,11 @@ class LLMStrategy:
             except Exception as e:  # noqa: BLE001 - a failed call is recorded, not raised
                 fail = {"code": "E-PROPOSER-CALL", "message": redact(f"{type(e).__name__}: {str(e)[:800]}")}
                 st["consecutive_failures"] = st.get("consecutive_failures", 0) + 1
-                if st["consecutive_failures"] >= MAX_CONSECUTIVE_CALL_FAILURES:
+                if is_auth_error(e):      # a wrong or missing key does not get better by retrying
+                    st["active"], st["fatal"] = False, True
+                    st["inactive_reason"] = (f"the provider refused the credentials for {cfg.model} (check its API "
+                                             f"key): {fail['message'][:200]}")
+                elif st["consecutive_failures"] >= MAX_CONSECUTIVE_CALL_FAILURES:
                     st["active"], st["inactive_reason"] = False, f"{st['consecutive_failures']} failed calls in a row: {fail['message'][:200]}"
             if program is not None:
                 cand, diags = make_candidate({"ir": program, "recipe": None}, ctx, strategy=self.name,
@@ -283,6 +323,8 @@ class LLMStrategy:
                 st["proposer_failures"] = st.get("proposer_failures", 0) + 1
                 st["last_failures"] = ([{"stage": "propose", "code": fail["code"], "message": fail["message"],
                                          "tactic": "reply"}] + st.get("last_failures", []))[:MAX_FAILURES_IN_PROMPT]
+            if st.get("fatal"):
+                break
         return cands, failures
 
 

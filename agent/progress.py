@@ -13,6 +13,9 @@ import time
 from typing import Optional
 
 
+TICK_S = float(os.environ.get("CAKE_PROGRESS_TICK_S", "5"))   # seconds between progress lines while jobs run
+
+
 def fmt_s(s: Optional[float]) -> str:
     if s is None:
         return "-"
@@ -31,10 +34,12 @@ class Progress:
         self.tty = tty
         self.quiet = quiet
         self._lines = 0
-        self._last_plain = 0.0
+        self._last_write = time.monotonic()
         self.snapshot: dict = {}
+        self.tick_s = TICK_S
 
     def _write(self, text: str) -> None:
+        self._last_write = time.monotonic()
         try:
             self.stream.write(text)
             self.stream.flush()
@@ -69,6 +74,27 @@ class Progress:
         elif force_line or snap.get("node") in (None, "reflect"):
             self._write(self.line(snap) + "\n")
 
+    def tick(self, snap: dict, activity: list) -> None:
+        """While jobs run: the progress with what each busy worker is doing, at most every `tick_s`
+        seconds (a line, or the block redrawn on a terminal)."""
+        if self.quiet or time.monotonic() - self._last_write < self.tick_s:
+            return
+        snap = {**snap, "activity": self.activity_text(activity)}
+        self.snapshot = snap
+        if self.tty:
+            self._clear()
+            self._draw()
+        else:
+            self._write(self.line(snap) + "\n")
+
+    @staticmethod
+    def activity_text(activity: list) -> str:
+        if not activity:
+            return "waiting for workers"
+        return "; ".join(f"{'GPU ' + str(a['gpu']) if a.get('gpu') is not None else 'CPU'} {a.get('job') or '?'} "
+                         f"{a.get('stage') or 'starting'} {a.get('seconds', 0):.0f}s" for a in activity[:4]) \
+            + (f"; +{len(activity) - 4} more" if len(activity) > 4 else "")
+
     def _draw(self) -> None:
         lines = self.block(self.snapshot)
         self._write("\n".join(lines) + "\n")
@@ -91,10 +117,21 @@ class Progress:
         return f"best {fmt_s(b.get('score_s'))} ({label}){sp} [{b.get('name')} {b.get('hash', '')[:8]}]"
 
     @staticmethod
+    def rate_text(s: dict) -> str:
+        """Candidates per minute of run time and where that time went (wall seconds per graph node)."""
+        el = float(s.get("elapsed_s") or 0.0)
+        n = int(s.get("n_evaluated") or 0)
+        rate = f"{n / el * 60:.1f} candidates/min" if el > 0 else "- candidates/min"
+        spent = s.get("node_s") or {}
+        where = ", ".join(f"{k} {v:.0f}s" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v >= 0.5)
+        return f"{n} evaluated in {el:.0f}s ({rate})" + (f"; time by node: {where}" if where else "")
+
+    @staticmethod
     def funnel_text(s: dict) -> str:
         f = s.get("funnel") or {}
-        order = ["proposed", "verify", "compile", "test", "profile"]
-        return " > ".join(f"{k} {f.get(k, 0)}" for k in order if not (s.get("dry_run") and k in ("test", "profile")))
+        order = ["proposed", "verify", "compile", "test", "profile", "confirm"]
+        return " > ".join(f"{k} {f.get(k, 0)}" for k in order
+                          if not (s.get("dry_run") and k in ("test", "profile", "confirm")))
 
     @staticmethod
     def fail_text(s: dict, k: int = 5) -> str:
@@ -125,7 +162,8 @@ class Progress:
 
     def line(self, s: dict) -> str:
         head = f"[{s.get('run', '?')}] it {s.get('iteration', 0)} cand {s.get('n_proposed', 0)}/{s.get('max', '?')}"
-        return " | ".join(x for x in [head, self.funnel_text(s), self.fail_text(s, 3), self.best_text(s),
+        node = f"{s['node']}: {s['activity']}" if s.get("activity") else ""
+        return " | ".join(x for x in [head, node, self.funnel_text(s), self.fail_text(s, 3), self.best_text(s),
                                       self.gpu_text(s), f"{s.get('elapsed_s', 0):.0f}s"] if x)
 
     def block(self, s: dict) -> list[str]:
@@ -137,7 +175,7 @@ class Progress:
                 "  " + self.fail_text(s),
                 "  " + self.best_text(s),
                 "  " + self.strat_text(s),
-                "  " + self.gpu_text(s)]
+                "  " + self.gpu_text(s)] + (["  now: " + s["activity"]] if s.get("activity") else [])
 
 
 def now() -> float:

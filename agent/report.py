@@ -118,14 +118,25 @@ def roofline_chart(points: list, peak_flops: float, bw: float, measured: bool) -
     return _svg(body, title="candidates against the roofline")
 
 
+def score_of(c, comp: dict) -> Optional[float]:
+    """The time a candidate was ranked by, as the run ranked it: its measured median, else the
+    prediction from its compiled code's instruction counts (a dry run with nvdisasm), else the cost
+    model's own prediction."""
+    if c.measured_s is not None:
+        return c.measured_s
+    return comp.get("predicted_sass_s") or c.predicted_s
+
+
 def summary_rows(cands: list, evals: dict, best_hash: Optional[str], k: int = 12) -> list[dict]:
     ok = [c for c in cands if c.status == "ok"]
-    ok.sort(key=lambda c: (c.measured_s if c.measured_s is not None else (c.predicted_s or math.inf)))
+    comps = {c.id: (evals.get((c.id, "compile")) or {}) for c in ok}
+    scores = {c.id: score_of(c, comps[c.id]) for c in ok}
+    ok.sort(key=lambda c: scores[c.id] if scores[c.id] is not None else math.inf)
     rows = []
     for i, c in enumerate(ok[:k]):
-        comp = (evals.get((c.id, "compile")) or {})
+        comp = comps[c.id]
         rows.append({"rank": i + 1, "hash": c.hash[:10], "name": c.name, "strategy": c.strategy, "tactic": c.tactic or "",
-                     "params": _params(c.params), "time": fmt_s(c.measured_s if c.measured_s is not None else c.predicted_s),
+                     "params": _params(c.params), "time": fmt_s(scores[c.id]),
                      "measured": "yes" if c.measured_s is not None else "no (predicted)",
                      "regs": comp.get("registers"), "smem": comp.get("smem_bytes"), "best": c.hash == best_hash})
     return rows
@@ -139,7 +150,8 @@ def _params(p) -> str:
 
 def text_table(rows: list[dict]) -> str:
     cols = ["rank", "hash", "strategy", "tactic", "params", "time", "measured", "regs", "smem"]
-    data = [[str(r.get(c) if r.get(c) is not None else "-") for c in cols] for r in rows]
+    data = [[str(r.get(c) if r.get(c) is not None else "-") + ("*" if c == "rank" and r.get("best") else "")
+             for c in cols] for r in rows]
     widths = [max(len(c), *(len(d[i]) for d in data)) if data else len(c) for i, c in enumerate(cols)]
     line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
     out = [line, "  ".join("-" * w for w in widths)]

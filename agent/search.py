@@ -22,10 +22,14 @@ random quarter, so the model's blind spots still get measured).
 from __future__ import annotations
 
 import copy
+import json
 import math
-from .candidates import ProposeContext, make_candidate, prerank
+from typing import Optional
+
+from .candidates import ProposeContext, load_genome, make_candidate, prerank
 
 OVERSAMPLE = 4
+DRAWS_PER_SLOT = 100      # draws a step may make per slot (a repeated draw costs a dict lookup)
 UCB_C = 0.8
 NOTE_WEIGHT = 0.5
 CROSSOVER_P = 0.25
@@ -62,28 +66,55 @@ def prior_arm(v: dict) -> list:
 
 
 def collect(strategy, st: dict, ctx: ProposeContext, want: int, limit: int, draw, active: bool = True) -> list[dict]:
-    """Up to `want` new candidates from at most `limit` calls of `draw()` -> (parent, tactic, params,
-    genome) or None. A draw that raises (a tactic or generator refusing its parameters) or yields a
-    hash seen before is skipped. Sets st["exhausted"] (consecutive steps without a candidate)."""
+    """Up to `want` new candidates from at most `limit` calls of `draw(wide)` -> (parent, tactic,
+    params, genome) or None; `wide` turns true for the second half of the draws (parents from the
+    archive too: the population's neighbours may all be seen). A draw that raises (a tactic or
+    generator refusing its parameters) or yields a hash seen before is skipped; the hash is checked
+    before the cost model runs, and a draw the strategy has made before (same parent, tactic and
+    parameters: `strategy.made`) is not built again. Sets st["exhausted"] (consecutive steps without
+    a candidate)."""
     pool, hashes = [], set()
-    for _ in range(limit if active else 0):
+    made = getattr(strategy, "made", None)
+    if made is None:
+        made = strategy.made = {}
+    for i in range(limit if active else 0):
         if len(pool) >= want:
             break
         try:
-            got = draw()
+            got = draw(i >= limit // 2)
         except Exception:  # noqa: BLE001 - a broken tactic must not stop the search
             continue
         if got is None:
             continue
         parent, tname, params, genome = got
-        cand, _ = make_candidate(genome, ctx, strategy=strategy.name, proposer=strategy.proposer, tactic=tname,
-                                 params=params, parent=parent)
-        if cand is None or cand["hash"] in ctx.seen or cand["hash"] in hashes:
+        key = _draw_key(parent, tname, params)
+        if key is not None and made.get(key) in ctx.seen | hashes:
             continue
+        try:
+            genome = genome() if callable(genome) else genome
+        except Exception:  # noqa: BLE001
+            continue
+        loaded = load_genome(genome)
+        if loaded[0] is None:
+            continue
+        if key is not None:
+            made[key] = loaded[1]
+        if loaded[1] in ctx.seen or loaded[1] in hashes:
+            continue
+        cand, _ = make_candidate(genome, ctx, strategy=strategy.name, proposer=strategy.proposer, tactic=tname,
+                                 params=params, parent=parent, loaded=loaded)
         hashes.add(cand["hash"])
         pool.append(cand)
     st["exhausted"] = 0 if pool else st.get("exhausted", 0) + 1
     return pool
+
+
+def _draw_key(parent, tname: str, params) -> Optional[tuple]:
+    """What determines a draw's program: its parent's hash, the tactic and the parameters (None for
+    crossover and explore, whose programs also depend on what they mix or mutate)."""
+    if tname in ("crossover", "explore") or not parent or not parent.get("hash"):
+        return None
+    return parent["hash"], tname, json.dumps(params, sort_keys=True, default=str)
 
 
 class SearchStrategy:
@@ -102,18 +133,13 @@ class SearchStrategy:
                 st["prior"] = ctx.extra["tactic_prior"]
             else:
                 st["prior"] = load_prior(ctx.cfg.task) if ctx.cfg is not None else {}
-        pool = collect(self, st, ctx, n * OVERSAMPLE, 40 * n + 40, lambda: self._draw(st, tactics, ctx),
-                       active=bool(st["pop"] or st["repair"]))
+        pool = collect(self, st, ctx, n * OVERSAMPLE, DRAWS_PER_SLOT * (n + 1),
+                       lambda wide: self._pick(st, tactics, ctx, wide), active=bool(st["pop"] or st["repair"]))
         return prerank(pool, n, ctx.rng), []
 
-    def _draw(self, st: dict, tactics: dict, ctx: ProposeContext):
-        pick = self._pick(st, tactics, ctx)
-        if pick is None:
-            return None
-        parent, tname, params, genome_fn = pick
-        return parent, tname, params, genome_fn()
-
-    def _pick(self, st: dict, tactics: dict, ctx: ProposeContext):
+    def _pick(self, st: dict, tactics: dict, ctx: ProposeContext, wide: bool = False):
+        """(parent, tactic, params, genome builder) or None; `collect` builds the genome when needed.
+        `wide`: parents from the archive as well as the population."""
         rng = ctx.rng
         if st["repair"] and rng.random() < REPAIR_P:
             parent = rng.choice(st["repair"])
@@ -123,16 +149,20 @@ class SearchStrategy:
                 return parent, t.name, params, lambda: t.apply(parent["genome"], params)
         if not st["pop"]:
             return None
+        pop = st["pop"] + (st.get("archive") or []) if wide else st["pop"]
         if self.mode == "evolve":
-            parent = self._tournament(st["pop"], rng)
+            parent = self._tournament(pop, rng)
             if rng.random() < CROSSOVER_P:
-                x = self._crossover(st["pop"], parent, ctx)
+                x = self._crossover(pop, parent, ctx)
                 if x is not None:
                     return x
         else:
-            parent = st["pop"][0] if rng.random() < 0.6 else rng.choice(st["pop"])
+            parent = pop[0] if rng.random() < 0.6 else rng.choice(pop)
+        parent = self.full_member(parent)
+        if parent is None:
+            return None
         g = parent["genome"]
-        usable = [t for t in tactics.values() if t.kind != "repair" and t.applicable(g) is None]
+        usable = self._usable(parent, tactics)
         if not usable:
             return None
         arch = g["ir"].get("arch") or ""
@@ -145,6 +175,34 @@ class SearchStrategy:
         fresh = [c for c in choices if str(c) not in taboo] or choices
         params = rng.choice(fresh)
         return parent, t.name, params, lambda: t.apply(g, params)
+
+    def full_member(self, m: dict) -> Optional[dict]:
+        """`m` with its IR (an archived member's is rebuilt from its recipe and checked against its hash;
+        None when it does not rebuild to the same program)."""
+        if m["genome"].get("ir") is not None:
+            return m
+        cache = self.__dict__.setdefault("rebuilt", {})
+        if m["hash"] not in cache:
+            from tactics.family import family, instantiate, replay
+            recipe = m["genome"]["recipe"]
+            try:
+                ir, _, _ = replay(instantiate(family(recipe), recipe["params"]), recipe.get("steps", []))
+                kernel, h = load_genome({"ir": ir})
+            except Exception:  # noqa: BLE001 - a family that no longer builds it
+                kernel, h = None, None
+            cache[m["hash"]] = {**m, "genome": {"ir": ir, "recipe": recipe}} if kernel is not None and h == m["hash"] else None
+        return cache[m["hash"]]
+
+    def _usable(self, parent: dict, tactics: dict) -> list:
+        """The non-repair tactics applicable to a population member (they depend on its program only,
+        so they are worked out once per member and process)."""
+        cache = self.__dict__.setdefault("usable_by_hash", {})
+        key = parent.get("hash")
+        if key is None:
+            return [t for t in tactics.values() if t.kind != "repair" and t.applicable(parent["genome"]) is None]
+        if key not in cache:
+            cache[key] = [t.name for t in tactics.values() if t.kind != "repair" and t.applicable(parent["genome"]) is None]
+        return [tactics[n] for n in cache[key] if n in tactics]
 
     @staticmethod
     def _tournament(pop: list, rng, k: int = 3) -> dict:

@@ -19,6 +19,7 @@ PLATEAU_WEIGHT = 0.25
 RECENT = 10                 # window of recent outcomes for the improvement bonus
 IMPROVE_EPS = 0.005         # a score must drop by 0.5 % to count as an improvement
 POP_SIZE = 8
+ARCHIVE_SIZE = 64
 MAX_NOTES = 60
 
 
@@ -61,9 +62,25 @@ def better(a: Optional[float], b: Optional[float]) -> bool:
 
 
 def add_member(st: dict, member: dict) -> None:
+    """Into the population (the best POP_SIZE); members pushed out go to the archive (the newest
+    ARCHIVE_SIZE), where the search looks for parents once the population's neighbours are used up."""
     pop = [m for m in st["pop"] if m["hash"] != member["hash"]] + [member]
     pop.sort(key=lambda m: (m["score"] if m.get("score") is not None else math.inf, m["hash"]))
     st["pop"] = pop[:POP_SIZE]
+    out = {m["hash"] for m in pop[POP_SIZE:]}
+    kept = {m["hash"] for m in st["pop"]}
+    arch = [m for m in st.get("archive", []) if m["hash"] not in out | kept] + [slim(m) for m in pop[POP_SIZE:]]
+    st["archive"] = arch[-ARCHIVE_SIZE:]
+
+
+def slim(member: dict) -> dict:
+    """An archived member without its IR when its recipe rebuilds it (the checkpointed state stays
+    small: a KDA program is ~35 KB of JSON); `search.full_member` rebuilds it."""
+    from tactics.family import family
+    recipe = (member.get("genome") or {}).get("recipe")
+    if family(recipe) is None:
+        return member
+    return {**member, "genome": {"ir": None, "recipe": recipe}}
 
 
 def observe(st: dict, cand: dict, plateau: int) -> list[str]:

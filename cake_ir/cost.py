@@ -564,6 +564,7 @@ class _Model:
         for var, vals in loop_dims:
             samples = [dict(s, **{var: x}) for s in samples for x in vals]
         thread_ids = range(role_threads) if by_thread else (0,)
+        guard_lets = [let for let in site.lets if let.name in refs]   # refs is closed over lets: the rest cannot matter
         tot_t = tot_w = tot_g = tot_any = 0.0
         all_pass = True
         failed = False
@@ -573,7 +574,7 @@ class _Model:
                 e = dict(env)
                 e.update(s)
                 self.thread_vars(e, first_warp, r)
-                self.apply_lets(e, site.lets)
+                self.apply_lets(e, guard_lets)
                 ok = True
                 for g in site.guards:
                     try:

@@ -9,7 +9,9 @@ Rules (/shared/design/evaluation.md):
   reference computed on the host from the same inputs (nothing the kernel can read), with the task's
   tolerance; inputs checked unmodified. Each shape is then run a second time with fresh inputs written
   to the same addresses and checked against a fresh reference: a kernel that replays a cached result
-  (keyed on addresses, a flag, or a fingerprint of stale data) fails there as `cache_cheat`;
+  (keyed on addresses, a flag, or a fingerprint of stale data) fails there as `cache_cheat`. With
+  `input_pool` the inputs come from a fixed pool of seeded sets per shape whose references are cached
+  (the agent's fast per-candidate test; its new bests are re-tested on fresh inputs);
 - profile: per bench shape, CUDA-event timing (gpu_backend.timing): warm-up, median/min/max of `reps`,
   L2 flushed and outputs poisoned before every repetition; the outputs the timed runs leave are
   re-checked against the reference (a kernel that skips work on repeated inputs leaves poison).
@@ -23,7 +25,6 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -32,8 +33,10 @@ from .candidate import Compiled, compile_candidate, first_error_node
 from .checks import run_checks
 from .driver import CudaError
 from .errors import classify
+from . import task_data
 from .record import EvalRecord, ShapeResult, Timing
 from .runner import ShapeMismatch
+from .task_data import pool_seed
 
 Progress = Callable[..., None]
 
@@ -62,13 +65,15 @@ def evaluate(candidate, task, gpu: int = 0, *, verify: bool = True, shapes: Opti
              bench_shapes: Optional[list[dict]] = None, seed: Optional[int] = None, profile: bool = True,
              warmup: int = 3, reps: int = 20, reruns: int = 1, progress: Optional[Progress] = None,
              job_id: Optional[str] = None, name: Optional[str] = None,
-             bench_seed: Optional[int] = None) -> EvalRecord:
+             bench_seed: Optional[int] = None, input_pool: int = 0) -> EvalRecord:
     """Compile, test and (if `profile`) time `candidate` (IR JSON text / dict / Kernel / Program / CudaCandidate)
     on `task` (a Task or its name) on device ordinal `gpu`. `verify=False` skips the verifier (used to
     run known-bad programs in the fault corpus). `reruns` fresh-input re-runs per shape (cache check).
     `bench_seed`: the timed shapes' inputs come from it instead of `seed`, the same for every candidate
-    of a run, so a worker generates them and their reference once (`BenchData`); the test shapes keep
-    the per-candidate seed."""
+    of a run, so a worker generates them and their reference once (`gpu_backend.task_data`).
+    `input_pool` > 0: each test shape's inputs come from a fixed pool of that many seeded sets (the
+    candidate's seed picks the set, a re-run the next one), whose references are cached in memory and
+    on disk; 0: fresh inputs from the candidate's seed, references computed anew."""
     t0 = time.perf_counter()
     task = _get_task(task)
     seed = new_seed() if seed is None else int(seed)
@@ -78,7 +83,7 @@ def evaluate(candidate, task, gpu: int = 0, *, verify: bool = True, shapes: Opti
     state: dict[str, Any] = {}
     try:
         _evaluate(rec, state, candidate, task, gpu, verify, shapes, bench_shapes, seed, profile, warmup, reps,
-                  reruns, say, name, bench_seed)
+                  reruns, say, name, bench_seed, input_pool)
     except _Stop:
         pass
     except CudaError as e:
@@ -133,7 +138,7 @@ def _fail(rec: EvalRecord, status: str, error_class: str, message: str, node: Op
 
 
 def _evaluate(rec, state, candidate, task, gpu, verify, shapes, bench_shapes, seed, profile, warmup, reps,
-              reruns, say, name, bench_seed=None) -> None:
+              reruns, say, name, bench_seed=None, input_pool=0) -> None:
     from .driver import arch_of, context, properties
     from .runner import CompiledKernel
 
@@ -163,7 +168,7 @@ def _evaluate(rec, state, candidate, task, gpu, verify, shapes, bench_shapes, se
         for si, shape in enumerate(shapes):
             say("test", shape=shape)
             _check_facts(rec, comp.spec, task, shape)
-            _test_shape(rec, ck, task, shape, seed, si, reruns)
+            _test_shape(rec, ck, task, shape, seed, si, reruns, input_pool)
         if profile:
             rec.stage = "profile"
             for bi, shape in enumerate(bench_shapes):
@@ -247,17 +252,15 @@ def _prepare(rec, ck, tensors, scalars):
         _fail(rec, "error", "interface", str(e))
 
 
-def _test_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, si: int, reruns: int) -> None:
-    from .memory import Arena, synchronize, to_bits
+def _test_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, si: int, reruns: int, pool: int = 0) -> None:
+    from .memory import Arena, synchronize
     with Arena() as arena:
         ins, outs = _alloc(arena, task, shape)
         scalars = task.scalars(shape)
         prepared = _prepare(rec, ck, {**ins, **outs}, scalars)
         first_ok, prev = False, None
         for run in range(1 + reruns):
-            s = derive_seed(seed, si, run)
-            inputs = task.make_inputs(shape, s)
-            sent = {n: to_bits(inputs[n], a.dtype) for n, a in ins.items() if n in inputs}
+            s, inputs, sent, refs_of = _test_inputs(task, shape, seed, si, run, pool, ins)
             for n in sent:
                 ins[n].upload_bits(sent[n])
             for o in outs.values():
@@ -265,7 +268,7 @@ def _test_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, si: int, reru
             ck.launch_prepared(prepared)
             synchronize("kernel (test launch)")
             bits = {n: o.download_bits() for n, o in outs.items()}
-            refs = task.reference(inputs, shape)
+            refs = refs_of()
             checks = run_checks(task, bits, {n: o.dtype for n, o in outs.items()}, refs, inputs, shape)
             bad = next((c for c in checks if not c.ok), None)
             dirty = _dirty_workspace(ins, task, shape)
@@ -297,6 +300,21 @@ def _test_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, si: int, reru
                         _fail(rec, "fail", "input_modified", f"shape {shape}: the kernel wrote to input {n}")
 
 
+def _test_inputs(task, shape: dict, seed: int, si: int, run: int, pool: int, ins: dict):
+    """(seed, host inputs, device bits per input, refs()) of one test run: set (seed + run) % pool of the
+    shape's fixed pool (cached), or fresh inputs from the evaluation's seed."""
+    from .memory import to_bits
+    if pool > 0:
+        s = pool_seed(task.name, shape, (seed + run) % pool)
+        it = DATA.item(task, shape, s)
+        sent = {n: it.bits(n, a.dtype) for n, a in ins.items() if n in it.inputs}
+        return s, it.inputs, sent, it.refs
+    s = derive_seed(seed, si, run)
+    inputs = task.make_inputs(shape, s)
+    sent = {n: to_bits(inputs[n], a.dtype) for n, a in ins.items() if n in inputs}
+    return s, inputs, sent, lambda: task.reference(inputs, shape)
+
+
 def _stale_reason(bad, bits, prev, outs, task, shape=None) -> Optional[str]:
     """Why a re-run failure looks like a replayed result rather than a plain wrong kernel (a wrong
     kernel can pass one input set by luck, e.g. a constant softmax row): outputs left unwritten after a
@@ -321,10 +339,11 @@ def _profile_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, bi: int, w
     from .timing import L2Flusher, time_launches
     with Arena() as arena:
         ins, outs = _alloc(arena, task, shape)
-        inputs, refs_of = BENCH_DATA.get(task, shape, derive_seed(seed, 1000 + bi))
+        item = DATA.item(task, shape, derive_seed(seed, 1000 + bi))
+        inputs = item.inputs
         for n, a in ins.items():
             if n in inputs:
-                a.upload(inputs[n])
+                a.upload_bits(item.bits(n, a.dtype))
         prepared = _prepare(rec, ck, {**ins, **outs}, task.scalars(shape))
         flusher = L2Flusher.for_device(gpu)
 
@@ -335,7 +354,7 @@ def _profile_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, bi: int, w
         stats = time_launches(lambda: ck.launch_prepared(prepared), warmup=warmup, reps=reps, flusher=flusher,
                               before_each=poison)
         bits = {n: o.download_bits() for n, o in outs.items()}
-        refs = refs_of()
+        refs = item.refs()
         checks = run_checks(task, bits, {n: o.dtype for n, o in outs.items()}, refs, inputs, shape)
         bad = next((c for c in checks if not c.ok), None)
         sec = stats.ms_median * 1e-3
@@ -349,55 +368,34 @@ def _profile_shape(rec: EvalRecord, ck, task, shape: dict, seed: int, bi: int, w
             _fail(rec, "fail", cls, f"outputs of the timed runs (shape {shape}) fail the check: {bad.message}")
 
 
-class BenchData:
-    """Inputs and reference outputs of timed shapes, kept per worker process across jobs (LRU, bounded
-    by `max_bytes`, env CAKE_BENCH_CACHE_GB, default 8): with a run-level `bench_seed` every candidate is
-    timed on the same inputs, and a large reference (a KDA bench shape: seconds on the GPU, minutes in
-    numpy) is computed once per run and worker instead of once per candidate."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self._items: "OrderedDict[tuple, dict]" = OrderedDict()
-
-    def get(self, task, shape: dict, seed: int):
-        """(inputs, refs()) for (task, shape, seed); the reference is computed on first use."""
-        key = (task.name, tuple(sorted(shape.items())), int(seed))
-        item = self._items.get(key)
-        if item is None:
-            item = {"inputs": task.make_inputs(shape, seed), "refs": None}
-            self._items[key] = item
-        self._items.move_to_end(key)
-
-        def refs():
-            if item["refs"] is None:
-                item["refs"] = task.reference(item["inputs"], shape)
-                self._trim(keep=key)
-            return item["refs"]
-        self._trim(keep=key)
-        return item["inputs"], refs
-
-    def nbytes(self) -> int:
-        return sum(_nbytes(v) for it in self._items.values() for v in (it["inputs"], it["refs"]) if v is not None)
-
-    def _trim(self, keep: tuple) -> None:
-        while len(self._items) > 1 and self.nbytes() > self.max_bytes:
-            old = next(k for k in self._items if k != keep)
-            del self._items[old]
+def hello(job: Optional[dict] = None, progress: Optional[Progress] = None) -> dict:
+    """A worker's start-up check: open device 0 of its CUDA_VISIBLE_DEVICES and name it. Status
+    "error" (error_class no_device) with the driver's answer when it cannot: no driver, no device."""
+    t0 = time.perf_counter()
+    rec: dict[str, Any] = {"candidate": "hello", "task": "-", "stage": "compile", "worker_pid": os.getpid()}
+    try:
+        from .driver import arch_of, context, properties
+        context(0)
+        props = properties(0)
+        rec.update(status="ok", device=props["name"], message=f"{props['name']} ({arch_of(props)}), "
+                   f"driver {props['driver']}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
+    except Exception as e:  # noqa: BLE001 - the answer is the record
+        rec.update(status="error", error_class="no_device",
+                   message=f"cannot open a CUDA device (CUDA_VISIBLE_DEVICES="
+                           f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): {type(e).__name__}: {e}")
+    rec["wall_s"] = time.perf_counter() - t0
+    return rec
 
 
-def _nbytes(d: dict) -> int:
-    return sum(getattr(a, "nbytes", 0) for a in d.values())
-
-
-BENCH_DATA = BenchData(int(float(os.environ.get("CAKE_BENCH_CACHE_GB", "8")) * 2**30))
+DATA = task_data.from_environment()    # this process's task inputs and references (memory + disk)
 
 
 def run_job(job: dict, progress: Optional[Progress] = None) -> dict:
     """The worker pool's default job function: a job dict -> an EvalRecord dict.
 
     Keys: candidate (IR JSON text/dict, or a CudaCandidate dict), task (name), and optionally verify,
-    shapes, bench_shapes, seed, bench_seed, profile, warmup, reps, reruns, name, job_id. Runs on device 0
+    shapes, bench_shapes, seed, bench_seed, input_pool, profile, warmup, reps, reruns, name, job_id. Runs on device 0
     of the worker's CUDA_VISIBLE_DEVICES."""
     kw: dict[str, Any] = {k: job[k] for k in ("verify", "shapes", "bench_shapes", "seed", "bench_seed", "profile",
-                                               "warmup", "reps", "reruns", "name", "job_id") if k in job}
+                                               "warmup", "reps", "reruns", "name", "job_id", "input_pool") if k in job}
     return evaluate(job["candidate"], job["task"], 0, progress=progress, **kw).model_dump()

@@ -1,11 +1,12 @@
 """The structured record of one evaluation (what the evaluator, the worker pool and the agent log).
 
 stage:  compile | test | profile        (the last stage reached)
-status: ok | fail | error | timeout | crash
+status: ok | fail | error | timeout | crash | skipped
   fail     the candidate is wrong (compile diagnostics, wrong/unwritten/NaN output, cache cheat, ...)
   error    a call was refused or the harness failed (bad launch configuration, interface mismatch, ...)
   timeout  the watchdog killed the worker (hang, or too slow for the deadline)
   crash    a kernel fault killed the CUDA context (or the worker died); the worker was restarted
+  skipped  never run: the caller stopped dispatching (e.g. the agent run's time budget was reached)
 error_class: a stable short name (ERROR_CLASSES lists the usual ones).
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, Field
 
 Stage = Literal["compile", "test", "profile"]
-Status = Literal["ok", "fail", "error", "timeout", "crash"]
+Status = Literal["ok", "fail", "error", "timeout", "crash", "skipped"]
 
 ERROR_CLASSES = {
     "compile_error": "the compiler rejected the program (diagnostics name the nodes)",

@@ -303,19 +303,34 @@ class WorkerPool:
                     w.state = "dead"   # it exits by itself; replaced below
                 yield out
 
-    def run_iter(self, jobs: Iterable[dict]) -> Iterator[tuple[int, EvalRecord]]:
-        """Yield (index, record) as jobs finish, fanning out over the workers."""
+    def run_iter(self, jobs: Iterable[dict], on_tick: Optional[Callable[[], None]] = None,
+                 stop: Optional[Callable[[], bool]] = None) -> Iterator[tuple[int, EvalRecord]]:
+        """Yield (index, record) as jobs finish, fanning out over the workers. `on_tick()` is called
+        about once a second while jobs run (progress display); once `stop()` is true no further job is
+        dispatched and each one not started is yielded as status "skipped"."""
         pending = collections.deque(enumerate(jobs))
         while True:
             for w in list(self.workers):
                 if w.state == "dead":
                     self._replace(w)
+            if pending and stop is not None and stop():
+                while pending:
+                    idx, job = pending.popleft()
+                    yield idx, EvalRecord(candidate=str(job.get("name") or "?"), task=str(job.get("task") or "?"),
+                                          status="skipped", error_class="stopped",
+                                          message="not run: dispatching stopped (the run's time budget)")
             busy = [w for w in self.workers if w.state == "busy"]
             if not pending and not busy:
                 return
-            for w in self.workers:
+            if on_tick is not None:
+                on_tick()
+            for wi, w in enumerate(self.workers):
                 if w.state == "idle" and pending:
-                    idx, job = pending.popleft()
+                    nxt = next((p for p in pending if p[1].get("_worker", wi) == wi), None)
+                    if nxt is None:
+                        continue
+                    pending.remove(nxt)
+                    idx, job = nxt
                     try:
                         self._dispatch(w, idx, job)
                     except (BrokenPipeError, OSError):
@@ -379,6 +394,11 @@ class WorkerPool:
     def evaluate(self, job: dict) -> EvalRecord:
         return self.run([job])[0]
 
+    def each(self, job: dict) -> list[EvalRecord]:
+        """One copy of `job` on every worker (in parallel), records in worker order: e.g. a start-up
+        check that each worker reaches its GPU."""
+        return self.run([dict(job, _worker=i) for i in range(len(self.workers))])
+
     def probe(self, timeout: float = 30.0) -> list[Optional[dict]]:
         """Ask every idle worker for `probe()` (host RSS, device memory, caches); None for a worker
         that is not idle or does not answer in time. Call it between runs, not during one."""
@@ -403,6 +423,12 @@ class WorkerPool:
                 w.state = "dead"
             out.append(ans)
         return out
+
+    def activity(self) -> list[dict]:
+        """What each busy worker is doing: GPU, job name, last reported stage, seconds since dispatch."""
+        now = time.monotonic()
+        return [{"gpu": w.gpu, "job": next((w.job[k] for k in ("label", "name", "baseline") if (w.job or {}).get(k)), None),
+                 "stage": w.stage, "seconds": now - w.dispatched_at} for w in self.workers if w.state == "busy"]
 
     def pids(self) -> list[Optional[int]]:
         return [w.pid for w in self.workers]

@@ -15,6 +15,8 @@ proposals    promotion proposals (rule | primitive | calibration | tactic) and t
 tactic_stats per (tactic, task, arch): times applied, successes, improvements and the relative gains
 calibrations cost-model constant sets per GPU, versioned; at most one active per GPU
 notes        experience notes (what worked / failed), also embedded in the vector store
+baselines    library baselines timed on a GPU: one row per (task, shape, baseline, device, versions of the
+             libraries and of the task's inputs), so a run reuses a timing instead of repeating it
 """
 from __future__ import annotations
 
@@ -195,5 +197,21 @@ class NoteRow(SQLModel, table=True):
     created_at: _dt.datetime = Field(default_factory=now)
 
 
+class BaselineRow(SQLModel, table=True):
+    __tablename__ = "baselines"
+    __table_args__ = (UniqueConstraint("key", name="uq_baseline_key"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    key: str = Field(index=True)         # hash of (task, shape, name, device, versions); agent/baseline_cache.py
+    task: str = ""
+    name: str = ""                       # the baseline's name, e.g. "fla chunk_kda (Triton)"
+    device: str = ""
+    shape: Any = Field(default=None, sa_column=_json_col())
+    versions: Any = Field(default=None, sa_column=_json_col())   # library versions and the task's input version
+    status: str = ""                     # ok | fail (a measured verdict; unavailable baselines are not kept)
+    result: Any = Field(default=None, sa_column=_json_col())     # what the run uses: ms, message, error class
+    run_id: Optional[str] = None         # the run that timed it
+    created_at: _dt.datetime = Field(default_factory=now)
+
+
 TABLES = (TaskRow, RunRow, CandidateRow, EvaluationRow, ClusterRow, FailureRow, ProposalRow, TacticStatRow,
-          CalibrationRow, NoteRow)
+          CalibrationRow, NoteRow, BaselineRow)

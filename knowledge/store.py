@@ -25,7 +25,7 @@ from sqlmodel import Session, SQLModel, create_engine, select
 
 from . import home as cake_home
 from .migrate import migrate
-from .models import CandidateRow, EvaluationRow, FailureRow, RunRow, TaskRow, now
+from .models import BaselineRow, CandidateRow, EvaluationRow, FailureRow, RunRow, TaskRow, now
 from .sqlite_wal import enable_wal
 
 T = TypeVar("T")
@@ -136,6 +136,21 @@ class Store:
     def runs(self) -> list[RunRow]:
         with self.session() as s:
             return list(s.exec(select(RunRow).order_by(RunRow.started_at)))
+
+    # ------------------------------------------------------------------ baseline timings
+    def baseline(self, key: str) -> Optional[BaselineRow]:
+        with self.session() as s:
+            return s.exec(select(BaselineRow).where(BaselineRow.key == key)).first()
+
+    def save_baseline(self, key: str, **fields) -> None:
+        """Insert or replace the timing stored under `key`."""
+        def fn(s: Session) -> None:
+            row = s.exec(select(BaselineRow).where(BaselineRow.key == key)).first() or BaselineRow(key=key)
+            for k, v in fields.items():
+                setattr(row, k, v)
+            row.created_at = now()
+            s.add(row)
+        self._tx(fn)
 
     # ------------------------------------------------------------------ candidates and stages
     @staticmethod

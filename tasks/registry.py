@@ -63,6 +63,8 @@ class TaskEntry:
     problem: Optional[str] = None
     _task: Any = field(default=None, repr=False)
     shape_selector: Optional[str] = None          # which bench shape a run times (None: the first)
+    timed_scope: str = "class"                    # "run": a run times its own shape only; "class": every
+                                                  # bench shape of its class
 
     @property
     def task(self):
@@ -123,10 +125,13 @@ class TaskEntry:
             return dict(shapes[0])
         return dict(select_shape(shapes, self.shape_selector, self.name))
 
-    def for_shape(self, selector: Optional[str]) -> "TaskEntry":
+    def for_shape(self, selector: Optional[str], timed_scope: Optional[str] = None) -> "TaskEntry":
         """This entry with the run's timed shape picked by `selector` (checked now: a bad selector is a
-        ValueError naming the legal keys and values)."""
-        e = replace(self, shape_selector=selector or None)
+        ValueError naming the legal keys and values) and, if given, its timed scope ("run" | "class")."""
+        if timed_scope not in (None, "run", "class"):
+            raise ValueError(f"timed shapes {timed_scope!r}: use 'run' (the run's shape) or 'class' (every bench "
+                             f"shape of its class)")
+        e = replace(self, shape_selector=selector or None, timed_scope=timed_scope or self.timed_scope)
         e._task = self._task
         if selector:
             e.bench_shape  # noqa: B018 - validates the selector
@@ -142,8 +147,11 @@ class TaskEntry:
         return same or [dict(s) for s in self.task.shapes]     # a class without test shapes: test them all
 
     def timed_shapes(self) -> list[dict]:
-        """The bench shapes of the run's class, the run's own shape first."""
+        """The shapes a candidate is timed on: the run's own shape, and with timed_scope "class" the other
+        bench shapes of its class after it."""
         b = self.bench_shape
+        if self.timed_scope == "run":
+            return [b]
         cls = self.shape_class(b)
         return [b] + [dict(s) for s in (self.task.bench_shapes or []) if self.shape_class(s) == cls and dict(s) != b]
 

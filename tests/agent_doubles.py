@@ -4,15 +4,22 @@
 the candidate loads as CAKE IR, fails about one candidate in five at the test stage (wrong_result, as
 a real test would report it), and reports a deterministic fake timing derived from the cost model
 (1.3x its prediction) at each of the job's bench shapes (the run's timed shapes, as the real worker
-does). Baseline jobs get a fixed 1.0 ms. Nothing here is a measurement.
+does). Baseline jobs get a fixed 1.0 ms. A job with input_pool 0 (the confirm stage's fresh inputs)
+fails for about one candidate in three (for all with CAKE_FAKE_CONFIRM_FAIL=all). CAKE_FAKE_EVAL_SLEEP makes every job take that many seconds
+(budget and progress tests). Nothing here is a measurement.
 """
 import os
+import time
 import zlib
 
 
 def fake_eval(job, progress=None):
     if progress:
         progress("compile")
+    time.sleep(float(os.environ.get("CAKE_FAKE_EVAL_SLEEP", "0")))
+    if job.get("hello"):
+        return {"status": "ok", "stage": "compile", "candidate": "hello", "task": "-", "device": "FakeGPU",
+                "worker_pid": os.getpid()}
     if "baseline" in job:
         shape = job["shape"]
         return {"status": "ok", "stage": "profile", "candidate": job["baseline"], "task": job["task"],
@@ -33,6 +40,10 @@ def fake_eval(job, progress=None):
         return {**rec, "status": "fail", "stage": "test", "error_class": "wrong_result",
                 "message": "shape {'M': 7}: rel RMSE 0.31 > 0.01 (fake)", "max_rel_rmse": 0.31}
     if not job.get("profile", True):
+        fail_all = os.environ.get("CAKE_FAKE_CONFIRM_FAIL") == "all"
+        if job.get("input_pool") == 0 and (fail_all or zlib.crc32(h.encode()) % 3 == 0):   # the confirm stage
+            return {**rec, "status": "fail", "stage": "test", "error_class": "wrong_result",
+                    "message": "fresh inputs: rel RMSE 0.2 > 0.01 (fake)", "max_rel_rmse": 0.2}
         return {**rec, "status": "ok", "stage": "test", "max_rel_rmse": 0.002}
     entry = get(job["task"])
     timings = []

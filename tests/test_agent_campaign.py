@@ -100,12 +100,13 @@ def test_gpu_path_with_a_worker_double(tmp_path):
 
 
 def test_gpu_path_exports_the_best_kernel_per_timed_shape(tmp_path):
-    """kmeans times both its bench shapes: the worker double reports a timing per shape, and the run
-    writes one library entry per shape (the run's own shape: the run's best, with baseline speedups;
-    the other: the fastest candidate there, no baseline speedups), listed in the final summary."""
+    """With --timed-shapes class, kmeans times both its bench shapes: the worker double reports a timing
+    per shape, and the run writes one library entry per shape (the run's own shape: the run's best,
+    with baseline speedups; the other: the fastest candidate there, no baseline speedups), listed in
+    the final summary."""
     env = _env(tmp_path, CAKE_EVAL_JOB_FN="agent_doubles:fake_eval")
     p = _agent(tmp_path, "--task", "kmeans", "--gpus", "0", "--max-candidates", "4", "--plain", "--no-vectors",
-               "--run-id", "shapes1", env=env)
+               "--timed-shapes", "class", "--run-id", "shapes1", env=env)
     assert "library: 2 entries written, 0 kept in " in p.stdout, p.stdout[-3000:]
     assert "*B32_N16384_K100" in p.stdout and "\n     B8_N65536_K128 " in p.stdout
     lib = tmp_path / "lib" / "kmeans" / "library"

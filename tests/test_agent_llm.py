@@ -119,3 +119,44 @@ def test_llm_call_failures_stop_the_strategy(env):
     assert codes == ["E-PROPOSER-CALL"] * 3
     stop = con.execute("select stop_reason from runs where id='llm2'").fetchone()[0]
     assert "3 failed calls in a row" in stop
+
+
+class RefusingLLM(LoopbackLLM):
+    """Answers every call with 401, as a provider does for a wrong key."""
+
+    def answer(self, handler, body):
+        return 401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                               "code": "invalid_api_key"}}
+
+
+def test_llm_without_credentials_says_so_and_exits_nonzero(env, monkeypatch, capsys):
+    """No key in the environment and no server URL: plainly said before anything runs; exit 2 when the
+    llm is the only proposer, and the run goes on without it when another one is there."""
+    from agent.run import main
+    monkeypatch.delenv("OPENAI_API_KEY")
+    rc = main(["--task", "softmax", "--dry-run", "--proposer", "llm", "--model", "openai/gpt-4o-mini",
+               "--max-candidates", "2", "--run-id", "nokey1", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no credentials for openai/gpt-4o-mini: set OPENAI_API_KEY" in err
+    assert not (env / "home" / "cake.db").exists() or not sqlite3.connect(env / "home" / "cake.db").execute(
+        "select count(*) from runs where id='nokey1'").fetchone()[0]
+    rc = main(["--task", "softmax", "--dry-run", "--proposer", "search,llm", "--model", "openai/gpt-4o-mini",
+               "--max-candidates", "3", "--run-id", "nokey2", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "warning: no credentials" in err and "running without the llm proposer (bandit+evolve)" in err
+
+
+def test_llm_refused_credentials_stop_at_once_and_exit_nonzero(env, capsys):
+    """A provider that refuses the key (401): one recorded proposer failure, the strategy stops at once
+    with the cause, and agent.run exits 1 when the llm was the only proposer."""
+    from agent.run import main
+    with RefusingLLM([]) as llm:
+        rc = main(["--task", "softmax", "--dry-run", "--proposer", "llm", "--model", "openai/cake-test",
+                   "--api-base", llm.url, "--llm-timeout", "20", "--batch", "2", "--max-candidates", "10",
+                   "--run-id", "refused1", "--quiet"])
+        assert len(llm.requests) == 1
+    err = capsys.readouterr().err
+    assert rc == 1 and "refused the credentials for openai/cake-test" in err
+    con = sqlite3.connect(env / "home" / "cake.db")
+    codes = [r[0] for r in con.execute("select code from failures where run_id='refused1' and stage='propose'")]
+    assert codes == ["E-PROPOSER-CALL"]

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel, select
 
 from knowledge.migrate import migrate
-from knowledge.models import (CalibrationRow, CandidateRow, ClusterRow, EvaluationRow, FailureRow, NoteRow,
+from knowledge.models import (BaselineRow, CalibrationRow, CandidateRow, ClusterRow, EvaluationRow, FailureRow, NoteRow,
                               ProposalRow, RunRow, TacticStatRow, TaskRow)
 from knowledge.store import Store
 
@@ -58,6 +58,8 @@ def _rows(p: dict) -> dict:
         "calibrations": (CalibrationRow(gpu="h200", version=1, constants=J, evidence=J), ["constants", "evidence"],
                          [("gpu", "version")]),
         "notes": (NoteRow(run_id="r1", key="n1", text="worked", kind="success"), [], [("run_id", "key")]),
+        "baselines": (BaselineRow(key="b1", task="gemm", name="torch.matmul", device="H200", shape=J, versions=J,
+                                  status="ok", result=J), ["shape", "versions", "result"], [("key",)]),
     }
 
 
@@ -104,7 +106,7 @@ def test_every_unique_key_is_enforced(store):
                 with pytest.raises(IntegrityError):
                     s.commit()
             n += 1
-    assert n == 11
+    assert n == 12
 
 
 def test_every_foreign_key_is_enforced(store):

@@ -101,3 +101,26 @@ def test_visible_devices_follow_the_parents_restriction(monkeypatch):
         recs = p.run([{"kind": "ok", "sleep": 0.5} for _ in range(4)])
     assert {r.message for r in recs} == {"cvd=3", "cvd=5"}
     assert __import__("os").environ["CUDA_VISIBLE_DEVICES"] == "3,5"
+
+
+def test_each_runs_one_copy_on_every_worker():
+    """`each` (the agent's start-up check) reaches every worker, even when one would be free first."""
+    with WorkerPool(gpus=[0, 1], job_fn=worker_doubles.dispatch, deadline_s=30) as p:
+        recs = p.each({"kind": "ok", "name": "hello"})
+        assert [r.status for r in recs] == ["ok", "ok"]
+        assert sorted(r.message for r in recs) == ["cvd=0", "cvd=1"]
+        assert len({r.worker_pid for r in recs}) == 2
+
+
+def test_stop_skips_jobs_not_started_and_ticks_while_running(pool):
+    """Once stop() is true nothing more is dispatched; the rest come back "skipped". on_tick sees the
+    busy worker's job."""
+    seen, t0 = [], time.monotonic()
+    jobs = [{"kind": "ok", "sleep": 1.2, "name": f"j{i}"} for i in range(4)]
+    out = dict(pool.run_iter(jobs, on_tick=lambda: seen.extend(pool.activity()),
+                             stop=lambda: time.monotonic() - t0 > 0.6))
+    assert out[0].status == "ok"
+    assert [out[i].status for i in (1, 2, 3)] == ["skipped"] * 3
+    assert all(out[i].candidate == f"j{i}" for i in (1, 2, 3))
+    assert any(a["job"] == "j0" and a["gpu"] == 0 for a in seen)
+    assert time.monotonic() - t0 < 4
