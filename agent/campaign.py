@@ -177,6 +177,10 @@ def finish(cfg, entry, store, state: dict, spec, progress) -> dict:
              "   " + progress.best_text({"best": state.get("best")}),
              "   " + progress.rate_text(state),
              ""]
+    from .library_pick import verdict
+    pick_line = verdict(state.get("library_pick") or {}, state.get("best") or {})
+    if pick_line:
+        lines.insert(-1, "   " + pick_line)
     if cfg.dry_run:
         lines.insert(2, "   DRY RUN: times are cost-model predictions (unmeasured)")
     lines.append(report.text_table(rows) if rows else "   (no candidate passed)")

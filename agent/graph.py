@@ -50,6 +50,7 @@ class AgentState(TypedDict, total=False):
     best: dict                # the best candidate so far (summary)
     seed_best_s: Optional[float]
     baseline: dict            # name -> {"status", "ms", ...}
+    library_pick: dict        # the library's entry at the run's shape timed in this run (agent/library_pick.py)
     funnel: dict              # candidates that passed each stage
     failures_by_code: dict
     history: list             # best-so-far over time
@@ -65,7 +66,7 @@ def initial_state(cfg) -> dict:
             "n_proposed": 0, "n_evaluated": 0,
             "strategies": {n: {**new_strategy_state(n, "llm" if n == "llm" else "search"),
                                "weight": round(1.0 / len(cfg.strategies), 4)} for n in cfg.strategies},
-            "notes": [], "best": {}, "seed_best_s": None, "baseline": {}, "funnel": {"proposed": 0},
+            "notes": [], "best": {}, "seed_best_s": None, "baseline": {}, "library_pick": {}, "funnel": {"proposed": 0},
             "failures_by_code": {}, "history": [], "events": [], "elapsed_s": 0.0, "node_s": {}, "empty_iterations": 0,
             "stop": None}
 
@@ -350,15 +351,16 @@ def make_nodes(rt: Runtime) -> dict:
             r["failures_by_code"][f["code"]] = r["failures_by_code"].get(f["code"], 0) + 1
             rt.store.add_failure(cfg.run_id, f["key"], "propose", f["code"], f.get("message", ""),
                                  strategy=f.get("strategy"))
-        baseline = state.get("baseline") or {}
+        baseline, pick = state.get("baseline") or {}, state.get("library_pick")
         if measured and not baseline:   # after the first step: the seeds are measured before anything waits
             from .baseline_cache import time_baselines
+            from .library_pick import time_library_pick
             rt.node = "baselines"
-            baseline = time_baselines(rt, retime=cfg.retime_baselines)
+            baseline, pick = time_baselines(rt, retime=cfg.retime_baselines), time_library_pick(rt)
             rt.node = "reflect"
         _speedup(r["best"], baseline, r["seed_best_s"], measured)
         events = r.pop("events")
-        out = {**r, "batch": [], "proposer_failures": [], "baseline": baseline,
+        out = {**r, "batch": [], "proposer_failures": [], "baseline": baseline, "library_pick": pick or {},
                "n_evaluated": state.get("n_evaluated", 0) + len(done), "events": (state.get("events", []) + events)[-50:],
                "elapsed_s": rt.elapsed()}
         for e in events:
@@ -487,7 +489,8 @@ def _summary(state: dict) -> dict:
     return {"iteration": state.get("iteration"), "n_proposed": state.get("n_proposed"),
             "n_evaluated": state.get("n_evaluated"), "funnel": state.get("funnel"),
             "failures_by_code": state.get("failures_by_code"), "best": state.get("best"),
-            "baseline": state.get("baseline"), "elapsed_s": state.get("elapsed_s"), "node_s": state.get("node_s"),
+            "baseline": state.get("baseline"), "library_pick": state.get("library_pick"),
+            "elapsed_s": state.get("elapsed_s"), "node_s": state.get("node_s"),
             "strategies": {n: {k: s.get(k) for k in ("evaluated", "ok", "improved", "best_s", "plateau", "active",
                                                      "inactive_reason", "weight", "tokens", "cost_usd", "calls",
                                                      "proposer_failures")}

@@ -134,7 +134,9 @@ def _export_timed(entry, rows: dict, state: dict, cfg, root) -> dict:
     prof = best.get("profile") or {}
     pm = prof.get("metrics") or {}
     device = prof.get("device") if best.get("measured") else None
+    pick = state.get("library_pick") or {}
     meta = {"seconds": best.get("score_s"), "ms_median": pm.get("ms_median"), "predicted_s": best.get("predicted_s"),
+            "library_pick": {k: pick.get(k) for k in ("hash", "ms")} if pick.get("ms") else None,
             "speedup": best.get("speedup"), "speedup_vs": best.get("speedup_vs"),
             "speedups": best.get("speedups") or pm.get("speedup"),
             "roofline_frac": pm.get("roofline_frac"), "device": device,
@@ -192,7 +194,7 @@ def _write_entry(entry, item: dict, rows: dict, row, measured: bool, timing: dic
     meta = {"task": entry.name, "shape": item["shape"], "shape_key": key, "run": cfg.run_id,
             "hash": item["hash"], "name": item["name"], "measured": measured,
             **{k: timing.get(k) for k in ("seconds", "ms_median", "predicted_s", "speedup", "speedup_vs",
-                                          "speedups", "roofline_frac", "device", "target")},
+                                          "speedups", "roofline_frac", "device", "target", "library_pick")},
             "arch": kernel.arch, "strategy": timing.get("strategy", row.strategy),
             "tactic": timing.get("tactic", row.tactic), "recipe": row.recipe,
             "lineage": lineage(rows, item["hash"]), "ir_version": IR_VERSION, **extra,
@@ -240,6 +242,11 @@ def _should_replace(old: Optional[dict], new: dict) -> tuple[bool, str]:
         return True, "measured kernel replaces an unmeasured one"
     if old.get("measured") and not new["measured"]:
         return False, "the library holds a measured kernel; a dry run does not replace it"
+    pick = new.get("library_pick") or {}
+    if pick.get("hash") == old.get("hash") and pick.get("ms") and new.get("seconds") is not None:
+        if new["seconds"] < pick["ms"] * 1e-3:      # the entry timed in the same run, on the same inputs
+            return True, f"faster than the library entry timed in the same run ({pick['ms']:.4f} ms)"
+        return False, f"the library entry is as fast or faster in the same run ({pick['ms']:.4f} ms)"
     where_old = old.get("device") if old.get("measured") else old.get("target")
     where_new = new.get("device") if new["measured"] else new.get("target")
     if where_old != where_new:

@@ -173,7 +173,9 @@ def _outcome(e: dict) -> str:
     if e.get("status") == "written":
         return f"written ({e.get('reason')})"
     if e.get("status") == "kept":
-        if e.get("library_ms") is not None and str(e.get("reason", "")).startswith("the library entry is as fast"):
+        reason = str(e.get("reason", ""))
+        if e.get("library_ms") is not None and reason.startswith("the library entry is as fast") \
+                and "same run" not in reason:
             return f"kept (the library's {e['library_ms']:.3f} ms is as fast or faster)"
         return f"kept ({e.get('reason')})"
     return f"not written ({e.get('reason')})"

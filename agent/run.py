@@ -82,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
                    help="parallel NVRTC compile workers (default: the CPUs less two, 2 to 16)")
     g.add_argument("--deadline", type=_positive(float), default=None,
                    help=f"seconds per evaluation job before the watchdog kills it (default {RunConfig.deadline_s:g}, "
-                        f"or the task's own need where larger: kda 300)")
+                        f"or the task's own need where larger: kda 120)")
     g.add_argument("--knowledge-chars", type=int, default=4000,
                    help="LLM prompt characters for retrieved tactics and experience notes (default 4000)")
     g.add_argument("--no-vectors", action="store_true",

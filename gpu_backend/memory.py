@@ -38,9 +38,10 @@ VALUE_DTYPE = {"bf16": np.float32, "f16": np.float16, "f32": np.float32, "i32": 
 def f32_to_bf16_bits(x) -> np.ndarray:
     """float -> bf16 bit patterns (uint16), round to nearest even; NaN -> canonical 0x7FC0."""
     f = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
-    u = f.view(np.uint32).astype(np.uint64)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(f), np.uint16(0x7FC0), rounded).astype(np.uint16)
+    u = f.view(np.uint32)
+    # uint32 arithmetic wraps only for patterns >= 0xFFFF8001, which are NaNs (replaced below)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    return np.where(np.isnan(f), np.uint16(0x7FC0), rounded)
 
 
 def bf16_bits_to_f32(bits) -> np.ndarray:

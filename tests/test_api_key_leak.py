@@ -54,14 +54,14 @@ def test_keys_never_written_and_hostile_replies_never_run(tmp_path, monkeypatch,
                    "--plain"])
         reqs = llm.requests
     out = capsys.readouterr()
-    assert rc == 0 and len(reqs) == 6 + 3
+    assert rc == 1 and len(reqs) == 6 + 1        # a refused key stops the only proposer at once: exit 1
     assert any(KEY in h.get("authorization", "") for h in reqs), "the key did reach the provider"
     assert not sentinel.exists()
 
     con = sqlite3.connect(tmp_path / ".cake" / "cake.db")
     fails = con.execute("select code, message from failures where run_id='keyleak' and stage='propose'").fetchall()
     codes = [f[0] for f in fails]
-    assert codes.count("E-PROPOSER-REPLY") == 3 and codes.count("E-PROPOSER-CALL") == 3, codes
+    assert codes.count("E-PROPOSER-REPLY") == 3 and codes.count("E-PROPOSER-CALL") == 1, codes
     assert all(f[1] for f in fails)
     con.close()
 
@@ -70,6 +70,7 @@ def test_keys_never_written_and_hostile_replies_never_run(tmp_path, monkeypatch,
     leaks = [str(p.relative_to(tmp_path)) for p in written if KEY.encode() in p.read_bytes()]
     assert not leaks, f"API key written to {leaks}"
     assert KEY not in out.out and KEY not in out.err
+    assert "refused the credentials for openai/cake-test" in out.err
 
 
 def test_cake_llm_api_key_is_redacted_too(monkeypatch):

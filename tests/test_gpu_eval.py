@@ -84,3 +84,25 @@ def test_seeds_through_worker_pool():
     for r in recs:
         assert r.status == "ok", r.short()
         assert r.timings and r.timings[0].rechecked and r.gpu == 0 and r.device
+
+
+def test_input_pool_draws_cached_sets_and_the_bench_data_is_shared(tmp_path, monkeypatch):
+    """The agent's fast test: inputs from a fixed pool per shape (the seed picks the set, the re-run the
+    next one), references built once and then read from the disk cache; timing on bench inputs that a
+    second evaluation (another candidate of the run) finds already built."""
+    from gpu_backend import evaluate as ev
+    from gpu_backend.task_data import DiskStore, TaskData, pool_seed
+    monkeypatch.setattr(ev, "DATA", TaskData(1 << 30, DiskStore(tmp_path, 1 << 30)))
+    text = _seed_text("softmax", "softmax_row_n4096")
+    a = ev.evaluate(text, "softmax", 0, seed=5, input_pool=4, bench_seed=11, reps=5, warmup=1)
+    assert a.ok, a.short()
+    for s in a.shapes:
+        assert s.seed == pool_seed("softmax", s.shape, (5 + s.run) % 4)
+    built = ev.DATA.built
+    b = ev.evaluate(text, "softmax", 0, seed=5, input_pool=4, bench_seed=11, reps=5, warmup=1)
+    assert b.ok and ev.DATA.built == built                      # nothing built again
+    assert [s.rel_rmse for s in b.shapes] == [s.rel_rmse for s in a.shapes]
+    monkeypatch.setattr(ev, "DATA", TaskData(1 << 30, DiskStore(tmp_path, 1 << 30)))   # a new worker
+    c = ev.evaluate(text, "softmax", 0, seed=6, input_pool=4, bench_seed=11, reps=5, warmup=1)
+    shapes = {tuple(sorted(s.shape.items())) for s in c.shapes}
+    assert c.ok and ev.DATA.built == len(shapes)                # per shape only the set no earlier run drew
