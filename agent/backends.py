@@ -24,7 +24,7 @@ import os
 import time
 from typing import Callable, Optional
 
-COMPILE_JOB = "agent.jobs:compile_job"
+COMPILE_JOB = "agent.jobs:cpu_job"
 EVAL_JOB_DEFAULT = "agent.baselines:dispatch"
 OnResult = Callable[[int, dict], None]
 
@@ -78,7 +78,8 @@ class LocalBackend:
         return self._gpool
 
     def _run(self, pool, jobs: list, on_result: OnResult, label: str, stop=None) -> None:
-        self.busy = min(len(jobs), len(pool.workers))
+        if label == "gpu":                 # `busy` is what the progress shows: GPU workers at work
+            self.busy = min(len(jobs), len(pool.workers))
         tick = (lambda: self.on_tick(pool.activity())) if self.on_tick else None
         try:
             for idx, rec in pool.run_iter(jobs, on_tick=tick, stop=stop):
@@ -89,7 +90,8 @@ class LocalBackend:
                     self.gpu_s += float(rec.wall_s or 0.0)
                 on_result(idx, d)
         finally:
-            self.busy = 0
+            if label == "gpu":
+                self.busy = 0
 
     def compile(self, jobs: list, on_result: OnResult, stop=None) -> None:
         if jobs:

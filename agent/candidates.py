@@ -21,9 +21,14 @@ class ProposeContext:
 
 
 def cost_summary(kernel, ctx: ProposeContext) -> dict:
+    return cost_of(kernel, ctx.shape, ctx.spec)
+
+
+def cost_of(kernel, shape: dict, spec) -> dict:
+    """The cost model's summary of `kernel` at `shape` (a ranking guide for the proposers)."""
     from cake_ir.cost import estimate
     try:
-        rep = estimate(kernel, ctx.shape, ctx.spec)
+        rep = estimate(kernel, shape, spec)
     except Exception as e:  # noqa: BLE001 - estimate never should, but ranking must not crash
         return {"seconds": None, "error": f"{type(e).__name__}: {e}"[:200]}
     return {"seconds": rep.seconds, "bound": rep.bound, "binding_path": rep.binding_path,
@@ -31,7 +36,7 @@ def cost_summary(kernel, ctx: ProposeContext) -> dict:
             "flops": rep.totals.get("flops"), "blocks_per_sm": rep.blocks_per_sm, "waves": rep.waves,
             "smem_bytes": rep.smem_bytes,
             # a ranking hint only (the verifier judges): does the shared memory fit a block at all?
-            "fits": rep.smem_bytes <= getattr(ctx.spec, "smem_per_block_max", rep.smem_bytes)}
+            "fits": rep.smem_bytes <= getattr(spec, "smem_per_block_max", rep.smem_bytes)}
 
 
 def load_genome(genome: dict):
@@ -45,14 +50,15 @@ def load_genome(genome: dict):
 
 def make_candidate(genome: dict, ctx: ProposeContext, *, strategy: str, proposer: str, tactic: Optional[str],
                    params: Optional[dict] = None, parent: Optional[dict] = None,
-                   loaded: Optional[tuple] = None) -> tuple[Optional[dict], Optional[list]]:
+                   loaded: Optional[tuple] = None, estimate: bool = True) -> tuple[Optional[dict], Optional[list]]:
     """(candidate, None) or (None, schema diagnostics) when the IR does not load. `loaded`: the
-    genome's `load_genome` result when the caller already has it (the search checks the hash first)."""
+    genome's `load_genome` result when the caller already has it (the search checks the hash first).
+    `estimate=False` leaves the cost model to `estimate_pool` (many candidates at once)."""
     from cake_ir.io import to_dict
     kernel, h = loaded if loaded is not None else load_genome(genome)
     if kernel is None:
         return None, h
-    cost = cost_summary(kernel, ctx)
+    cost = cost_summary(kernel, ctx) if estimate else {}
     cand = {
         "hash": h, "name": kernel.name, "ir": to_dict(kernel), "recipe": genome.get("recipe"),
         "parent": parent["hash"] if parent else None, "parent_name": parent.get("name") if parent else None,
@@ -64,6 +70,22 @@ def make_candidate(genome: dict, ctx: ProposeContext, *, strategy: str, proposer
     if genome.get("dropped"):
         cand["dropped_steps"] = genome["dropped"]
     return cand, None
+
+
+def estimate_pool(pool: list[dict], ctx: ProposeContext) -> None:
+    """Fill in each candidate's cost summary and predicted time: through `ctx.extra["estimator"]` (the
+    run's CPU worker pool, in parallel) when there is one, else here one by one."""
+    todo = [c for c in pool if not c.get("cost")]
+    if not todo:
+        return
+    est = ctx.extra.get("estimator")
+    if est is not None:
+        costs = est(todo)
+    else:
+        from cake_ir.io import load
+        costs = [cost_summary(load(c["ir"])[0], ctx) for c in todo]
+    for c, cost in zip(todo, costs):
+        c["cost"], c["predicted_s"] = cost, cost.get("seconds")
 
 
 def prerank(pool: list[dict], n: int, rng: random.Random, explore: float = 0.25) -> list[dict]:

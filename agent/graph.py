@@ -24,6 +24,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 import zlib
 from typing import Any, Optional, TypedDict
@@ -101,6 +102,7 @@ class Runtime:
         self._fault = self._parse_fault(os.environ.get("CAKE_FAULT_AFTER"))
         self._records: dict = {}
         self._snap: dict = {}
+        self._pool_lock = threading.Lock()
         self.node: Optional[str] = None       # the graph node running now (or "baselines")
         if backend is not None:
             backend.on_tick = self.heartbeat
@@ -135,9 +137,24 @@ class Runtime:
             self.progress.tick(snap, activity)
 
     def ctx(self, state: dict, iteration: int, name: str) -> ProposeContext:
+        extra = {"estimator": self.estimate_many} if self.backend is not None else {}
         return ProposeContext(rng=_rng(self.cfg.seed, iteration, name), seen=set(state.get("seen", [])),
                               notes=list(state.get("notes", [])), iteration=iteration, entry=self.entry,
-                              spec=self.spec, shape=self.shape, dry_run=self.cfg.dry_run, cfg=self.cfg)
+                              spec=self.spec, shape=self.shape, dry_run=self.cfg.dry_run, cfg=self.cfg, extra=extra)
+
+    def estimate_many(self, cands: list) -> list[dict]:
+        """Cost summaries of `cands` at the run's shape, computed in parallel by the CPU workers (the
+        strategies propose in threads: one batch at a time through the pool)."""
+        out: list = [{"seconds": None}] * len(cands)
+
+        def done(idx: int, rec: dict) -> None:
+            out[idx] = (rec.get("compile") or {}).get("cost") or {"seconds": None, "error": rec.get("message")}
+
+        jobs = [{"estimate": {"shape": self.shape, "target": self.cfg.target}, "ir": c["ir"], "name": c.get("id", "?"),
+                 "label": f"estimate {c.get('name')}", "task": self.cfg.task} for c in cands]
+        with self._pool_lock:
+            self.backend.compile(jobs, done)
+        return out
 
     def show(self, state: dict, node: Optional[str] = None) -> None:
         snap = {"run": self.cfg.run_id, "task": self.cfg.task, "iteration": state.get("iteration", 0),
@@ -255,30 +272,34 @@ def make_nodes(rt: Runtime) -> dict:
 
     # -------------------------------------------------------------------- verify
     def verify(state: dict) -> dict:
-        from cake_ir.io import load
-        from cake_ir.verifier import verify as run_verify
         batch = copy.deepcopy(state["batch"])
+        todo = []
         for c in _alive(batch):
             result = _reuse(rt, c, "verify")
             if result is None:
-                t0 = time.perf_counter()
-                kernel, diags = load(c["ir"])
-                if kernel is not None:
-                    diags = run_verify(kernel).diagnostics
-                errs = [d for d in diags if d.severity == "error"]
-                warns = [d for d in diags if d.severity == "warning"]
-                result = {"ok": not errs, "seconds": time.perf_counter() - t0,
-                          "diagnostics": [d.model_dump(exclude_none=True) for d in (errs + warns)[:12]],
-                          "n_errors": len(errs), "n_warnings": len(warns)}
-                _apply_verify(c, result)
-                rt.store.record_stage(cfg.run_id, _db_cand(c), "verify", "ok" if result["ok"] else "fail",
-                                      error_class=None if result["ok"] else "verify_error",
-                                      metrics={"errors": len(errs), "warnings": len(warns)}, result=result,
-                                      seconds=result["seconds"], executor="local",
-                                      failures=[{"code": d.code, "node": d.node, "message": d.message} for d in errs[:10]])
-                rt.stored("verify")
+                todo.append(c)
             else:
                 _apply_verify(c, result)
+
+        def done(idx: int, rec: dict) -> None:
+            c = todo[idx]
+            if rec.get("status") == "skipped":     # the budget ran out before it started
+                c["status"], c["stage"] = "skipped", "verify"
+                return
+            result = (rec.get("compile") or {}).get("verify") or _verifier_crash(rec)
+            _apply_verify(c, result)
+            errs = [d for d in result["diagnostics"] if d.get("severity", "error") == "error"]
+            rt.store.record_stage(cfg.run_id, _db_cand(c), "verify", "ok" if result["ok"] else "fail",
+                                  error_class=None if result["ok"] else "verify_error",
+                                  metrics={"errors": result["n_errors"], "warnings": result["n_warnings"]},
+                                  result=result, seconds=result["seconds"], executor=rec.get("executor"),
+                                  failures=[{"code": d.get("code"), "node": d.get("node"), "message": d.get("message")}
+                                            for d in errs[:10]])
+            rt.stored("verify")
+
+        # verification runs in the CPU workers, in parallel (agent.jobs.verify_job)
+        rt.backend.compile([{"verify_only": True, "ir": c["ir"], "name": c["id"], "label": f"{c['id']} {c['name']}",
+                             "task": cfg.task} for c in todo], done, stop=rt.over_budget)
         rt.show({**state, "batch": batch}, "verify")
         return {"batch": batch, "elapsed_s": rt.elapsed()}
 
@@ -447,6 +468,13 @@ def _speedup(best: dict, baseline: dict, seed_best: Optional[float], measured: b
     elif seed_best:
         best["speedup"] = seed_best / best["score_s"]
         best["speedup_vs"] = "best seed" + ("" if measured else " (predicted)")
+
+
+def _verifier_crash(rec: dict) -> dict:
+    """A verify result for a job that returned no verdict (its worker died or timed out)."""
+    msg = f"the verifier did not finish: {rec.get('status')} {rec.get('error_class') or ''}: {rec.get('message') or ''}"
+    return {"ok": False, "seconds": rec.get("wall_s") or 0.0, "n_errors": 1, "n_warnings": 0,
+            "diagnostics": [{"code": "E-VERIFY-INTERNAL", "severity": "error", "node": None, "message": msg[:500]}]}
 
 
 def _passed(c: dict, stage: str) -> bool:

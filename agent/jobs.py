@@ -15,6 +15,57 @@ import os
 import time
 
 
+def cpu_job(job: dict, progress=None) -> dict:
+    """The CPU workers' job function: a verify job ({"verify_only": true}), a cost estimate
+    ({"estimate": {"shape", "target"}}) or a compile job."""
+    if job.get("verify_only"):
+        return verify_job(job, progress)
+    if job.get("estimate"):
+        return estimate_job(job, progress)
+    return compile_job(job, progress)
+
+
+def verify_job(job: dict, progress=None) -> dict:
+    """Load + verify one program: {"status", "result": {"ok", "seconds", "diagnostics", "n_errors",
+    "n_warnings"}} (what the graph's verify node stores)."""
+    t0 = time.perf_counter()
+    from cake_ir.io import load
+    from cake_ir.verifier import verify
+    kernel, diags = load(job["ir"])
+    if kernel is not None:
+        diags = verify(kernel).diagnostics
+    errs = [d for d in diags if d.severity == "error"]
+    warns = [d for d in diags if d.severity == "warning"]
+    result = {"ok": not errs, "seconds": time.perf_counter() - t0,
+              "diagnostics": [d.model_dump(exclude_none=True) for d in (errs + warns)[:12]],
+              "n_errors": len(errs), "n_warnings": len(warns)}
+    return {"candidate": job.get("name", "?"), "task": job.get("task", "?"), "stage": "compile", "status": "ok",
+            "worker_pid": os.getpid(), "compile": {"verify": result}, "wall_s": result["seconds"]}
+
+
+def estimate_job(job: dict, progress=None) -> dict:
+    """The cost model's summary of one program (agent.candidates.cost_of) for the proposers."""
+    from cake_ir.io import load
+
+    from .candidates import cost_of
+    t0 = time.perf_counter()
+    want = job["estimate"]
+    kernel, _ = load(job["ir"])
+    cost = cost_of(kernel, want["shape"], _spec(want["target"])) if kernel is not None else {"seconds": None}
+    return {"candidate": job.get("name", "?"), "task": job.get("task", "?"), "stage": "compile", "status": "ok",
+            "worker_pid": os.getpid(), "compile": {"cost": cost}, "wall_s": time.perf_counter() - t0}
+
+
+_SPECS: dict = {}
+
+
+def _spec(target: str):
+    if target not in _SPECS:
+        from .campaign import _spec as load_spec
+        _SPECS[target] = load_spec(target)
+    return _SPECS[target]
+
+
 def compile_job(job: dict, progress=None) -> dict:
     t0 = time.perf_counter()
     if progress:

@@ -26,7 +26,7 @@ import json
 import math
 from typing import Optional
 
-from .candidates import ProposeContext, load_genome, make_candidate, prerank
+from .candidates import ProposeContext, estimate_pool, load_genome, make_candidate, prerank
 
 OVERSAMPLE = 4
 DRAWS_PER_SLOT = 100      # draws a step may make per slot (a repeated draw costs a dict lookup)
@@ -102,10 +102,11 @@ def collect(strategy, st: dict, ctx: ProposeContext, want: int, limit: int, draw
         if loaded[1] in ctx.seen or loaded[1] in hashes:
             continue
         cand, _ = make_candidate(genome, ctx, strategy=strategy.name, proposer=strategy.proposer, tactic=tname,
-                                 params=params, parent=parent, loaded=loaded)
+                                 params=params, parent=parent, loaded=loaded, estimate=False)
         hashes.add(cand["hash"])
         pool.append(cand)
     st["exhausted"] = 0 if pool else st.get("exhausted", 0) + 1
+    estimate_pool(pool, ctx)
     return pool
 
 

@@ -98,7 +98,7 @@ def test_the_run_shape_entry_is_the_runs_best_as_before(kit):
     m0 = _meta(kit, kit["s0"])
     assert list(m0) == ["task", "shape", "shape_key", "run", "hash", "name", "measured", "seconds", "ms_median",
                         "predicted_s", "speedup", "speedup_vs", "speedups", "roofline_frac", "device", "target",
-                        "arch", "strategy", "tactic", "recipe", "lineage", "ir_version", "date", "note"]
+                        "library_pick", "arch", "strategy", "tactic", "recipe", "lineage", "ir_version", "date", "note"]
     best = state["best"]
     assert m0["hash"] == best["hash"] and m0["seconds"] == best["score_s"] and m0["ms_median"] == 1.0
     assert m0["speedup"] == pytest.approx(2.0) and m0["speedup_vs"] == "torch"

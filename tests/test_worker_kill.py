@@ -42,7 +42,7 @@ def _mark(job: dict) -> tuple[int, bool]:
 def marked_eval(job, progress=None):
     """agent_doubles.fake_eval with a marker per candidate job; the chosen job never returns."""
     from agent_doubles import fake_eval
-    if "baseline" in job:
+    if "baseline" in job or job.get("hello"):
         return fake_eval(job, progress)
     _, target = _mark(job)
     if target:
@@ -56,7 +56,7 @@ def marked_gpu_eval(job, progress=None):
     """The real GPU job function; the chosen job re-evaluates its candidate on the device in a loop
     (marker written after the first evaluation, so the context is live) until the worker is killed."""
     from agent.baselines import dispatch
-    if "baseline" in job:
+    if "baseline" in job or job.get("hello"):
         return dispatch(job, progress)
     d = Path(os.environ["CAKE_TEST_MARKERS"])
     n = len(list(d.iterdir())) + 1 if d.exists() else 1
@@ -172,9 +172,10 @@ def _check_db(tmp: Path, run: str, k: dict, max_candidates: int) -> None:
 
 def test_campaign_survives_its_gpu_worker_killed_mid_job(tmp_path):
     run = "wk1"
-    env = _env(tmp_path, CAKE_EVAL_JOB_FN="test_worker_kill:marked_eval", CAKE_TEST_KILL_AT="3")
+    env = _env(tmp_path, CAKE_EVAL_JOB_FN="test_worker_kill:marked_eval", CAKE_TEST_KILL_AT="4")
     k = _campaign_with_a_worker_kill(tmp_path, ["--task", "softmax", "--gpus", "0", "--max-candidates", "8",
-                                                "--plain", "--run-id", run, "--deadline", "120"], env, 3, 180)
+                                                "--batch", "2", "--plain", "--run-id", run, "--deadline", "120"],
+                                     env, 4, 180)
     assert "worker_killed_sigkill" in k["out"]
     _check_db(tmp_path, run, k, 8)
 
@@ -188,9 +189,10 @@ def _gpu() -> bool:
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 def test_campaign_survives_its_gpu_worker_killed_mid_job_on_the_gpu(tmp_path):
     run = "wkgpu"
-    env = _env(tmp_path, CAKE_EVAL_JOB_FN="test_worker_kill:marked_gpu_eval", CAKE_TEST_KILL_AT="3")
+    env = _env(tmp_path, CAKE_EVAL_JOB_FN="test_worker_kill:marked_gpu_eval", CAKE_TEST_KILL_AT="4")
     k = _campaign_with_a_worker_kill(tmp_path, ["--task", "softmax", "--gpus", "0", "--max-candidates", "6",
-                                                "--plain", "--run-id", run, "--deadline", "300"], env, 3, 540)
+                                                "--batch", "2", "--plain", "--run-id", run, "--deadline", "300"],
+                                     env, 4, 540)
     _check_db(tmp_path, run, k, 6)
 
 
