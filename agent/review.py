@@ -49,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
         if name == "test":
             sp.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds (default 300)")
         if name == "accept":
-            sp.add_argument("--force", action="store_true", help="accept even though its tests failed")
+            sp.add_argument("--force", action="store_true", help="accept even though its tests failed or never ran")
             sp.add_argument("--comment", help="a note kept with the decision")
         if name == "reject":
             sp.add_argument("--reason", required=True)
@@ -193,6 +193,10 @@ def cmd_accept(store, repo: Path, row, args, out) -> int:
     from knowledge.proposals import git, git_root, proposal_files
     if row.status != "proposed":
         out.write(f"{row.id} is {row.status}; only proposed proposals can be accepted\n")
+        return 1
+    if not row.test_result and not args.force:
+        out.write(f"{row.id}: its tests have not run; run `python -m agent.review test {row.id}` first "
+                  f"(or accept with --force)\n")
         return 1
     if row.test_result and not row.test_result.get("ok") and not args.force:
         out.write(f"{row.id}: its tests failed; fix them or accept with --force\n")

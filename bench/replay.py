@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-LATE = ("compile", "test", "profile")
+LATE = ("compile", "test", "profile", "confirm")
 IDENT = {"GIT_AUTHOR_NAME": "cake-replay", "GIT_AUTHOR_EMAIL": "replay@localhost",
          "GIT_COMMITTER_NAME": "cake-replay", "GIT_COMMITTER_EMAIL": "replay@localhost"}
 
@@ -114,7 +114,8 @@ def metrics(home: Path, run_id: str) -> dict:
             "caught_at_verify": by_stage.get("verify", 0), "escaped_verify": sum(by_stage.get(s, 0) for s in LATE),
             "share_caught_at_verify": round(by_stage.get("verify", 0) / failed, 4) if failed else None,
             "caught_by_learned_rules": learned,
-            "failing_compile_s": f.get("compile", 0.0), "failing_gpu_s": round(f.get("test", 0.0) + f.get("profile", 0.0), 3),
+            "failing_compile_s": f.get("compile", 0.0),
+            "failing_gpu_s": round(sum(f.get(s, 0.0) for s in ("test", "profile", "confirm")), 3),
             "failing_verify_s": f.get("verify", 0.0), "passing_seconds": secs["ok"],
             "failure_codes": [{"stage": s, "code": c, "candidates": k} for s, c, k in codes]}
 

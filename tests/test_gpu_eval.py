@@ -92,7 +92,8 @@ def test_input_pool_draws_cached_sets_and_the_bench_data_is_shared(tmp_path, mon
     second evaluation (another candidate of the run) finds already built."""
     from gpu_backend import evaluate as ev
     from gpu_backend.task_data import DiskStore, TaskData, pool_seed
-    monkeypatch.setattr(ev, "DATA", TaskData(1 << 30, DiskStore(tmp_path, 1 << 30)))
+    big = 16 << 30       # room for every shape's sets: nothing is evicted (softmax's bench shape is ~0.8 GB)
+    monkeypatch.setattr(ev, "DATA", TaskData(big, DiskStore(tmp_path, big)))
     text = _seed_text("softmax", "softmax_row_n4096")
     a = ev.evaluate(text, "softmax", 0, seed=5, input_pool=4, bench_seed=11, reps=5, warmup=1)
     assert a.ok, a.short()
@@ -102,7 +103,7 @@ def test_input_pool_draws_cached_sets_and_the_bench_data_is_shared(tmp_path, mon
     b = ev.evaluate(text, "softmax", 0, seed=5, input_pool=4, bench_seed=11, reps=5, warmup=1)
     assert b.ok and ev.DATA.built == built                      # nothing built again
     assert [s.rel_rmse for s in b.shapes] == [s.rel_rmse for s in a.shapes]
-    monkeypatch.setattr(ev, "DATA", TaskData(1 << 30, DiskStore(tmp_path, 1 << 30)))   # a new worker
+    monkeypatch.setattr(ev, "DATA", TaskData(big, DiskStore(tmp_path, big)))   # a new worker
     c = ev.evaluate(text, "softmax", 0, seed=6, input_pool=4, bench_seed=11, reps=5, warmup=1)
     shapes = {tuple(sorted(s.shape.items())) for s in c.shapes}
     assert c.ok and ev.DATA.built == len(shapes)                # per shape only the set no earlier run drew

@@ -153,6 +153,9 @@ def test_accept_refuses_a_dirty_working_tree_for_its_paths(tmp_path, env):
     repo = make_repo(tmp_path / "repo")
     p = sentinel_proposal(tmp_path / "S")
     submit(store, p, repo)
+    rc, out = cli(repo, db, "accept", p.id)
+    assert rc == 1 and "its tests have not run" in out and not (repo / "rules/e_lrn_99.py").exists()
+    assert cli(repo, db, "test", p.id)[0] == 0
     (repo / "rules/e_lrn_99.py").write_text("# local work in progress\n")
     rc, out = cli(repo, db, "accept", p.id)
     assert rc == 1 and "working tree" in out

@@ -29,7 +29,7 @@ from rules._features import describe, features, match, test as run_test
 from ..models import CandidateRow, EvaluationRow, ProposalRow
 from .base import Proposal, PromoteConfig, fingerprint
 
-STAGES = ("compile", "test", "profile")      # escapes past the verifier
+STAGES = ("compile", "test", "profile", "confirm")      # escapes past the verifier
 MAX_TESTS = 4
 MIN_SHARE = 0.8
 SKIPPED: list[dict] = []                      # clusters without a proposal in the last propose(), and why
@@ -103,7 +103,7 @@ def _stage_seconds(store, cand_ids: list[int]) -> dict[str, float]:
         return out
     with store.session() as s:
         for e in s.exec(select(EvaluationRow).where(EvaluationRow.candidate_id.in_(cand_ids))):
-            k = "gpu_s" if e.stage in ("test", "profile") else f"{e.stage}_s"
+            k = "gpu_s" if e.stage in ("test", "profile", "confirm") else f"{e.stage}_s"
             out[k] = round(out.get(k, 0.0) + float(e.seconds or 0.0), 4)
     return out
 
