@@ -102,6 +102,7 @@ class RunConfig:
     timed_shapes: str = "run"            # "run": candidates are timed at the run's shape; "class": at every
                                          # bench shape of its class (library entries for each)
     retime_baselines: bool = False       # time the baselines even when the knowledge store has them
+    baselines: bool = True               # False: no baseline and no library pick timed (--no-baselines)
     llm_timeout: Optional[float] = None  # seconds per LLM call (litellm's timeout); None: litellm's default
 
     def to_dict(self) -> dict:

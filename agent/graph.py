@@ -373,7 +373,9 @@ def make_nodes(rt: Runtime) -> dict:
             rt.store.add_failure(cfg.run_id, f["key"], "propose", f["code"], f.get("message", ""),
                                  strategy=f.get("strategy"))
         baseline, pick = state.get("baseline") or {}, state.get("library_pick")
-        if measured and not baseline:   # after the first step: the seeds are measured before anything waits
+        if measured and not baseline and not cfg.baselines:
+            baseline = {"_none": {"status": "none", "message": "not timed (--no-baselines)"}}
+        elif measured and not baseline:   # after the first step: the seeds are measured before anything waits
             from .baseline_cache import time_baselines
             from .library_pick import time_library_pick
             rt.node = "baselines"

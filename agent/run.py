@@ -65,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
                         "(a library entry for each; slower)")
     g.add_argument("--retime-baselines", action="store_true",
                    help="time the baselines even when the knowledge store has this GPU's timing of them")
+    g.add_argument("--no-baselines", action="store_true",
+                   help="time no baseline and not the library's pick (speedups are against the best seed)")
     g.add_argument("--seed", type=int, default=0, help="random seed of the search (default 0)")
     g.add_argument("--target", default="h200",
                    help="GPU whose constants the cost model uses (calibration/data/<target>.json; default h200)")
@@ -192,7 +194,8 @@ def main(argv=None) -> int:
                           context_tokens=args.context_tokens, plateau=args.plateau, ray_address=args.ray_address,
                           compile_workers=cw, deadline_s=_deadline(args), knowledge_chars=args.knowledge_chars,
                           vectors=not args.no_vectors, shape=args.shape, timed_shapes=args.timed_shapes,
-                          retime_baselines=args.retime_baselines, llm_timeout=args.llm_timeout)
+                          retime_baselines=args.retime_baselines, baselines=not args.no_baselines,
+                          llm_timeout=args.llm_timeout)
     try:
         out = run(cfg, resume=bool(args.resume), progress=progress, overrides=overrides, started=STARTED)
     except CampaignError as e:

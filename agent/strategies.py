@@ -109,7 +109,10 @@ def observe(st: dict, cand: dict, plateau: int) -> list[str]:
         st["recent"] = (st["recent"] + [0])[-RECENT:]
     if ok:
         add_member(st, member_of(cand))
-    elif cand.get("stage") == "verify" and any(d.get("fix") for d in cand.get("diagnostics") or []):
+    elif cand.get("stage") == "verify" and cand.get("tactic") != "verifier_fix" \
+            and any(d.get("fix") for d in cand.get("diagnostics") or []):
+        # one repair per lineage: a fix whose result fails again (a fix trading one rule for another) is
+        # not chased further (on the KDA seeds such chains cost a third of a run's slots)
         st["repair"] = ([m for m in st["repair"] if m["hash"] != cand["hash"]] + [member_of(cand, with_diags=True)])[-4:]
     st["plateau"] = st["since_improve"] >= plateau
     if st["plateau"] and not was_plateau:

@@ -50,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-candidates", type=int, default=2)
     p.add_argument("--ablate", default="", help="rule codes to remove from the copy first, e.g. E-RES-05")
     p.add_argument("--campaign-timeout", type=float, default=3600.0)
+    p.add_argument("--campaign-args", default="", help="more agent.run arguments for both campaigns, e.g. "
+                                                        "'--no-baselines --deadline 60'")
     p.add_argument("--out", help="result JSON (default bench/results/replay-<gpu|dry-cpu>.json)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     return p
@@ -174,6 +176,7 @@ def main(argv=None) -> int:
         run_cmd = [PY, "-m", "agent.run", "--task", args.task, "--max-candidates", str(args.n), "--seed",
                    str(args.seed), "--proposer", args.proposer, "--plain", "--quiet", "--no-vectors"]
         run_cmd += ["--dry-run"] if args.dry_run else (["--gpus", args.gpus] if args.gpus else [])
+        run_cmd += args.campaign_args.split()
         result: dict = {"command": " ".join([Path(PY).name, "bench/replay.py", *(argv if argv is not None else sys.argv[1:])]),
                         "campaign_command": " ".join(map(str, run_cmd[1:])) + " --run-id replay-<1|2>",
                         "config": {k: v for k, v in vars(args).items() if k not in ("keep", "out")},
