@@ -5,9 +5,10 @@
 
 Each --run is RUN_ID:START where START is the command's start in seconds since the epoch (the shell's
 `date +%s.%N` just before `python -m agent.run`). Per run: time to the first measured candidate (its
-profile evaluation stored), candidates timed per minute overall and in steady state (from the first
-timing to the last), the graph's seconds per node, baselines (timed or from the cache), the best, the
-stop reason and the command's wall time when the run's `finished_at` is known. Prints a table; writes
+profile evaluation stored), candidates timed per minute overall and in steady state (the steps after
+the first, which times the seeds and then the baselines once: from the first timing of step 1 to the
+last), the graph's seconds per node, baselines (timed or from the cache), the best, the stop reason
+and the command's wall time when the run's `finished_at` is known. Prints a table; writes
 the results JSON (GPU, versions, command) when --out is given.
 """
 from __future__ import annotations
@@ -37,10 +38,13 @@ def run_stats(store, run_id: str, start: float) -> dict:
     evs = store.evaluations(run_id)
     cands = {c.id: c for c in store.candidates(run_id)}
     timed = sorted(_epoch(e.created_at) for e in evs if e.stage == "profile" and e.status in ("ok", "fail"))
+    # steady state: the steps after the first (the seeds, then the one-time baseline timing)
+    later = sorted(_epoch(e.created_at) for e in evs if e.stage == "profile" and e.status in ("ok", "fail")
+                   and (cands.get(e.candidate_id) is not None and (cands[e.candidate_id].iteration or 0) >= 1))
     tested = [e for e in evs if e.stage == "test"]
     summary = run.summary or {}
     end = _epoch(run.finished_at) if run.finished_at else (timed[-1] if timed else start)
-    span = (timed[-1] - timed[0]) if len(timed) > 1 else None
+    span = (later[-1] - later[0]) if len(later) > 1 else None
     best = summary.get("best") or {}
     return {
         "run": run_id, "stop": run.stop_reason, "config": {k: (run.config or {}).get(k) for k in
@@ -50,7 +54,8 @@ def run_stats(store, run_id: str, start: float) -> dict:
         "first_timed_s": round(timed[0] - start, 1) if timed else None,
         "candidates": len(cands), "gpu_tested": len(tested), "timed": len(timed),
         "timed_per_min": round(len(timed) / (end - start) * 60, 1) if end > start else None,
-        "steady_timed_per_min": round((len(timed) - 1) / span * 60, 1) if span else None,
+        "steady_timed_per_min": round((len(later) - 1) / span * 60, 1) if span else None,
+        "steady_window_s": round(span, 1) if span else None,
         "confirmed": sum(1 for e in evs if e.stage == "confirm" and e.status == "ok"),
         "confirm_failed": sum(1 for e in evs if e.stage == "confirm" and e.status != "ok"),
         "funnel": summary.get("funnel"), "failures_by_code": summary.get("failures_by_code"),
