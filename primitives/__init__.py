@@ -6,11 +6,12 @@ A primitive is a module here defining
     PARAMS = {"acc_buf": "str", "k": "int", ...}     # parameter -> type: str | int | float | bool | expr
     def expand(**params) -> list[dict]               # the IR statement dicts, in program order
 
-Most are promoted from recurring statement subtrees of successful candidates
-(knowledge/promote/primitive.py); `instantiate` is the template expansion they share. Discovery is
-like tactics/ and rules/: every module of this package that defines NAME and expand, and the
-`cake.primitives` entry points of installed packages; modules whose name starts with `_` and
-sub-packages (e.g. a `proposed/` folder) are never imported.
+and, when promoted, TEMPLATE (the statements with {"$param": name} leaves) and EXAMPLES (the observed
+parameter sets). Most are promoted from recurring statement subtrees of successful candidates
+(knowledge/promote/primitive.py); `instantiate` is the template expansion they share and `match` its
+inverse. Discovery is like tactics/ and rules/: every module of this package that defines NAME and
+expand, and the `cake.primitives` entry points of installed packages; modules whose name starts with
+`_` and sub-packages (e.g. a `proposed/` folder) are never imported.
 
 Use from the builder (cake_ir stays free of imports from here):
 
@@ -18,6 +19,10 @@ Use from the builder (cake_ir stays free of imports from here):
     with kb.role("consumer", warps=(4, 8)) as r:
         with r.for_("kt", 0, "K / BK"):
             emit(r, "pipe_wait_wgmma_pipe_release", acc_buf="acc", ...)
+
+Use by the proposers: the LLM prompt lists them (`cards`) and a reply may write
+{"op": "primitive", "name": ..., "params": {...}} as a statement (agent/primitive_use.py expands it);
+the search tactic primitive_variant re-instantiates their occurrences (tactics/primitive_variant.py).
 """
 from __future__ import annotations
 
