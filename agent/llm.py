@@ -3,10 +3,11 @@ environment variables, `--api-base` / CAKE_LLM_API_BASE for OpenAI-compatible se
 CAKE_LLM_API_KEY).
 
 One proposal = one prompt (agent/prompts.py) -> one reply -> an IR program or a JSON Patch (RFC 6902)
-against the base program -> schema validation (cake_ir.io.load). A reply that is not usable (not
-JSON, not a program or patch, a patch that does not apply, a schema violation) gets exactly one
-repair turn quoting the exact error; if the second reply fails too, the proposal is recorded as a
-proposer failure (code E-PROPOSER-REPLY) and no candidate is made.
+against the base program -> accepted IR primitives used as statements expanded (agent/primitive_use.py)
+-> schema validation (cake_ir.io.load). A reply that is not usable (not JSON, not a program or patch,
+a patch that does not apply, an unknown primitive or wrong primitive parameters, a schema violation)
+gets exactly one repair turn quoting the exact error; if the second reply fails too, the proposal is
+recorded as a proposer failure (code E-PROPOSER-REPLY) and no candidate is made.
 
 Budgets: tokens and cost are counted from each response's `usage` (and litellm.completion_cost where
 the model has a price). Before every call the strategy checks `--token-budget` / `--cost-budget`; a
@@ -85,9 +86,12 @@ def extract_json(text: str):
 
 
 def parse_reply(text: str, base_ir: dict) -> tuple[dict, str]:
-    """(program dict, "patch" | "program"); raises ReplyError with the exact problem."""
+    """(program dict, "patch" | "program"); raises ReplyError with the exact problem. Primitive
+    statements of the program (or of the patched base) are expanded before it is loaded."""
     from cake_ir.io import load
     from tactics.jsonpatch import PatchError, apply_patch
+
+    from .primitive_use import PrimitiveUseError, expand_primitive_statements
 
     obj = extract_json(text)
     if isinstance(obj, list):
@@ -112,6 +116,10 @@ def parse_reply(text: str, base_ir: dict) -> tuple[dict, str]:
         except PatchError as e:
             raise ReplyError(f"the JSON Patch does not apply to the base program: {e}") from None
         mode = "patch"
+    try:       # accepted IR primitives used as statements become their statements (agent/primitive_use.py)
+        program = expand_primitive_statements(program)
+    except PrimitiveUseError as e:
+        raise ReplyError(f"a primitive statement cannot be expanded: {e}") from None
     kernel, diags = load(program)
     if kernel is None:
         raise ReplyError("the program does not match the CAKE IR schema: "

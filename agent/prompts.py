@@ -4,7 +4,9 @@ A prompt is a system message (fixed instructions) and one user message built fro
 priority order: the task, the base program (the strategy's current best IR, compact JSON, with its
 score and the cost model's verdict), the reply format (these three always go in), then the localized
 diagnostics of the last failures (code, node path, message, legal values, suggested JSON-Patch fix,
-and the printed IR around the node), retrieved tactics, experience notes (conclusions shared by all
+and the printed IR around the node), retrieved tactics, the accepted IR primitives (only when
+primitives/ holds one: signature, template, an example, and the `{"op": "primitive", ...}` statement
+that uses one, at most PRIMITIVES_CHARS characters), experience notes (conclusions shared by all
 strategies), and the IR reference (docs/ir.md). The tactics section is the retrieved knowledge:
 tactics ranked by meaning (knowledge.embedding) against the task, failures and bottleneck, with
 their statistics from earlier runs, and the most relevant experience notes of earlier runs, under a
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 CHARS_PER_TOKEN = 4
+PRIMITIVES_CHARS = 3000      # the accepted IR primitives' listing, at most
 
 SYSTEM = (
     "You are a GPU kernel engineer writing CAKE IR: a typed, hardware-explicit JSON schedule language that "
@@ -174,6 +177,33 @@ def knowledge_section(tactics: list, stats: dict, notes: list, budget_chars: int
     return "\n\n".join(parts)
 
 
+PRIMITIVES_HEAD = (
+    "## IR primitives (accepted statement sequences, promoted from successful programs)\n"
+    'A statement {"op": "primitive", "name": NAME, "params": {...}} may stand wherever a statement may (the '
+    "prologue, a role body, a loop body, an if branch; in a kernel, a program or a patch's value). Before the "
+    "program is loaded it is replaced by the primitive's statements, each <param> set to the value given; "
+    "an unknown name or wrong params make the reply unusable.")
+
+
+def primitives_section(budget_chars: int = PRIMITIVES_CHARS) -> str:
+    """The accepted IR primitives (primitives.cards(): signature, statement template, an example of the
+    parameters) and how a reply uses one, at most `budget_chars` characters; "" when none is accepted
+    (or the primitives cannot be loaded: the listing is a courtesy, the expansion reports its own errors)."""
+    try:
+        from primitives import cards
+        items = cards()
+    except Exception:  # noqa: BLE001
+        return ""
+    from .primitive_use import primitive_line
+    lines, used = [PRIMITIVES_HEAD], len(PRIMITIVES_HEAD)
+    for card in items:
+        line = primitive_line(card)
+        if used + len(line) + 1 <= budget_chars:      # a line that does not fit is skipped, a shorter one may
+            lines.append(line)
+            used += len(line) + 1
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def notes_section(notes: list, k: int = 12) -> str:
     if not notes:
         return ""
@@ -195,14 +225,18 @@ def _fit(text: str, budget_tokens: int) -> str:
 
 
 def build(entry, member: dict, *, measured: bool, spec_name: str, dry_run: bool, failures: list, notes: list,
-          context_tokens: int, knowledge: Optional[str] = None) -> tuple[list[dict], dict]:
+          context_tokens: int, knowledge: Optional[str] = None,
+          primitives: Optional[str] = None) -> tuple[list[dict], dict]:
     """(messages, meta) where meta lists the sections included and the token estimate. `knowledge` is
     the retrieved tactics + experience section (knowledge_section); without it, tactics are retrieved
-    here for the failures and bottleneck."""
+    here for the failures and bottleneck. `primitives` is the accepted primitives' listing
+    (primitives_section, built here when not given; empty when none is accepted)."""
     required = [task_section(entry, spec_name, dry_run), base_section(member, measured), REPLY_FORMAT]
     if knowledge is None:
         knowledge = tactics_section(retrieval_query(entry, member, failures))
-    optional = [("diagnostics", failure_section(failures)), ("tactics", knowledge),
+    if primitives is None:
+        primitives = primitives_section()
+    optional = [("diagnostics", failure_section(failures)), ("tactics", knowledge), ("primitives", primitives),
                 ("notes", notes_section(notes)), ("ir_reference", "## CAKE IR reference\n" + ir_reference())]
     used = tokens(SYSTEM) + sum(tokens(s) for s in required)
     included, parts = ["task", "base", "format"], [required[0], required[1]]

@@ -6,11 +6,12 @@ A primitive is a module here defining
     PARAMS = {"acc_buf": "str", "k": "int", ...}     # parameter -> type: str | int | float | bool | expr
     def expand(**params) -> list[dict]               # the IR statement dicts, in program order
 
-Most are promoted from recurring statement subtrees of successful candidates
-(knowledge/promote/primitive.py); `instantiate` is the template expansion they share. Discovery is
-like tactics/ and rules/: every module of this package that defines NAME and expand, and the
-`cake.primitives` entry points of installed packages; modules whose name starts with `_` and
-sub-packages (e.g. a `proposed/` folder) are never imported.
+and, when promoted, TEMPLATE (the statements with {"$param": name} leaves) and EXAMPLES (the observed
+parameter sets). Most are promoted from recurring statement subtrees of successful candidates
+(knowledge/promote/primitive.py); `instantiate` is the template expansion they share and `match` its
+inverse. Discovery is like tactics/ and rules/: every module of this package that defines NAME and
+expand, and the `cake.primitives` entry points of installed packages; modules whose name starts with
+`_` and sub-packages (e.g. a `proposed/` folder) are never imported.
 
 Use from the builder (cake_ir stays free of imports from here):
 
@@ -18,16 +19,22 @@ Use from the builder (cake_ir stays free of imports from here):
     with kb.role("consumer", warps=(4, 8)) as r:
         with r.for_("kt", 0, "K / BK"):
             emit(r, "pipe_wait_wgmma_pipe_release", acc_buf="acc", ...)
+
+Use by the proposers: the LLM prompt lists them (`cards`) and a reply may write
+{"op": "primitive", "name": ..., "params": {...}} as a statement (agent/primitive_use.py expands it);
+the search tactic primitive_variant re-instantiates their occurrences (tactics/primitive_variant.py).
 """
 from __future__ import annotations
 
 import copy
 import importlib
+import json
 import pkgutil
 from types import ModuleType
-from typing import Any
+from typing import Any, Optional
 
 PARAM = "$param"            # a template leaf {"$param": name} is replaced by that parameter's value
+NESTED = ("body", "then", "else")   # statement fields holding statement lists (for, block, last_cta; if)
 TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "expr": (int, str)}
 
 _CACHE: dict[str, dict[str, ModuleType]] = {}
@@ -62,6 +69,58 @@ def instantiate(template: Any, types: dict[str, str], values: dict[str, Any]) ->
             return [sub(v) for v in node]
         return node
     return sub(template)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality that tells 1, 1.0 and true apart (a template literal 0.0 is not the program's 0)."""
+    if isinstance(a, (dict, list)) or isinstance(b, (dict, list)):
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    return type(a) is type(b) and a == b
+
+
+def match(template: Any, node: Any) -> Optional[dict]:
+    """The parameter values that make `instantiate(template, ...)` equal `node`, or None when no values
+    do (a parameter used twice must bind one value). The inverse of `instantiate`, without type checks."""
+    values: dict[str, Any] = {}
+
+    def rec(t, n) -> bool:
+        if isinstance(t, dict):
+            if set(t) == {PARAM}:
+                name = t[PARAM]
+                if name in values:
+                    return _same(values[name], n)
+                values[name] = copy.deepcopy(n)
+                return True
+            return isinstance(n, dict) and set(t) == set(n) and all(rec(t[k], n[k]) for k in t)
+        if isinstance(t, list):
+            return isinstance(n, list) and len(t) == len(n) and all(rec(a, b) for a, b in zip(t, n))
+        return _same(t, n)
+    return values if rec(template, node) else None
+
+
+def statement_lists(ir: dict, prefix: str = ""):
+    """(JSON pointer, list) for every statement list of a Kernel document (prologue, role bodies, then
+    the bodies and branches nested in their statements, depth first) or of each kernel of a Program
+    (`/kernels/<k>/...`). Malformed parts (a body that is not a list) are skipped."""
+    if not isinstance(ir, dict):
+        return
+    if isinstance(ir.get("kernels"), list):
+        for k, kernel in enumerate(ir["kernels"]):
+            yield from statement_lists(kernel, f"{prefix}/kernels/{k}")
+        return
+
+    def rec(lst, path):
+        yield path, lst
+        for i, st in enumerate(lst):
+            if isinstance(st, dict):
+                for key in NESTED:
+                    if isinstance(st.get(key), list):
+                        yield from rec(st[key], f"{path}/{i}/{key}")
+    if isinstance(ir.get("prologue"), list):
+        yield from rec(ir["prologue"], f"{prefix}/prologue")
+    for ri, role in enumerate(ir.get("roles") if isinstance(ir.get("roles"), list) else []):
+        if isinstance(role, dict) and isinstance(role.get("body"), list):
+            yield from rec(role["body"], f"{prefix}/roles/{ri}/body")
 
 
 def load_primitives(package: str = "primitives", entry_points: bool = True) -> dict[str, ModuleType]:
@@ -117,9 +176,12 @@ def emit(body, name: str, **params) -> list[dict]:
 
 
 def cards() -> list[dict]:
-    """Name, parameters and description of every primitive (for listings and prompts)."""
-    return [{"name": n, "params": dict(getattr(m, "PARAMS", {})), "description": (m.__doc__ or "").strip()}
+    """Name, parameters, description, statement template (None for a module without TEMPLATE) and
+    example parameter sets (the module's EXAMPLES, else none) of every primitive (for listings and prompts)."""
+    return [{"name": n, "params": dict(getattr(m, "PARAMS", {})), "description": (m.__doc__ or "").strip(),
+             "template": getattr(m, "TEMPLATE", None), "examples": list(getattr(m, "EXAMPLES", []) or [])}
             for n, m in sorted(load_primitives().items())]
 
 
-__all__ = ["instantiate", "load_primitives", "get", "expand", "emit", "cards", "PARAM", "TYPES"]
+__all__ = ["instantiate", "match", "statement_lists", "load_primitives", "get", "expand", "emit", "cards",
+           "PARAM", "NESTED", "TYPES"]

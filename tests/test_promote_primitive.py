@@ -116,6 +116,7 @@ def test_generated_module_expands_every_observed_occurrence(gemm_population):
         exec(compile(prop.files[f"primitives/{name}.py"], name, "exec"), mod.__dict__)
         fx = json.loads(prop.files[f"tests/fixtures/primitives/{name}.json"])
         assert mod.NAME == name and mod.PARAMS == fx["params"]
+        assert mod.EXAMPLES == [occ["params"] for occ in fx["occurrences"]]    # the observed parameters
         for occ in fx["occurrences"]:
             assert mod.expand(**occ["params"]) == occ["statements"]
         with pytest.raises(TypeError):

@@ -316,12 +316,14 @@ def primitive_name(sts: list) -> str:
     return name if name[0].isalpha() else f"p_{name}"
 
 
-def _module_text(name: str, types: dict, template: Any, p: Pattern, title: str) -> str:
+def _module_text(name: str, types: dict, template: Any, p: Pattern, title: str, examples: list) -> str:
     tpl = "[\n" + ",\n".join(json.dumps(st, sort_keys=True) for st in template) + "\n]"
+    ex = "[\n" + ",\n".join(json.dumps(e, sort_keys=True) for e in examples) + "\n]"
     return f'''"""{title}.
 
 Promoted by knowledge/promote/primitive.py from {len(p.cands)} successful candidates ({len(p.occurrences)}
-occurrences) on task(s) {", ".join(sorted(p.tasks))}. `expand(**params)` returns the IR statements.
+occurrences) on task(s) {", ".join(sorted(p.tasks))}. `expand(**params)` returns the IR statements;
+EXAMPLES are the parameters of the observed occurrences.
 """
 import json
 
@@ -331,6 +333,9 @@ NAME = {name!r}
 PARAMS = {json.dumps(types, sort_keys=True)}
 TEMPLATE = json.loads(r"""
 {tpl}
+""")
+EXAMPLES = json.loads(r"""
+{ex}
 """)
 
 
@@ -362,6 +367,7 @@ def _list_at(ir, pointer):
 def test_registered_with_its_parameters():
     mod = load_primitives()[{name!r}]
     assert mod.PARAMS == DATA["params"]
+    assert mod.EXAMPLES == [occ["params"] for occ in DATA["occurrences"]]
 
 
 def test_expansion_reproduces_every_occurrence():
@@ -434,7 +440,8 @@ def build_proposal(p: Pattern, taken: set, kernels: dict) -> Optional[Proposal]:
                 "candidates": sorted(p.cands)[:50],
                 "examples": [{"candidate": r["candidate"], "task": r["task"], "node": r["list_path"],
                               "start": r["start"], "end": r["end"], "params": r["params"]} for r in occ_rows[:5]]}
-    files = {f"primitives/{name}.py": _module_text(name, types, template, p, title),
+    examples = [r["params"] for r in occ_rows]
+    files = {f"primitives/{name}.py": _module_text(name, types, template, p, title, examples),
              f"tests/fixtures/primitives/{name}.json": json.dumps(fixture, indent=1, sort_keys=True) + "\n",
              f"tests/test_primitive_{name}.py": _test_text(name)}
     return Proposal(kind="primitive", title=title, fingerprint=fp, files=files, evidence=evidence)
