@@ -105,3 +105,28 @@ def _pred(c: dict) -> tuple:
     p = c.get("predicted_s")
     fits = (c.get("cost") or {}).get("fits", True)
     return (0 if fits else 1, p if p is not None else float("inf"))
+
+
+# ---------------------------------------------------------------------------- a candidate through the stages
+def mark_failed(c: dict, stage: str, code: str, node: Optional[str], message: str) -> None:
+    c["status"], c["stage"] = "failed", stage
+    c["fail"] = {"stage": stage, "code": code, "node": node, "message": (message or "")[:2000]}
+
+
+def db_fields(c: dict) -> dict:
+    """The candidate fields the DB keeps (the IR once, at verify)."""
+    keys = ("hash", "name", "ir", "parent", "tactic", "params", "proposer", "strategy", "recipe", "iteration",
+            "slot", "predicted_s", "cost", "status", "stage")
+    d = {k: c.get(k) for k in keys}
+    if c.get("measured"):
+        d["measured_s"] = c.get("score_s")
+    if d["status"] == "alive":
+        d["status"] = "running"
+    return d
+
+
+def stored_result(rt, c: dict, stage: str) -> Optional[dict]:
+    """The result a stage already stored for this candidate in this run (a node re-run after a crash
+    reuses it instead of evaluating again), or None."""
+    row = rt.store.stage_result(rt.cfg.run_id, c["hash"], stage)
+    return row.result if row is not None and row.result is not None else None

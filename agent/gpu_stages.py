@@ -21,6 +21,8 @@ import json
 import zlib
 from typing import Optional
 
+from .candidates import db_fields, mark_failed, stored_result
+
 TEST_INPUT_POOL = 4
 
 
@@ -47,11 +49,10 @@ def jobs_for(rt, stage: str, todo: list) -> list[dict]:
 def run_stage(rt, state: dict, stage: str, todo_of) -> dict:
     """Evaluate `todo_of(batch)` (the candidates this stage looks at) and return the node's update.
     Stored results are reused; the rest run on the workers, each stored as soon as it arrives."""
-    from .graph import _db_cand, _reuse
     batch = copy.deepcopy(state["batch"])
     todo = []
     for c in todo_of(batch, state):
-        result = _reuse(rt, c, stage)
+        result = stored_result(rt, c, stage)
         if result is None:
             todo.append(c)
         else:
@@ -67,7 +68,7 @@ def run_stage(rt, state: dict, stage: str, todo_of) -> dict:
         apply_result(c, stage, result)
         fails = [] if result["ok"] else [{"code": result.get("error_class") or result.get("status") or "error",
                                           "node": result.get("node"), "message": result.get("message")}]
-        rt.store.record_stage(rt.cfg.run_id, _db_cand(c), stage, result.get("status") or "error",
+        rt.store.record_stage(rt.cfg.run_id, db_fields(c), stage, result.get("status") or "error",
                               error_class=result.get("error_class"), metrics=result.get("metrics"),
                               timings=result.get("timings"), result=result, seconds=result.get("seconds", 0.0),
                               executor=result.get("executor"), failures=fails)
@@ -93,7 +94,6 @@ def would_be_best(batch: list, state: dict) -> list:
 
 
 def apply_result(c: dict, stage: str, result: dict) -> None:
-    from .graph import _fail
     c["stage"] = stage
     c[stage] = {k: v for k, v in result.items() if k not in ("timings",)}
     if result["ok"]:
@@ -101,7 +101,7 @@ def apply_result(c: dict, stage: str, result: dict) -> None:
         if stage == "profile":
             c["status"], c["score_s"], c["measured"] = "ok", result["metrics"]["seconds"], True
     else:
-        _fail(c, stage, result.get("error_class") or result.get("status") or "error", result.get("node"),
+        mark_failed(c, stage, result.get("error_class") or result.get("status") or "error", result.get("node"),
               result.get("message", ""))
 
 

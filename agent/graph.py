@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import copy
-import json
 import os
 import random
 import signal
@@ -30,7 +29,7 @@ import zlib
 from typing import Any, Optional, TypedDict
 
 from . import gpu_stages as G
-from .candidates import ProposeContext, make_candidate
+from .candidates import ProposeContext, db_fields, make_candidate, mark_failed, stored_result
 from .strategies import add_note, allocate, better, conclusion, new_strategy_state, observe
 
 STAGES = ("verify", "compile", "test", "profile", "confirm")
@@ -172,28 +171,6 @@ def _alive(batch: list) -> list:
     return [c for c in batch if c.get("status") == "alive"]
 
 
-def _fail(c: dict, stage: str, code: str, node: Optional[str], message: str) -> None:
-    c["status"], c["stage"] = "failed", stage
-    c["fail"] = {"stage": stage, "code": code, "node": node, "message": (message or "")[:2000]}
-
-
-def _db_cand(c: dict) -> dict:
-    """The candidate fields the DB keeps (the IR once, at verify)."""
-    keys = ("hash", "name", "ir", "parent", "tactic", "params", "proposer", "strategy", "recipe", "iteration",
-            "slot", "predicted_s", "cost", "status", "stage")
-    d = {k: c.get(k) for k in keys}
-    if c.get("measured"):
-        d["measured_s"] = c.get("score_s")
-    if d["status"] == "alive":
-        d["status"] = "running"
-    return d
-
-
-def _reuse(rt: Runtime, c: dict, stage: str) -> Optional[dict]:
-    row = rt.store.stage_result(rt.cfg.run_id, c["hash"], stage)
-    return row.result if row is not None and row.result is not None else None
-
-
 # ------------------------------------------------------------------------------ nodes
 def make_nodes(rt: Runtime) -> dict:
     cfg = rt.cfg
@@ -275,7 +252,7 @@ def make_nodes(rt: Runtime) -> dict:
         batch = copy.deepcopy(state["batch"])
         todo = []
         for c in _alive(batch):
-            result = _reuse(rt, c, "verify")
+            result = stored_result(rt, c, "verify")
             if result is None:
                 todo.append(c)
             else:
@@ -289,7 +266,7 @@ def make_nodes(rt: Runtime) -> dict:
             result = (rec.get("compile") or {}).get("verify") or _verifier_crash(rec)
             _apply_verify(c, result)
             errs = [d for d in result["diagnostics"] if d.get("severity", "error") == "error"]
-            rt.store.record_stage(cfg.run_id, _db_cand(c), "verify", "ok" if result["ok"] else "fail",
+            rt.store.record_stage(cfg.run_id, db_fields(c), "verify", "ok" if result["ok"] else "fail",
                                   error_class=None if result["ok"] else "verify_error",
                                   metrics={"errors": result["n_errors"], "warnings": result["n_warnings"]},
                                   result=result, seconds=result["seconds"], executor=rec.get("executor"),
@@ -308,7 +285,7 @@ def make_nodes(rt: Runtime) -> dict:
         batch = copy.deepcopy(state["batch"])
         todo = []
         for c in _alive(batch):
-            result = _reuse(rt, c, "compile")
+            result = stored_result(rt, c, "compile")
             if result is None:
                 todo.append(c)
             else:
@@ -333,7 +310,7 @@ def make_nodes(rt: Runtime) -> dict:
             if not result["ok"] and not fails:
                 fails = [{"code": (result.get("error_class") or "compile_error"), "node": result.get("node"),
                           "message": result.get("message")}]
-            rt.store.record_stage(cfg.run_id, _db_cand(c), "compile", result["status"] or "error",
+            rt.store.record_stage(cfg.run_id, db_fields(c), "compile", result["status"] or "error",
                                   error_class=result.get("error_class"), metrics=result["compile"], result=result,
                                   seconds=result["seconds"], executor=result.get("executor"), failures=fails)
             rt.stored("compile")
@@ -490,7 +467,7 @@ def _apply_verify(c: dict, result: dict) -> None:
         c.setdefault("passed", []).append("verify")
     else:
         d = next((d for d in c["diagnostics"] if d.get("severity", "error") == "error"), {})
-        _fail(c, "verify", d.get("code", "E-VERIFY"), d.get("node"), d.get("message", "verification failed"))
+        mark_failed(c, "verify", d.get("code", "E-VERIFY"), d.get("node"), d.get("message", "verification failed"))
 
 
 def _apply_compile(c: dict, result: dict, dry_run: bool) -> None:
@@ -506,7 +483,7 @@ def _apply_compile(c: dict, result: dict, dry_run: bool) -> None:
     else:
         errs = [d for d in result.get("diagnostics") or [] if d.get("severity", "error") == "error"]
         d = errs[0] if errs else {}
-        _fail(c, "compile", d.get("code") or result.get("error_class") or "compile_error",
+        mark_failed(c, "compile", d.get("code") or result.get("error_class") or "compile_error",
               d.get("node") or result.get("node"), d.get("message") or result.get("message", ""))
 
 

@@ -81,7 +81,7 @@ def test_disk_store_trims_least_recently_used(tmp_path):
     for seed in range(3):
         data.get(task, {"n": 1000}, seed)
     left = sorted(p.name for p in tmp_path.glob("*/*/*/s*"))
-    assert len(left) == 2 and f"s0" not in left
+    assert len(left) == 2 and "s0" not in left
 
 
 def test_item_bits_are_converted_once_and_match_to_bits():
