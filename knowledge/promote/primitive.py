@@ -26,6 +26,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
+from primitives import NESTED   # statement fields holding statement lists
+
 from .base import Proposal, PromoteConfig, fingerprint
 
 MIN_STATEMENTS = 2           # a primitive composes at least two statements
@@ -34,7 +36,6 @@ MAX_PROPOSALS = 5            # per promotion pass, best first
 MAX_FIXTURE_OCCURRENCES = 12
 MAX_FIXTURE_KERNELS = 3
 STRUCTURAL = ("op", "kind")  # leaves that define what a statement is, never parameters
-NESTED = ("body", "then", "else")
 ROOT = Path(__file__).resolve().parents[2]
 
 # Ops that say what a primitive does (its name is built from them first); the rest are synchronisation.
@@ -65,19 +66,10 @@ def successful_candidates(store, task: Optional[str]) -> list[dict]:
 
 
 def statement_lists(ir: dict):
-    """(JSON pointer of the list, list) for every statement list of a program."""
-    def rec(lst, path):
-        yield path, lst
-        for i, st in enumerate(lst):
-            if isinstance(st, dict):
-                for key in NESTED:
-                    if isinstance(st.get(key), list):
-                        yield from rec(st[key], f"{path}/{i}/{key}")
-    if isinstance(ir.get("prologue"), list):
-        yield from rec(ir["prologue"], "/prologue")
-    for ri, role in enumerate(ir.get("roles") or []):
-        if isinstance(role.get("body"), list):
-            yield from rec(role["body"], f"/roles/{ri}/body")
+    """(JSON pointer of the list, list) for every statement list of a kernel (primitives.statement_lists;
+    a Program's kernels are not mined)."""
+    from primitives import statement_lists as lists
+    return [] if isinstance(ir.get("kernels"), list) else lists(ir)
 
 
 def n_statements(sts: list) -> int:
