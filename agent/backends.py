@@ -3,7 +3,7 @@
 Both backends expose the same calls, each taking a list of job dicts and a callback that receives
 (index, record dict) as each job finishes (so the graph node can store results one by one):
 
-    compile(jobs, on_result, stop=None)    CPU: agent.jobs.compile_job (NVRTC, resources), `compile_workers` at a time
+    compile(jobs, on_result, stop=None)    CPU: agent.jobs.cpu_job (verify, cost estimates, NVRTC), `compile_workers` at a time
     evaluate(jobs, on_result, stop=None)   GPU: test / profile / baseline jobs, one worker per GPU id
     check_gpus()                           start the GPU workers; WorkerStartError with the cause if one cannot
 
@@ -209,7 +209,8 @@ class RayBackend:
                 continue
             if self.on_tick is not None:
                 now = time.monotonic()
-                self.on_tick([{"gpu": kind, "job": j.get("name") or j.get("baseline"), "stage": None,
+                self.on_tick([{"gpu": None if kind == "cpu" else "(ray)", "job": j.get("label") or j.get("name")
+                               or j.get("baseline"), "stage": None,
                                "seconds": now - (d - float(j.get("deadline_s") or self.deadline_s))}
                               for _, (_, _, d, j) in pending.items()])
             while queue and free:
