@@ -67,9 +67,6 @@ class Item:
             self._refs = self._refs_fn()
         return self._refs
 
-    def has_refs(self) -> bool:
-        return self._refs is not None
-
     def bits(self, name: str, dtype: str) -> np.ndarray:
         from .memory import to_bits
         key = (name, dtype)
@@ -78,8 +75,11 @@ class Item:
         return self._bits[key]
 
     def nbytes(self) -> int:
-        parts = [self.inputs, self._refs or {}, self._bits]
-        return sum(_resident(a) for d in parts for a in d.values())
+        return sum(_nbytes(d) for d in (self.inputs, self._refs or {}, self._bits))
+
+
+def _nbytes(arrays: dict) -> int:
+    return sum(_resident(a) for a in arrays.values())
 
 
 def _resident(a) -> int:
@@ -151,7 +151,7 @@ class TaskData:
         key = (task.name, tuple(sorted(shape.items())), int(seed))
         it = self._items.get(key)
         if it is None:
-            it = self._load_or_make(task, shape, int(seed))
+            it = self._load_or_make(task, shape, int(seed), key)
             self._items[key] = it
         self._items.move_to_end(key)
         self._trim(keep=key)
@@ -160,16 +160,9 @@ class TaskData:
     def get(self, task, shape: dict, seed: int):
         """(inputs, refs()) for (task, shape, seed); the reference is computed on first use."""
         it = self.item(task, shape, seed)
+        return it.inputs, it.refs
 
-        def refs():
-            had = it.has_refs()
-            out = it.refs()
-            if not had:
-                self._trim(keep=next(k for k, v in self._items.items() if v is it))
-            return out
-        return it.inputs, refs
-
-    def _load_or_make(self, task, shape: dict, seed: int) -> Item:
+    def _load_or_make(self, task, shape: dict, seed: int, key: tuple) -> Item:
         folder = self.disk.folder(task, shape, seed) if self.disk else None
         inputs = self.disk.load(folder, "inputs") if folder else None
         if inputs is None:
@@ -184,14 +177,15 @@ class TaskData:
                 got = task.reference(inputs, shape)
                 if folder:
                     self.disk.save(folder, "refs", got)
+            self._trim(keep=key, plus=_nbytes(got))    # the new reference counts towards the bound
             return got
         return Item(inputs, refs)
 
     def nbytes(self) -> int:
         return sum(it.nbytes() for it in self._items.values())
 
-    def _trim(self, keep: tuple) -> None:
-        while len(self._items) > 1 and self.nbytes() > self.max_bytes:
+    def _trim(self, keep: tuple, plus: int = 0) -> None:
+        while len(self._items) > 1 and self.nbytes() + plus > self.max_bytes:
             old = next(k for k in self._items if k != keep)
             del self._items[old]
 
