@@ -144,6 +144,14 @@ def test_files(row, root: Path) -> list[str]:
     return files
 
 
+def test_pythonpath(root: Path, repo: Path) -> str:
+    """The proposal's copy first, then the caller's other PYTHONPATH entries (a --target site of wheels,
+    as on the GPU machine) without the checkout under review, whose modules the copy replaces."""
+    keep = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if e and Path(e).resolve() != Path(repo).resolve()]
+    return os.pathsep.join([str(root), *keep])
+
+
 def run_tests(row, repo: Path, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"cake-review-{row.id}-") as td:
         root = Path(td) / "repo"
@@ -154,7 +162,7 @@ def run_tests(row, repo: Path, timeout: float) -> dict:
         if not files:
             return {"ok": True, "returncode": 0, "seconds": 0.0, "command": "(the proposal has no tests)",
                     "output": "", "timed_out": False, "tested_at": _now().isoformat()}
-        env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1",
+        env = {**os.environ, "PYTHONPATH": test_pythonpath(root, repo), "PYTHONDONTWRITEBYTECODE": "1",
                "CAKE_HOME": str(Path(td) / "home")}
         env.pop("CAKE_DB_URL", None)   # the proposal's tests never see the real knowledge DB
         t0 = time.monotonic()

@@ -1,5 +1,6 @@
 """Proposals as pull requests: the writer (git branch or directory) and `python -m agent.review`.
 Proposed code must never be imported by the harness: only `review test` (a subprocess) runs it."""
+import os
 import subprocess
 import sys
 
@@ -178,3 +179,14 @@ def test_directory_mode_outside_git(tmp_path, env):
     assert not (repo / "rules/e_lrn_99.py").exists()            # testing happened in a copy
     assert cli(repo, db, "accept", p.id)[0] == 0
     assert (repo / "rules/e_lrn_99.py").read_text() == p.files["rules/e_lrn_99.py"]
+
+
+def test_proposal_tests_keep_the_callers_other_import_paths(tmp_path, monkeypatch):
+    """A wheel site on PYTHONPATH (the GPU machine installs pydantic there) stays importable in the
+    proposal's test run; the checkout under review does not, so the proposal's copy is what imports."""
+    from agent.review import test_pythonpath
+    site, repo, root = tmp_path / "site", tmp_path / "repo", tmp_path / "copy"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(repo)]))
+    assert test_pythonpath(root, repo).split(os.pathsep) == [str(root), str(site)]
+    monkeypatch.delenv("PYTHONPATH")
+    assert test_pythonpath(root, repo) == str(root)
