@@ -24,16 +24,28 @@ from cake_ir.builder import KernelBuilder, tile
 from tasks.kda.programs import L2_EPS, K, V, gate_expr
 
 
-def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
+def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool = False):
     """Both state layouts, chosen at run time by the VK scalar (one kernel for every task shape).
-    `vsplit` CTAs share a (value head, sequence), each V / vsplit columns (more CTAs at small B)."""
+    `vsplit` CTAs share a (value head, sequence), each V / vsplit columns (more CTAs at small B).
+
+    inplace = False (the task's interface): `state` [B, HV, .., ..] is read-only and the new states go
+    to slot idx[b] of a separate `state_out` of the same shape. inplace = True (the serving form): one
+    read-write pool `state` [P, HV, .., ..] of P >= B slots (scalar P); sequence b's state is read
+    from and written back to row idx[b]. Every thread stores exactly the state elements it loaded,
+    after loading them, so a CTA never writes what another thread reads; CTAs of distinct sequences
+    touch disjoint rows when the idx entries are distinct (the caller's contract, as in fla)."""
     assert V % (vw * vsplit) == 0
     warps = V // (vw * vsplit)
     grid = ["HV", "B"] + ([vsplit] if vsplit > 1 else [])
-    kb = KernelBuilder(f"kda_decode_{vw}_{vsplit}", arch=arch, grid=grid, threads=32 * warps,
+    name = f"kda_decode_{vw}_{vsplit}" + ("_inplace" if inplace else "")
+    kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * warps,
                        note="KDA decode step, state pool gathered by index; VK picks the state layout")
     kb.const(K=K, V=V, VW=vw, VC=V // vsplit)
     kb.scalar("B", min=1)
+    if inplace:
+        kb.scalar("P", min=1)
+    pool = "P" if inplace else "B"
+    dst = "state" if inplace else "state_out"
     kb.scalar("H", min=1)
     kb.scalar("HV", min=1)
     kb.scalar("SAFE", min=0, max=1)
@@ -46,10 +58,11 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
     kb.tensor("A_log", "f32", ["HV"])
     kb.tensor("dt_bias", "f32", ["HV", "K"])
     # [B, HV, V, K] (VK = 1) or [B, HV, K, V] (VK = 0): K = V, so one declared shape covers both
-    kb.tensor("state", "f32", ["B", "HV", "V", "K"])
+    kb.tensor("state", "f32", [pool, "HV", "V", "K"], access="readwrite" if inplace else "read")
     kb.tensor("idx", "i32", ["B"])
     kb.tensor("o", "bf16", ["B", "HV", "V"], access="write")
-    kb.tensor("state_out", "f32", ["B", "HV", "V", "K"], access="write")
+    if not inplace:
+        kb.tensor("state_out", "f32", ["B", "HV", "V", "K"], access="write")
     # VK = 1: S^T rows [VW, K] per warp, each lane 4 consecutive K columns of every row (vec 4)
     vec = dict(layout="blocked", vec=4, scope="warp")
     for n in ("qf", "kf", "gf", "af"):
@@ -76,7 +89,7 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
         r.let("b", "bid.y")
         r.let("hv", "bid.x")
         r.let("h", "hv / (HV / H)")            # grouped value heads read q/k head hv // (HV / H)
-        r.let("slot", "ld(idx, b, 0, B - 1)")  # the sequence's state in the pool
+        r.let("slot", f"ld(idx, b, 0, {pool} - 1)")  # the sequence's state in the pool
         r.let("v0", ("bid.z * VC + " if vsplit > 1 else "") + "role_warp * VW")
         r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
         r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
@@ -100,7 +113,7 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
             r.reduce("sum", "T", "u", axis=3, id="state_times_k")
             r.map("u", "bl * (vv - u)", id="delta")
             r.map("S", "S + u * kf", id="rank1_update")
-            r.stg(tile("S"), tile("state_out", ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16,
+            r.stg(tile("S"), tile(dst, ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16,
                   id="scatter_state")
             r.map("T", "S * qf")
             r.reduce("sum", "T", "ov", axis=3, id="output")
@@ -123,7 +136,7 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
             r.reduce("sum", "Tc", "u", axis=2, id="state_times_k_kv")   # u: one value per column
             r.map("u", "bl * (vv - u)", id="delta_kv")
             r.map("Sc", "Sc + kc * u", id="rank1_update_kv")
-            r.stg(tile("Sc"), tile("state_out", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
+            r.stg(tile("Sc"), tile(dst, ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
                   id="scatter_state_kv")
             r.map("Tc", "Sc * qc")
             r.reduce("sum", "Tc", "ov", axis=2, id="output_kv")
