@@ -24,7 +24,8 @@ from cake_ir.builder import KernelBuilder, tile
 from tasks.kda.programs import L2_EPS, K, V, gate_expr
 
 
-def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool = False):
+def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool = False, pool: str = "",
+               stage_kv: bool = False):
     """Both state layouts, chosen at run time by the VK scalar (one kernel for every task shape).
     `vsplit` CTAs share a (value head, sequence), each V / vsplit columns (more CTAs at small B).
 
@@ -33,18 +34,27 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     read-write pool `state` [P, HV, .., ..] of P >= B slots (scalar P); sequence b's state is read
     from and written back to row idx[b]. Every thread stores exactly the state elements it loaded,
     after loading them, so a CTA never writes what another thread reads; CTAs of distinct sequences
-    touch disjoint rows when the idx entries are distinct (the caller's contract, as in fla)."""
+    touch disjoint rows when the idx entries are distinct (the caller's contract, as in fla).
+    `pool` = "P" gives the copying form a pool of P slots too (state and state_out [P, ..]);
+    the default is the task's P = B ("B"), and "P" for the in-place form.
+
+    stage_kv: the [K, V] layout's state moves between global memory and the warps' column tiles
+    through shared memory: the CTA loads (and stores) its [K, VC] slab with whole rows per
+    instruction (VC * 4 contiguous bytes per row), instead of each lane touching its own 32-byte
+    row piece (32 distinct lines per warp instruction, an L1 wavefront per line)."""
     assert V % (vw * vsplit) == 0
     warps = V // (vw * vsplit)
     grid = ["HV", "B"] + ([vsplit] if vsplit > 1 else [])
-    name = f"kda_decode_{vw}_{vsplit}" + ("_inplace" if inplace else "")
+    name = (f"kda_decode_{vw}_{vsplit}" + ("_inplace" if inplace else "_pool" if pool == "P" else "")
+            + ("_stagekv" if stage_kv else ""))
     kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * warps,
                        note="KDA decode step, state pool gathered by index; VK picks the state layout")
     kb.const(K=K, V=V, VW=vw, VC=V // vsplit)
     kb.scalar("B", min=1)
-    if inplace:
+    pool = pool or ("P" if inplace else "B")
+    assert pool in ("B", "P"), pool
+    if pool == "P":
         kb.scalar("P", min=1)
-    pool = "P" if inplace else "B"
     dst = "state" if inplace else "state_out"
     kb.scalar("H", min=1)
     kb.scalar("HV", min=1)
@@ -62,7 +72,7 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     kb.tensor("idx", "i32", ["B"])
     kb.tensor("o", "bf16", ["B", "HV", "V"], access="write")
     if not inplace:
-        kb.tensor("state_out", "f32", ["B", "HV", "V", "K"], access="write")
+        kb.tensor("state_out", "f32", [pool, "HV", "V", "K"], access="write")
     # VK = 1: S^T rows [VW, K] per warp, each lane 4 consecutive K columns of every row (vec 4)
     vec = dict(layout="blocked", vec=4, scope="warp")
     for n in ("qf", "kf", "gf", "af"):
@@ -77,6 +87,11 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     kb.buffer("dc", "reg", "f32", [1, K], **col)
     kb.buffer("Sc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
     kb.buffer("Tc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
+    if stage_kv:
+        # the CTA's slab, 16-byte chunks dealt round-robin (rows whole per few threads); the smem copy
+        # padded by 4 floats a row so that lanes reading rows lane + 32 i hit distinct banks
+        kb.buffer("Sx", "reg", "f32", [1, 1, K, V // vsplit], layout="blocked", vec=4, scope="cta")
+        kb.buffer("sS", "smem", "f32", [K, V // vsplit], pad=4)
     # per-thread scalars and rows
     kb.buffer("al", "reg", "f32", [1], scope="thread")
     kb.buffer("bl", "reg", "f32", [1, 1], scope="thread")
@@ -123,8 +138,11 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
             r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gc"), vec_bytes=2)
             r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dc"), vec_bytes=4)
             # state [.., K, V]: rows k, this warp's VW columns (32 contiguous bytes per lane and row)
-            r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
-                  id="gather_state_kv")
+            if stage_kv:
+                _stage_in(r, vsplit, vw)
+            else:
+                r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
+                      id="gather_state_kv")
             r.map("gc", gate_expr("gc", "dc"), id="gate_kv")
             r.map("ac", "exp(gc)")
             r.reduce("sum_sq", "qc", "qs", axis=2)
@@ -136,13 +154,36 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
             r.reduce("sum", "Tc", "u", axis=2, id="state_times_k_kv")   # u: one value per column
             r.map("u", "bl * (vv - u)", id="delta_kv")
             r.map("Sc", "Sc + kc * u", id="rank1_update_kv")
-            r.stg(tile("Sc"), tile(dst, ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
-                  id="scatter_state_kv")
+            if stage_kv:
+                _stage_out(r, vsplit, vw, dst)
+            else:
+                r.stg(tile("Sc"), tile(dst, ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
+                      id="scatter_state_kv")
             r.map("Tc", "Sc * qc")
             r.reduce("sum", "Tc", "ov", axis=2, id="output_kv")
         with r.if_("lane == 0"):
             r.stg(tile("ov"), tile("o", ["b", "hv", "v0"], [1, 1, vw]), vec_bytes=2, id="store_o")
     return kb.build()
+
+
+def _stage_in(r, vsplit: int, vw: int):
+    """The [K, VC] slab: global -> CTA tile (whole rows per instruction) -> smem -> each warp's columns."""
+    c0 = "bid.z * VC" if vsplit > 1 else "0"
+    r.ldg(tile("state", ["slot", "hv", 0, c0], [1, 1, K, V // vsplit]), tile("Sx"), vec_bytes=16,
+          id="gather_state_kv")
+    r.sts(tile("Sx"), tile("sS", [0, 0], [K, V // vsplit]), vec_bytes=16)
+    r.sync("syncthreads")                 # every warp's columns have landed
+    r.lds(tile("sS", [0, "role_warp * VW"], [K, vw]), tile("Sc"), vec_bytes=16)
+
+
+def _stage_out(r, vsplit: int, vw: int, dst: str):
+    """The reverse of _stage_in: each warp's columns -> smem -> CTA tile -> global (rows whole)."""
+    c0 = "bid.z * VC" if vsplit > 1 else "0"
+    r.sts(tile("Sc"), tile("sS", [0, "role_warp * VW"], [K, vw]), vec_bytes=16)
+    r.sync("syncthreads")                 # the whole slab is back in smem
+    r.lds(tile("sS", [0, 0], [K, V // vsplit]), tile("Sx"), vec_bytes=16)
+    r.stg(tile("Sx"), tile(dst, ["slot", "hv", 0, c0], [1, 1, K, V // vsplit]), vec_bytes=16,
+          id="scatter_state_kv")
 
 
 SEEDS = {"kda_decode_sm80": lambda: kda_decode()}
