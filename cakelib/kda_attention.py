@@ -6,12 +6,12 @@ beta's sigmoid are applied in the kernels (raw inputs, as fla's `use_gate_in_ker
 `use_qk_l2norm_in_kernel` / `use_beta_sigmoid_in_kernel`).
 
     o, final = kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens=cu, safe_gate=True)
-    o, pool = kda_decode(q1, k1, v1, g1, beta1, A_log, dt_bias, pool, idx, safe_gate=True)
+    o, pool = kda_decode(q1, k1, v1, g1, beta1, A_log, dt_bias, pool, idx, safe_gate=True, inplace=True)
 
 Shapes (K = V = 128): q, k [T, H, K] bf16; v [T, HV, V]; g [T, HV, K] (raw gate input); beta [T, HV]
 (logits); A_log [HV] f32; dt_bias [HV, K] f32; cu_seqlens [N + 1] int32 (None: one sequence); states
-fp32 [N, HV, V, K] (state_layout "vk", fla's state_v_first) or [N, HV, K, V] ("kv"). HV is a multiple
-of H (grouped value heads). The safe gate is lower_bound * sigmoid(exp(A_log) (g + dt_bias)) with
+(prefill's N finals, decode's pool of P slots) fp32 [N, HV, V, K] (state_layout "vk", fla's
+state_v_first) or [N, HV, K, V] ("kv"). HV is a multiple of H (grouped value heads). The safe gate is lower_bound * sigmoid(exp(A_log) (g + dt_bias)) with
 lower_bound = -5; the softplus gate -exp(A_log) softplus(g + dt_bias).
 
 Which kernel runs (`prefill_plan`): on Hopper the two-pass program of the gate form (tasks/kda/two_pass.py:
@@ -21,7 +21,9 @@ in two waves, else 128 with 8 consumers (bench/results/kda-prefill-h200-session9
 T = 8192, H = 32 and 64, 128 at H = 96 and the packed batches; 2.41x geomean over fla there); few sequences of 16k+ tokens that fill under half the GPU take the
 sequence-parallel form (tasks/kda/seq_parallel.py); on an sm_8x part the
 safe gate's vs 32 kernel (the only one whose shared memory fits) and the recurrent kernel for the
-softplus gate. Decode: the vw 8 x vsplit 4 kernel (bench/results/kda-decode-h200.json).
+softplus gate. Decode (`decode_plan`): vw 8 x vsplit 4 (bench/results/kda-decode-h200.json), vw 4 at
+B <= 4 (HV = 32), the [K, V] layout's slab staged through shared memory; `inplace=True` updates the
+pool where it is (the serving path, no copy of the pool).
 """
 from __future__ import annotations
 
@@ -139,14 +141,16 @@ def kda_prefill(q, k, v, g, beta, A_log, dt_bias, *, cu_seqlens=None, initial_st
     return o, ht
 
 
-DECODE_VW, DECODE_VSPLIT = 8, 4     # the measured decode point (bench/results/kda-decode-h200.json)
-
-
-def decode_plan(B: int, HV: int, state_layout: str) -> dict:
+def decode_plan(B: int, HV: int, state_layout: str, sms: int = 132) -> dict:
     """Params of the decode program (tasks/kda_decode/programs.py kda_decode) for B sequences of HV
-    value heads: vw 8 x vsplit 4 (the vw 8 family's best at B = 1..256, H = 32, both layouts)."""
+    value heads. vw 8 x vsplit 4 (the measured point of bench/results/kda-decode-h200.json); vw 4
+    (twice the warps, 59 registers) while vw 8 would give under 16 warps per SM (B <= 4 at HV = 32:
+    the state loads of too few warps cannot cover the memory latency). The [K, V] layout stages its
+    slab through shared memory (`stage_kv`: whole rows per warp instruction, where the direct column
+    tiles touch 32 lines per instruction). bench/kda_decode_device.sh measures these choices."""
     _layout(state_layout)
-    return {"vw": DECODE_VW, "vsplit": DECODE_VSPLIT}
+    vw = 4 if B * HV * (V // 8) < 16 * sms else 8
+    return {"vw": vw, "vsplit": 32 // vw, "stage_kv": state_layout == "kv"}
 
 
 def _decode_pools(state_pool, inplace: bool, out):
@@ -203,7 +207,7 @@ def kda_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, *, safe_gate: 
       receive the new states, its other rows are left as they are; state_pool is not written.
     - default (inplace=False, no out): a new pool, a copy of state_pool with rows idx[b] updated; the
       input is untouched (one extra copy of the whole pool per call).
-    `plan` overrides `decode_plan` (the program's vw / vsplit)."""
+    `plan` overrides `decode_plan` (the program's vw / vsplit / stage_kv)."""
     import torch
 
     from tasks.kda.task import DECODE_TASK
@@ -214,12 +218,13 @@ def kda_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, *, safe_gate: 
     rw = dst is src
     dev = q.device
     rt = runtime(dev.index or 0)
-    params = plan or decode_plan(shape["B"], shape["HV"], state_layout)
+    params = dict(plan or decode_plan(shape["B"], shape["HV"], state_layout, rt.props.get("sms", 132)))
+    params.setdefault("stage_kv", False)
 
     def build(arch):
         from tasks.kda_decode.programs import kda_decode as program
-        return program(vw=params["vw"], vsplit=params["vsplit"], arch=arch, inplace=rw, pool="P")
-    kern = rt.kernel(("kda_decode", params["vw"], params["vsplit"], rw), build)
+        return program(**params, arch=arch, inplace=rw, pool="P")
+    kern = rt.kernel(("kda_decode", tuple(sorted(params.items())), rw), build)
     o = torch.empty(shape["B"], shape["HV"], V, dtype=torch.bfloat16, device=dev)
     tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "g": g.contiguous(),
                "beta": beta.contiguous(), "A_log": A_log, "dt_bias": dt_bias, "state": src, "idx": idx, "o": o}
