@@ -107,6 +107,13 @@ def _gpu():
     return pytest.importorskip("torch")
 
 
+def _torch_inputs(torch, x: dict) -> dict:
+    bf = ("q", "k", "v", "g", "beta")
+    return {n: torch.as_tensor(np.asarray(a)).to("cuda", torch.bfloat16 if n in bf else
+                                               torch.int32 if n == "idx" else torch.float32)
+            for n, a in x.items()}
+
+
 def _rel(a, b) -> float:
     a = a.double().cpu().numpy()
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
@@ -123,8 +130,7 @@ def test_inplace_matches_float64_and_keeps_other_rows(params, vk, safe):
     shape, x = _inputs(B=5, P=13, HV=4, safe=safe, vk=vk, seed=7 + vk + 2 * safe)
     o_ref, pool_ref = R.kda_decode(x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], x["state"],
                                    x["idx"], safe=bool(safe), layout="vk" if vk else "kv")
-    from tests.test_cakelib_kda import _torch_inputs
-    t = _torch_inputs(x, ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "state", "idx"), "cuda")
+    t = _torch_inputs(torch, x)
     pool = t["state"]
     before = pool.clone()
     snap = before.clone()
