@@ -39,9 +39,11 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     the default is the task's P = B ("B"), and "P" for the in-place form.
 
     stage_kv: the [K, V] layout's state moves between global memory and the warps' column tiles
-    through shared memory: the CTA loads (and stores) its [K, VC] slab with whole rows per
-    instruction (VC * 4 contiguous bytes per row), instead of each lane touching its own 32-byte
-    row piece (32 distinct lines per warp instruction, an L1 wavefront per line)."""
+    through shared memory (rows padded by 4 floats: lanes reading rows lane + 32 i hit distinct
+    banks): the CTA copies its [K, VC] slab in by cp.async, issued before the token inputs load, and
+    stores it back from a CTA-wide tile, whole rows per instruction (VC * 4 contiguous bytes per
+    row), instead of each lane touching its own 32-byte piece of 32 rows (32 distinct lines per warp
+    instruction, an L1 wavefront per line)."""
     assert V % (vw * vsplit) == 0
     warps = V // (vw * vsplit)
     grid = ["HV", "B"] + ([vsplit] if vsplit > 1 else [])
@@ -88,10 +90,10 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     kb.buffer("Sc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
     kb.buffer("Tc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
     if stage_kv:
-        # the CTA's slab, 16-byte chunks dealt round-robin (rows whole per few threads); the smem copy
-        # padded by 4 floats a row so that lanes reading rows lane + 32 i hit distinct banks
+        # the CTA's slab on its way out, 16-byte chunks dealt round-robin (rows whole per few threads);
+        # its smem copy padded by 4 floats a row so that lanes reading rows lane + 32 i hit distinct banks
         kb.buffer("Sx", "reg", "f32", [1, 1, K, V // vsplit], layout="blocked", vec=4, scope="cta")
-        kb.buffer("sS", "smem", "f32", [K, V // vsplit], pad=4)
+        kb.buffer("sS", "smem", "f32", [1, 1, K, V // vsplit], pad=4)
     # per-thread scalars and rows
     kb.buffer("al", "reg", "f32", [1], scope="thread")
     kb.buffer("bl", "reg", "f32", [1, 1], scope="thread")
@@ -133,13 +135,15 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
             r.map("T", "S * qf")
             r.reduce("sum", "T", "ov", axis=3, id="output")
         with r.else_():
+            if stage_kv:            # the slab's copy is in flight while the token inputs load
+                _stage_issue(r, vsplit)
             r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qc"), oob="zfill", vec_bytes=2)
             r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kc"), oob="zfill", vec_bytes=2)
             r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gc"), vec_bytes=2)
             r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dc"), vec_bytes=4)
             # state [.., K, V]: rows k, this warp's VW columns (32 contiguous bytes per lane and row)
             if stage_kv:
-                _stage_in(r, vsplit, vw)
+                _stage_land(r, vw)
             else:
                 r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
                       id="gather_state_kv")
@@ -166,22 +170,27 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     return kb.build()
 
 
-def _stage_in(r, vsplit: int, vw: int):
-    """The [K, VC] slab: global -> CTA tile (whole rows per instruction) -> smem -> each warp's columns."""
+def _stage_issue(r, vsplit: int):
+    """The CTA's [K, VC] slab of the pool -> padded smem by cp.async, whole rows per warp instruction."""
     c0 = "bid.z * VC" if vsplit > 1 else "0"
-    r.ldg(tile("state", ["slot", "hv", 0, c0], [1, 1, K, V // vsplit]), tile("Sx"), vec_bytes=16,
-          id="gather_state_kv")
-    r.sts(tile("Sx"), tile("sS", [0, 0], [K, V // vsplit]), vec_bytes=16)
-    r.sync("syncthreads")                 # every warp's columns have landed
-    r.lds(tile("sS", [0, "role_warp * VW"], [K, vw]), tile("Sc"), vec_bytes=16)
+    r.copy("cp_async", tile("state", ["slot", "hv", 0, c0], [1, 1, K, V // vsplit]),
+           tile("sS", [0, 0, 0, 0], [1, 1, K, V // vsplit]), vec_bytes=16, id="gather_state_kv")
+    r.sync("cp_async_commit")
+
+
+def _stage_land(r, vw: int):
+    """Wait for the slab; each warp reads its VW columns (lane l: rows l + 32 i, distinct banks)."""
+    r.sync("cp_async_wait", n=0)
+    r.sync("syncthreads")                 # every thread's part of the slab has landed
+    r.lds(tile("sS", [0, 0, 0, "role_warp * VW"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16)
 
 
 def _stage_out(r, vsplit: int, vw: int, dst: str):
-    """The reverse of _stage_in: each warp's columns -> smem -> CTA tile -> global (rows whole)."""
+    """Back out: each warp's columns -> smem -> the CTA tile Sx -> global memory, rows whole."""
     c0 = "bid.z * VC" if vsplit > 1 else "0"
-    r.sts(tile("Sc"), tile("sS", [0, "role_warp * VW"], [K, vw]), vec_bytes=16)
+    r.sts(tile("Sc"), tile("sS", [0, 0, 0, "role_warp * VW"], [1, 1, K, vw]), vec_bytes=16)
     r.sync("syncthreads")                 # the whole slab is back in smem
-    r.lds(tile("sS", [0, 0], [K, V // vsplit]), tile("Sx"), vec_bytes=16)
+    r.lds(tile("sS", [0, 0, 0, 0], [1, 1, K, V // vsplit]), tile("Sx"), vec_bytes=16)
     r.stg(tile("Sx"), tile(dst, ["slot", "hv", 0, c0], [1, 1, K, V // vsplit]), vec_bytes=16,
           id="scatter_state_kv")
 
