@@ -261,6 +261,7 @@ def pool_shape_rows(B: int, H: int, vk: int, args, flush) -> list:
 
     import torch
 
+    from cakelib.kda_attention import decode_plan
     from examples import timed
     x = pool_inputs(B, H, vk, safe=1)
     snap = x["state"].clone()
@@ -268,6 +269,8 @@ def pool_shape_rows(B: int, H: int, vk: int, args, flush) -> list:
     rows = []
     for name, fn in pool_impls(x, vk, 1, args.pool_variants.split(",")).items():
         row = {"B": B, "H": H, "layout": "vk" if vk else "kv", "impl": name}
+        if name in ("cake_inplace", "cake_copy"):
+            row["plan"] = decode_plan(B, H, row["layout"], torch.cuda.get_device_properties(0).multi_processor_count)
         t0 = time.time()
         try:
             row.update(check_pool_impl(fn, x, snap, ref))
@@ -286,27 +289,28 @@ def pool_shape_rows(B: int, H: int, vk: int, args, flush) -> list:
 
 
 def pool_main(args) -> int:
+    """Shapes in the given order until the deadline; the JSON is rewritten after every shape, so a run
+    cut short by the caller's timeout keeps what it measured."""
     import time
 
     from examples import env_info, l2_flusher
     t_end = time.time() + args.deadline
     flush = l2_flusher()
-    rows, skipped = [], []
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "kda-decode-pool-h200.json")
+    doc = {"env": env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_decode.py"),
+           "tolerance": TOL, "reps": args.reps, "gate": "safe", "skipped_by_deadline": [], "rows": []}
     for H in (int(h) for h in args.heads.split(",")):
         for layout in args.layouts.split(","):
             for B in (int(b) for b in args.batches.split(",")):
                 if time.time() > t_end:
-                    skipped.append({"B": B, "H": H, "layout": layout})
-                    continue
-                rows += pool_shape_rows(B, H, int(layout == "vk"), args, flush)
-    os.makedirs(args.out, exist_ok=True)
-    doc = {"env": env_info(("torch", "triton", "fla-core", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/kda_decode.py"),
-           "tolerance": TOL, "reps": args.reps, "gate": "safe", "skipped_by_deadline": skipped, "rows": rows}
-    path = os.path.join(args.out, "kda-decode-pool-h200.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    print(f"\nwrote {path}  (skipped by deadline: {len(skipped)})\n")
-    print_pool_table(rows)
+                    doc["skipped_by_deadline"].append({"B": B, "H": H, "layout": layout})
+                else:
+                    doc["rows"] += pool_shape_rows(B, H, int(layout == "vk"), args, flush)
+                with open(path, "w") as f:
+                    json.dump(doc, f, indent=1, default=str)
+    print(f"\nwrote {path}  (skipped by deadline: {len(doc['skipped_by_deadline'])})\n")
+    print_pool_table(doc["rows"])
     return 0
 
 
