@@ -60,7 +60,7 @@ def main() -> int:
     ap.add_argument("--layouts", default="vk,kv")
     ap.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     ap.add_argument("--heads", default="32", help="H = HV values")
-    ap.add_argument("--pool-variants", default="8x4,4x8,8x4s,4x8s,8x2s",
+    ap.add_argument("--pool-variants", default="8x4,4x8,16x2,8x4s,4x8s,8x2s",
                     help="program variants timed in place beside the plan: vw x vsplit, s = stage_kv (kv only)")
     ap.add_argument("--deadline", type=float, default=float("inf"), help="seconds: skip the remaining shapes after")
     args = ap.parse_args()
