@@ -52,12 +52,35 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * warps,
                        note="KDA decode step, state pool gathered by index; VK picks the state layout")
     kb.const(K=K, V=V, VW=vw, VC=V // vsplit)
-    kb.scalar("B", min=1)
     pool = pool or ("P" if inplace else "B")
     assert pool in ("B", "P"), pool
+    _declare_params(kb, pool, inplace)
+    _declare_buffers(kb, vw, vsplit, stage_kv)
+    dst = "state" if inplace else "state_out"
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("b", "bid.y")
+        r.let("hv", "bid.x")
+        r.let("h", "hv / (HV / H)")            # grouped value heads read q/k head hv // (HV / H)
+        r.let("slot", f"ld(idx, b, 0, {pool} - 1)")  # the sequence's state in the pool
+        r.let("v0", ("bid.z * VC + " if vsplit > 1 else "") + "role_warp * VW")
+        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
+        r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
+        r.map("bl", "sigmoid(bl)")
+        r.ldg(tile("v", ["b", "hv", "v0"], [1, 1, vw]), tile("vv"), vec_bytes=2, id="load_v")
+        with r.if_("VK == 1", id="layout_vk"):
+            _step_vk(r, vw, dst)
+        with r.else_():
+            _step_kv(r, vw, vsplit, dst, stage_kv)
+        with r.if_("lane == 0"):
+            r.stg(tile("ov"), tile("o", ["b", "hv", "v0"], [1, 1, vw]), vec_bytes=2, id="store_o")
+    return kb.build()
+
+
+def _declare_params(kb, pool: str, inplace: bool):
+    """Scalars and tensors: the pool of `pool` slots, read-write in place, else read + state_out."""
+    kb.scalar("B", min=1)
     if pool == "P":
         kb.scalar("P", min=1)
-    dst = "state" if inplace else "state_out"
     kb.scalar("H", min=1)
     kb.scalar("HV", min=1)
     kb.scalar("SAFE", min=0, max=1)
@@ -75,6 +98,10 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     kb.tensor("o", "bf16", ["B", "HV", "V"], access="write")
     if not inplace:
         kb.tensor("state_out", "f32", [pool, "HV", "V", "K"], access="write")
+
+
+def _declare_buffers(kb, vw: int, vsplit: int, stage_kv: bool):
+    """Register tiles of both layouts' paths (never live together), the staged slab's, per-thread rows."""
     # VK = 1: S^T rows [VW, K] per warp, each lane 4 consecutive K columns of every row (vec 4)
     vec = dict(layout="blocked", vec=4, scope="warp")
     for n in ("qf", "kf", "gf", "af"):
@@ -102,72 +129,65 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     kb.buffer("vv", "reg", "f32", [1, 1, vw], scope="thread")
     kb.buffer("u", "reg", "f32", [1, 1, vw, 1], scope="thread")
     kb.buffer("ov", "reg", "f32", [1, 1, vw], scope="thread")
-    with kb.role("main", warps=(0, warps)) as r:
-        r.let("b", "bid.y")
-        r.let("hv", "bid.x")
-        r.let("h", "hv / (HV / H)")            # grouped value heads read q/k head hv // (HV / H)
-        r.let("slot", f"ld(idx, b, 0, {pool} - 1)")  # the sequence's state in the pool
-        r.let("v0", ("bid.z * VC + " if vsplit > 1 else "") + "role_warp * VW")
-        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
-        r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
-        r.map("bl", "sigmoid(bl)")
-        r.ldg(tile("v", ["b", "hv", "v0"], [1, 1, vw]), tile("vv"), vec_bytes=2, id="load_v")
-        with r.if_("VK == 1", id="layout_vk"):
-            r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qf"), oob="zfill", vec_bytes=8)
-            r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kf"), oob="zfill", vec_bytes=8)
-            r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gf"), vec_bytes=8)
-            r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
-            r.ldg(tile("state", ["slot", "hv", "v0", 0], [1, 1, vw, K]), tile("S"), vec_bytes=16, id="gather_state")
-            r.map("gf", gate_expr("gf", "db"), id="gate")
-            r.map("af", "exp(gf)")
-            r.reduce("sum_sq", "qf", "qs", axis=2, id="q_norm")
-            r.reduce("sum_sq", "kf", "ks", axis=2, id="k_norm")
-            r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
-            r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
-            # S <- S * exp(g); u <- beta * (v - S^T k); S <- S + k u^T; o <- S^T q
-            r.map("S", "S * af", id="decay")
-            r.map("T", "S * kf")
-            r.reduce("sum", "T", "u", axis=3, id="state_times_k")
-            r.map("u", "bl * (vv - u)", id="delta")
-            r.map("S", "S + u * kf", id="rank1_update")
-            r.stg(tile("S"), tile(dst, ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16,
-                  id="scatter_state")
-            r.map("T", "S * qf")
-            r.reduce("sum", "T", "ov", axis=3, id="output")
-        with r.else_():
-            if stage_kv:            # the slab's copy is in flight while the token inputs load
-                _stage_issue(r, vsplit)
-            r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qc"), oob="zfill", vec_bytes=2)
-            r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kc"), oob="zfill", vec_bytes=2)
-            r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gc"), vec_bytes=2)
-            r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dc"), vec_bytes=4)
-            # state [.., K, V]: rows k, this warp's VW columns (32 contiguous bytes per lane and row)
-            if stage_kv:
-                _stage_land(r, vw)
-            else:
-                r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
-                      id="gather_state_kv")
-            r.map("gc", gate_expr("gc", "dc"), id="gate_kv")
-            r.map("ac", "exp(gc)")
-            r.reduce("sum_sq", "qc", "qs", axis=2)
-            r.reduce("sum_sq", "kc", "ks", axis=2)
-            r.map("qc", f"qc * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
-            r.map("kc", f"kc * rsqrt(ks + {L2_EPS!r})")
-            r.map("Sc", "Sc * ac", id="decay_kv")
-            r.map("Tc", "Sc * kc")
-            r.reduce("sum", "Tc", "u", axis=2, id="state_times_k_kv")   # u: one value per column
-            r.map("u", "bl * (vv - u)", id="delta_kv")
-            r.map("Sc", "Sc + kc * u", id="rank1_update_kv")
-            if stage_kv:
-                _stage_out(r, vsplit, vw, dst)
-            else:
-                r.stg(tile("Sc"), tile(dst, ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
-                      id="scatter_state_kv")
-            r.map("Tc", "Sc * qc")
-            r.reduce("sum", "Tc", "ov", axis=2, id="output_kv")
-        with r.if_("lane == 0"):
-            r.stg(tile("ov"), tile("o", ["b", "hv", "v0"], [1, 1, vw]), vec_bytes=2, id="store_o")
-    return kb.build()
+
+
+def _step_vk(r, vw: int, dst: str):
+    """VK = 1: this warp's S^T rows [VW, K]; the sums over K are row reductions (a shuffle tree)."""
+    r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qf"), oob="zfill", vec_bytes=8)
+    r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kf"), oob="zfill", vec_bytes=8)
+    r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gf"), vec_bytes=8)
+    r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
+    r.ldg(tile("state", ["slot", "hv", "v0", 0], [1, 1, vw, K]), tile("S"), vec_bytes=16, id="gather_state")
+    r.map("gf", gate_expr("gf", "db"), id="gate")
+    r.map("af", "exp(gf)")
+    r.reduce("sum_sq", "qf", "qs", axis=2, id="q_norm")
+    r.reduce("sum_sq", "kf", "ks", axis=2, id="k_norm")
+    r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+    r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
+    # S <- S * exp(g); u <- beta * (v - S^T k); S <- S + k u^T; o <- S^T q
+    r.map("S", "S * af", id="decay")
+    r.map("T", "S * kf")
+    r.reduce("sum", "T", "u", axis=3, id="state_times_k")
+    r.map("u", "bl * (vv - u)", id="delta")
+    r.map("S", "S + u * kf", id="rank1_update")
+    r.stg(tile("S"), tile(dst, ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16,
+          id="scatter_state")
+    r.map("T", "S * qf")
+    r.reduce("sum", "T", "ov", axis=3, id="output")
+
+
+def _step_kv(r, vw: int, vsplit: int, dst: str, stage_kv: bool):
+    """VK = 0: this warp's S columns [K, VW]; the sums over K are column reductions over the warp."""
+    if stage_kv:            # the slab's copy is in flight while the token inputs load
+        _stage_issue(r, vsplit)
+    r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qc"), oob="zfill", vec_bytes=2)
+    r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kc"), oob="zfill", vec_bytes=2)
+    r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gc"), vec_bytes=2)
+    r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dc"), vec_bytes=4)
+    # state [.., K, V]: rows k, this warp's VW columns (32 contiguous bytes per lane and row)
+    if stage_kv:
+        _stage_land(r, vw)
+    else:
+        r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
+              id="gather_state_kv")
+    r.map("gc", gate_expr("gc", "dc"), id="gate_kv")
+    r.map("ac", "exp(gc)")
+    r.reduce("sum_sq", "qc", "qs", axis=2)
+    r.reduce("sum_sq", "kc", "ks", axis=2)
+    r.map("qc", f"qc * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+    r.map("kc", f"kc * rsqrt(ks + {L2_EPS!r})")
+    r.map("Sc", "Sc * ac", id="decay_kv")
+    r.map("Tc", "Sc * kc")
+    r.reduce("sum", "Tc", "u", axis=2, id="state_times_k_kv")   # u: one value per column
+    r.map("u", "bl * (vv - u)", id="delta_kv")
+    r.map("Sc", "Sc + kc * u", id="rank1_update_kv")
+    if stage_kv:
+        _stage_out(r, vsplit, vw, dst)
+    else:
+        r.stg(tile("Sc"), tile(dst, ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
+              id="scatter_state_kv")
+    r.map("Tc", "Sc * qc")
+    r.reduce("sum", "Tc", "ov", axis=2, id="output_kv")
 
 
 def _stage_issue(r, vsplit: int):
