@@ -6,12 +6,12 @@ beta's sigmoid are applied in the kernels (raw inputs, as fla's `use_gate_in_ker
 `use_qk_l2norm_in_kernel` / `use_beta_sigmoid_in_kernel`).
 
     o, final = kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens=cu, safe_gate=True)
-    o, pool = kda_decode(q1, k1, v1, g1, beta1, A_log, dt_bias, pool, idx, safe_gate=True)
+    o, pool = kda_decode(q1, k1, v1, g1, beta1, A_log, dt_bias, pool, idx, safe_gate=True, inplace=True)
 
 Shapes (K = V = 128): q, k [T, H, K] bf16; v [T, HV, V]; g [T, HV, K] (raw gate input); beta [T, HV]
 (logits); A_log [HV] f32; dt_bias [HV, K] f32; cu_seqlens [N + 1] int32 (None: one sequence); states
-fp32 [N, HV, V, K] (state_layout "vk", fla's state_v_first) or [N, HV, K, V] ("kv"). HV is a multiple
-of H (grouped value heads). The safe gate is lower_bound * sigmoid(exp(A_log) (g + dt_bias)) with
+(prefill's N finals, decode's pool of P slots) fp32 [N, HV, V, K] (state_layout "vk", fla's
+state_v_first) or [N, HV, K, V] ("kv"). HV is a multiple of H (grouped value heads). The safe gate is lower_bound * sigmoid(exp(A_log) (g + dt_bias)) with
 lower_bound = -5; the softplus gate -exp(A_log) softplus(g + dt_bias).
 
 Which kernel runs (`prefill_plan`): on Hopper the two-pass program of the gate form (tasks/kda/two_pass.py:
@@ -21,10 +21,13 @@ in two waves, else 128 with 8 consumers (bench/results/kda-prefill-h200-session9
 T = 8192, H = 32 and 64, 128 at H = 96 and the packed batches; 2.41x geomean over fla there); few sequences of 16k+ tokens that fill under half the GPU take the
 sequence-parallel form (tasks/kda/seq_parallel.py); on an sm_8x part the
 safe gate's vs 32 kernel (the only one whose shared memory fits) and the recurrent kernel for the
-softplus gate. Decode: the vw 8 x vsplit 4 kernel (bench/results/kda-decode-h200.json).
+softplus gate. Decode (`decode_plan`): vw 8 x vsplit 4 (bench/results/kda-decode-h200.json), vw 4 at
+B <= 4 (HV = 32), the [K, V] layout's slab staged through shared memory; `inplace=True` updates the
+pool where it is (the serving path, no copy of the pool).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 K = V = 128
@@ -138,32 +141,95 @@ def kda_prefill(q, k, v, g, beta, A_log, dt_bias, *, cu_seqlens=None, initial_st
     return o, ht
 
 
+def decode_plan(B: int, HV: int, state_layout: str, sms: int = 132) -> dict:
+    """Params of the decode program (tasks/kda_decode/programs.py kda_decode) for B sequences of HV
+    value heads. vw 8 x vsplit 4 (the measured point of bench/results/kda-decode-h200.json); vw 4
+    (twice the warps, 59 registers) while vw 8 would give under 16 warps per SM (B <= 4 at HV = 32:
+    the state loads of too few warps cannot cover the memory latency). The [K, V] layout stages its
+    slab through shared memory (`stage_kv`: whole rows per warp instruction, where the direct column
+    tiles touch 32 lines per instruction). bench/kda_decode_device.sh measures these choices."""
+    _layout(state_layout)
+    vw = 4 if B * HV * (V // 8) < 16 * sms else 8
+    return {"vw": vw, "vsplit": 32 // vw, "stage_kv": state_layout == "kv"}
+
+
+def _decode_pools(state_pool, inplace: bool, out):
+    """(pool the kernel reads, pool it writes) for the three modes; refuses an `out` that overlaps
+    the input pool (the copying kernel declares the two pools non-aliasing) and a non-contiguous
+    pool to update in place."""
+    if inplace or out is state_pool:
+        if out is not None and out is not state_pool:
+            raise ValueError("inplace=True writes state_pool itself: pass no `out`")
+        if not state_pool.is_contiguous():
+            raise ValueError("inplace=True needs a contiguous state_pool (its rows are written where they are)")
+        return state_pool, state_pool
+    if out is None:
+        src = state_pool.contiguous()
+        return src, src.clone()
+    if tuple(out.shape) != tuple(state_pool.shape) or out.dtype != state_pool.dtype or not out.is_contiguous():
+        raise ValueError(f"out: a contiguous {state_pool.dtype} pool of shape {tuple(state_pool.shape)} is expected")
+    a0, a1 = state_pool.data_ptr(), state_pool.data_ptr() + state_pool.numel() * 4
+    b0, b1 = out.data_ptr(), out.data_ptr() + out.numel() * 4
+    if a0 < b1 and b0 < a1:
+        raise ValueError("out overlaps state_pool: pass out=state_pool (or inplace=True) to update in place")
+    return state_pool.contiguous(), out
+
+
+def _check_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, safe_gate, state_layout) -> dict:
+    """The decode task's checks (tasks/kda/task.py DECODE_TASK) with a pool of any P >= 1 slots."""
+    from tasks.kda.task import DECODE_TASK
+    B, H, HV = _dims(q, v)
+    P = state_pool.shape[0] if state_pool.dim() == 4 else -1
+    if P < 1:
+        raise ValueError(f"state_pool: [P, HV, {K}, {V}] with P >= 1 expected, got {tuple(state_pool.shape)}")
+    shape = {"B": B, "H": H, "HV": HV, "SAFE": int(bool(safe_gate)), "VK": _layout(state_layout)}
+    specs = [s for s in DECODE_TASK.inputs(shape) if s.name != "state"]
+    _check_against(specs, {"q": q, "k": k, "v": v, "g": g, "beta": beta, "A_log": A_log,
+                           "dt_bias": dt_bias, "idx": idx})
+    _check_against([replace(s, shape=(P,) + tuple(s.shape[1:])) for s in DECODE_TASK.inputs(shape)
+                    if s.name == "state"], {"state": state_pool})
+    return {**shape, "P": P}
+
+
 def kda_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, *, safe_gate: bool = True,
-               state_layout: str = "vk"):
-    """One token per sequence: q, k [B, H, K], v [B, HV, V], g [B, HV, K], beta [B, HV]; sequence b
-    reads its state from state_pool[idx[b]] (a pool of B states, the kernel's interface) and the
-    returned pool (a new tensor, the input untouched) holds the updated states at the same rows.
-    -> (o [B, HV, V] bf16, new pool)."""
+               state_layout: str = "vk", inplace: bool = False, out=None, plan: Optional[dict] = None):
+    """One decode token per sequence: q, k [B, H, K], v [B, HV, V], g [B, HV, K], beta [B, HV] bf16;
+    state_pool fp32 [P, HV, V, K] ("vk") or [P, HV, K, V] ("kv"), P >= 1 slots; idx [B] int32: sequence
+    b continues from state_pool[idx[b]] and its new state goes to row idx[b]. The idx entries must be
+    distinct and in [0, P) (an out-of-range entry traps the kernel; duplicates race, as in fla).
+    -> (o [B, HV, V] bf16, pool), by mode:
+
+    - inplace=True (the serving path, vLLM / SGLang style: a persistent pool indexed by slot ids):
+      rows idx[b] of state_pool are updated where they are, every other row untouched, and the pool
+      returned is state_pool itself. One kernel, the state read and written once: the fast path.
+      Passing out=state_pool means the same.
+    - out=<pool> (a preallocated [P, ..] pool, not overlapping state_pool): rows idx[b] of `out`
+      receive the new states, its other rows are left as they are; state_pool is not written.
+    - default (inplace=False, no out): a new pool, a copy of state_pool with rows idx[b] updated; the
+      input is untouched (one extra copy of the whole pool per call).
+    `plan` overrides `decode_plan` (the program's vw / vsplit / stage_kv)."""
     import torch
 
     from tasks.kda.task import DECODE_TASK
 
     from .runtime import runtime
-    B, H, HV = _dims(q, v)
-    shape = {"B": B, "H": H, "HV": HV, "SAFE": int(bool(safe_gate)), "VK": _layout(state_layout)}
-    _check_against(DECODE_TASK.inputs(shape), {"q": q, "k": k, "v": v, "g": g, "beta": beta, "A_log": A_log,
-                                               "dt_bias": dt_bias, "state": state_pool, "idx": idx})
+    shape = _check_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, safe_gate, state_layout)
+    src, dst = _decode_pools(state_pool, inplace, out)
+    rw = dst is src
     dev = q.device
     rt = runtime(dev.index or 0)
+    params = dict(plan or decode_plan(shape["B"], shape["HV"], state_layout, rt.props.get("sms", 132)))
+    params.setdefault("stage_kv", False)
 
     def build(arch):
         from tasks.kda_decode.programs import kda_decode as program
-        return program(vw=8, vsplit=4, arch=arch)
-    kern = rt.kernel(("kda_decode", 8, 4), build)
-    o = torch.empty(B, HV, V, dtype=torch.bfloat16, device=dev)
-    out = state_pool.clone()        # rows not in idx keep their states
+        return program(**params, arch=arch, inplace=rw, pool="P")
+    kern = rt.kernel(("kda_decode", tuple(sorted(params.items())), rw), build)
+    o = torch.empty(shape["B"], shape["HV"], V, dtype=torch.bfloat16, device=dev)
     tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "g": g.contiguous(),
-               "beta": beta.contiguous(), "A_log": A_log, "dt_bias": dt_bias, "state": state_pool.contiguous(),
-               "idx": idx, "o": o, "state_out": out}
-    rt.launch(kern, tensors, DECODE_TASK.scalars(shape), torch.cuda.current_stream(dev).cuda_stream)
-    return o, out
+               "beta": beta.contiguous(), "A_log": A_log, "dt_bias": dt_bias, "state": src, "idx": idx, "o": o}
+    if not rw:
+        tensors["state_out"] = dst
+    scalars = {**DECODE_TASK.scalars(shape), "P": shape["P"]}
+    rt.launch(kern, tensors, scalars, torch.cuda.current_stream(dev).cuda_stream)
+    return o, dst

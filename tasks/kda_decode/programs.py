@@ -24,16 +24,63 @@ from cake_ir.builder import KernelBuilder, tile
 from tasks.kda.programs import L2_EPS, K, V, gate_expr
 
 
-def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
+def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool = False, pool: str = "",
+               stage_kv: bool = False):
     """Both state layouts, chosen at run time by the VK scalar (one kernel for every task shape).
-    `vsplit` CTAs share a (value head, sequence), each V / vsplit columns (more CTAs at small B)."""
+    `vsplit` CTAs share a (value head, sequence), each V / vsplit columns (more CTAs at small B).
+
+    inplace = False (the task's interface): `state` [B, HV, .., ..] is read-only and the new states go
+    to slot idx[b] of a separate `state_out` of the same shape. inplace = True (the serving form): one
+    read-write pool `state` [P, HV, .., ..] of P >= B slots (scalar P); sequence b's state is read
+    from and written back to row idx[b]. Every thread stores exactly the state elements it loaded,
+    after loading them, so a CTA never writes what another thread reads; CTAs of distinct sequences
+    touch disjoint rows when the idx entries are distinct (the caller's contract, as in fla).
+    `pool` = "P" gives the copying form a pool of P slots too (state and state_out [P, ..]);
+    the default is the task's P = B ("B"), and "P" for the in-place form.
+
+    stage_kv: the [K, V] layout's state moves between global memory and the warps' column tiles
+    through shared memory (rows padded by 4 floats: lanes reading rows lane + 32 i hit distinct
+    banks): the CTA copies its [K, VC] slab in by cp.async, issued before the token inputs load, and
+    stores it back from a CTA-wide tile, whole rows per instruction (VC * 4 contiguous bytes per
+    row), instead of each lane touching its own 32-byte piece of 32 rows (32 distinct lines per warp
+    instruction, an L1 wavefront per line)."""
     assert V % (vw * vsplit) == 0
     warps = V // (vw * vsplit)
     grid = ["HV", "B"] + ([vsplit] if vsplit > 1 else [])
-    kb = KernelBuilder(f"kda_decode_{vw}_{vsplit}", arch=arch, grid=grid, threads=32 * warps,
+    name = (f"kda_decode_{vw}_{vsplit}" + ("_inplace" if inplace else "_pool" if pool == "P" else "")
+            + ("_stagekv" if stage_kv else ""))
+    kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * warps,
                        note="KDA decode step, state pool gathered by index; VK picks the state layout")
     kb.const(K=K, V=V, VW=vw, VC=V // vsplit)
+    pool = pool or ("P" if inplace else "B")
+    assert pool in ("B", "P"), pool
+    _declare_params(kb, pool, inplace)
+    _declare_buffers(kb, vw, vsplit, stage_kv)
+    dst = "state" if inplace else "state_out"
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("b", "bid.y")
+        r.let("hv", "bid.x")
+        r.let("h", "hv / (HV / H)")            # grouped value heads read q/k head hv // (HV / H)
+        r.let("slot", f"ld(idx, b, 0, {pool} - 1)")  # the sequence's state in the pool
+        r.let("v0", ("bid.z * VC + " if vsplit > 1 else "") + "role_warp * VW")
+        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
+        r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
+        r.map("bl", "sigmoid(bl)")
+        r.ldg(tile("v", ["b", "hv", "v0"], [1, 1, vw]), tile("vv"), vec_bytes=2, id="load_v")
+        with r.if_("VK == 1", id="layout_vk"):
+            _step_vk(r, vw, dst)
+        with r.else_():
+            _step_kv(r, vw, vsplit, dst, stage_kv)
+        with r.if_("lane == 0"):
+            r.stg(tile("ov"), tile("o", ["b", "hv", "v0"], [1, 1, vw]), vec_bytes=2, id="store_o")
+    return kb.build()
+
+
+def _declare_params(kb, pool: str, inplace: bool):
+    """Scalars and tensors: the pool of `pool` slots, read-write in place, else read + state_out."""
     kb.scalar("B", min=1)
+    if pool == "P":
+        kb.scalar("P", min=1)
     kb.scalar("H", min=1)
     kb.scalar("HV", min=1)
     kb.scalar("SAFE", min=0, max=1)
@@ -46,10 +93,15 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
     kb.tensor("A_log", "f32", ["HV"])
     kb.tensor("dt_bias", "f32", ["HV", "K"])
     # [B, HV, V, K] (VK = 1) or [B, HV, K, V] (VK = 0): K = V, so one declared shape covers both
-    kb.tensor("state", "f32", ["B", "HV", "V", "K"])
+    kb.tensor("state", "f32", [pool, "HV", "V", "K"], access="readwrite" if inplace else "read")
     kb.tensor("idx", "i32", ["B"])
     kb.tensor("o", "bf16", ["B", "HV", "V"], access="write")
-    kb.tensor("state_out", "f32", ["B", "HV", "V", "K"], access="write")
+    if not inplace:
+        kb.tensor("state_out", "f32", [pool, "HV", "V", "K"], access="write")
+
+
+def _declare_buffers(kb, vw: int, vsplit: int, stage_kv: bool):
+    """Register tiles of both layouts' paths (never live together), the staged slab's, per-thread rows."""
     # VK = 1: S^T rows [VW, K] per warp, each lane 4 consecutive K columns of every row (vec 4)
     vec = dict(layout="blocked", vec=4, scope="warp")
     for n in ("qf", "kf", "gf", "af"):
@@ -64,6 +116,11 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
     kb.buffer("dc", "reg", "f32", [1, K], **col)
     kb.buffer("Sc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
     kb.buffer("Tc", "reg", "f32", [1, 1, K, vw], layout="blocked", vec=vw, scope="warp")
+    if stage_kv:
+        # the CTA's slab on its way out, 16-byte chunks dealt round-robin (rows whole per few threads);
+        # its smem copy padded by 4 floats a row so that lanes reading rows lane + 32 i hit distinct banks
+        kb.buffer("Sx", "reg", "f32", [1, 1, K, V // vsplit], layout="blocked", vec=4, scope="cta")
+        kb.buffer("sS", "smem", "f32", [1, 1, K, V // vsplit], pad=4)
     # per-thread scalars and rows
     kb.buffer("al", "reg", "f32", [1], scope="thread")
     kb.buffer("bl", "reg", "f32", [1, 1], scope="thread")
@@ -72,64 +129,90 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80"):
     kb.buffer("vv", "reg", "f32", [1, 1, vw], scope="thread")
     kb.buffer("u", "reg", "f32", [1, 1, vw, 1], scope="thread")
     kb.buffer("ov", "reg", "f32", [1, 1, vw], scope="thread")
-    with kb.role("main", warps=(0, warps)) as r:
-        r.let("b", "bid.y")
-        r.let("hv", "bid.x")
-        r.let("h", "hv / (HV / H)")            # grouped value heads read q/k head hv // (HV / H)
-        r.let("slot", "ld(idx, b, 0, B - 1)")  # the sequence's state in the pool
-        r.let("v0", ("bid.z * VC + " if vsplit > 1 else "") + "role_warp * VW")
-        r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
-        r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
-        r.map("bl", "sigmoid(bl)")
-        r.ldg(tile("v", ["b", "hv", "v0"], [1, 1, vw]), tile("vv"), vec_bytes=2, id="load_v")
-        with r.if_("VK == 1", id="layout_vk"):
-            r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qf"), oob="zfill", vec_bytes=8)
-            r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kf"), oob="zfill", vec_bytes=8)
-            r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gf"), vec_bytes=8)
-            r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
-            r.ldg(tile("state", ["slot", "hv", "v0", 0], [1, 1, vw, K]), tile("S"), vec_bytes=16, id="gather_state")
-            r.map("gf", gate_expr("gf", "db"), id="gate")
-            r.map("af", "exp(gf)")
-            r.reduce("sum_sq", "qf", "qs", axis=2, id="q_norm")
-            r.reduce("sum_sq", "kf", "ks", axis=2, id="k_norm")
-            r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
-            r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
-            # S <- S * exp(g); u <- beta * (v - S^T k); S <- S + k u^T; o <- S^T q
-            r.map("S", "S * af", id="decay")
-            r.map("T", "S * kf")
-            r.reduce("sum", "T", "u", axis=3, id="state_times_k")
-            r.map("u", "bl * (vv - u)", id="delta")
-            r.map("S", "S + u * kf", id="rank1_update")
-            r.stg(tile("S"), tile("state_out", ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16,
-                  id="scatter_state")
-            r.map("T", "S * qf")
-            r.reduce("sum", "T", "ov", axis=3, id="output")
-        with r.else_():
-            r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qc"), oob="zfill", vec_bytes=2)
-            r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kc"), oob="zfill", vec_bytes=2)
-            r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gc"), vec_bytes=2)
-            r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dc"), vec_bytes=4)
-            # state [.., K, V]: rows k, this warp's VW columns (32 contiguous bytes per lane and row)
-            r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
-                  id="gather_state_kv")
-            r.map("gc", gate_expr("gc", "dc"), id="gate_kv")
-            r.map("ac", "exp(gc)")
-            r.reduce("sum_sq", "qc", "qs", axis=2)
-            r.reduce("sum_sq", "kc", "ks", axis=2)
-            r.map("qc", f"qc * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
-            r.map("kc", f"kc * rsqrt(ks + {L2_EPS!r})")
-            r.map("Sc", "Sc * ac", id="decay_kv")
-            r.map("Tc", "Sc * kc")
-            r.reduce("sum", "Tc", "u", axis=2, id="state_times_k_kv")   # u: one value per column
-            r.map("u", "bl * (vv - u)", id="delta_kv")
-            r.map("Sc", "Sc + kc * u", id="rank1_update_kv")
-            r.stg(tile("Sc"), tile("state_out", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
-                  id="scatter_state_kv")
-            r.map("Tc", "Sc * qc")
-            r.reduce("sum", "Tc", "ov", axis=2, id="output_kv")
-        with r.if_("lane == 0"):
-            r.stg(tile("ov"), tile("o", ["b", "hv", "v0"], [1, 1, vw]), vec_bytes=2, id="store_o")
-    return kb.build()
+
+
+def _step_vk(r, vw: int, dst: str):
+    """VK = 1: this warp's S^T rows [VW, K]; the sums over K are row reductions (a shuffle tree)."""
+    r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qf"), oob="zfill", vec_bytes=8)
+    r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kf"), oob="zfill", vec_bytes=8)
+    r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gf"), vec_bytes=8)
+    r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("db"), vec_bytes=16)
+    r.ldg(tile("state", ["slot", "hv", "v0", 0], [1, 1, vw, K]), tile("S"), vec_bytes=16, id="gather_state")
+    r.map("gf", gate_expr("gf", "db"), id="gate")
+    r.map("af", "exp(gf)")
+    r.reduce("sum_sq", "qf", "qs", axis=2, id="q_norm")
+    r.reduce("sum_sq", "kf", "ks", axis=2, id="k_norm")
+    r.map("qf", f"qf * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+    r.map("kf", f"kf * rsqrt(ks + {L2_EPS!r})")
+    # S <- S * exp(g); u <- beta * (v - S^T k); S <- S + k u^T; o <- S^T q
+    r.map("S", "S * af", id="decay")
+    r.map("T", "S * kf")
+    r.reduce("sum", "T", "u", axis=3, id="state_times_k")
+    r.map("u", "bl * (vv - u)", id="delta")
+    r.map("S", "S + u * kf", id="rank1_update")
+    r.stg(tile("S"), tile(dst, ["slot", "hv", "v0", 0], [1, 1, vw, K]), vec_bytes=16,
+          id="scatter_state")
+    r.map("T", "S * qf")
+    r.reduce("sum", "T", "ov", axis=3, id="output")
+
+
+def _step_kv(r, vw: int, vsplit: int, dst: str, stage_kv: bool):
+    """VK = 0: this warp's S columns [K, VW]; the sums over K are column reductions over the warp."""
+    if stage_kv:            # the slab's copy is in flight while the token inputs load
+        _stage_issue(r, vsplit)
+    r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qc"), oob="zfill", vec_bytes=2)
+    r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kc"), oob="zfill", vec_bytes=2)
+    r.ldg(tile("g", ["b", "hv", 0], [1, 1, K]), tile("gc"), vec_bytes=2)
+    r.ldg(tile("dt_bias", ["hv", 0], [1, K]), tile("dc"), vec_bytes=4)
+    # state [.., K, V]: rows k, this warp's VW columns (32 contiguous bytes per lane and row)
+    if stage_kv:
+        _stage_land(r, vw)
+    else:
+        r.ldg(tile("state", ["slot", "hv", 0, "v0"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16,
+              id="gather_state_kv")
+    r.map("gc", gate_expr("gc", "dc"), id="gate_kv")
+    r.map("ac", "exp(gc)")
+    r.reduce("sum_sq", "qc", "qs", axis=2)
+    r.reduce("sum_sq", "kc", "ks", axis=2)
+    r.map("qc", f"qc * rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")
+    r.map("kc", f"kc * rsqrt(ks + {L2_EPS!r})")
+    r.map("Sc", "Sc * ac", id="decay_kv")
+    r.map("Tc", "Sc * kc")
+    r.reduce("sum", "Tc", "u", axis=2, id="state_times_k_kv")   # u: one value per column
+    r.map("u", "bl * (vv - u)", id="delta_kv")
+    r.map("Sc", "Sc + kc * u", id="rank1_update_kv")
+    if stage_kv:
+        _stage_out(r, vsplit, vw, dst)
+    else:
+        r.stg(tile("Sc"), tile(dst, ["slot", "hv", 0, "v0"], [1, 1, K, vw]), vec_bytes=16,
+              id="scatter_state_kv")
+    r.map("Tc", "Sc * qc")
+    r.reduce("sum", "Tc", "ov", axis=2, id="output_kv")
+
+
+def _stage_issue(r, vsplit: int):
+    """The CTA's [K, VC] slab of the pool -> padded smem by cp.async, whole rows per warp instruction."""
+    c0 = "bid.z * VC" if vsplit > 1 else "0"
+    r.copy("cp_async", tile("state", ["slot", "hv", 0, c0], [1, 1, K, V // vsplit]),
+           tile("sS", [0, 0, 0, 0], [1, 1, K, V // vsplit]), vec_bytes=16, id="gather_state_kv")
+    r.sync("cp_async_commit")
+
+
+def _stage_land(r, vw: int):
+    """Wait for the slab; each warp reads its VW columns (lane l: rows l + 32 i, distinct banks)."""
+    r.sync("cp_async_wait", n=0)
+    r.sync("syncthreads")                 # every thread's part of the slab has landed
+    r.lds(tile("sS", [0, 0, 0, "role_warp * VW"], [1, 1, K, vw]), tile("Sc"), vec_bytes=16)
+
+
+def _stage_out(r, vsplit: int, vw: int, dst: str):
+    """Back out: each warp's columns -> smem -> the CTA tile Sx -> global memory, rows whole."""
+    c0 = "bid.z * VC" if vsplit > 1 else "0"
+    r.sts(tile("Sc"), tile("sS", [0, 0, 0, "role_warp * VW"], [1, 1, K, vw]), vec_bytes=16)
+    r.sync("syncthreads")                 # the whole slab is back in smem
+    r.lds(tile("sS", [0, 0, 0, 0], [1, 1, K, V // vsplit]), tile("Sx"), vec_bytes=16)
+    r.stg(tile("Sx"), tile(dst, ["slot", "hv", 0, c0], [1, 1, K, V // vsplit]), vec_bytes=16,
+          id="scatter_state_kv")
 
 
 SEEDS = {"kda_decode_sm80": lambda: kda_decode()}

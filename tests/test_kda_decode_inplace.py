@@ -1,0 +1,156 @@
+"""cakelib.kda_decode's pool modes (in place, into `out`, copying) and the decode program's in-place
+and shared-memory-staged forms: they verify and compile (sm_80, sm_90a) on the CPU, the mode logic
+refuses aliasing pools, and on a GPU (marked) every mode and plan matches the float64 recurrence with
+a pool of more slots than sequences, rows outside idx untouched."""
+import numpy as np
+import pytest
+
+from cake_ir.compiler import compile_kernel
+from cake_ir.verifier import verify
+
+VARIANTS = [dict(vw=8, vsplit=4), dict(vw=4, vsplit=8), dict(vw=8, vsplit=4, stage_kv=True),
+            dict(vw=4, vsplit=8, stage_kv=True), dict(vw=8, vsplit=2, stage_kv=True)]
+
+
+@pytest.mark.parametrize("params", VARIANTS, ids=lambda p: "_".join(f"{k}{int(v)}" for k, v in p.items()))
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "copy"])
+def test_decode_forms_verify_and_compile(params, inplace):
+    from tasks.kda_decode.programs import kda_decode
+    k = kda_decode(**params, inplace=inplace, pool="P")
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics if d.severity == "error"]
+    for arch in ("sm_80", "sm_90a"):
+        r = compile_kernel(k, arch=arch)
+        assert r.ok, [d.short() for d in r.diagnostics]
+        assert r.resources.get("spill_store_bytes", 1) == 0
+        src = r.cuda_source
+        assert "cake::ld_index(idx, b, 0, P - 1)" in src           # a slot of the P-row pool, trapped
+        if inplace:     # one read-write pool: no second pointer that could alias it
+            assert "    float* __restrict__ state," in src and "state_out" not in src
+        else:
+            assert "const float* __restrict__ state," in src and "float* __restrict__ state_out" in src
+
+
+def test_staged_kv_loads_whole_rows_and_pads_the_smem_rows():
+    from tasks.kda_decode.programs import kda_decode
+    src = compile_kernel(kda_decode(vw=8, vsplit=4, inplace=True, stage_kv=True), arch="sm_90a").cuda_source
+    assert src.count("__syncthreads()") == 2             # slab in, slab out
+    assert "* 144 +" in src                              # rows of 32 floats + 4 pad: distinct banks per lane
+    plain = compile_kernel(kda_decode(vw=8, vsplit=4, inplace=True), arch="sm_90a").cuda_source
+    assert "__syncthreads()" not in plain
+
+
+def test_unstaged_task_seed_is_unchanged():
+    # the task's interface (pool of B slots, read-only state, separate state_out)
+    from tasks.kda_decode.programs import SEEDS
+    src = compile_kernel(SEEDS["kda_decode_sm80"](), arch="sm_90a").cuda_source
+    assert "cake::ld_index(idx, b, 0, B - 1)" in src and "float* __restrict__ state_out" in src
+
+
+def test_decode_plan():
+    from cakelib.kda_attention import decode_plan
+    assert decode_plan(256, 32, "vk") == {"vw": 8, "vsplit": 4, "stage_kv": False}
+    assert decode_plan(256, 32, "kv") == {"vw": 8, "vsplit": 4, "stage_kv": True}
+    assert decode_plan(1, 32, "vk")["vw"] == 4 and decode_plan(4, 32, "kv")["vw"] == 4
+    assert decode_plan(5, 32, "vk")["vw"] == 8
+    with pytest.raises(ValueError, match="state_layout"):
+        decode_plan(1, 32, "kk")
+
+
+def test_pool_modes_and_aliasing_refusals():
+    torch = pytest.importorskip("torch")
+    from cakelib.kda_attention import _decode_pools
+    pool = torch.zeros(6, 2, 128, 128)
+    src, dst = _decode_pools(pool, True, None)
+    assert src is pool and dst is pool                       # in place: the pool itself
+    src, dst = _decode_pools(pool, False, pool)
+    assert src is pool and dst is pool                       # out=state_pool means in place
+    src, dst = _decode_pools(pool, False, None)
+    assert dst is not pool and dst.data_ptr() != pool.data_ptr() and torch.equal(dst, pool)
+    out = torch.empty_like(pool)
+    assert _decode_pools(pool, False, out)[1] is out
+    with pytest.raises(ValueError, match="overlaps"):
+        _decode_pools(pool[:3], False, pool[1:4])
+    with pytest.raises(ValueError, match="shape"):
+        _decode_pools(pool, False, torch.empty(5, 2, 128, 128))
+    with pytest.raises(ValueError, match="no `out`"):
+        _decode_pools(pool, True, out)
+    with pytest.raises(ValueError, match="contiguous"):
+        _decode_pools(pool.transpose(2, 3), True, None)
+
+
+def test_cpu_tensors_are_refused():
+    torch = pytest.importorskip("torch")
+    from cakelib import kda_decode
+    B, H, bf = 2, 2, torch.bfloat16
+    z = torch.zeros
+    with pytest.raises(TypeError, match="CUDA torch tensor"):
+        kda_decode(z(B, H, 128, dtype=bf), z(B, H, 128, dtype=bf), z(B, H, 128, dtype=bf), z(B, H, 128, dtype=bf),
+                   z(B, H, dtype=bf), z(H), z(H, 128), z(4, H, 128, 128), torch.tensor([3, 0], dtype=torch.int32),
+                   inplace=True)
+
+
+def _inputs(B: int, P: int, HV: int, safe: int, vk: int, seed: int):
+    """Task inputs for B sequences with a pool of P > B slots: idx picks B distinct slots."""
+    from tasks.kda.task import DECODE_TASK, state_values
+    shape = {"B": B, "H": 2, "HV": HV, "SAFE": safe, "VK": vk}
+    x = DECODE_TASK.make_inputs(shape, seed=seed)
+    rng = np.random.default_rng(seed)
+    x["state"] = state_values((P,) + x["state"].shape[1:], rng)
+    x["idx"] = rng.choice(P, B, replace=False).astype(np.int32)
+    return shape, x
+
+
+def _gpu():
+    from gpu_backend.driver import gpu_available
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    return pytest.importorskip("torch")
+
+
+def _torch_inputs(torch, x: dict) -> dict:
+    bf = ("q", "k", "v", "g", "beta")
+    return {n: torch.as_tensor(np.asarray(a)).to("cuda", torch.bfloat16 if n in bf else
+                                               torch.int32 if n == "idx" else torch.float32)
+            for n, a in x.items()}
+
+
+def _rel(a, b) -> float:
+    a = a.double().cpu().numpy()
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [None] + VARIANTS, ids=lambda p: "plan" if p is None else
+                         "_".join(f"{k}{int(v)}" for k, v in p.items()))
+@pytest.mark.parametrize("vk,safe", [(1, 1), (0, 0), (0, 1), (1, 0)])
+def test_inplace_matches_float64_and_keeps_other_rows(params, vk, safe):
+    torch = _gpu()
+    from cakelib import kda_decode
+    from tasks.kda import reference as R
+    shape, x = _inputs(B=5, P=13, HV=4, safe=safe, vk=vk, seed=7 + vk + 2 * safe)
+    o_ref, pool_ref = R.kda_decode(x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], x["state"],
+                                   x["idx"], safe=bool(safe), layout="vk" if vk else "kv")
+    t = _torch_inputs(torch, x)
+    pool = t["state"]
+    before = pool.clone()
+    snap = before.clone()
+    args = [t[n] for n in ("q", "k", "v", "g", "beta", "A_log", "dt_bias")]
+    o, out = kda_decode(*args, pool, t["idx"], safe_gate=bool(safe), state_layout="vk" if vk else "kv",
+                        inplace=True, plan=params)
+    torch.cuda.synchronize()
+    assert out is pool
+    assert _rel(o, o_ref) <= 5e-3 and _rel(pool[t["idx"].long()], pool_ref[x["idx"]]) <= 5e-3
+    rest = torch.ones(pool.shape[0], dtype=torch.bool, device="cuda")
+    rest[t["idx"].long()] = False
+    assert torch.equal(pool[rest], before[rest])              # rows not in idx: bit for bit
+    # the copying mode and out= from the same inputs: the input pool untouched
+    o2, copy = kda_decode(*args, before, t["idx"], safe_gate=bool(safe), state_layout="vk" if vk else "kv",
+                          plan=params)
+    dst = torch.full_like(before, 7.0)
+    o3, into = kda_decode(*args, before, t["idx"], safe_gate=bool(safe), state_layout="vk" if vk else "kv",
+                          out=dst, plan=params)
+    torch.cuda.synchronize()
+    assert into is dst and copy is not before
+    assert _rel(copy, pool_ref) <= 5e-3 and _rel(o2, o_ref) <= 5e-3 and _rel(o3, o_ref) <= 5e-3
+    assert torch.equal(copy[rest], before[rest]) and torch.equal(before, snap)   # the input pool untouched
+    assert _rel(into[t["idx"].long()], pool_ref[x["idx"]]) <= 5e-3 and bool((into[rest] == 7.0).all())
