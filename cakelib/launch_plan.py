@@ -1,0 +1,124 @@
+"""Launch plans: what a repeated library call at the same configuration launches, packed once.
+
+A small kNN / k-means call is bound by its host path (bench/results/knn-host-overhead-h200.json: ~80 us a
+call, the kernel a fraction of it). A plan holds, per kernel launch, cuLaunchKernel's argument tuple
+(function, grid, block, shared memory, stream, packed argument array) and the packed array's pointer
+slots of the per-call tensors; workspaces, scalars and plan-owned scratch stay packed. A repeat call
+writes its tensors' device pointers into the slots and calls the driver once per kernel.
+
+Plans live in the device's Runtime (`Runtime.plans`, dropped with the workspaces they point into) and
+are made by the general path of a call (which did every check) from a fresh `Runtime.prepare`. A
+launch whose per-call tensor is a TMA descriptor (the descriptor encodes the pointer) gets no plan.
+
+torch is imported only once a plan for torch tensors is made (`Torch.load`).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+MAX_PLANS = 256   # per device; a caller cycling through more shapes re-plans (like Runtime._prepared)
+
+
+class Torch:
+    """torch's pieces the fast paths read, bound once: the tensor type (exact type: a subclass takes the
+    general path), dtypes, the current raw stream (an int, no Stream object) and empty()."""
+    tensor = None          # None until load(): no call has been planned for torch tensors
+    f16 = f32 = i32 = None
+    raw_stream = None
+    empty = None
+
+    @classmethod
+    def load(cls) -> None:
+        if cls.tensor is not None:
+            return
+        import torch
+        cls.f16, cls.f32, cls.i32 = torch.float16, torch.float32, torch.int32
+        cls.raw_stream = torch._C._cuda_getCurrentRawStream
+        cls.empty = torch.empty
+        cls.tensor = torch.Tensor
+
+
+def current_stream(device: int) -> int:
+    """torch's current CUDA stream on `device` as the driver's handle (torch.cuda.current_stream's
+    .cuda_stream without building a Stream object)."""
+    Torch.load()
+    return int(Torch.raw_stream(device))
+
+
+class PlannedLaunch:
+    """One kernel's or Program's launches with the per-call tensors' pointer slots. `bind(ptrs)` writes
+    the pointers (in `names` order), `fire()` launches; the driver copies the arguments at launch, so
+    the next bind never races a launch in flight."""
+
+    def __init__(self, calls: list, slots: list, keep):
+        self.calls = calls     # cuLaunchKernel argument tuples, in launch order
+        self.slots = slots     # per name: the c_void_p cells holding its pointer
+        self.keep = keep       # the prepared launch (packed arrays the tuples point into)
+
+    def bind(self, ptrs: Sequence[int]) -> None:
+        for cells, p in zip(self.slots, ptrs):
+            for c in cells:
+                c.value = p
+
+    def fire(self) -> None:
+        launch = _driver_launch()
+        for args in self.calls:
+            err = launch(*args)[0]
+            if err:
+                from gpu_backend.driver import CudaError
+                raise CudaError("cuLaunchKernel", err)
+
+    def run(self, ptrs: Sequence[int]) -> None:
+        self.bind(ptrs)
+        self.fire()
+
+
+def plan_launch(rt, kern, tensors: dict, scalars: dict, stream: int, names: Sequence[str]) -> Optional[PlannedLaunch]:
+    """A PlannedLaunch of `kern` with these buffers (the per-call ones named by `names`, bound per call),
+    None where a per-call tensor is passed as a TMA descriptor."""
+    from gpu_backend.runner import CompiledProgram
+    prepared = rt.prepare(kern, tensors, scalars, stream)
+    pairs = (list(zip(kern.kernels, prepared[0])) if isinstance(kern, CompiledProgram) else [(kern, prepared)])
+    calls, slots = [], [[] for _ in names]
+    index = {n: i for i, n in enumerate(names)}
+    for ck, (grid, addr, keep) in pairs:
+        for arg, cell in zip(ck.loaded.signature, keep):
+            i = index.get(arg["name"])
+            if i is None:
+                continue
+            if arg["kind"] != "ptr":
+                return None
+            slots[i].append(cell)
+        calls.append(ck.loaded.launch_args(grid, addr, stream))
+    return PlannedLaunch(calls, slots, prepared)
+
+
+def remember(rt, key, plan) -> None:
+    """Keep `plan` (a call's plan object, or None: the configuration takes the general path) under `key`."""
+    if len(rt.plans) >= MAX_PLANS:
+        rt.plans.clear()
+    rt.plans[key] = plan
+
+
+def set_context(rt) -> None:
+    """Make the runtime's context current on this thread (what `cakelib.runtime.runtime` does per call)."""
+    err = _driver().cuCtxSetCurrent(rt.ctx)[0]
+    if err:
+        from gpu_backend.driver import CudaError
+        raise CudaError("cuCtxSetCurrent", err)
+
+
+_DRIVER = None
+
+
+def _driver():
+    """cuda.bindings.driver, imported once (its functions are looked up per call: one attribute read)."""
+    global _DRIVER
+    if _DRIVER is None:
+        from cuda.bindings import driver
+        _DRIVER = driver
+    return _DRIVER
+
+
+def _driver_launch():
+    return (_DRIVER or _driver()).cuLaunchKernel
