@@ -14,6 +14,7 @@ torch is imported only once a plan for torch tensors is made (`Torch.load`).
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Optional, Sequence
 
 MAX_PLANS = 256   # per device; a caller cycling through more shapes re-plans (like Runtime._prepared)
@@ -46,19 +47,18 @@ def current_stream(device: int) -> int:
 
 
 class PlannedLaunch:
-    """One kernel's or Program's launches with the per-call tensors' pointer slots. `bind(ptrs)` writes
-    the pointers (in `names` order), `fire()` launches; the driver copies the arguments at launch, so
-    the next bind never races a launch in flight."""
+    """One kernel's or Program's launches with the per-call tensors' pointers in one array (`cells`, in
+    `names` order), which every launch's packed arguments point at. `bind(ptrs)` writes the pointers,
+    `fire()` launches; the driver copies the arguments at launch, so the next bind never races a launch
+    in flight (concurrent callers of one plan hold its lock around bind + fire)."""
 
-    def __init__(self, calls: list, slots: list, keep):
+    def __init__(self, calls: list, cells, keep):
         self.calls = calls     # cuLaunchKernel argument tuples, in launch order
-        self.slots = slots     # per name: the c_void_p cells holding its pointer
+        self.cells = cells     # ctypes uint64 array: the per-call tensors' device pointers
         self.keep = keep       # the prepared launch (packed arrays the tuples point into)
 
     def bind(self, ptrs: Sequence[int]) -> None:
-        for cells, p in zip(self.slots, ptrs):
-            for c in cells:
-                c.value = p
+        self.cells[:] = ptrs
 
     def fire(self) -> None:
         launch = _driver_launch()
@@ -75,22 +75,31 @@ class PlannedLaunch:
 
 def plan_launch(rt, kern, tensors: dict, scalars: dict, stream: int, names: Sequence[str]) -> Optional[PlannedLaunch]:
     """A PlannedLaunch of `kern` with these buffers (the per-call ones named by `names`, bound per call),
-    None where a per-call tensor is passed as a TMA descriptor."""
+    None where a per-call tensor is passed as a TMA descriptor. The fresh prepared launch's void**
+    entries of the per-call tensors are pointed at the plan's cells."""
     from gpu_backend.runner import CompiledProgram
     prepared = rt.prepare(kern, tensors, scalars, stream)
     pairs = (list(zip(kern.kernels, prepared[0])) if isinstance(kern, CompiledProgram) else [(kern, prepared)])
-    calls, slots = [], [[] for _ in names]
     index = {n: i for i, n in enumerate(names)}
-    for ck, (grid, addr, keep) in pairs:
-        for arg, cell in zip(ck.loaded.signature, keep):
+    cells = (ctypes.c_uint64 * len(names))(*(int(_ptr_of(tensors[n])) for n in names))
+    calls = []
+    for ck, (grid, addr, _keep) in pairs:
+        signature = ck.loaded.signature
+        slots = (ctypes.c_void_p * max(1, len(signature))).from_address(addr)
+        for j, arg in enumerate(signature):
             i = index.get(arg["name"])
             if i is None:
                 continue
             if arg["kind"] != "ptr":
                 return None
-            slots[i].append(cell)
+            slots[j] = ctypes.addressof(cells) + i * ctypes.sizeof(ctypes.c_uint64)
         calls.append(ck.loaded.launch_args(grid, addr, stream))
-    return PlannedLaunch(calls, slots, prepared)
+    return PlannedLaunch(calls, cells, prepared)
+
+
+def _ptr_of(t) -> int:
+    from gpu_backend.runner import _ptr_shape
+    return _ptr_shape(t)[0]
 
 
 def remember(rt, key, plan) -> None:

@@ -2,142 +2,27 @@
 call launches exactly what the general path launches for the same tensors (kernel, grid, block, shared
 memory, stream and every argument value), and a changed shape, dtype, stream or out= misses the plan.
 
-The doubles sit at the library's boundaries only: a minimal `torch` module (tensors are pointers with a
-shape; no torch is installed here), and the CUDA driver (context, module load, workspace allocation and
-cuLaunchKernel, which records the arguments it was given). Kernels are the real IR, compiled by NVRTC."""
-import ctypes
-import itertools
+The doubles (tests/launch_doubles.py) sit at the library's boundaries only: a minimal `torch` module and
+the CUDA driver, whose cuLaunchKernel records the arguments it was given. Kernels are the real IR,
+compiled by NVRTC."""
 import sys
 import threading
-import types
 
 import pytest
+from launch_doubles import FakeTensor, install
 
-from cakelib import launch_plan
 from cakelib import runtime as rt_mod
 
-_PTRS = itertools.count(0x7000_0000, 0x10_0000)
-
-
-class FakeDevice:
-    type, index = "cuda", 0
-
-    def __eq__(self, other):
-        return isinstance(other, FakeDevice) and other.index == self.index
-
-    def __hash__(self):
-        return hash(("cuda", self.index))
-
-
-class FakeTensor:
-    """A torch CUDA tensor as the library reads it: pointer, shape, dtype, device, contiguity."""
-    is_cuda = True
-
-    def __init__(self, shape, dtype, ptr=None):
-        self.shape, self.dtype, self.device = tuple(int(s) for s in shape), dtype, FakeDevice()
-        self.ptr = next(_PTRS) if ptr is None else ptr
-
-    def data_ptr(self):
-        return self.ptr
-
-    def get_device(self):
-        return self.device.index
-
-    def is_contiguous(self):
-        return True
-
-    def contiguous(self):
-        return self
-
-    def to(self, dtype):
-        return self if dtype is self.dtype else FakeTensor(self.shape, dtype)
-
-    def reshape(self, shape):
-        return FakeTensor(shape, self.dtype, self.ptr)
-
-
-FakeTensor.__module__ = "torch"     # what cakelib.arrays recognises a torch tensor by
-
-
 @pytest.fixture
-def fake_torch(monkeypatch):
-    torch = types.ModuleType("torch")
-    torch.float16, torch.float32, torch.int32 = "torch.float16", "torch.float32", "torch.int32"
-    torch.Tensor = FakeTensor
-    torch.current = 5                                     # the current stream's raw handle
-    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda dev: torch.current)
-    torch.empty = lambda shape, dtype, device: FakeTensor(shape, dtype)
-    torch.as_tensor = None
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    for name in ("tensor", "f16", "f32", "i32", "raw_stream", "empty"):
-        monkeypatch.setattr(launch_plan.Torch, name, None)
-    return torch
-
-
-class RecordingDriver:
-    """cuLaunchKernel / cuCtxSetCurrent doubles: each launch is decoded (argument values read back through
-    its void** array by the kernel's signature) when it is made, as the driver copies them."""
-
-    def __init__(self):
-        self.launches, self.contexts = [], 0
-
-    def launch(self, fn, gx, gy, gz, bx, by, bz, smem, stream, addr, extra):
-        from cuda.bindings import driver
-        name, signature = fn
-        ptrs = (ctypes.c_void_p * len(signature)).from_address(addr)
-        ct = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
-              "f32": ctypes.c_float}
-        vals = tuple((a["name"], ct["ptr" if a["kind"] == "ptr" else a["dtype"]].from_address(p).value)
-                     for a, p in zip(signature, ptrs))
-        self.launches.append((name, (gx, gy, gz), (bx, by, bz), smem, int(stream), vals))
-        return (driver.CUresult.CUDA_SUCCESS,)
-
-    def set_context(self, ctx):
-        from cuda.bindings import driver
-        self.contexts += 1
-        return (driver.CUresult.CUDA_SUCCESS,)
-
-
-class CountingRuntime(rt_mod.Runtime):
-    """The real Runtime, counting the general path's fresh preparations (a planned call makes none)."""
-    prepares = 0
-
-    def prepare(self, *a, **kw):
-        self.prepares += 1
-        return super().prepare(*a, **kw)
-
-
-@pytest.fixture
-def rt(monkeypatch, fake_torch):
-    from cuda.bindings import driver as cu
-
-    from gpu_backend import driver as gd
-    from gpu_backend import memory
-    from gpu_backend.module import LoadedKernel
-    rec = RecordingDriver()
-    monkeypatch.setattr(cu, "cuLaunchKernel", rec.launch)
-    monkeypatch.setattr(cu, "cuCtxSetCurrent", rec.set_context)
-    monkeypatch.setattr(gd, "context", lambda ordinal=0: (ordinal, "ctx"))
-    monkeypatch.setattr(gd, "properties", lambda ordinal=0: {"cc": (9, 0), "sms": 132, "name": "fake H200"})
-    monkeypatch.setattr(LoadedKernel, "load", classmethod(
-        lambda cls, cubin, name, smem, threads, signature, device=0: cls(None, (name, signature), name, smem,
-                                                                         threads, signature)))
-
-    class FakeArray:
-        def __init__(self, shape, dtype):
-            self.ptr, self.shape, self.dtype = next(_PTRS), tuple(shape), dtype
-
-        def fill_bits(self, bits):
-            pass
-
-        def free(self):
-            pass
-    monkeypatch.setattr(memory.DeviceArray, "alloc", classmethod(lambda cls, shape, dtype: FakeArray(shape, dtype)))
-    monkeypatch.setattr(memory, "synchronize", lambda: None)
-    runtime = CountingRuntime(0)
-    runtime.rec = rec
-    monkeypatch.setitem(rt_mod._RUNTIMES, 0, runtime)
+def rt(monkeypatch):
+    runtime, torch = install(monkeypatch.setattr, monkeypatch.setitem)
+    runtime.torch = torch
     return runtime
+
+
+@pytest.fixture
+def fake_torch(rt):
+    return rt.torch
 
 
 def _general_path_launches(rt, call):
