@@ -67,7 +67,7 @@ def knn(queries, database, k, metric, out):
         return None
     shape = plan.out_shape
     if out is not None:
-        I, Dist = out
+        I, Dist = out[0], out[1]
         if not (_output_ok(I, shape, Torch.i32, dev) and _output_ok(Dist, shape, Torch.f32, dev)):
             return None
     else:
@@ -109,7 +109,7 @@ def kmeans(x, k, iters, init, out):
     if plan is None or plan.first is None or plan.table is not table("kmeans") or init.get_device() != dev:
         return None
     if out is not None:
-        C, A = out
+        C, A = out[0], out[1]
         if not (_output_ok(C, plan.c_shape, Torch.f32, dev) and _output_ok(A, plan.a_shape, Torch.i32, dev)):
             return None
     else:

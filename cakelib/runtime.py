@@ -56,7 +56,7 @@ class Runtime:
     def launch(self, kern, tensors: dict, scalars: dict, stream: int = 0) -> None:
         """Launch with argument packing cached per (buffers, scalars): a k-means loop alternates between
         two argument sets, so packing (grid and shape checks, ctypes) runs once per set, not per launch."""
-        from gpu_backend.runner import CompiledProgram, _ptr_shape
+        from gpu_backend.runner import _ptr_shape
         key = (id(kern), tuple((n, *_flat(_ptr_shape(t))) for n, t in sorted(tensors.items())),
                tuple(sorted(scalars.items())), stream)
         prepared = self._prepared.get(key)

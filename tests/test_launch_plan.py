@@ -47,7 +47,6 @@ def test_knn_repeat_call_launches_what_the_general_path_launches(rt, fake_torch)
     xq, xb = FakeTensor((3, 128), f16), FakeTensor((50, 128), f16)
     knn(xq, xb, 10)                                              # general path: plans the call
     xq2, xb2 = FakeTensor((3, 128), f16), FakeTensor((50, 128), f16)
-    out = (FakeTensor((3, 10), fake_torch.int32), FakeTensor((3, 10), fake_torch.float32))
     (I, D), fast = _planned_launches(rt, lambda: knn(xq2, xb2, 10))
     assert I.shape == (3, 10) and I.dtype == fake_torch.int32 and D.dtype == fake_torch.float32
     fast_ptrs = {n: v for launch in fast for n, v in launch[5]}    # a Program: search + merge kernels
