@@ -14,6 +14,6 @@ stamp "check rc=$?"
 grep -E "^check|Error" $OUT/host-check.log | head -12
 LEFT=$(( 84 - ($(date +%s) - T0) ))
 timeout $LEFT $PY bench/knn_host_overhead.py time --check $OUT/host-check.json --out $OUT/host-overhead.json \
-  --deadline-s $(( LEFT - 14 )) > $OUT/host-overhead.log 2>&1
+  --calls 100 --deadline-s $(( LEFT - 14 )) > $OUT/host-overhead.log 2>&1
 stamp "time rc=$?"
 grep -vE "^\s*$" $OUT/host-overhead.log | tail -48

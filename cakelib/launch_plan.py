@@ -1,10 +1,11 @@
 """Launch plans: what a repeated library call at the same configuration launches, packed once.
 
 A small kNN / k-means call is bound by its host path (bench/results/knn-host-overhead-h200.json: ~80 us a
-call, the kernel a fraction of it). A plan holds, per kernel launch, cuLaunchKernel's argument tuple
-(function, grid, block, shared memory, stream, packed argument array) and the packed array's pointer
-slots of the per-call tensors; workspaces, scalars and plan-owned scratch stay packed. A repeat call
-writes its tensors' device pointers into the slots and calls the driver once per kernel.
+call through the general path). A plan holds, per kernel launch, cuLaunchKernel's argument tuple
+(function, grid, block, shared memory, stream, packed argument array), and one array of the per-call
+tensors' device pointers that those packed arrays point at; workspaces, scalars and plan-owned scratch
+stay packed. A repeat call writes its tensors' pointers into that array and calls the driver once per
+kernel.
 
 Plans live in the device's Runtime (`Runtime.plans`, dropped with the workspaces they point into) and
 are made by the general path of a call (which did every check) from a fresh `Runtime.prepare`. A
@@ -34,7 +35,8 @@ class Torch:
             return
         import torch
         cls.f16, cls.f32, cls.i32 = torch.float16, torch.float32, torch.int32
-        cls.raw_stream = torch._C._cuda_getCurrentRawStream
+        cls.raw_stream = (getattr(torch._C, "_cuda_getCurrentRawStream", None)
+                          or (lambda device: torch.cuda.current_stream(device).cuda_stream))
         cls.empty = torch.empty
         cls.tensor = torch.Tensor
 
