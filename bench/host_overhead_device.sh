@@ -11,7 +11,7 @@ T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 timeout 35 $PY bench/knn_host_overhead.py check --out $OUT/host-check.json > $OUT/host-check.log 2>&1
 stamp "check rc=$?"
-grep -E "^check|Error" $OUT/host-check.log | head -12
+grep -E "^check|Error" $OUT/host-check.log | cut -c1-300 | head -12
 LEFT=$(( 84 - ($(date +%s) - T0) ))
 timeout $LEFT $PY bench/knn_host_overhead.py time --check $OUT/host-check.json --out $OUT/host-overhead.json \
   --calls 100 --deadline-s $(( LEFT - 14 )) > $OUT/host-overhead.log 2>&1
