@@ -41,14 +41,16 @@ def _planned_launches(rt, call):
     return res, rt.rec.launches[n:]
 
 
-def test_knn_repeat_call_launches_what_the_general_path_launches(rt, fake_torch):
+# the table's picks there: a split search + merge kernel (mma.sync), a wgmma Program with its norms kernel
+@pytest.mark.parametrize("Q, M", [(3, 50), (4096, 33)])
+def test_knn_repeat_call_launches_what_the_general_path_launches(rt, fake_torch, Q, M):
     from cakelib import knn
     f16 = fake_torch.float16
-    xq, xb = FakeTensor((3, 128), f16), FakeTensor((50, 128), f16)
+    xq, xb = FakeTensor((Q, 128), f16), FakeTensor((M, 128), f16)
     knn(xq, xb, 10)                                              # general path: plans the call
-    xq2, xb2 = FakeTensor((3, 128), f16), FakeTensor((50, 128), f16)
+    xq2, xb2 = FakeTensor((Q, 128), f16), FakeTensor((M, 128), f16)
     (I, D), fast = _planned_launches(rt, lambda: knn(xq2, xb2, 10))
-    assert I.shape == (3, 10) and I.dtype == fake_torch.int32 and D.dtype == fake_torch.float32
+    assert I.shape == (Q, 10) and I.dtype == fake_torch.int32 and D.dtype == fake_torch.float32
     fast_ptrs = {n: v for launch in fast for n, v in launch[5]}    # a Program: search + merge kernels
     assert fast_ptrs["Xq"] == xq2.ptr and fast_ptrs["Xb"] == xb2.ptr and fast_ptrs["I"] == I.ptr
     slow = _general_path_launches(rt, lambda: knn(xq2, xb2, 10, out=(I, D)))
