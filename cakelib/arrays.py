@@ -155,7 +155,9 @@ def release(*args: Optional[Arg]) -> None:
 
 
 def stream_of(arg: Arg) -> int:
+    """The stream a call launches on: torch's current stream on the tensor's device (read as the raw
+    handle, no Stream object), else the legacy default stream."""
     if arg.kind == "torch":
-        import torch
-        return int(torch.cuda.current_stream(arg.device).cuda_stream)
+        from .launch_plan import current_stream
+        return current_stream(arg.device.index)
     return 0

@@ -21,7 +21,7 @@ MAX_STREAMS = 8
 class Runtime:
     def __init__(self, device: int = 0):
         from gpu_backend.driver import arch_of, context, properties
-        context(device)
+        self.ctx = context(device)[1]
         self.device = device
         self.props = properties(device)
         self.arch = arch_of(self.props)
@@ -29,6 +29,9 @@ class Runtime:
         self._workspaces: dict = {}
         self._prepared: dict = {}
         self._streams: dict = {}   # the streams holding workspaces, least recently used first
+        # a repeated call's launch plans (cakelib.launch_plan), keyed per op by everything the call's
+        # kernel, arguments and workspaces depend on; they point into this runtime's workspaces
+        self.plans: dict = {}
         self._lock = threading.Lock()
 
     def kernel(self, key: tuple, build: Callable):
@@ -53,21 +56,26 @@ class Runtime:
     def launch(self, kern, tensors: dict, scalars: dict, stream: int = 0) -> None:
         """Launch with argument packing cached per (buffers, scalars): a k-means loop alternates between
         two argument sets, so packing (grid and shape checks, ctypes) runs once per set, not per launch."""
-        from gpu_backend.runner import CompiledProgram, _ptr_shape
+        from gpu_backend.runner import _ptr_shape
         key = (id(kern), tuple((n, *_flat(_ptr_shape(t))) for n, t in sorted(tensors.items())),
                tuple(sorted(scalars.items())), stream)
         prepared = self._prepared.get(key)
-        if prepared is None and isinstance(kern, CompiledProgram):
-            with self._lock:
-                self._use_stream(stream)
         if prepared is None:
-            # checks shapes against the kernel's declarations; a Program takes its workspace per stream
-            prepared = (kern.prepare(tensors, scalars, stream=stream) if isinstance(kern, CompiledProgram)
-                        else kern.prepare(tensors, scalars))
+            prepared = self.prepare(kern, tensors, scalars, stream)
             if len(self._prepared) > 256:
                 self._prepared.clear()
             self._prepared[key] = prepared
         kern.launch_prepared(prepared, stream)
+
+    def prepare(self, kern, tensors: dict, scalars: dict, stream: int = 0):
+        """A fresh prepared launch (its own packed argument array, not shared with the cache above):
+        checks shapes against the kernel's declarations; a Program takes its workspace per stream."""
+        from gpu_backend.runner import CompiledProgram
+        if isinstance(kern, CompiledProgram):
+            with self._lock:
+                self._use_stream(stream)
+            return kern.prepare(tensors, scalars, stream=stream)
+        return kern.prepare(tensors, scalars)
 
     def workspace(self, name: str, shape: tuple, dtype: str, stream: int = 0):
         """A zeroed device buffer kept for reuse (kernels that take a workspace leave it zeroed), one per
@@ -104,6 +112,7 @@ class Runtime:
             if isinstance(k, CompiledProgram):
                 k.drop_pools(keep=stream)
         self._prepared.clear()
+        self.plans.clear()
         self._streams = {stream: True}
 
 

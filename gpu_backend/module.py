@@ -53,11 +53,17 @@ class LoadedKernel:
         keep.append(ptrs)
         return ctypes.addressof(ptrs), keep
 
-    def launch(self, grid, args_addr: int, stream: int = 0):
+    def launch_args(self, grid, args_addr: int, stream: int = 0) -> tuple:
+        """cuLaunchKernel's arguments for this grid, packed argument array and stream (a caller that
+        launches the same configuration again keeps the tuple: cakelib.launch_plan)."""
         from cuda.bindings import driver
         g = list(grid) + [1] * (3 - len(grid))
-        check(driver.cuLaunchKernel(self.function, int(g[0]), int(g[1]), int(g[2]), self.threads, 1, 1,
-                                    self.smem_bytes, driver.CUstream(stream), args_addr, 0), "cuLaunchKernel")
+        return (self.function, int(g[0]), int(g[1]), int(g[2]), self.threads, 1, 1, self.smem_bytes,
+                driver.CUstream(stream), args_addr, 0)
+
+    def launch(self, grid, args_addr: int, stream: int = 0):
+        from cuda.bindings import driver
+        check(driver.cuLaunchKernel(*self.launch_args(grid, args_addr, stream)), "cuLaunchKernel")
 
     def unload(self):
         from cuda.bindings import driver

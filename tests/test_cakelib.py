@@ -372,6 +372,7 @@ def test_workspaces_are_per_stream(monkeypatch):
     rt = object.__new__(rt_mod.Runtime)          # no context: only the workspace table is exercised
     import threading
     rt._workspaces, rt._lock, rt._streams, rt._kernels, rt._prepared = {}, threading.Lock(), {}, {}, {"x": 1}
+    rt.plans = {"y": 1}
     a, b = rt.workspace("knn.TH", (64, 1), "i32", stream=11), rt.workspace("knn.TH", (64, 1), "i32", stream=22)
     assert a is not b and a.zeroed and b.zeroed
     assert rt.workspace("knn.TH", (64, 1), "i32", stream=11) is a and rt.workspace("knn.TH", (64, 1), "i32") not in (a, b)
@@ -380,7 +381,7 @@ def test_workspaces_are_per_stream(monkeypatch):
         last = rt.workspace("knn.TH", (64, 1), "i32", stream=s)
     assert getattr(a, "freed", False) and getattr(b, "freed", False) and not getattr(last, "freed", False)
     assert len(rt._streams) <= rt_mod.MAX_STREAMS and {k[3] for k in rt._workspaces} == set(rt._streams)
-    assert not rt._prepared                      # launches prepared with freed workspaces are forgotten
+    assert not rt._prepared and not rt.plans     # launches prepared with freed workspaces are forgotten
 
     class Spec:
         workspace = [("XN", TensorDecl("f32", [1, "M"]))]
