@@ -132,6 +132,32 @@ def knn_train() -> list[dict]:
     return mid + between + base + [{"Q": 32768, "M": 32768, "k": 10}] + other_k
 
 
+def knn_small_train() -> list[dict]:
+    """The small-database region (M < cakelib.variants.KNN_SMALL_M, its own table tables/knn_small.json):
+    launch-latency-bound calls the main table's tree, fitted on M >= 16384, only extrapolates to."""
+    return [{"Q": Q, "M": M, "k": k} for Q in (1, 8, 128, 2048, 8192) for M in (33, 300, 2000, 12000)
+            for k in (1, 10, 32) if k <= M]
+
+
+def knn_small_grid() -> list[dict]:
+    """The small region's evaluation shapes, none of them a training shape (held out from the fit),
+    the tiny calls users reported among them (Q = 4096, M = 33; Q = 3, M = 50)."""
+    return [{"Q": Q, "M": M, "k": k} for Q, M, k in (
+        (4096, 33, 10), (3, 50, 10), (1, 1000, 1), (16, 100, 16), (64, 64, 1), (100, 700, 5), (500, 5000, 10),
+        (1024, 1024, 16), (7, 9000, 10), (30000, 500, 10), (10000, 10000, 10), (4096, 4096, 32), (2, 16000, 10),
+        (256, 16000, 1), (20000, 2000, 2), (1, 40, 32))]
+
+
+# Training and grid shapes per (op, region): a region has its own dispatch table, tables/<op>_<region>.json
+TRAIN = {("knn", ""): lambda: knn_train(), ("kmeans", ""): lambda: kmeans_train(),
+         ("knn", "small"): knn_small_train}
+GRID = {("knn", ""): lambda: knn_grid(), ("kmeans", ""): lambda: kmeans_grid(), ("knn", "small"): knn_small_grid}
+
+
+def table_file(op: str, region: str = "") -> str:
+    return f"{op}_{region}.json" if region else f"{op}.json"
+
+
 def kmeans_train() -> list[dict]:
     """Session 11: the refit picked the K <= 64 variant for K = 16 at N = 4M (25% slower than the K <= 32
     one) with no training shape of K < 32 above 256K points: N = 4M, K = 16 is one now. Session 13: B = 16,
@@ -574,7 +600,7 @@ def variant_filter(op: str, pattern: str | None):
     return lambda p: pattern is None or re.search(pattern, NAMES[op](p)) is not None
 
 
-def sweep_jobs(op: str, arch: str, only: str | None = None, pattern: str | None = None) -> list[tuple]:
+def sweep_jobs(op: str, arch: str, only: str | None = None, pattern: str | None = None, region: str = "") -> list[tuple]:
     """(op, params, k, arch) of every kernel the sweep runs: each variant at each training k it supports
     (only / pattern: the training shapes and variants the sweep is restricted to)."""
     from cakelib.variants import NAMES, SUPPORTS
@@ -583,7 +609,7 @@ def sweep_jobs(op: str, arch: str, only: str | None = None, pattern: str | None 
         return [(op, p, 10, arch) for p in variants if SUPPORTS[op](p, {"B": 1, "N": 1, "K": 1, "D": D, "arch": arch})]
     # the training shapes and the probe's (a restricted sweep still probes its variants at every probe k)
     from cakelib.runtime import per_call_form
-    train = [s for s in knn_train() if shape_filter(only)(s)]
+    train = [s for s in TRAIN[op, region]() if shape_filter(only)(s)]
     shapes = train + PROBE_SHAPES[op]
     jobs = {(NAMES[op](p), k): (op, p, k, arch) for k in sorted({s["k"] for s in shapes}) for p in variants
             if any(s["k"] == k and SUPPORTS[op](p, {**s, "D": D, "arch": arch}) for s in shapes)}
@@ -716,7 +742,7 @@ def rescale_prior(kept: list, new: list, old: list) -> list:
     return out
 
 
-def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None):
+def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None, region=""):
     """Time every variant at every training shape (only / pattern: a subset of shapes / variant names)
     and fit the dispatch table; prior: an earlier sweep's JSON whose measurements join the fit (this
     sweep's replace those of the same shape and variant), for timing a few new variants without
@@ -732,9 +758,9 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
     result = {"mode": "sweep", "env": info, "command": " ".join(sys.argv), "ops": {}}
     for op in ops:
         variants = knn_variants() if op == "knn" else kmeans_variants()
-        shapes = [s for s in (knn_train() if op == "knn" else kmeans_train()) if shape_filter(only)(s)]
+        shapes = [s for s in TRAIN[op, region]() if shape_filter(only)(s)]
         t0 = time.time()
-        jobs = sweep_jobs(op, arch, only, pattern)
+        jobs = sweep_jobs(op, arch, only, pattern, region)
         fails = precompile(jobs, procs)
         bad = {(NAMES[op](j[1]), j[2]) for j in jobs if str(j) in fails}   # (variant, k) that did not compile
         print(f"{op}: compiled {len(jobs)} variant x k kernels in {time.time() - t0:.1f} s, {len(fails)} failed", flush=True)
@@ -813,7 +839,7 @@ def sweep(ops, out_dir, procs, budget_s=200, only=None, pattern=None, prior=None
         table = fit_by_cross_validation(op, rows, FEATURES[op], vmap, NAMES[op](FALLBACK[op]),
                                         supports=sup, meta=meta, tail=FIT_TAIL)
         table = pin(table, measurements(op, fresh_rows(raw), vmap, arch), PIN_OVER, sup)
-        path = os.path.join(out_dir, f"{op}.json")
+        path = os.path.join(out_dir, table_file(op, region))
         table.save(path)
         ev = evaluate(table, rows)
         result["ops"][op] = {"variants": vmap, "fails_compile": fails, "fails_probe": probed, "rows": raw, "fit_eval": ev}
@@ -836,7 +862,7 @@ def grid_jobs(op: str, shapes, arch: str) -> list[tuple]:
     return [(o, json.loads(p), k, a) for o, p, k, a in sorted(jobs)]
 
 
-def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), only=None):
+def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), only=None, region=""):
     import torch
     from cakelib import kmeans, knn
     from cakelib.runtime import choose
@@ -847,7 +873,7 @@ def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), 
     result = {"mode": "grid", "env": info, "command": " ".join(sys.argv), "ops": {}}
     summary = []
     for op in ops:
-        shapes = [s for s in spread(knn_grid() if op == "knn" else kmeans_grid(), spread_n)[skip:] if shape_filter(only)(s)]
+        shapes = [s for s in spread(GRID[op, region](), spread_n)[skip:] if shape_filter(only)(s)]
         shapes = shapes[shard[0]::shard[1]]   # shard i of n: one GPU of n each takes every n-th shape
         # compile the dispatched variants in parallel first (k is a compile-time constant for knn)
         jobs = grid_jobs(op, shapes, arch)
@@ -1172,6 +1198,8 @@ def main():
     ap.add_argument("--variants", help="sweep / compile: only the variants whose name matches this regex")
     ap.add_argument("--grid", action="store_true", help="compile: the grid's dispatched kernels, not the sweep's")
     ap.add_argument("--prior", help="sweep: an earlier sweep JSON whose measurements join the fit")
+    ap.add_argument("--region", default="", choices=["", "small"],
+                    help="sweep / grid: a shape region with its own table (knn small: M < 16384, tables/knn_small.json)")
     args = ap.parse_args()
     ops = [o for o in args.op.split(",") if o]
     os.makedirs(args.out, exist_ok=True)
@@ -1184,10 +1212,10 @@ def main():
     if args.mode == "compile":
         for op in ops:
             if args.grid:   # the kernels the grid dispatches (with the committed tables) at its --only shapes
-                jobs = grid_jobs(op, filter(shape_filter(args.only), knn_grid() if op == "knn" else kmeans_grid()),
+                jobs = grid_jobs(op, filter(shape_filter(args.only), GRID[op, args.region]()),
                                  args.arch)
             else:           # what the sweep compiles (fills the cubin cache for it)
-                jobs = sweep_jobs(op, args.arch, args.only, args.variants)
+                jobs = sweep_jobs(op, args.arch, args.only, args.variants, args.region)
             t0 = time.time()
             fails = precompile(jobs, args.procs)
             print(f"{op}: {len(jobs)} {'dispatched' if args.grid else 'variant x k'} kernels, {len(fails)} failed, "
@@ -1196,10 +1224,10 @@ def main():
                 print("  ", j, e)
         return
     if args.mode == "sweep":
-        sweep(ops, args.out, args.procs, args.budget_s, args.only, args.variants, args.prior)
+        sweep(ops, args.out, args.procs, args.budget_s, args.only, args.variants, args.prior, args.region)
     else:
         i, n = (int(x) for x in args.shard.split("/"))
-        grid(ops, args.out, args.procs, args.deadline_s, args.skip, args.spread, (i, n), args.only)
+        grid(ops, args.out, args.procs, args.deadline_s, args.skip, args.spread, (i, n), args.only, args.region)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import threading
 
 from .launch_plan import PlannedLaunch, Torch, plan_launch, remember, set_context
 from .runtime import _RUNTIMES, table
+from .variants import region_table
 
 
 class KnnPlan:
@@ -42,6 +43,11 @@ def _kmeans_key(x, init, k, iters, out, stream):
     return ("kmeans", x.shape, x.dtype, init.shape, init.dtype, k, iters, out is None, stream)
 
 
+def _knn_table(database):
+    """The dispatch table in force for this database (its region's, else kNN's own: runtime.choose)."""
+    return table(region_table("knn", {"M": database.shape[0]})) or table("knn")
+
+
 def _f16(t):
     """The fp16 contiguous tensor a kernel reads (arrays.as_input's conversion; `t` itself when it is)."""
     return t if t.dtype is Torch.f16 and t.is_contiguous() else t.to(Torch.f16).contiguous()
@@ -63,7 +69,7 @@ def knn(queries, database, k, metric, out):
     if rt is None:
         return None
     plan = rt.plans.get(_knn_key(queries, database, k, metric, out, Torch.raw_stream(dev)))
-    if plan is None or plan.launch is None or plan.table is not table("knn") or database.get_device() != dev:
+    if plan is None or plan.launch is None or plan.table is not _knn_table(database) or database.get_device() != dev:
         return None
     shape = plan.out_shape
     if out is not None:
@@ -88,7 +94,7 @@ def record_knn(rt, queries, database, k, metric, out, kern, tensors: dict, scala
     if type(queries) is not Torch.tensor or type(database) is not Torch.tensor:
         return
     key = _knn_key(queries, database, k, metric, out, stream)
-    tbl = table("knn")
+    tbl = _knn_table(database)
     old = rt.plans.get(key)
     if old is not None and old.table is tbl:
         return

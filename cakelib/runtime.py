@@ -156,13 +156,13 @@ def choose(op: str, shape: dict, variant: Optional[dict] = None) -> tuple[str, d
     """(name, params) of the variant to run: an explicit `variant`, else the table's pick guarded by the
     variant's domain and turned into its per-call form (variants.PER_CALL: kNN's split options,
     tables/split_options/knn.json), else the general fallback."""
-    from .variants import NAMES, SUPPORTS
+    from .variants import NAMES, SUPPORTS, region_table
     sup = SUPPORTS[op]
     if variant is not None:
         if not sup(variant, shape):
             raise ValueError(f"{op} variant {variant} does not support shape {shape}")
         return NAMES[op](variant), dict(variant)
-    t = table(op)
+    t = table(region_table(op, shape)) or table(op)   # a region without a fitted table uses the op's
     key = (op, tuple(sorted(shape.items())))
     hit = _CHOICES.get(key)
     if hit is not None and hit[0] is t:

@@ -288,6 +288,17 @@ def kmeans_kernel(p: dict, arch: str):
                         urows=p.get("urows", 16), norms=p.get("norms", "tile"), xstages=p.get("xstages", 1), arch=arch)
 
 
+# Shape regions with a dispatch table of their own (tables/<op>_<region>.json, fitted on the region's own
+# sweep: bench/lib_grid.py --region). kNN below 16384 database rows is launch-latency bound, and the main
+# table's tree, fitted on M >= 16384, sent it to multi-kernel programs (4 launches at Q = 4096, M = 33).
+KNN_SMALL_M = 16384
+
+
+def region_table(op: str, shape: dict) -> str:
+    """The name of the table that covers `shape` (its region's, else the op's own)."""
+    return "knn_small" if op == "knn" and shape.get("M", KNN_SMALL_M) < KNN_SMALL_M else op
+
+
 SUPPORTS = {"knn": knn_supports, "kmeans": kmeans_supports}
 # a table pick's per-call form (params, shape) -> params, fitted apart from the dispatch tree
 PER_CALL = {"knn": knn_per_call}

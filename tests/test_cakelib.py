@@ -81,6 +81,27 @@ def test_choose_follows_table_and_guards_its_pick(monkeypatch, tmp_path):
     rt_mod._TABLES.clear()
 
 
+def test_small_databases_use_their_regions_table(monkeypatch, tmp_path):
+    """M < KNN_SMALL_M picks from tables/knn_small.json where one exists, the main table elsewhere and
+    while the region has none."""
+    from cakelib.variants import KNN_SMALL_M
+    a, b = {"bq": 64, "bn": 64, "split": 1, "stages": 2}, {"bq": 32, "bn": 64, "split": 1, "stages": 2, "norms": "global"}
+    vs = {NAMES["knn"](v): v for v in (a, b)}
+    for name, best, M in (("knn", a, 1 << 20), ("knn_small", b, 1000)):
+        rows = [Measurement({"Q": Q, "M": M, "k": 10}, NAMES["knn"](v), 1.0 if v == best else 2.0, True)
+                for Q in (1, 64, 4096) for v in (a, b)]
+        fit("knn", rows, ["log2_Q", "log2_M", "k"], vs, NAMES["knn"](a), min_leaf=1).save(tmp_path / f"{name}.json")
+        if name == "knn":
+            monkeypatch.setattr(rt_mod, "TABLES", tmp_path)
+            rt_mod._TABLES.clear()
+            assert rt_mod.choose("knn", {"Q": 64, "M": 1000, "k": 10, "D": 128})[1] == a   # no region table yet
+    rt_mod._TABLES.clear()
+    rt_mod._CHOICES.clear()
+    assert rt_mod.choose("knn", {"Q": 64, "M": KNN_SMALL_M - 1, "k": 10, "D": 128})[1] == b
+    assert rt_mod.choose("knn", {"Q": 64, "M": KNN_SMALL_M, "k": 10, "D": 128})[1] == a
+    rt_mod._TABLES.clear()
+
+
 def _table_variants():
     """(op, name, params) of every variant a committed table can pick, and (kNN) every form the split
     path's per-call options turn a pick into (the merge kernel, the sampled bound: at k = 10, M = 100K and 1M)."""
