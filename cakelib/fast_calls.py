@@ -9,7 +9,6 @@ and raises what it raises. The general path records the plan after a successful 
 """
 from __future__ import annotations
 
-import math
 import threading
 
 from .launch_plan import PlannedLaunch, Torch, plan_launch, remember, set_context
@@ -28,13 +27,11 @@ class KnnPlan:
 
 
 class KmeansPlan:
-    __slots__ = ("first", "cast", "loop", "table", "c_shape", "a_shape", "c_size", "a_size", "device", "scratch",
-                 "lock")
+    __slots__ = ("first", "cast", "loop", "table", "c_shape", "a_shape", "device", "scratch", "lock")
 
     def __init__(self, first, cast, loop, tbl, c_shape, a_shape, device, scratch):
         self.first, self.cast, self.loop, self.table = first, cast, loop, tbl
         self.c_shape, self.a_shape, self.device, self.scratch = c_shape, a_shape, device, scratch
-        self.c_size, self.a_size = math.prod(c_shape), math.prod(a_shape)
         self.lock = threading.Lock()
 
 
@@ -79,9 +76,9 @@ def knn(queries, database, k, metric, out):
         I, Dist = out[0], out[1]
         if not (_output_ok(I, shape, Torch.i32, dev) and _output_ok(Dist, shape, Torch.f32, dev)):
             return None
-    else:   # one allocation for both results (an allocation costs ~5 us, a view ~1)
-        both = Torch.empty((2, *shape), dtype=Torch.i32, device=plan.device)
-        I, Dist = both[0], both[1].view(Torch.f32)
+    else:
+        I = Torch.empty(shape, dtype=Torch.i32, device=plan.device)
+        Dist = Torch.empty(shape, dtype=Torch.f32, device=plan.device)
     q, db = _f16(queries), _f16(database)
     ptrs = (q.data_ptr(), db.data_ptr(), I.data_ptr(), Dist.data_ptr())
     set_context(rt)
@@ -122,8 +119,8 @@ def kmeans(x, k, iters, init, out):
         if not (_output_ok(C, plan.c_shape, Torch.f32, dev) and _output_ok(A, plan.a_shape, Torch.i32, dev)):
             return None
     else:
-        both = Torch.empty((plan.c_size + plan.a_size,), dtype=Torch.i32, device=plan.device)   # one allocation
-        C, A = both[:plan.c_size].view(Torch.f32).view(plan.c_shape), both[plan.c_size:].view(plan.a_shape)
+        C = Torch.empty(plan.c_shape, dtype=Torch.f32, device=plan.device)
+        A = Torch.empty(plan.a_shape, dtype=Torch.i32, device=plan.device)
     xs, c0 = _f16(x), _f16(init)
     ptrs = (xs.data_ptr(), c0.data_ptr(), A.data_ptr(), C.data_ptr())
     set_context(rt)

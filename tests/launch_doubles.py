@@ -58,21 +58,6 @@ class FakeTensor:
     def reshape(self, shape):
         return FakeTensor(shape, self.dtype, self.ptr)
 
-    def __getitem__(self, i):
-        """Row i of dim 0, or a slice of a 1-d tensor (4-byte elements: the library's int32 / float32
-        results)."""
-        if isinstance(i, slice):
-            start, stop, _ = i.indices(self.shape[0])
-            return FakeTensor((stop - start,), self.dtype, self.ptr + start * 4)
-        return FakeTensor(self.shape[1:], self.dtype, self.ptr + i * math.prod(self.shape[1:]) * 4)
-
-    def view(self, what):
-        """A reinterpretation as another 4-byte dtype, or the same elements in another shape."""
-        if isinstance(what, (tuple, list)):
-            assert math.prod(what) == math.prod(self.shape), (what, self.shape)
-            return FakeTensor(what, self.dtype, self.ptr)
-        return FakeTensor(self.shape, what, self.ptr)
-
 
 FakeTensor.__module__ = "torch"     # what cakelib.arrays recognises a torch tensor by
 
