@@ -31,12 +31,14 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80", src: str = 
     kb.scalar(n, min=1)
     kb.tensor(src, "f16", [n, "D"])
     kb.tensor(dst, "f32", [1, f"cdiv({n}, 4) * 4"], access="write")
-    kb.buffer("sX", "smem", "f16", [rows, d], pad=8)
+    dw = -(-d // 8) * 8     # the staged row: D rounded up to 16 bytes, the columns past D zero-filled
+    kb.buffer("sX", "smem", "f16", [rows, dw], pad=8)
     kb.buffer("nv", "smem", "f32", [rows])
     kb.buffer("nr", "reg", "f32", [1, 1], layout="row_major", scope="thread")
     with kb.role("main", warps=(0, rows // 32)) as r:
         r.let("m0", "bid.x * BR")
-        r.copy("cp_async", tile(src, ["m0", 0], [rows, d]), tile("sX"), oob="zfill", id="load_rows")
+        r.copy("cp_async", tile(src, ["m0", 0], [rows, dw]), tile("sX"), oob="zfill", vec_bytes=vec_bytes(d),
+               id="load_rows")
         r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=0)
         r.sync("syncthreads")
@@ -45,6 +47,15 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80", src: str = 
         r.lds(tile("nv", ["tid"], [1]), tile("nr"), vec_bytes=4)
         r.stg(tile("nr"), tile(dst, [0, "m0 + tid"], [1, 1]), oob="mask", vec_bytes=4, id="store_norms")
     return kb.build()
+
+
+def vec_bytes(d: int) -> int:
+    """The widest cp.async chunk that holds whole columns of an f16 row of d and stays aligned (16 bytes when
+    d % 8 == 0): a chunk starting before D ends before it, so zfill's per-chunk column test is exact."""
+    for v in (16, 8, 4):
+        if (2 * d) % v == 0:
+            return v
+    raise ValueError(f"an f16 row of d = {d} columns has no 4-byte aligned chunks (pad D to even)")
 
 
 def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int, outputs: bool = True) -> None:
