@@ -11,6 +11,10 @@ from math import ceil
 
 # ---------------------------------------------------------------- knn (tasks/knn/programs.py)
 KNN_D = (64, 128)          # the mma_a query fragments hold all of D in registers
+# the D-chunked wgmma variants (a "dk" param: tasks/knn/wgmma.py knn_wgmma dk, sm_90a) take any even D up to
+# KNN_D_MAX (the resident query tile's smem: 128 KB at BQ = 64); knn() pads an odd D with a zero column
+KNN_D_MAX = 1024
+KNN_DK_K_MAX = 32
 KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exceeds the register budget)
 # the split path at k = 32: with E-RES-05 counting live ranges (the search lists die before the merge
 # lists are born) most split variants verify (session 13), and they pass the task's evaluator on the H200
@@ -144,6 +148,7 @@ def knn_name(p: dict) -> str:
     gn += "_ov" if p.get("overlap") else ""
     gn += f"_sd{p['seed']}" if p.get("seed", 0) else ""
     gn += "_ur" if "rolled" in p and not p["rolled"] else ""
+    gn += f"_dk{p['dk']}" if "dk" in p else ""
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -152,6 +157,8 @@ def knn_supports(p: dict, shape: dict) -> bool:
     a shape without it is taken to allow: the sweep's and the table's own checks)."""
     from tasks.knn.programs import WS_ROWS, WS_TILES
     Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
+    if "dk" in p:
+        return knn_dk_supports(p, shape)
     if D not in KNN_D or k < 1 or M < k or Q < 1:
         return False
     if p.get("mma", "sync") == "wgmma" and (shape.get("arch", "sm_90a") != "sm_90a" or p["bq"] % 64
@@ -168,6 +175,58 @@ def knn_supports(p: dict, shape: dict) -> bool:
     if p.get("merge") == "wide" and p["split"] % (32 * p.get("ws", 1) // p.get("wm", 16)):
         return False                        # the wide merge's thread groups share the lists evenly
     return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * p["split"] <= WS_ROWS
+
+
+def knn_dk_supports(p: dict, shape: dict) -> bool:
+    """A D-chunked wgmma variant: sm_90a, any even D in [2, KNN_D_MAX], k <= KNN_DK_K_MAX, the split path's
+    workspace bounds, and its smem and registers within the verifier's limits at this k and D (built and
+    verified once per variant, k and D)."""
+    from tasks.knn.programs import WS_ROWS, WS_TILES
+    Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
+    if p.get("mma") != "wgmma" or shape.get("arch", "sm_90a") != "sm_90a" or p["bq"] % 64 or p.get("overlap"):
+        return False
+    if not (2 <= D <= KNN_D_MAX and D % 2 == 0 and 1 <= k <= KNN_DK_K_MAX and M >= k and Q >= 1):
+        return False
+    tiles = ceil(Q / p["bq"])
+    if p["split"] > 1 and (p["split"] % 2 or tiles > WS_TILES or tiles * p["bq"] * p["split"] > WS_ROWS):
+        return False
+    return _verifier_fits(json.dumps(p, sort_keys=True), k, D)
+
+
+@lru_cache(maxsize=None)
+def _verifier_fits(params: str, k: int, d: int) -> bool:
+    """The variant's kernels at (k, d) verify with no resource error (E-RES-*: smem per block, registers)."""
+    from cake_ir.verifier import verify
+    try:
+        ir = knn_kernel(json.loads(params), k, "l2", d, "sm_90a")
+    except ValueError:   # a variant the builder refuses (e.g. stages < 3 with a chunked D)
+        return False
+    return not any(x.code.startswith("E-RES") for x in verify(ir).diagnostics)
+
+
+def knn_dk_pick(shape: dict) -> dict:
+    """The D-chunked variant for a shape with D outside KNN_D (a rule, not a fitted table: tile the queries by
+    128 where the resident query tile leaves the ring room, else 64; BN 128 up to k = 16, 64 above (the lists'
+    registers); dk 128 where it pads D no further than 64 would; split the database over enough CTAs for ~2 per
+    SM of the H200's 132 when the query tiles are fewer, each split >= 4 tiles long, the merge kernel after).
+    Returns {} when no variant holds the shape."""
+    Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
+    from tasks.knn.wgmma import padded_d
+    bn = 128 if k <= 16 else 64
+    dks = (128, 64) if padded_d(D, 128) == padded_d(D, 64) else (64, 128)
+    for bq in ((128, 64) if Q > 64 else (64,)):
+        tiles = ceil(Q / bq)
+        split = 1
+        while tiles * split < 264 and split < 128 and M >= 2 * split * 4 * bn:
+            split *= 2
+        for dk in dks:
+            for stages in (4, 3):
+                p = {"mma": "wgmma", "bq": bq, "bn": bn, "split": split, "stages": stages, "dk": dk}
+                if split > 1:
+                    p["merge"] = "kernel"
+                if knn_supports(p, shape):
+                    return p
+    return {}
 
 
 def knn_registers_fit(p: dict, k: int, d: int) -> bool:
@@ -215,8 +274,8 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
                          stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
                          merge=p.get("merge", "wide"),
                          queue=knn_queue(p, k), share=p.get("share", True), skip_pad=p.get("skip_pad", True),
-                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), arch=arch,
-                         **_rolled(p))
+                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), dk=p.get("dk", 0),
+                         arch=arch, **_rolled(p))
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),

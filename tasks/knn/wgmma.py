@@ -113,7 +113,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     seeded = seeded_bound(k, seed) and not sampling
     kmerge = split > 1 and merge == "kernel"     # the merge is a kernel of its own (knn_merge)
     warps = bq // 16
-    catoms = (dk or padded_d(d, 0)) // ATOM     # atoms per pipeline step
+    catoms = (dk if steps > 1 else padded_d(d, 0)) // ATOM     # atoms per pipeline step
     atoms = catoms * steps                       # atoms of the resident query tile
     vec = vec_bytes(d)
     l2 = metric == "l2"
