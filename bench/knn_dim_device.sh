@@ -1,7 +1,7 @@
 #!/bin/bash
 # kNN at any D (the D-chunked wgmma variants, cakelib.variants knn_dk_pick) on one H200, results under $OUT/knn:
-#   1. the GPU tests of tests/test_knn_dim.py (float64 reference, odd D too) in a child process;
-#   2. precompile (all cores) the picks of the grid's shapes;
+#   1. precompile (all cores) the picks of the grid's shapes and the GPU tests' kernels;
+#   2. the GPU tests of tests/test_knn_dim.py (float64 reference, odd D too, the mma.sync forms) in a child process;
 #   3. the grid: 24 training shapes (D 256 / 384 / 768 / 960 / 1024, Q 1 .. 10000, M 100K / 1M, k 10 / 32) and 6
 #      held-out ones (D 512 / 640 / 100 / 33, never used to choose parameters): each checked against float64
 #      (its first 256 queries: recall 1.0 allowing ties, distances within lib_grid's allowance) before
@@ -14,8 +14,6 @@
 . "$(dirname "$0")/device_env.sh"
 DEADLINE=${1:-180}
 export KD_OUT=$D KD_T0=$T0 KD_DEADLINE=$DEADLINE KD_NP=$NP
-gpu_tests 45 tests/test_knn_dim.py
-stamp "tests done"
 cat > $D/knn_dim_grid.py <<'EOF'
 import json, os, sys, time
 sys.path.insert(0, "bench"); sys.path.insert(0, ".")
@@ -150,11 +148,11 @@ def neighbours(p, s):
     from cakelib.variants import knn_supports
     out = []
     alts = {"bq": (64, 128), "bn": (64, 128, 256), "dk": (64, 128), "stages": (3, 4),
-            "split": tuple(x for x in (p["split"] // 2, p["split"] * 2) if x >= 1)}
+            "split": tuple(x for x in (p["split"] // 2, p["split"] * 2) if x >= 1), "norms": ("global", "tile")}
     shp = {"Q": s["Q"], "M": s["M"], "k": s["k"], "D": s["D"] + s["D"] % 2, "arch": "sm_90a"}
     for f, vals in alts.items():
         for v in vals:
-            if v == p[f]:
+            if v == p.get(f, "global"):
                 continue
             q = {**p, f: v}
             if q["split"] > 1:
@@ -201,9 +199,16 @@ def run_sweep(path):
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    if mode == "compile":
+    if mode == "compile":   # the grid's picks and the GPU tests' kernels
+        from cakelib.variants import knn_dk_pick
+        sys.path.insert(0, "tests")
+        from test_knn_dim import GPU_SHAPES, SYNC_GPU_SHAPES
         shapes = [shape_of(t, False) for t in TRAIN] + [shape_of(t, True) for t in HELD]
-        precompile([(pick(s), s["k"], s["D"] + s["D"] % 2) for s in shapes])
+        jobs = [(pick(s), s["k"], s["D"] + s["D"] % 2) for s in shapes]
+        for (Q, M, k, Dm), arch in [(x, "sm_90a") for x in GPU_SHAPES] + [(x, "sm_80") for x in SYNC_GPU_SHAPES]:
+            d = Dm + Dm % 2
+            jobs.append((knn_dk_pick({"Q": Q, "M": M, "k": k, "D": d, "arch": arch}), k, d))
+        precompile(jobs)
     elif mode == "compile_sweep":
         jobs = []
         for t in TRAIN:
@@ -237,8 +242,9 @@ if __name__ == "__main__":
                       f"{math.exp(sum(map(math.log, sp)) / len(sp)):.3f}x, worst {min(sp):.3f}x, "
                       f"<0.95x: {sum(x < 0.95 for x in sp)}")
 EOF
-timeout 45 $PY $D/knn_dim_grid.py compile 2>&1 | tail -3
+timeout 50 $PY $D/knn_dim_grid.py compile 2>&1 | tail -3
 stamp "compiled"
+gpu_tests 45 tests/test_knn_dim.py
 for attempt in 1 2 3; do      # a faulting kernel kills the child: resume after its shape
   rem=$(( DEADLINE - $(date +%s) + T0 ))
   [ $rem -lt 10 ] && break

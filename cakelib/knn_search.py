@@ -3,9 +3,10 @@ on the GPU, through a CAKE IR kernel picked per shape by the dispatch table (cak
 
 Inputs are read as fp16 (fp32 accumulation on tensor cores); k <= 32 (the split-database path where its
 registers allow, which the dispatcher only picks when it applies). D: 64 or 128 on any supported GPU (the
-fitted dispatch table); any D in [1, 1024] on sm_90a through the D-chunked wgmma variants
-(cakelib.variants.knn_dk_pick, a rule; an odd D gets a zero column appended on the device first, which
-changes no distance; torch tensors and numpy arrays only). Returns (indices [Q, k]
+fitted dispatch table); any other D in [1, 1024] through the any-D variants (cakelib.variants.knn_dk_pick, a
+rule: the D-chunked wgmma search on sm_90a, mma.sync with whole staged rows elsewhere, where the arch's smem
+holds them); an odd D gets a zero column appended on the device first, which changes no distance (torch
+tensors and numpy arrays only). Returns (indices [Q, k]
 int32, distances [Q, k] float32), best first: smallest squared distance for "l2", largest q.x for "ip".
 
 rerank=True: the search returns its best KC = min(32, M, max(2k, k + 8)) candidates, and a second kernel
@@ -26,20 +27,19 @@ from .variants import KNN_D, KNN_D_MAX, KNN_DK_K_MAX, knn_dk_pick
 
 
 def dk_variant(shape: dict, rerank: bool = False) -> dict:
-    """The D-chunked variant for a D outside KNN_D (knn_dk_pick), or a ValueError naming the legal values."""
+    """The any-D variant for a D outside KNN_D (knn_dk_pick), or a ValueError naming the legal values."""
     D, k = shape["D"], shape["k"]
     if not 1 <= D <= KNN_D_MAX:
         raise ValueError(f"D = {D} is outside what knn supports: D must be in [1, {KNN_D_MAX}]")
     if k > KNN_DK_K_MAX:
         raise ValueError(f"k = {k} is outside what knn supports at D = {D}: k must be in [1, {KNN_DK_K_MAX}] "
                          f"for D outside {KNN_D}")
-    if shape.get("arch", "sm_90a") != "sm_90a":
-        raise ValueError(f"D = {D} needs sm_90a (the D-chunked wgmma kernels); on {shape['arch']} D must be one of {KNN_D}")
     if rerank and D % 16:
         raise ValueError(f"rerank=True needs D a multiple of 16 (got D = {D})")
     p = knn_dk_pick(shape)
     if not p:
-        raise ValueError(f"knn: shape {shape} is outside what the D-chunked kernels support")
+        raise ValueError(f"knn: shape {shape} is outside what the any-D kernels support (their smem and registers "
+                         f"at this D and k on {shape.get('arch')})")
     return p
 
 

@@ -58,6 +58,12 @@ def vec_bytes(d: int) -> int:
     raise ValueError(f"an f16 row of d = {d} columns has no 4-byte aligned chunks (pad D to even)")
 
 
+def norm_rows(d: int) -> int:
+    """Rows per CTA of the norms kernels (a row per thread): the [rows, D] staged tile within ~64 KB of smem
+    (D <= 128 keeps 128 rows)."""
+    return 128 if d <= 128 else 64 if d <= 256 else 32
+
+
 def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int, outputs: bool = True) -> None:
     """The search kernels' constants, scalars and tensors (the task's interface, tasks/knn/task.py);
     outputs=False: a sampling kernel's (it writes only the bounds TH, not I / Dist)."""
@@ -222,8 +228,12 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
     if gnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
-    kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)
-    kb.buffer("sB", "smem", "f16", [ws * bn, d], pad=8, stages=stages)   # warp w's tiles at rows w * BN
+    if d % 2 or (qfrag == "reg" and d % 16):
+        raise ValueError(f"d must be even (qfrag 'reg': a multiple of 16), got {d}")
+    dp = -(-d // 16) * 16     # the staged rows: D rounded up to the mma's k step, the columns past D zero-filled
+    vec = vec_bytes(d)        # (cp.async chunks of whole columns: zfill's column test is exact)
+    kb.buffer("sQ", "smem", "f16", [bq, dp], pad=8)
+    kb.buffer("sB", "smem", "f16", [ws * bn, dp], pad=8, stages=stages)   # warp w's tiles at rows w * BN
     if l2:
         kb.buffer("qn", "smem", "f32", [bq])
         if gnorm:
@@ -275,7 +285,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     cscope = "warp" if ws > 1 else None
 
     def sb(slot):      # this warp's database tile in slot `slot`
-        return tile("sB", ["rb", 0], [bn, d], slot=slot) if ws > 1 else tile("sB", slot=slot)
+        return tile("sB", ["rb", 0], [bn, dp], slot=slot) if ws > 1 else tile("sB", slot=slot)
 
     def cnt(slot):     # its database norms (norms "global": staged per slot)
         return tile("cn", [0, "rb"], [1, bn], slot=slot) if ws > 1 else tile("cn", slot=slot)
@@ -297,13 +307,14 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         else:
             r.let("m0", "0")
             r.let("nt", f"cdiv({n_rows}, BN)")
-        r.copy("cp_async", tile("Xq", ["q0", 0], [bq, d]), tile("sQ"), oob="zfill", id="load_queries")
-        r.copy("cp_async", tile("Xb", [dbrow("m0"), 0], [bn, d]), sb(0), oob="zfill", scope=cscope)
+        r.copy("cp_async", tile("Xq", ["q0", 0], [bq, dp]), tile("sQ"), oob="zfill", vec_bytes=vec, id="load_queries")
+        r.copy("cp_async", tile("Xb", [dbrow("m0"), 0], [bn, dp]), sb(0), oob="zfill", vec_bytes=vec, scope=cscope)
         if gnorm:
             r.copy("cp_async", tile("XN", [0, dbrow("m0")], [1, bn]), cnt(0), oob="zfill", scope=cscope)
         r.sync("cp_async_commit")
         for p in range(1, stages - 1):   # fill the pipeline (rows past the chunk are masked by `limit`)
-            r.copy("cp_async", tile("Xb", [dbrow(f"m0 + {p} * BN"), 0], [bn, d]), sb(p), oob="zfill", scope=cscope)
+            r.copy("cp_async", tile("Xb", [dbrow(f"m0 + {p} * BN"), 0], [bn, dp]), sb(p), oob="zfill", vec_bytes=vec,
+                   scope=cscope)
             if gnorm:
                 r.copy("cp_async", tile("XN", [0, dbrow(f"m0 + {p} * BN")], [1, bn]), cnt(p), oob="zfill",
                        scope=cscope)
@@ -331,8 +342,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             # and every warp is done with tile t - 1's slot (ws > 1: the slot is this warp's own)
             r.sync("syncwarp" if ws > 1 else "syncthreads")
             with r.if_(f"t + {ahead} < nt"):
-                r.copy("cp_async", tile("Xb", [dbrow(f"m0 + (t + {ahead}) * BN"), 0], [bn, d]),
-                       sb(f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch", scope=cscope)
+                r.copy("cp_async", tile("Xb", [dbrow(f"m0 + (t + {ahead}) * BN"), 0], [bn, dp]),
+                       sb(f"(t + {ahead}) % {stages}"), oob="zfill", vec_bytes=vec, id="prefetch", scope=cscope)
                 if gnorm:
                     r.copy("cp_async", tile("XN", [0, dbrow(f"m0 + (t + {ahead}) * BN")], [1, bn]),
                            cnt(f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch_norms", scope=cscope)
@@ -344,7 +355,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 r.reduce("sum_sq", tile("sB", slot=f"t % {stages}"), tile("cn"), id="db_norms")
                 r.sync("syncthreads")
             r.fill("acc", 0.0)
-            for kk in range(d // 16):
+            for kk in range(dp // 16):
                 r.ldmatrix(tile("sB", ["rb" if ws > 1 else 0, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
                 if qfrag == "reg":
                     r.mma_sync(tile("fa", [0, kk * 16], [wm, 16]), tile("fb"), tile("acc"))
@@ -406,7 +417,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         return search
     return Program(name=search.name, arch=arch,
                    workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])] if gnorm else [],
-                   kernels=([knn_db_norms(d, arch=arch)] if gnorm else []) + [search] + after)
+                   kernels=([knn_db_norms(d, rows=norm_rows(d), arch=arch)] if gnorm else []) + [search] + after)
 
 
 def _merge_serial(r, k: int, kind: str, worst: float, reset: bool, sampling: bool) -> None:

@@ -24,7 +24,8 @@ from tasks.base import signature_defaults
 
 from . import programs
 from .programs import (BIG, XN_COLS, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms,
-                       knn_merge, reset_bounds, sample_rows, seeded_bound, seeded_program, shares_bound, vec_bytes)
+                       knn_merge, reset_bounds, sample_rows, seeded_bound, seeded_program, shares_bound, vec_bytes,
+                       norm_rows)
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
 ATOM = 64                    # f16 elements per 128-byte swizzle row
@@ -49,12 +50,6 @@ def padded_d(d: int, dk: int) -> int:
     """The columns the smem tiles hold: D rounded up to the step's width (whole 64-column swizzle atoms)."""
     w = dk or ATOM
     return -(-d // w) * w
-
-
-def norm_rows(d: int) -> int:
-    """Rows per CTA of the norms kernels (a row per thread): the [rows, D] staged tile within ~64 KB of smem
-    (D <= 128 keeps 128 rows)."""
-    return 128 if d <= 128 else 64 if d <= 256 else 32
 
 
 def prefetch_distance(stages: int, overlap: bool) -> int:
@@ -96,8 +91,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         raise ValueError(f"bq must be a multiple of 64, d even, dk of {ATOM}, bn a multiple of 16 up to 256 "
                          f"(got bq={bq}, d={d}, dk={dk}, bn={bn})")
     steps = d_steps(d, dk)
-    if steps > 1 and (overlap or norms == "tile" or stages < 3):
-        raise ValueError("a chunked D (dk < D) runs one accumulator (no overlap), the global norms and stages >= 3")
+    if steps > 1 and (overlap or stages < 3):
+        raise ValueError("a chunked D (dk < D) runs one accumulator (no overlap) and stages >= 3")
     if split > 1 and split % 2:
         raise ValueError("the wide merge deals a query's partial lists to 2 thread groups: split must be even")
     if overlap and stages < 3:
@@ -145,7 +140,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     kb.buffer("sB", "smem", "f16", [catoms * bn, ATOM], layout="swizzle_128B", stages=stages)
     if l2:
         kb.buffer("qn", "smem", "f32", [1, bq])
-        kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
+        # (tile norms over a chunked D: one [1, BN] sum, accumulated step by step, read by the tile's select)
+        kb.buffer("cn", "smem", "f32", [1, bn], **({} if tnorm and steps > 1 else {"stages": stages}))
     kb.buffer("acc", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
     if overlap:
         kb.buffer("acc1", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
@@ -181,7 +177,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             with r.if_(f"{c} == {steps - 1}"):
                 r.copy("cp_async", tile("XN", [0, row], [1, bn]), tile("cn", slot=slot), oob="zfill")
 
-    def step(t: str, c) -> str:
+    def step_of(t: str, c) -> str:
         """The pipeline step of tile t's chunk c (the tile itself when a step is a whole row)."""
         return t if steps == 1 else f"({t}) * {steps} + {c}"
 
@@ -191,6 +187,13 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         for a in range(atoms):
             r.reduce("sum_sq", tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({t}) % {stages}"),
                      tile("cn", slot=f"({t}) % {stages}"), accumulate=a > 0, id="db_norms" if a == 0 else None)
+
+    def chunk_norms(t: str, c: str, first: bool):
+        """Tile t's step c adds its columns' squares to the tile's norms (cn, no slot: first starts them), from the
+        staged chunk while its wgmma runs; the barrier before the select publishes them."""
+        for a in range(catoms):
+            r.reduce("sum_sq", tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({step_of(t, c)}) % {stages}"), tile("cn"),
+                     accumulate=a > 0 or not first, id="db_norms" if a == 0 and first else None)
 
     with kb.role("main", warps=(0, warps)) as r:
         r.let("q0", "bid.x * BQ")
@@ -240,7 +243,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             else:
                 nxt, c2 = f"{t} + ({c} + {ahead}) / {steps}", f"({c} + {ahead}) % {steps}"
             with r.if_(f"{nxt} < nt"):
-                load_db(r, dbrow(f"m0 + ({nxt}) * BN"), f"({step(t, c)} + {ahead}) % {stages}", id="prefetch", c=c2)
+                load_db(r, dbrow(f"m0 + ({nxt}) * BN"), f"({step_of(t, c)} + {ahead}) % {stages}", id="prefetch", c=c2)
             r.sync("cp_async_commit")               # always: one group per step keeps the count exact
 
         def distances(t: str, acc: str, c="0", first: bool = True):
@@ -250,7 +253,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             for a in range(catoms):
                 qrow = f"{a * bq} + 64 * wg" if steps == 1 else f"({c}) * {catoms * bq} + {a * bq} + 64 * wg"
                 r.wgmma([64, bn, 16], tile("sQ", [qrow, 0], [64, ATOM]),
-                        tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({step(t, c)}) % {stages}"), tile(acc),
+                        tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({step_of(t, c)}) % {stages}"), tile(acc),
                         accumulate=a > 0 or not first, id="distances" if a == 0 and first and acc == "acc" else None)
             r.sync("wgmma_commit")
 
@@ -267,7 +270,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 topk["rolled"] = True
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]),
-                            col_bias=tile("cn", slot=f"({step(t, steps - 1)}) % {stages}"))
+                            col_bias=tile("cn") if tnorm and steps > 1
+                            else tile("cn", slot=f"({step_of(t, steps - 1)}) % {stages}"))
             r.add("topk", id="select" if acc == "acc" else None, **topk)
 
         if steps > 1:
@@ -276,10 +280,16 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 # step c - 1's retired before step c + 1's barrier, whose prefetch reloads its slot
                 arrive("t", "0")
                 distances("t", "acc", "0")
+                if tnorm:
+                    chunk_norms("t", "0", True)
                 with r.for_("c", 1, steps, id="d_loop"):
                     r.sync("wgmma_wait", n=1)
                     arrive("t", "c")
                     distances("t", "acc", "c", first=False)
+                    if tnorm:
+                        chunk_norms("t", "c", False)
+                if tnorm:
+                    r.sync("syncthreads")           # the norms, for every warp's select
                 r.sync("wgmma_wait", n=0)
                 select("t", "acc")
         elif not overlap:
