@@ -15,6 +15,11 @@ first kernel (knn_db_norms over Xq) into the workspace QN; the database norms ei
 "global": XN, staged with each tile) or from the staged tile itself (norms "tile": a sum of squares atom by
 atom, while the tile's wgmma runs; a row stays in its 128-byte lines under the swizzle, so its sum does
 not depend on it), which saves the norms kernel's read of the whole database.
+
+Any even D (cakelib's any-D variants, `dk`): the tiles hold D rounded up to whole atoms, the columns past D
+zero-filled by the copies; with dk < D the database tile arrives in [BN, dk] chunks (dk / 64 atoms per ring
+slot, D / dk pipeline steps per tile into one accumulator), so the ring's smem stays fixed while the query
+tile (all its atoms) stays resident.
 """
 from typing import Optional
 
