@@ -228,23 +228,30 @@ def _dk_pick(items: tuple) -> tuple:
     return tuple(sorted(p.items()))
 
 
-def _dk_split(tiles: int, M: int, bn: int, ctas: int) -> int:
-    """Database splits (powers of 2, up to 128) for about `ctas` CTAs when the query tiles are fewer, each
-    split at least 4 tiles of bn rows long."""
-    split = 1
-    while tiles * split < ctas and split < 128 and M >= 2 * split * 4 * bn:
-        split *= 2
-    return split
+def _dk_split(tiles: int, M: int, bn: int, sms: int) -> int:
+    """Database splits (a power of 2 up to 128, each split at least 4 tiles of bn rows) for CTAs that fill whole
+    waves of `sms` (the any-D searches hold most of an SM's smem: one CTA per SM): the fewest splits whose
+    last wave is >= 85% full (fewer partial lists to merge), else the fullest waves."""
+    best, best_eff, s = 1, 0.0, 1
+    while s <= 128 and (s == 1 or M >= s * 4 * bn):
+        ctas = tiles * s
+        eff = ctas / (ceil(ctas / sms) * sms)
+        if eff >= 0.85:
+            return s
+        if eff > best_eff:
+            best, best_eff = s, eff
+        s *= 2
+    return best
 
 
 def knn_dk_pick_sync(shape: dict) -> dict:
     """The mma.sync any-D variant (a rule, unmeasured: the query fragments re-read from smem per k step, BQ 64
     down to 16 and BN 64 / 32 as the whole staged rows fit the arch's smem, 3 / 2 stages, the database split
-    for ~2 CTAs per SM of an A100's 108 when the query tiles are fewer, the merge kernel after)."""
+    over an A100's 108 SMs in whole waves (`_dk_split`), the merge kernel after)."""
     Q, M, k = shape["Q"], shape["M"], shape["k"]
     for bq in ((64, 32, 16) if Q > 16 else (16,)):
         for bn in (64, 32):
-            split = _dk_split(ceil(Q / bq), M, bn, 216)
+            split = _dk_split(ceil(Q / bq), M, bn, 108)
             for stages in (3, 2):
                 p = {"bq": bq, "bn": bn, "split": split, "stages": stages, "qfrag": "smem", "norms": "global", "dk": 0}
                 if split > 1:
@@ -257,8 +264,8 @@ def knn_dk_pick_sync(shape: dict) -> dict:
 def knn_dk_pick_wgmma(shape: dict) -> dict:
     """The D-chunked wgmma variant (a rule, not a fitted table: tile the queries by
     128 where the resident query tile leaves the ring room, else 64; BN 128 up to k = 16, 64 above (the lists'
-    registers); dk 128 where it pads D no further than 64 would; split the database over enough CTAs for ~2 per
-    SM of the H200's 132 when the query tiles are fewer, each split >= 4 tiles long, the merge kernel after;
+    registers); dk 128 where it pads D no further than 64 would; split the database to fill
+    the H200's 132 SMs in whole waves (`_dk_split`), the merge kernel after;
     the database norms reduced from the staged chunks (norms "tile") at up to KNN_DK_TILE_NORM_TILES query
     tiles, where the norms kernel's extra read of the database would cost as much as the search's own).
     Returns {} when no variant holds the shape."""
@@ -268,7 +275,7 @@ def knn_dk_pick_wgmma(shape: dict) -> dict:
     dks = (128, 64) if padded_d(D, 128) == padded_d(D, 64) else (64, 128)
     for bq in ((128, 64) if Q > 64 else (64,)):
         tiles = ceil(Q / bq)
-        split = _dk_split(tiles, M, bn, 264)
+        split = _dk_split(tiles, M, bn, 132)
         for dk in dks:
             for stages in (4, 3):
                 p = {"mma": "wgmma", "bq": bq, "bn": bn, "split": split, "stages": stages, "dk": dk}
