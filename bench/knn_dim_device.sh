@@ -223,7 +223,9 @@ if __name__ == "__main__":
     elif mode == "report":
         import math, torch
         from bench.examples import env_info
-        rows = [r for r in map(json.loads, open(os.path.join(OUT, "dim-grid.jsonl"))) if "start" not in r]
+        path = os.path.join(OUT, "dim-grid.jsonl")
+        rows = [r for r in map(json.loads, open(path)) if "start" not in r] if os.path.exists(path) else []
+        print(f"{len(rows)} grid rows")
         sweep = [json.loads(l) for l in open(os.path.join(OUT, "dim-sweep.jsonl"))] \
             if os.path.exists(os.path.join(OUT, "dim-sweep.jsonl")) else []
         info = {"gpu": torch.cuda.get_device_name(0), "env": env_info(("torch", "triton", "flashlib", "cuda-bindings", "nvidia-cuda-nvrtc"), "bench/knn_dim_device.sh"),
