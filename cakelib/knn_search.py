@@ -1,22 +1,64 @@
 """`knn(queries, database, k)`: exact brute-force k nearest neighbours (squared L2 or inner product)
 on the GPU, through a CAKE IR kernel picked per shape by the dispatch table (cakelib/tables/knn.json).
 
-Inputs are read as fp16 (fp32 accumulation on tensor cores); D must be 64 or 128, k <= 32 (the
-split-database path where its registers allow, which the dispatcher only picks when it applies). Returns (indices [Q, k]
+Inputs are read as fp16 (fp32 accumulation on tensor cores); k <= 32 (the split-database path where its
+registers allow, which the dispatcher only picks when it applies). D: 64 or 128 on any supported GPU (the
+fitted dispatch table); any other D in [1, 1024] through the any-D variants (cakelib.variants.knn_dk_pick, a
+rule: the D-chunked wgmma search on sm_90a, mma.sync with whole staged rows elsewhere, where the arch's smem
+holds them); an odd D gets a zero column appended on the device first, which changes no distance (torch
+tensors and numpy arrays only). Returns (indices [Q, k]
 int32, distances [Q, k] float32), best first: smallest squared distance for "l2", largest q.x for "ip".
 
 rerank=True: the search returns its best KC = min(32, M, max(2k, k + 8)) candidates, and a second kernel
 (tasks/knn/rerank.py) re-scores them exactly in fp32 from the inputs in their own precision (fp32, or fp16 when
 they are fp16; l2 as the sum of squared differences, without the fused form's cancellation) and returns the best
 k of them, ties to the smaller index. A true neighbour the fp16 search ranked below its KC-th candidate is not
-recovered.
+recovered. It needs D a multiple of 16.
 """
 from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from . import arrays, fast_calls
 from .runtime import choose, runtime
+from .variants import KNN_D, KNN_D_MAX, KNN_DK_K_MAX, knn_dk_pick
+
+
+def dk_variant(shape: dict, rerank: bool = False) -> dict:
+    """The any-D variant for a D outside KNN_D (knn_dk_pick), or a ValueError naming the legal values."""
+    D, k = shape["D"], shape["k"]
+    if not 1 <= D <= KNN_D_MAX:
+        raise ValueError(f"D = {D} is outside what knn supports: D must be in [1, {KNN_D_MAX}]")
+    if k > KNN_DK_K_MAX:
+        raise ValueError(f"k = {k} is outside what knn supports at D = {D}: k must be in [1, {KNN_DK_K_MAX}] "
+                         f"for D outside {KNN_D}")
+    if rerank and D % 16:
+        raise ValueError(f"rerank=True needs D a multiple of 16 (got D = {D})")
+    p = knn_dk_pick(shape)
+    if not p:
+        raise ValueError(f"knn: shape {shape} is outside what the any-D kernels support (their smem and registers "
+                         f"at this D and k on {shape.get('arch')})")
+    return p
+
+
+def _even_columns(x, name: str):
+    """x with an odd D padded by a zero column (the kernels' cp.async chunks need 4-byte aligned rows; a zero
+    column changes no distance, norm or inner product); other inputs unchanged."""
+    if arrays._is_torch(x):
+        if x.dim() == 2 and x.shape[1] % 2 and x.shape[1] <= KNN_D_MAX:
+            import torch
+            return torch.nn.functional.pad(x.to(torch.float16), (0, 1))
+        return x
+    if hasattr(x, "__cuda_array_interface__") or (hasattr(x, "ptr") and hasattr(x, "dtype")):
+        shape = x.__cuda_array_interface__["shape"] if hasattr(x, "__cuda_array_interface__") else x.shape
+        if len(shape) == 2 and shape[1] % 2 and shape[1] <= KNN_D_MAX:
+            raise ValueError(f"{name}: an odd D ({shape[1]}) from a raw device array; pass a torch tensor or numpy "
+                             "array (padded here), or pad D to even")
+        return x
+    a = np.asarray(x)
+    return np.pad(a, ((0, 0), (0, 1))) if a.ndim == 2 and a.shape[1] % 2 and a.shape[1] <= KNN_D_MAX else x
 
 
 def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional[dict] = None,
@@ -33,6 +75,8 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
     if device is None:   # a torch tensor's own device, else GPU 0
         device = arrays.device_of(queries)
     rt = runtime(device)   # makes the device's context current before any allocation
+    if not rerank:
+        queries, database = _even_columns(queries, "queries"), _even_columns(database, "database")
     q = arrays.as_input(queries, "queries")
     try:
         db = arrays.as_input(database, "database")
@@ -51,6 +95,8 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
             from tasks.knn.rerank import rerank_candidates
         kk = rerank_candidates(k, M) if rerank else k     # what the search returns
         shape = {"Q": Q, "M": M, "k": kk, "D": D, "arch": rt.arch}
+        if variant is None and D not in KNN_D:
+            variant = dk_variant(shape, rerank)
         _, p = choose("knn", shape, variant)
         from .variants import knn_kernel, knn_queue
         # the build's key: every build parameter (an explicit variant may set options its name omits, e.g.

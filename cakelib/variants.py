@@ -11,6 +11,15 @@ from math import ceil
 
 # ---------------------------------------------------------------- knn (tasks/knn/programs.py)
 KNN_D = (64, 128)          # the mma_a query fragments hold all of D in registers
+# the any-D variants (a "dk" param) take any even D up to KNN_D_MAX, within the verifier's smem and register
+# limits: on sm_90a the D-chunked wgmma search (tasks/knn/wgmma.py knn_wgmma dk: [BN, dk] chunks, the query tile
+# resident, 128 KB at BQ = 64 and D = 1024), elsewhere mma.sync with the whole row staged (dk 0, knn_fused with
+# the query fragments re-read from smem); knn() pads an odd D with a zero column
+KNN_D_MAX = 1024
+KNN_DK_K_MAX = 32
+# query tiles up to which knn_dk_pick reduces the database norms per staged chunk (each query tile repeats the
+# reduce; the norms kernel reads the whole database once more, the search's whole cost at a few queries)
+KNN_DK_TILE_NORM_TILES = 2
 KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exceeds the register budget)
 # the split path at k = 32: with E-RES-05 counting live ranges (the search lists die before the merge
 # lists are born) most split variants verify (session 13), and they pass the task's evaluator on the H200
@@ -144,6 +153,7 @@ def knn_name(p: dict) -> str:
     gn += "_ov" if p.get("overlap") else ""
     gn += f"_sd{p['seed']}" if p.get("seed", 0) else ""
     gn += "_ur" if "rolled" in p and not p["rolled"] else ""
+    gn += f"_dk{p['dk']}" if "dk" in p else ""    # (the any-D family; dk 0: the whole row per tile)
     return f"knn_bq{p['bq']}_bn{p['bn']}_s{p['split']}_p{p.get('stages', 2)}{gn}"
 
 
@@ -152,6 +162,8 @@ def knn_supports(p: dict, shape: dict) -> bool:
     a shape without it is taken to allow: the sweep's and the table's own checks)."""
     from tasks.knn.programs import WS_ROWS, WS_TILES
     Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
+    if "dk" in p:
+        return knn_dk_supports(p, shape)
     if D not in KNN_D or k < 1 or M < k or Q < 1:
         return False
     if p.get("mma", "sync") == "wgmma" and (shape.get("arch", "sm_90a") != "sm_90a" or p["bq"] % 64
@@ -168,6 +180,112 @@ def knn_supports(p: dict, shape: dict) -> bool:
     if p.get("merge") == "wide" and p["split"] % (32 * p.get("ws", 1) // p.get("wm", 16)):
         return False                        # the wide merge's thread groups share the lists evenly
     return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * p["split"] <= WS_ROWS
+
+
+def knn_dk_supports(p: dict, shape: dict) -> bool:
+    """An any-D variant: any even D in [2, KNN_D_MAX], k <= KNN_DK_K_MAX, the split path's workspace bounds, and
+    its smem and registers within the verifier's limits at this k, D and arch (built and verified once per
+    variant, k, D and arch); the wgmma ones on sm_90a, the mma.sync ones (dk 0, the query fragments from smem,
+    one warp tile per 16 queries) on any arch."""
+    from tasks.knn.programs import WS_ROWS, WS_TILES
+    Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
+    arch = shape.get("arch", "sm_90a")
+    if p.get("mma", "sync") == "wgmma":
+        if arch != "sm_90a" or p["bq"] % 64 or p.get("overlap"):
+            return False
+    elif p["dk"] or p.get("qfrag") != "smem" or p.get("ws", 1) != 1 or p.get("wm", 16) != 16 or p["bq"] % 16 \
+            or p.get("seed", 0) or (p["split"] > 1 and p.get("merge") != "kernel"):
+        return False
+    if not (2 <= D <= KNN_D_MAX and D % 2 == 0 and 1 <= k <= KNN_DK_K_MAX and M >= k and Q >= 1):
+        return False
+    tiles = ceil(Q / p["bq"])
+    if p["split"] > 1 and (p["split"] % 2 or tiles > WS_TILES or tiles * p["bq"] * p["split"] > WS_ROWS):
+        return False
+    return _verifier_fits(json.dumps(p, sort_keys=True), k, D, arch)
+
+
+@lru_cache(maxsize=None)
+def _verifier_fits(params: str, k: int, d: int, arch: str) -> bool:
+    """The variant's kernels at (k, d) verify with no resource error (E-RES-*: smem per block, registers)."""
+    from cake_ir.verifier import verify
+    try:
+        ir = knn_kernel(json.loads(params), k, "l2", d, arch)
+    except ValueError:   # a variant the builder refuses (e.g. stages < 3 with a chunked D)
+        return False
+    return not any(x.code.startswith("E-RES") for x in verify(ir).diagnostics)
+
+
+def knn_dk_pick(shape: dict) -> dict:
+    """The any-D variant for a shape with D outside KNN_D: knn_dk_pick_wgmma on sm_90a, else
+    knn_dk_pick_sync. Returns {} when no variant holds the shape."""
+    return dict(_dk_pick(tuple(sorted(shape.items()))))
+
+
+@lru_cache(maxsize=4096)
+def _dk_pick(items: tuple) -> tuple:
+    shape = dict(items)
+    p = knn_dk_pick_wgmma(shape) if shape.get("arch", "sm_90a") == "sm_90a" else knn_dk_pick_sync(shape)
+    return tuple(sorted(p.items()))
+
+
+def _dk_split(tiles: int, M: int, bn: int, sms: int) -> int:
+    """Database splits (a power of 2 up to 128, each split at least 4 tiles of bn rows) for CTAs that fill whole
+    waves of `sms` (the any-D searches hold most of an SM's smem: one CTA per SM): the fewest splits whose
+    last wave is >= 85% full (fewer partial lists to merge), else the fullest waves."""
+    best, best_eff, s = 1, 0.0, 1
+    while s <= 128 and (s == 1 or M >= s * 4 * bn):
+        ctas = tiles * s
+        eff = ctas / (ceil(ctas / sms) * sms)
+        if eff >= 0.85:
+            return s
+        if eff > best_eff:
+            best, best_eff = s, eff
+        s *= 2
+    return best
+
+
+def knn_dk_pick_sync(shape: dict) -> dict:
+    """The mma.sync any-D variant (a rule, unmeasured: the query fragments re-read from smem per k step, BQ 64
+    down to 16 and BN 64 / 32 as the whole staged rows fit the arch's smem, 3 / 2 stages, the database split
+    over an A100's 108 SMs in whole waves (`_dk_split`), the merge kernel after)."""
+    Q, M, k = shape["Q"], shape["M"], shape["k"]
+    for bq in ((64, 32, 16) if Q > 16 else (16,)):
+        for bn in (64, 32):
+            split = _dk_split(ceil(Q / bq), M, bn, 108)
+            for stages in (3, 2):
+                p = {"bq": bq, "bn": bn, "split": split, "stages": stages, "qfrag": "smem", "norms": "global", "dk": 0}
+                if split > 1:
+                    p["merge"] = "kernel"
+                if knn_supports(p, shape):
+                    return p
+    return {}
+
+
+def knn_dk_pick_wgmma(shape: dict) -> dict:
+    """The D-chunked wgmma variant (a rule, not a fitted table: tile the queries by
+    128 where the resident query tile leaves the ring room, else 64; BN 128 up to k = 16, 64 above (the lists'
+    registers); dk 128 where it pads D no further than 64 would; split the database to fill
+    the H200's 132 SMs in whole waves (`_dk_split`), the merge kernel after;
+    the database norms reduced from the staged chunks (norms "tile") at up to KNN_DK_TILE_NORM_TILES query
+    tiles, where the norms kernel's extra read of the database would cost as much as the search's own).
+    Returns {} when no variant holds the shape."""
+    Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
+    from tasks.knn.wgmma import padded_d
+    bn = 128 if k <= 16 else 64
+    dks = (128, 64) if padded_d(D, 128) == padded_d(D, 64) else (64, 128)
+    for bq in ((128, 64) if Q > 64 else (64,)):
+        tiles = ceil(Q / bq)
+        split = _dk_split(tiles, M, bn, 132)
+        for dk in dks:
+            for stages in (4, 3):
+                p = {"mma": "wgmma", "bq": bq, "bn": bn, "split": split, "stages": stages, "dk": dk}
+                if tiles <= KNN_DK_TILE_NORM_TILES:
+                    p["norms"] = "tile"
+                if split > 1:
+                    p["merge"] = "kernel"
+                if knn_supports(p, shape):
+                    return p
+    return {}
 
 
 def knn_registers_fit(p: dict, k: int, d: int) -> bool:
@@ -215,8 +333,8 @@ def knn_kernel(p: dict, k: int, metric: str, d: int, arch: str):
                          stages=p.get("stages", 2), minb=p.get("minb", 1), overlap=p.get("overlap", False),
                          merge=p.get("merge", "wide"),
                          queue=knn_queue(p, k), share=p.get("share", True), skip_pad=p.get("skip_pad", True),
-                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), arch=arch,
-                         **_rolled(p))
+                         seed=p.get("seed", 0), norms=p.get("norms", KNN_WGMMA_NORMS), dk=p.get("dk", 0),
+                         arch=arch, **_rolled(p))
     return knn_fused(metric=metric, k=k, d=d, bq=p["bq"], bn=p["bn"], split=p["split"], stages=p.get("stages", 2),
                      arch=arch, norms=p.get("norms", "tile"), minb=p.get("minb", 1),
                      merge=p.get("merge", "serial"), qfrag=p.get("qfrag", "reg"),

@@ -31,12 +31,14 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80", src: str = 
     kb.scalar(n, min=1)
     kb.tensor(src, "f16", [n, "D"])
     kb.tensor(dst, "f32", [1, f"cdiv({n}, 4) * 4"], access="write")
-    kb.buffer("sX", "smem", "f16", [rows, d], pad=8)
+    dw = -(-d // 8) * 8     # the staged row: D rounded up to 16 bytes, the columns past D zero-filled
+    kb.buffer("sX", "smem", "f16", [rows, dw], pad=8)
     kb.buffer("nv", "smem", "f32", [rows])
     kb.buffer("nr", "reg", "f32", [1, 1], layout="row_major", scope="thread")
     with kb.role("main", warps=(0, rows // 32)) as r:
         r.let("m0", "bid.x * BR")
-        r.copy("cp_async", tile(src, ["m0", 0], [rows, d]), tile("sX"), oob="zfill", id="load_rows")
+        r.copy("cp_async", tile(src, ["m0", 0], [rows, dw]), tile("sX"), oob="zfill", vec_bytes=vec_bytes(d),
+               id="load_rows")
         r.sync("cp_async_commit")
         r.sync("cp_async_wait", n=0)
         r.sync("syncthreads")
@@ -45,6 +47,21 @@ def knn_db_norms(d: int = 128, rows: int = 128, arch: str = "sm_80", src: str = 
         r.lds(tile("nv", ["tid"], [1]), tile("nr"), vec_bytes=4)
         r.stg(tile("nr"), tile(dst, [0, "m0 + tid"], [1, 1]), oob="mask", vec_bytes=4, id="store_norms")
     return kb.build()
+
+
+def vec_bytes(d: int) -> int:
+    """The widest cp.async chunk that holds whole columns of an f16 row of d and stays aligned (16 bytes when
+    d % 8 == 0): a chunk starting before D ends before it, so zfill's per-chunk column test is exact."""
+    for v in (16, 8, 4):
+        if (2 * d) % v == 0:
+            return v
+    raise ValueError(f"an f16 row of d = {d} columns has no 4-byte aligned chunks (pad D to even)")
+
+
+def norm_rows(d: int) -> int:
+    """Rows per CTA of the norms kernels (a row per thread): the [rows, D] staged tile within ~64 KB of smem
+    (D <= 128 keeps 128 rows)."""
+    return 128 if d <= 128 else 64 if d <= 256 else 32
 
 
 def declare_search_io(kb, bq: int, bn: int, d: int, k: int, split: int, outputs: bool = True) -> None:
@@ -211,8 +228,12 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
     if gnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
-    kb.buffer("sQ", "smem", "f16", [bq, d], pad=8)
-    kb.buffer("sB", "smem", "f16", [ws * bn, d], pad=8, stages=stages)   # warp w's tiles at rows w * BN
+    if d % 2 or (qfrag == "reg" and d % 16):
+        raise ValueError(f"d must be even (qfrag 'reg': a multiple of 16), got {d}")
+    dp = -(-d // 16) * 16     # the staged rows: D rounded up to the mma's k step, the columns past D zero-filled
+    vec = vec_bytes(d)        # (cp.async chunks of whole columns: zfill's column test is exact)
+    kb.buffer("sQ", "smem", "f16", [bq, dp], pad=8)
+    kb.buffer("sB", "smem", "f16", [ws * bn, dp], pad=8, stages=stages)   # warp w's tiles at rows w * BN
     if l2:
         kb.buffer("qn", "smem", "f32", [bq])
         if gnorm:
@@ -264,7 +285,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     cscope = "warp" if ws > 1 else None
 
     def sb(slot):      # this warp's database tile in slot `slot`
-        return tile("sB", ["rb", 0], [bn, d], slot=slot) if ws > 1 else tile("sB", slot=slot)
+        return tile("sB", ["rb", 0], [bn, dp], slot=slot) if ws > 1 else tile("sB", slot=slot)
 
     def cnt(slot):     # its database norms (norms "global": staged per slot)
         return tile("cn", [0, "rb"], [1, bn], slot=slot) if ws > 1 else tile("cn", slot=slot)
@@ -286,13 +307,14 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         else:
             r.let("m0", "0")
             r.let("nt", f"cdiv({n_rows}, BN)")
-        r.copy("cp_async", tile("Xq", ["q0", 0], [bq, d]), tile("sQ"), oob="zfill", id="load_queries")
-        r.copy("cp_async", tile("Xb", [dbrow("m0"), 0], [bn, d]), sb(0), oob="zfill", scope=cscope)
+        r.copy("cp_async", tile("Xq", ["q0", 0], [bq, dp]), tile("sQ"), oob="zfill", vec_bytes=vec, id="load_queries")
+        r.copy("cp_async", tile("Xb", [dbrow("m0"), 0], [bn, dp]), sb(0), oob="zfill", vec_bytes=vec, scope=cscope)
         if gnorm:
             r.copy("cp_async", tile("XN", [0, dbrow("m0")], [1, bn]), cnt(0), oob="zfill", scope=cscope)
         r.sync("cp_async_commit")
         for p in range(1, stages - 1):   # fill the pipeline (rows past the chunk are masked by `limit`)
-            r.copy("cp_async", tile("Xb", [dbrow(f"m0 + {p} * BN"), 0], [bn, d]), sb(p), oob="zfill", scope=cscope)
+            r.copy("cp_async", tile("Xb", [dbrow(f"m0 + {p} * BN"), 0], [bn, dp]), sb(p), oob="zfill", vec_bytes=vec,
+                   scope=cscope)
             if gnorm:
                 r.copy("cp_async", tile("XN", [0, dbrow(f"m0 + {p} * BN")], [1, bn]), cnt(p), oob="zfill",
                        scope=cscope)
@@ -320,8 +342,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             # and every warp is done with tile t - 1's slot (ws > 1: the slot is this warp's own)
             r.sync("syncwarp" if ws > 1 else "syncthreads")
             with r.if_(f"t + {ahead} < nt"):
-                r.copy("cp_async", tile("Xb", [dbrow(f"m0 + (t + {ahead}) * BN"), 0], [bn, d]),
-                       sb(f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch", scope=cscope)
+                r.copy("cp_async", tile("Xb", [dbrow(f"m0 + (t + {ahead}) * BN"), 0], [bn, dp]),
+                       sb(f"(t + {ahead}) % {stages}"), oob="zfill", vec_bytes=vec, id="prefetch", scope=cscope)
                 if gnorm:
                     r.copy("cp_async", tile("XN", [0, dbrow(f"m0 + (t + {ahead}) * BN")], [1, bn]),
                            cnt(f"(t + {ahead}) % {stages}"), oob="zfill", id="prefetch_norms", scope=cscope)
@@ -333,7 +355,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 r.reduce("sum_sq", tile("sB", slot=f"t % {stages}"), tile("cn"), id="db_norms")
                 r.sync("syncthreads")
             r.fill("acc", 0.0)
-            for kk in range(d // 16):
+            for kk in range(dp // 16):
                 r.ldmatrix(tile("sB", ["rb" if ws > 1 else 0, kk * 16], [bn, 16], slot=f"t % {stages}"), tile("fb"))
                 if qfrag == "reg":
                     r.mma_sync(tile("fa", [0, kk * 16], [wm, 16]), tile("fb"), tile("acc"))
@@ -395,7 +417,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         return search
     return Program(name=search.name, arch=arch,
                    workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])] if gnorm else [],
-                   kernels=([knn_db_norms(d, arch=arch)] if gnorm else []) + [search] + after)
+                   kernels=([knn_db_norms(d, rows=norm_rows(d), arch=arch)] if gnorm else []) + [search] + after)
 
 
 def _merge_serial(r, k: int, kind: str, worst: float, reset: bool, sampling: bool) -> None:

@@ -15,6 +15,11 @@ first kernel (knn_db_norms over Xq) into the workspace QN; the database norms ei
 "global": XN, staged with each tile) or from the staged tile itself (norms "tile": a sum of squares atom by
 atom, while the tile's wgmma runs; a row stays in its 128-byte lines under the swizzle, so its sum does
 not depend on it), which saves the norms kernel's read of the whole database.
+
+Any even D (cakelib's any-D variants, `dk`): the tiles hold D rounded up to whole atoms, the columns past D
+zero-filled by the copies; with dk < D the database tile arrives in [BN, dk] chunks (dk / 64 atoms per ring
+slot, D / dk pipeline steps per tile into one accumulator), so the ring's smem stays fixed while the query
+tile (all its atoms) stays resident.
 """
 from typing import Optional
 
@@ -24,7 +29,8 @@ from tasks.base import signature_defaults
 
 from . import programs
 from .programs import (BIG, XN_COLS, _merge_wide, declare_search_io, declare_topk_queue, knn_db_norms,
-                       knn_merge, reset_bounds, sample_rows, seeded_bound, seeded_program, shares_bound)
+                       knn_merge, reset_bounds, sample_rows, seeded_bound, seeded_program, shares_bound, vec_bytes,
+                       norm_rows)
 
 QN_COLS = "cdiv(Q, 4) * 4"   # the query norms' columns, rounded as XN's (16-byte cp.async chunks)
 ATOM = 64                    # f16 elements per 128-byte swizzle row
@@ -40,6 +46,17 @@ def wgmma_merge_unroll(split: int, k: int, bn: int, accs: int = 1) -> int:
     return u
 
 
+def d_steps(d: int, dk: int) -> int:
+    """Pipeline steps per database tile: D in chunks of dk columns (0: the whole row, one step)."""
+    return -(-d // dk) if dk else 1
+
+
+def padded_d(d: int, dk: int) -> int:
+    """The columns the smem tiles hold: D rounded up to the step's width (whole 64-column swizzle atoms)."""
+    w = dk or ATOM
+    return -(-d // w) * w
+
+
 def prefetch_distance(stages: int, overlap: bool) -> int:
     """Tiles loading past the current one: all other slots of the ring, less the slot of the wgmma still
     in flight when overlapped."""
@@ -50,7 +67,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
               stages: int = 3, minb: int = 1, overlap: bool = False, queue: int = 0, share: bool = True,
               merge: str = "wide", norms: str = "global",
               skip_pad: bool = True, seed: int = 0, sample: Optional[bool] = None, rolled: bool = True,
-              arch: str = "sm_90a"):
+              dk: int = 0, arch: str = "sm_90a"):
     """CTA (query tile of BQ = 64 x warpgroups, split s) streams database rows [s * CH, (s + 1) * CH) in
     BN-row tiles through a `stages`-deep cp.async ring; per tile each warpgroup issues D / 16 wgmma
     k steps (m64 n BN k16) into its [64, BN] f32 accumulator, waits for them and folds the scores into
@@ -64,12 +81,23 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     seed-th tile first leaves each query's bound in TH, which the search loads before its first tile
     (programs.knn_fused). norms (l2): "global", the database norms from a first kernel; "tile", reduced
     from each staged tile while its wgmma runs (one more barrier per tile, one database read less). rolled: one
-    rolled insertion loop per row over its passing scores (programs.knn_fused)."""
+    rolled insertion loop per row over its passing scores (programs.knn_fused).
+
+    d: any even D (the copies' chunks of vec_bytes(d) bytes hold whole columns and stay aligned); the
+    smem tiles hold D rounded up to whole 64-column atoms, the columns past D zero-filled (a zero column
+    changes neither a distance nor a norm). dk (a multiple of 64): the database streams in [BN, dk] chunks,
+    cdiv(D, dk) pipeline steps per tile accumulated into one accumulator (one wgmma group left in flight
+    while the next step's barrier and prefetch run: `prefetch_distance` as with overlap), so the ring's
+    smem does not grow with D (the query tile stays resident: cdiv(D, dk) dk / 64 atoms of BQ rows);
+    0: the whole row per step."""
     if arch != "sm_90a":
         raise ValueError("knn_wgmma needs sm_90a (wgmma)")
-    if bq % 64 or d % ATOM or bn % 16 or not 16 <= bn <= 256:
-        raise ValueError(f"bq must be a multiple of 64, d of {ATOM}, bn a multiple of 16 up to 256 "
-                         f"(got bq={bq}, d={d}, bn={bn})")
+    if bq % 64 or d % 2 or dk % ATOM or bn % 16 or not 16 <= bn <= 256:
+        raise ValueError(f"bq must be a multiple of 64, d even, dk of {ATOM}, bn a multiple of 16 up to 256 "
+                         f"(got bq={bq}, d={d}, dk={dk}, bn={bn})")
+    steps = d_steps(d, dk)
+    if steps > 1 and (overlap or stages < 3):
+        raise ValueError("a chunked D (dk < D) runs one accumulator (no overlap) and stages >= 3")
     if split > 1 and split % 2:
         raise ValueError("the wide merge deals a query's partial lists to 2 thread groups: split must be even")
     if overlap and stages < 3:
@@ -79,13 +107,15 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, minb=minb, overlap=overlap,
                   queue=queue, share=share, merge=merge, norms=norms, skip_pad=skip_pad, seed=seed, rolled=rolled,
-                  arch=arch)
+                  dk=dk, arch=arch)
         return seeded_program(knn_wgmma(**kw, sample=True), knn_wgmma(**kw, sample=False), arch)
     sampling = bool(sample) and seeded_bound(k, seed)
     seeded = seeded_bound(k, seed) and not sampling
     kmerge = split > 1 and merge == "kernel"     # the merge is a kernel of its own (knn_merge)
     warps = bq // 16
-    atoms = d // ATOM
+    catoms = (dk if steps > 1 else padded_d(d, 0)) // ATOM     # atoms per pipeline step
+    atoms = catoms * steps                       # atoms of the resident query tile
+    vec = vec_bytes(d)
     l2 = metric == "l2"
     tnorm = l2 and norms == "tile"     # the database norms reduced from the staged tiles
     kind = "min" if l2 else "max"
@@ -93,7 +123,7 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") \
         + (f"_b{minb}" if minb != 1 else "") + ("_ov" if overlap else "") + (f"_q{queue}" if queue else "") \
-        + ("_mk" if kmerge else "")
+        + ("_mk" if kmerge else "") + (f"_dk{dk}" if steps > 1 else "")
     shared = shares_bound(k, split, 1, share)
     tag += "_sb" if shared else ""
     tag += f"_sd{seed}" if seeded else f"_smp{seed}" if sampling else ""
@@ -112,10 +142,11 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if l2:
         kb.tensor("QN", "f32", [1, QN_COLS])
     kb.buffer("sQ", "smem", "f16", [atoms * bq, ATOM], layout="swizzle_128B")
-    kb.buffer("sB", "smem", "f16", [atoms * bn, ATOM], layout="swizzle_128B", stages=stages)
+    kb.buffer("sB", "smem", "f16", [catoms * bn, ATOM], layout="swizzle_128B", stages=stages)
     if l2:
         kb.buffer("qn", "smem", "f32", [1, bq])
-        kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
+        # (tile norms over a chunked D: one [1, BN] sum, accumulated step by step, read by the tile's select)
+        kb.buffer("cn", "smem", "f32", [1, bn], **({} if tnorm and steps > 1 else {"stages": stages}))
     kb.buffer("acc", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
     if overlap:
         kb.buffer("acc1", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
@@ -137,13 +168,23 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if seeded:
         kb.buffer("gb", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")   # the sample's bound
 
-    def load_db(r, row, slot, id=None):
-        """The database tile at `row` (its atoms) and its norms into ring slot `slot`."""
-        for a in range(atoms):
-            r.copy("cp_async", tile("Xb", [row, a * ATOM], [bn, ATOM]), tile("sB", [a * bn, 0], [bn, ATOM], slot=slot),
-                   oob="zfill", id=id if a == 0 else None)
-        if l2 and not tnorm:
+    def load_db(r, row, slot, id=None, c="0"):
+        """Step c (an expression) of the database tile at `row`, its atoms of columns [c dk, (c + 1) dk), into
+        ring slot `slot`, and with its last step the tile's norms (the slot its select reads)."""
+        col = "0" if steps == 1 else f"({c}) * {catoms * ATOM}"
+        for a in range(catoms):
+            r.copy("cp_async", tile("Xb", [row, f"{col} + {a * ATOM}" if steps > 1 else a * ATOM], [bn, ATOM]),
+                   tile("sB", [a * bn, 0], [bn, ATOM], slot=slot), oob="zfill", vec_bytes=vec,
+                   id=id if a == 0 else None)
+        if l2 and not tnorm and steps == 1:
             r.copy("cp_async", tile("XN", [0, row], [1, bn]), tile("cn", slot=slot), oob="zfill")
+        elif l2 and not tnorm:
+            with r.if_(f"{c} == {steps - 1}"):
+                r.copy("cp_async", tile("XN", [0, row], [1, bn]), tile("cn", slot=slot), oob="zfill")
+
+    def step_of(t: str, c) -> str:
+        """The pipeline step of tile t's chunk c (the tile itself when a step is a whole row)."""
+        return t if steps == 1 else f"({t}) * {steps} + {c}"
 
     def tile_norms(t: str):
         """Tile t's squared norms into its cn slot, atom by atom (the rows dealt to the same threads), from
@@ -151,6 +192,13 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         for a in range(atoms):
             r.reduce("sum_sq", tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({t}) % {stages}"),
                      tile("cn", slot=f"({t}) % {stages}"), accumulate=a > 0, id="db_norms" if a == 0 else None)
+
+    def chunk_norms(t: str, c: str, first: bool):
+        """Tile t's step c adds its columns' squares to the tile's norms (cn, no slot: first starts them), from the
+        staged chunk while its wgmma runs; the barrier before the select publishes them."""
+        for a in range(catoms):
+            r.reduce("sum_sq", tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({step_of(t, c)}) % {stages}"), tile("cn"),
+                     accumulate=a > 0 or not first, id="db_norms" if a == 0 and first else None)
 
     with kb.role("main", warps=(0, warps)) as r:
         r.let("q0", "bid.x * BQ")
@@ -168,14 +216,14 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
             r.let("nt", f"cdiv({n_rows}, BN)")
         for a in range(atoms):
             r.copy("cp_async", tile("Xq", ["q0", a * ATOM], [bq, ATOM]), tile("sQ", [a * bq, 0], [bq, ATOM]),
-                   oob="zfill", id="load_queries" if a == 0 else None)
+                   oob="zfill", vec_bytes=vec, id="load_queries" if a == 0 else None)
         if l2:
             r.copy("cp_async", tile("QN", [0, "q0"], [1, bq]), tile("qn"), oob="zfill", id="load_query_norms")
         load_db(r, dbrow("m0"), 0)
         r.sync("cp_async_commit")
-        ahead = prefetch_distance(stages, overlap)   # tiles in flight past the current one
+        ahead = prefetch_distance(stages, overlap or steps > 1)   # steps in flight past the current one
         for p in range(1, ahead):           # fill the ring (rows past the chunk are masked by `limit`)
-            load_db(r, dbrow(f"m0 + {p} * BN"), p)
+            load_db(r, dbrow(f"m0 + {p // steps} * BN"), p, c=str(p % steps))
             r.sync("cp_async_commit")
         r.fill("tv", worst)
         r.fill("ti", -1)
@@ -189,21 +237,29 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         # (sampling: a chunk's tiles stay in it, the limit is the database's end)
         lim = "min(m0 + CH, M)" if split > 1 and not sampling else "M"
 
-        def arrive(t: str):
-            """Tile t has landed, for every thread and the async proxy; tile t + ahead starts loading."""
-            r.sync("cp_async_wait", n=ahead - 1)    # tile t has landed (this thread's copies)
+        def arrive(t: str, c="0"):
+            """Step c of tile t has landed, for every thread and the async proxy; the step `ahead` later starts
+            loading (chunk (c + ahead) % steps of tile t + (c + ahead) / steps)."""
+            r.sync("cp_async_wait", n=ahead - 1)    # the step has landed (this thread's copies)
             r.fence("proxy_async")                  # ... and is visible to the tensor cores' async proxy
             r.sync("syncthreads")                   # every thread's copies; every warp done with the slot reloaded next
-            with r.if_(f"{t} + {ahead} < nt"):
-                load_db(r, dbrow(f"m0 + ({t} + {ahead}) * BN"), f"({t} + {ahead}) % {stages}", id="prefetch")
-            r.sync("cp_async_commit")               # always: one group per tile keeps the count exact
+            if steps == 1:
+                nxt, c2 = f"{t} + {ahead}", "0"
+            else:
+                nxt, c2 = f"{t} + ({c} + {ahead}) / {steps}", f"({c} + {ahead}) % {steps}"
+            with r.if_(f"{nxt} < nt"):
+                load_db(r, dbrow(f"m0 + ({nxt}) * BN"), f"({step_of(t, c)} + {ahead}) % {stages}", id="prefetch", c=c2)
+            r.sync("cp_async_commit")               # always: one group per step keeps the count exact
 
-        def distances(t: str, acc: str):
+        def distances(t: str, acc: str, c="0", first: bool = True):
+            """The wgmma of step c (its atoms against the query tile's atoms of the same columns); first: the
+            tile's first step (c = 0), which starts the accumulator."""
             r.sync("wgmma_fence")
-            for a in range(atoms):
-                r.wgmma([64, bn, 16], tile("sQ", [f"{a * bq} + 64 * wg", 0], [64, ATOM]),
-                        tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({t}) % {stages}"), tile(acc),
-                        accumulate=a > 0, id="distances" if a == 0 and acc == "acc" else None)
+            for a in range(catoms):
+                qrow = f"{a * bq} + 64 * wg" if steps == 1 else f"({c}) * {catoms * bq} + {a * bq} + 64 * wg"
+                r.wgmma([64, bn, 16], tile("sQ", [qrow, 0], [64, ATOM]),
+                        tile("sB", [a * bn, 0], [bn, ATOM], slot=f"({step_of(t, c)}) % {stages}"), tile(acc),
+                        accumulate=a > 0 or not first, id="distances" if a == 0 and first and acc == "acc" else None)
             r.sync("wgmma_commit")
 
         def select(t: str, acc: str):
@@ -219,10 +275,29 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 topk["rolled"] = True
             if l2:
                 topk.update(scale=-2.0, row_bias=tile("qn", [0, "64 * wg"], [1, 64]),
-                            col_bias=tile("cn", slot=f"({t}) % {stages}"))
+                            col_bias=tile("cn") if tnorm and steps > 1
+                            else tile("cn", slot=f"({step_of(t, steps - 1)}) % {stages}"))
             r.add("topk", id="select" if acc == "acc" else None, **topk)
 
-        if not overlap:
+        if steps > 1:
+            with r.for_("t", 0, "nt", id="db_loop"):
+                # tile t's chunks (the first peeled: it starts the accumulator); one wgmma group stays in flight,
+                # step c - 1's retired before step c + 1's barrier, whose prefetch reloads its slot
+                arrive("t", "0")
+                distances("t", "acc", "0")
+                if tnorm:
+                    chunk_norms("t", "0", True)
+                with r.for_("c", 1, steps, id="d_loop"):
+                    r.sync("wgmma_wait", n=1)
+                    arrive("t", "c")
+                    distances("t", "acc", "c", first=False)
+                    if tnorm:
+                        chunk_norms("t", "c", False)
+                if tnorm:
+                    r.sync("syncthreads")           # the norms, for every warp's select
+                r.sync("wgmma_wait", n=0)
+                select("t", "acc")
+        elif not overlap:
             with r.for_("t", 0, "nt", id="db_loop"):
                 arrive("t")
                 distances("t", "acc")
@@ -286,8 +361,8 @@ def knn_wgmma(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         return search
     ws = ([] if tnorm else [Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])]) \
         + [Workspace(name="QN", dtype="f32", shape=[1, QN_COLS])] if l2 else []
-    first = ([] if tnorm else [knn_db_norms(d, arch=arch)]) \
-        + [knn_db_norms(d, arch=arch, src="Xq", n="Q", dst="QN")] if l2 else []
+    first = ([] if tnorm else [knn_db_norms(d, rows=norm_rows(d), arch=arch)]) \
+        + [knn_db_norms(d, rows=norm_rows(d), arch=arch, src="Xq", n="Q", dst="QN")] if l2 else []
     return Program(name=search.name, arch=arch, workspace=ws, kernels=first + [search] + after)
 
 
