@@ -1,0 +1,88 @@
+"""The distance block of the large-k kNN: S = Xq Xb^T for a chunk of queries against the whole database
+(fp16 in, fp32 out, mma.sync tensor cores, D looped in BK-wide steps), written to a workspace that
+tasks/knn/select.py reads, and the squared row norms the l2 scores add (QN, XN).
+
+Both read rows of DP columns (DP: D rounded up to 8, so every 16-byte cp.async chunk of a row is whole;
+the library pads rows of other D with zero columns, which change no dot product or norm). Rows past the
+tensor (the last query / database tile) and columns past DP are zero-filled, so the padded entries of
+S and the norms are zeros the selection never reads as candidates (it stops at M).
+"""
+from cake_ir.builder import KernelBuilder, tile
+
+DIST_BM, DIST_BN = 128, 128   # S and the norms are padded to these tiles (the selection's shapes)
+
+
+def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, arch: str = "sm_80"):
+    """S [cdiv(R, BM) BM, cdiv(M, BN) BN] = Xq [R, DP] Xb [M, DP]^T: the seed GEMM's tiling (4 warps of
+    64 x 64, a `stages`-deep cp.async ring of 64-byte-swizzled k slices, ldmatrix + mma.sync m16n8k16)."""
+    bm, bn, wm, wn = DIST_BM, DIST_BN, 64, 64
+    kb = KernelBuilder(f"knn_dist_tile_d{dp}", arch=arch, grid=["cdiv(M, BN)", "cdiv(R, BM)"], threads=128,
+                       note="fp32 dot products of a query chunk against the database (large-k kNN)")
+    kb.const(BM=bm, BN=bn, BK=bk, NS=stages, WM=wm, WN=wn, DP=dp, KT=-(-dp // bk))
+    kb.scalar("R", min=1)
+    kb.scalar("M", min=1)
+    kb.tensor("Xq", "f16", ["R", "DP"])
+    kb.tensor("Xb", "f16", ["M", "DP"])
+    kb.tensor("S", "f32", ["cdiv(R, BM) * BM", "cdiv(M, BN) * BN"], access="write")
+    swz = {32: "swizzle_64B", 64: "swizzle_128B"}[bk]
+    kb.buffer("sA", "smem", "f16", [bm, bk], layout=swz, stages=stages)
+    kb.buffer("sB", "smem", "f16", [bn, bk], layout=swz, stages=stages)
+    kb.buffer("fa", "reg", "f16", [wm, 16], layout="mma_a", scope="warp")
+    kb.buffer("fb", "reg", "f16", [wn, 16], layout="mma_b", scope="warp")
+    kb.buffer("acc", "reg", "f32", [wm, wn], layout="mma_acc", scope="warp")
+    with kb.role("main", warps=(0, 4)) as r:
+        r.let("m0", "bid.y * BM")
+        r.let("n0", "bid.x * BN")
+        r.let("wm0", "(role_warp / 2) * WM")
+        r.let("wn0", "(role_warp % 2) * WN")
+        r.fill("acc", 0.0)
+        with r.for_("s", 0, "NS - 1", unroll=True, id="prefill"):
+            r.copy("cp_async", tile("Xq", ["m0", "s * BK"], [bm, bk]), tile("sA", slot="s"), oob="zfill")
+            r.copy("cp_async", tile("Xb", ["n0", "s * BK"], [bn, bk]), tile("sB", slot="s"), oob="zfill")
+            r.sync("cp_async_commit")
+        with r.for_("kt", 0, "KT", id="mainloop"):
+            r.sync("cp_async_wait", n=stages - 2)
+            r.sync("syncthreads")
+            with r.if_("kt + NS - 1 < KT"):
+                r.copy("cp_async", tile("Xq", ["m0", "(kt + NS - 1) * BK"], [bm, bk]),
+                       tile("sA", slot="(kt + NS - 1) % NS"), oob="zfill")
+                r.copy("cp_async", tile("Xb", ["n0", "(kt + NS - 1) * BK"], [bn, bk]),
+                       tile("sB", slot="(kt + NS - 1) % NS"), oob="zfill")
+            r.sync("cp_async_commit")
+            with r.for_("kk", 0, bk // 16, unroll=True):
+                r.ldmatrix(tile("sA", ["wm0", "kk * 16"], [wm, 16], slot="kt % NS"), tile("fa"))
+                r.ldmatrix(tile("sB", ["wn0", "kk * 16"], [wn, 16], slot="kt % NS"), tile("fb"))
+                r.mma_sync(tile("fa"), tile("fb"), tile("acc"))
+        r.sync("cp_async_wait", n=0)
+        r.stg(tile("acc"), tile("S", ["m0 + wm0", "n0 + wn0"], [wm, wn]), oob="mask", vec_bytes=8, id="store_dots")
+    return kb.build()
+
+
+def knn_row_norms(dp: int, src: str = "Xb", n: str = "M", dst: str = "XN", rows: int = 128, arch: str = "sm_80"):
+    """dst [1, cdiv(n, 128) 128] = the squared norms of src's rows [n, DP], a row per thread, summed over
+    64-column slices staged in smem (rows past n: zero)."""
+    bc = 64
+    kb = KernelBuilder(f"knn_{src.lower()}_sqnorms_d{dp}", arch=arch, grid=[f"cdiv({n}, BR)"], threads=rows,
+                       note=f"squared norms of the rows of {src} (large-k kNN scores)")
+    kb.const(BR=rows, DP=dp, BC=bc, NC=-(-dp // bc))
+    kb.scalar(n, min=1)
+    kb.tensor(src, "f16", [n, "DP"])
+    kb.tensor(dst, "f32", [1, f"cdiv({n}, 128) * 128"], access="write")
+    kb.buffer("sX", "smem", "f16", [rows, bc], pad=8)
+    kb.buffer("nv", "smem", "f32", [rows])
+    kb.buffer("nr", "reg", "f32", [1, 1], layout="row_major", scope="thread")
+    with kb.role("main", warps=(0, rows // 32)) as r:
+        r.let("m0", "bid.x * BR")
+        with r.for_("c", 0, "NC", id="slices"):
+            r.copy("cp_async", tile(src, ["m0", "c * BC"], [rows, bc]), tile("sX"), oob="zfill", id="load_rows")
+            r.sync("cp_async_commit")
+            r.sync("cp_async_wait", n=0)
+            r.sync("syncthreads")
+            with r.if_("c == 0"):
+                r.reduce("sum_sq", tile("sX"), tile("nv"), id="first_slice")
+            with r.else_():
+                r.reduce("sum_sq", tile("sX"), tile("nv"), accumulate=True, id="next_slice")
+            r.sync("syncthreads")
+        r.lds(tile("nv", ["tid"], [1]), tile("nr"), vec_bytes=4)
+        r.stg(tile("nr"), tile(dst, [0, "m0 + tid"], [1, 1]), oob="mask", vec_bytes=4, id="store_norms")
+    return kb.build()
