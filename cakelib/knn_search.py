@@ -1,8 +1,10 @@
 """`knn(queries, database, k)`: exact brute-force k nearest neighbours (squared L2 or inner product)
 on the GPU, through a CAKE IR kernel picked per shape by the dispatch table (cakelib/tables/knn.json).
 
-Inputs are read as fp16 (fp32 accumulation on tensor cores); D must be 64 or 128, k <= 32 (the
-split-database path where its registers allow, which the dispatcher only picks when it applies). Returns (indices [Q, k]
+Inputs are read as fp16 (fp32 accumulation on tensor cores). The fused kernels take D = 64 or 128 and k <= 32
+(the split-database path where its registers allow, which the dispatcher only picks when it applies); every
+other shape with k <= min(1024, M) and D <= 1024 runs on the large-k path (cakelib/knn_large_k.py: a distance
+tile into a workspace, then an exact block-wide selection per query row; rerank=True: k <= 32 only). Returns (indices [Q, k]
 int32, distances [Q, k] float32), best first: smallest squared distance for "l2", largest q.x for "ip".
 
 rerank=True: the search returns its best KC = min(32, M, max(2k, k + 8)) candidates, and a second kernel
@@ -42,6 +44,13 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         M = db.shape[0]
         if not 1 <= k <= M:
             raise ValueError(f"k = {k} must be in [1, M = {M}]")
+        stream = arrays.stream_of(q)
+        if variant is None and _large_k(Q, M, k, D, rt.arch, rerank):
+            I, Dist = _outputs(q, Q, k, out)
+            outs = [I, Dist]
+            from .knn_large_k import knn_large_k
+            temps = knn_large_k(rt, q, db, k, metric, I, Dist, stream)
+            return arrays.result(I), arrays.result(Dist)
         if rerank:
             from tasks.knn.rerank import rerank_candidates
         kk = rerank_candidates(k, M) if rerank else k     # what the search returns
@@ -53,16 +62,10 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         kern = rt.kernel(("knn", tuple(sorted(p.items())), kk, metric, D, knn_queue(p, kk)),
                          lambda arch: knn_kernel(p, kk, metric, D, arch))
         from tasks.knn.programs import WS_ROWS, WS_TILES
-        stream = arrays.stream_of(q)
         ws = {n: rt.workspace(f"knn.{n}", shape, dt, stream) for n, shape, dt in (
             ("PV", (WS_ROWS, kk), "f32"), ("PI", (WS_ROWS, kk), "i32"), ("WT", (WS_TILES, 1), "i32"),
             ("TH", (WS_ROWS, 1), "i32"))}
-        if out is not None:
-            I = arrays.as_output(out[0], "out[0] (indices)", (Q, k), "i32", q)
-            Dist = arrays.as_output(out[1], "out[1] (distances)", (Q, k), "f32", q)
-        else:
-            I = arrays.empty_like_kind(q, (Q, k), "i32")
-            Dist = arrays.empty_like_kind(q, (Q, k), "f32")
+        I, Dist = _outputs(q, Q, k, out)
         outs = [I, Dist]
         if not rerank:
             rt.launch(kern, {"Xq": q.view, "Xb": db.view, "I": I.view, "Dist": Dist.view, **ws}, {"Q": Q, "M": M},
@@ -89,3 +92,34 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
             synchronize()
         arrays.release(q, db, *outs, *temps)
 
+
+
+def _outputs(q, Q: int, k: int, out):
+    """(indices, distances) Args: the caller's `out=` tensors, or new ones."""
+    if out is not None:
+        return (arrays.as_output(out[0], "out[0] (indices)", (Q, k), "i32", q),
+                arrays.as_output(out[1], "out[1] (distances)", (Q, k), "f32", q))
+    return arrays.empty_like_kind(q, (Q, k), "i32"), arrays.empty_like_kind(q, (Q, k), "f32")
+
+
+def _large_k(Q: int, M: int, k: int, D: int, arch: str, rerank: bool) -> bool:
+    """Whether the search runs on the large-k path (cakelib/knn_large_k.py): every k past the register lists'
+    KNN_K_MAX, and smaller k at the shapes no table variant supports (e.g. a D the fused kernels do not
+    take); a clear error outside both domains."""
+    from .variants import KNN_K_MAX, KNN_LARGE_D_MAX, KNN_LARGE_K_MAX, KNN_LARGE_M_MAX, knn_large_k_supports
+    shape = {"Q": Q, "M": M, "k": k, "D": D, "arch": arch}
+    big = knn_large_k_supports(shape)
+    if k > KNN_K_MAX:
+        if rerank:
+            raise ValueError(f"knn: rerank=True supports k <= {KNN_K_MAX}, not k = {k}")
+        if not big:
+            raise ValueError(f"knn: shape Q = {Q}, M = {M}, k = {k}, D = {D} is outside what the library supports "
+                             f"(k <= min({KNN_LARGE_K_MAX}, M), 1 <= D <= {KNN_LARGE_D_MAX}, M <= {KNN_LARGE_M_MAX})")
+        return True
+    if rerank or not big:
+        return False
+    try:
+        choose("knn", shape)
+        return False
+    except ValueError:
+        return True

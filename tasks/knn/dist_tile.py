@@ -86,3 +86,23 @@ def knn_row_norms(dp: int, src: str = "Xb", n: str = "M", dst: str = "XN", rows:
         r.lds(tile("nv", ["tid"], [1]), tile("nr"), vec_bytes=4)
         r.stg(tile("nr"), tile(dst, [0, "m0 + tid"], [1, 1]), oob="mask", vec_bytes=4, id="store_norms")
     return kb.build()
+
+
+def knn_pad_rows(d: int, src: str = "X", dst: str = "XP", arch: str = "sm_80"):
+    """dst [N, DP] = src [N, d] with zero columns d..DP (DP = d rounded up to 8): rows of any d become rows of
+    whole 16-byte chunks for the distance tile's and the norms' cp.async. An element per thread."""
+    dp = -(-d // 8) * 8
+    kb = KernelBuilder(f"knn_pad_rows_d{d}", arch=arch, grid=["cdiv(N * DP, 256)"], threads=256,
+                       note=f"rows of {d} fp16 values padded with zeros to {dp}")
+    kb.const(D=d, DP=dp)
+    kb.scalar("N", min=1)
+    kb.tensor(src, "f16", ["N", "D"])
+    kb.tensor(dst, "f16", ["N", "DP"], access="write")
+    kb.buffer("v", "reg", "f16", [1, 1], layout="row_major", scope="thread")
+    with kb.role("main", warps=(0, 8)) as r:
+        r.let("e", "bid.x * 256 + tid")
+        r.let("rr", "e / DP")
+        r.let("cc", "e % DP")
+        r.ldg(tile(src, ["rr", "cc"], [1, 1]), tile("v"), oob="zfill", vec_bytes=2, id="load_elem")
+        r.stg(tile("v"), tile(dst, ["rr", "cc"], [1, 1]), oob="mask", vec_bytes=2, id="store_elem")
+    return kb.build()

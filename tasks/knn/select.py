@@ -19,7 +19,7 @@ SELECT_THREADS = 512   # enough loads in flight per CTA to stream a long row; th
 def knn_select(k: int, metric: str = "l2", merge: bool = False, threads: int = SELECT_THREADS,
                arch: str = "sm_80"):
     l2 = metric == "l2"
-    name = f"knn_select_{'merge' if merge else metric}_k{k}"
+    name = f"knn_select_{'merge_' if merge else ''}{metric}_k{k}"
     kb = KernelBuilder(name, arch=arch, grid=["SEG", "R"], threads=threads,
                        note=f"exact top-{k} of each query row's " + ("partial lists" if merge else "distance segments"))
     kb.const(KK=k)
@@ -40,7 +40,7 @@ def knn_select(k: int, metric: str = "l2", merge: bool = False, threads: int = S
     kb.tensor("OV", "f32", ["R", "OC"], access="write")
     kb.tensor("OI", "i32", ["R", "OC"], access="write")
     kb.buffer("sel", "smem", "i32", [SELECT_SCRATCH_WORDS])
-    kind = "max" if metric == "ip" and not merge else "min"
+    kind = "max" if metric == "ip" else "min"   # (the partial lists keep the metric's order)
     with kb.role("main", warps=(0, threads // 32)) as r:
         out = dict(vals=tile("OV", ["bid.y", "bid.x * KK"], [1, k]), idx=tile("OI", ["bid.y", "bid.x * KK"], [1, k]),
                    scratch=tile("sel"))
