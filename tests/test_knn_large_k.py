@@ -1,0 +1,182 @@
+"""The large-k kNN path (k up to 1024, any D up to 1024): its kernels verify and compile, the library's
+domain and errors, the block-wide selection's logic in a CPU emulation (tests/cpu_emu), and on a GPU the
+results against a float64 reference (bench/lib_grid.py knn_check semantics)."""
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cake_ir.compiler import compile_ir
+from cake_ir.verifier import verify
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _builds():
+    from tasks.knn.dist_tile import knn_dist_tile, knn_pad_rows, knn_row_norms
+    from tasks.knn.select import knn_select
+    out = [knn_dist_tile(dp) for dp in (8, 64, 104, 768, 1024)]
+    out += [knn_row_norms(dp) for dp in (8, 104, 1024)] + [knn_row_norms(128, "Xq", "R", "QN")]
+    out += [knn_pad_rows(d) for d in (1, 100, 1023)]
+    out += [knn_select(k, m, merge=mg) for k in (33, 64, 100, 1024) for m in ("l2", "ip") for mg in (False, True)]
+    return out
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_kernels_verify_and_compile(arch):
+    for ir in _builds():
+        errs = [d.short() for d in verify(ir).diagnostics if d.severity == "error"]
+        assert not errs, (ir.name, errs)
+    for ir in _builds()[::3]:   # NVRTC: a sample of each builder's forms (all of them: ~1 min of CPU)
+        res = compile_ir(ir, arch=arch)
+        assert res.ok, (ir.name, [d.short() for d in res.diagnostics])
+
+
+def test_domain():
+    from cakelib.variants import knn_large_k_supports
+    ok = [dict(Q=1, M=100, k=100, D=1), dict(Q=10000, M=10**6, k=1024, D=1024), dict(Q=5, M=2000, k=33, D=768)]
+    bad = [dict(Q=1, M=100, k=101, D=8), dict(Q=1, M=5000, k=1025, D=8), dict(Q=1, M=5000, k=64, D=1025),
+           dict(Q=1, M=5000, k=0, D=8), dict(Q=1, M=(1 << 22) + 1, k=64, D=8)]
+    assert all(knn_large_k_supports(s) for s in ok)
+    assert not any(knn_large_k_supports(s) for s in bad)
+
+
+def test_dispatch_and_errors():
+    from cakelib.knn_search import _large_k
+    assert _large_k(100, 10**6, 64, 128, "sm_90a", False)
+    assert _large_k(100, 10**6, 1024, 100, "sm_90a", False)
+    assert not _large_k(100, 10**6, 10, 128, "sm_90a", False)     # the fused kernels' domain
+    assert _large_k(100, 10**6, 10, 100, "sm_90a", False) == (not _fused_supports(100, 10**6, 10, 100))
+    with pytest.raises(ValueError, match="outside what the library supports"):
+        _large_k(1, 10**6, 2000, 128, "sm_90a", False)
+    with pytest.raises(ValueError, match="outside what the library supports"):
+        _large_k(1, 10**6, 64, 2048, "sm_90a", False)
+    with pytest.raises(ValueError, match="rerank"):
+        _large_k(1, 10**6, 64, 128, "sm_90a", True)
+
+
+def _fused_supports(Q, M, k, D):
+    from cakelib.runtime import choose
+    try:
+        choose("knn", {"Q": Q, "M": M, "k": k, "D": D, "arch": "sm_90a"})
+        return True
+    except ValueError:
+        return False
+
+
+def test_plan_bounds():
+    """Chunks fit the workspace and the grid; partial lists fit their workspace."""
+    from cakelib.knn_large_k import CAND_WORDS, MAX_CHUNK, PAD, chunk_rows, segments
+    from cakelib.variants import KNN_LARGE_WS_WORDS
+    for Q in (1, 64, 1000, 10000, 10**6):
+        for M in (100, 4096, 10**5, 10**6, 1 << 22):
+            qc = chunk_rows(Q, M)
+            np_ = -(-M // PAD) * PAD
+            assert PAD <= qc <= MAX_CHUNK and qc * np_ <= max(KNN_LARGE_WS_WORDS, PAD * np_)
+            for k in (1, 64, 1024):
+                if k > M:
+                    continue
+                R = min(qc, Q)
+                seg, sl = segments(R, M, k)
+                assert seg >= 1 and (seg - 1) * sl < M <= seg * sl
+                assert seg == 1 or R * seg * k <= CAND_WORDS
+
+
+# ---------------------------------------------------------------- the selection's logic, emulated on the CPU
+def _emu_binary(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    d = tmp_path_factory.mktemp("emu")
+    src = (ROOT / "cake_ir" / "runtime" / "cake.cuh").read_text()
+    body = src[src.index("// ---------------------------------------------------------------- row_select"):
+               src.rindex("}  // namespace cake")]
+    (d / "row_select_body.inc").write_text(body)
+    exe = d / "emu"
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-I", str(d), "-o", str(exe),
+                    str(ROOT / "tests" / "cpu_emu" / "row_select_emu.cpp")], check=True)
+    return exe
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory):
+    return _emu_binary(tmp_path_factory)
+
+
+def _cases():
+    rng = np.random.default_rng(0)
+    n = 6000
+    yield "spread", 1024, rng.normal(size=n).astype(np.float32), None, None
+    yield "clustered", 100, (100 + rng.normal(size=n) * 1e-3).astype(np.float32), None, None
+    yield "ties", 1024, np.full(n, 1.5, np.float32), None, None                   # the tie-overflow path
+    yield "few_values", 33, rng.integers(1, 4, size=n).astype(np.float32), None, None
+    yield "short", 100, rng.normal(size=40).astype(np.float32), None, None        # n < k: padded
+    yield "k1", 1, rng.normal(size=n).astype(np.float32), None, None
+    idx = np.sort(rng.choice(10**6, size=3000, replace=False)).astype(np.int32)
+    yield "src_idx", 1024, rng.integers(1, 50, size=3000).astype(np.float32), idx, None
+    yield "bias", 100, rng.normal(size=n).astype(np.float32), None, rng.normal(size=n).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["min", "max"])
+def test_row_select_emulated(emu, kind):
+    lines, expect = [], []
+    scale, rbias = (-2.0, 0.25)
+    for name, K, s, idx, cb in _cases():
+        n = len(s)
+        lines.append(f"{int(kind == 'max')} {K} {n} {int(idx is not None)} {scale} {rbias} {int(cb is not None)}")
+        lines.append(" ".join(repr(float(x)) for x in s))
+        if idx is not None:
+            lines.append(" ".join(map(str, idx)))
+        if cb is not None:
+            lines.append(" ".join(repr(float(x)) for x in cb))
+        f = np.float32(scale) * s + np.float32(rbias)
+        if cb is not None:
+            f = f + cb
+        ids = idx if idx is not None else 7 + np.arange(n)
+        order = np.lexsort((ids, f if kind == "min" else -f))[:K]
+        worst = 3.0e38 if kind == "min" else -3.0e38
+        ev = np.full(K, worst, np.float32)
+        ei = np.full(K, -1, np.int64)
+        ev[:len(order)], ei[:len(order)] = f[order], ids[order]
+        expect.append((name, ev, ei))
+    out = subprocess.run([str(emu)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True,
+                         timeout=600).stdout.split("\n")
+    pos = 0
+    for name, ev, ei in expect:
+        got = [ln.split() for ln in out[pos:pos + len(ev)]]
+        pos += len(ev)
+        gv = np.array([float(a) for a, _ in got], np.float32)
+        gi = np.array([int(b) for _, b in got])
+        assert np.array_equal(gi, ei), (name, np.nonzero(gi != ei)[0][:5])
+        assert np.array_equal(gv, ev), name
+
+
+# ---------------------------------------------------------------- on a GPU
+def _gpu():
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU and torch")
+@pytest.mark.parametrize("k", [33, 100, 1024])
+@pytest.mark.parametrize("D", [64, 100, 768])
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_knn_large_k_on_gpu(k, D, metric):
+    import torch
+    import cakelib
+    from bench.knn_topk_check import check_knn, make_inputs
+    for Q, M in ((3, 5000), (300, 20000)):
+        xq, xb = make_inputs(Q, M, D)
+        I, Dist = cakelib.knn(xq, xb, k, metric)
+        torch.cuda.synchronize()
+        ok, why = check_knn(xq, xb, I, Dist, k, metric)
+        assert ok, (Q, M, why)
+    out = (torch.empty(Q, k, dtype=torch.int32, device="cuda"), torch.empty(Q, k, dtype=torch.float32, device="cuda"))
+    I2, D2 = cakelib.knn(xq, xb, k, metric, out=out)
+    assert I2.data_ptr() == out[0].data_ptr() and torch.equal(I2, I)
