@@ -79,7 +79,7 @@ def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
         R = min(qc, Q - q0)
         rp = ceil(R / PAD) * PAD
         xq = _rows(qv, q0, R, dp, 2)
-        sv = (_ptr(S), [rp, np_])
+        sv = (_ptr(S), [R, np_])
         t = {}
         if l2:
             qn = (_ptr(QN), [1, rp])

@@ -515,25 +515,31 @@ struct SelRow {   // one row segment's scores: f(j) = scale * src[j] + rbias + c
   }
   __device__ __forceinline__ unsigned index(int j) const { return sidx ? (unsigned)__ldg(sidx + j) : (unsigned)(col + j); }
 };
+// One count per lane whose `on` holds into hist[bin], aggregated per warp: the lanes with equal bins add once
+// (a row's scores crowd into a few bins of the first digits, and same-address shared atomics serialise).
+// Every lane of the warp calls it.
+__device__ __forceinline__ void sel_count(unsigned* hist, unsigned bin, bool on) {
+  const unsigned peers = __match_any_sync(0xffffffffu, on ? bin : 0xffffffffu);
+  if (on && (int)(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
+}
 // Histogram of digit (key >> shift) & (nb - 1) over the keys whose top `done` bits equal `prefix`.
 template <int T, bool MN> __device__ void sel_histogram(const SelRow& r, unsigned* hist, int nb, int shift, int done,
                                                         unsigned prefix) {
   for (int i = threadIdx.x; i < nb; i += T) hist[i] = 0;
   __syncthreads();
-  int j = threadIdx.x;
-  for (; j + 3 * T < r.n; j += 4 * T) {   // four loads in flight per thread
+  for (int base = 0; base < r.n; base += 4 * T) {   // warp-uniform trips; four loads in flight per thread
     float f[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) f[u] = r.score(j + u * T);
+    for (int u = 0; u < 4; ++u) {
+      const int j = base + u * T + threadIdx.x;
+      f[u] = j < r.n ? r.score(j) : 0.0f;
+    }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const unsigned key = sel_key<MN>(f[u]);
-      if (done == 0 || (key >> (32 - done)) == prefix) atomicAdd(&hist[(key >> shift) & (nb - 1)], 1u);
+      const bool on = base + u * T + (int)threadIdx.x < r.n && (done == 0 || (key >> (32 - done)) == prefix);
+      sel_count(hist, (key >> shift) & (nb - 1), on);
     }
-  }
-  for (; j < r.n; j += T) {
-    const unsigned key = sel_key<MN>(r.score(j));
-    if (done == 0 || (key >> (32 - done)) == prefix) atomicAdd(&hist[(key >> shift) & (nb - 1)], 1u);
   }
   __syncthreads();
 }

@@ -13,7 +13,7 @@ DIST_BM, DIST_BN = 128, 128   # S and the norms are padded to these tiles (the s
 
 
 def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, arch: str = "sm_80"):
-    """S [cdiv(R, BM) BM, cdiv(M, BN) BN] = Xq [R, DP] Xb [M, DP]^T: the seed GEMM's tiling (4 warps of
+    """S [R, cdiv(M, BN) BN] = Xq [R, DP] Xb [M, DP]^T: the seed GEMM's tiling (4 warps of
     64 x 64, a `stages`-deep cp.async ring of 64-byte-swizzled k slices, ldmatrix + mma.sync m16n8k16)."""
     bm, bn, wm, wn = DIST_BM, DIST_BN, 64, 64
     kb = KernelBuilder(f"knn_dist_tile_d{dp}", arch=arch, grid=["cdiv(M, BN)", "cdiv(R, BM)"], threads=128,
@@ -23,7 +23,7 @@ def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, arch: str = "sm_80"):
     kb.scalar("M", min=1)
     kb.tensor("Xq", "f16", ["R", "DP"])
     kb.tensor("Xb", "f16", ["M", "DP"])
-    kb.tensor("S", "f32", ["cdiv(R, BM) * BM", "cdiv(M, BN) * BN"], access="write")
+    kb.tensor("S", "f32", ["R", "cdiv(M, BN) * BN"], access="write")
     swz = {32: "swizzle_64B", 64: "swizzle_128B"}[bk]
     kb.buffer("sA", "smem", "f16", [bm, bk], layout=swz, stages=stages)
     kb.buffer("sB", "smem", "f16", [bn, bk], layout=swz, stages=stages)

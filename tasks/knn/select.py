@@ -33,7 +33,7 @@ def knn_select(k: int, metric: str = "l2", merge: bool = False, threads: int = S
     else:
         kb.scalar("M", min=k)
         kb.scalar("SL", min=1)
-        kb.tensor("S", "f32", ["cdiv(R, 128) * 128", "cdiv(M, 128) * 128"])
+        kb.tensor("S", "f32", ["R", "cdiv(M, 128) * 128"])
         if l2:
             kb.tensor("XN", "f32", [1, "cdiv(M, 128) * 128"])
             kb.tensor("QN", "f32", [1, "cdiv(R, 128) * 128"])

@@ -33,6 +33,14 @@ static unsigned __ballot_sync(unsigned, bool p) {
   g_warp[w]->arrive_and_wait();
   return m;
 }
+static unsigned __match_any_sync(unsigned, unsigned v) {
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  g_xchg[w][l] = v; g_warp[w]->arrive_and_wait();
+  unsigned m = 0; for (int i = 0; i < 32; ++i) m |= (g_xchg[w][i] == v ? 1u : 0u) << i;
+  g_warp[w]->arrive_and_wait();
+  return m;
+}
+static int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 static unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
 static int __popc(unsigned x) { return __builtin_popcount(x); }
 static unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
