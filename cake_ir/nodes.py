@@ -626,8 +626,8 @@ class RowSelect(Node):
     scratch: TileRef
 
 
-# scratch words of row_select (cake.cuh CAKE_SEL_WORDS: a 4096-bin histogram, 2048 64-bit candidates, 40 words)
-SELECT_SCRATCH_WORDS = 4096 + 2 * 2048 + 32 + 8
+# scratch words of row_select (cake.cuh CAKE_SEL_WORDS: a 4096-bin histogram, 4096 64-bit candidates, 40 words)
+SELECT_SCRATCH_WORDS = 4096 + 2 * 4096 + 32 + 8
 
 
 Stmt = Annotated[

@@ -18,7 +18,7 @@ KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exc
 # M = 1M, k = 32 9.9 ms split vs 33.6 ms unsplit in the sweep)
 KNN_K_MAX_SPLIT = 32
 # the large-k path (cakelib/knn_large_k.py: a distance tile into a workspace, then a block-wide selection)
-KNN_LARGE_K_MAX = 1024     # row_select's candidate buffer and bitonic sort hold 2048 entries
+KNN_LARGE_K_MAX = 1024     # row_select's candidate buffer and bitonic sort hold 4096 entries (>= k + the k-th key's bin)
 KNN_LARGE_D_MAX = 1024
 KNN_LARGE_M_MAX = 1 << 22  # the workspace holds 128 rows of S at least (2 GiB at this M)
 KNN_LARGE_WS_WORDS = 1 << 27   # S workspace: 512 MiB of fp32 dot products per chunk of queries

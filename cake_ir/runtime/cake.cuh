@@ -504,7 +504,7 @@ template <bool MN> __device__ __forceinline__ float sel_value(unsigned key) {
   return MN ? f : -f;
 }
 // scratch words the row selection uses: a 4096-bin histogram, SEL_CAP 64-bit candidates, 32 warp words, 8 control
-#define CAKE_SEL_CAP 2048
+#define CAKE_SEL_CAP 4096
 #define CAKE_SEL_WORDS (4096 + 2 * CAKE_SEL_CAP + 32 + 8)
 struct SelRow {   // one row segment's scores: f(j) = scale * src[j] + rbias + cbias[j], index sidx[j] or col + j
   const float* src; int n; int col; const int* sidx; float scale; float rbias; const float* cbias;
