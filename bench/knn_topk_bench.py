@@ -5,7 +5,7 @@ so that a fault in one leaves the others' rows:
 
     python bench/knn_topk_bench.py compile            # NVRTC builds of every kernel the grid needs (CPU, parallel)
     python bench/knn_topk_bench.py check OUT.json     # small shapes: k in {33, 100, 1024} x D in {64, 100, 768}, l2 + ip
-    python bench/knn_topk_bench.py time OUT.json [--held] [--deadline-s S]
+    python bench/knn_topk_bench.py time OUT.json [--held] [--deadline-s S] [--check CHECK.json]
 
 Rows are appended to OUT.json's "rows" as they finish (the file is rewritten after each one).
 """
@@ -58,6 +58,7 @@ def compile_all() -> None:
     """Every kernel the phases launch, built for sm_90a in parallel (the cubin cache serves the runs)."""
     from concurrent.futures import ProcessPoolExecutor
     jobs = sorted({("dist", -(-s["D"] // 8) * 8) for s in CHECKS + MAIN + HELD}
+                  | {("wgmma", -(-s["D"] // 8) * 8) for s in CHECKS + MAIN + HELD if s["D"] % 64 == 0}
                   | {("norms", -(-s["D"] // 8) * 8, src) for s in CHECKS + MAIN + HELD for src in ("Xb", "Xq")}
                   | {("pad", s["D"]) for s in CHECKS + MAIN + HELD if s["D"] % 8}
                   | {("select", s["k"], s.get("metric", "l2"), mg) for s in CHECKS + MAIN + HELD for mg in (0, 1)},
@@ -70,10 +71,10 @@ def compile_all() -> None:
 
 def _compile_one(job) -> str:
     from cake_ir.compiler import compile_ir
-    from tasks.knn.dist_tile import knn_dist_tile, knn_pad_rows, knn_row_norms
+    from tasks.knn.dist_tile import knn_dist_tile, knn_dist_tile_wgmma, knn_pad_rows, knn_row_norms
     from tasks.knn.select import knn_select
     a = "sm_90a"
-    ir = {"dist": lambda: knn_dist_tile(job[1], arch=a),
+    ir = {"dist": lambda: knn_dist_tile(job[1], arch=a), "wgmma": lambda: knn_dist_tile_wgmma(job[1], arch=a),
           "norms": lambda: knn_row_norms(job[1], arch=a) if job[2] == "Xb" else knn_row_norms(job[1], "Xq", "R", "QN", arch=a),
           "pad": lambda: knn_pad_rows(job[1], arch=a),
           "select": lambda: knn_select(job[1], job[2], merge=bool(job[3]), arch=a)}[job[0]]()
@@ -82,13 +83,18 @@ def _compile_one(job) -> str:
 
 
 def check(path: str) -> None:
+    """Every CHECKS shape with the default distance tile; the wgmma-eligible ones (D % 64 == 0) again with
+    the mma.sync tile (cakelib.knn_large_k.DIST_WGMMA off), so that the timing can fall back to it."""
     import torch
     import cakelib
+    import cakelib.knn_large_k as lk
     from bench.knn_topk_check import check_knn, make_inputs
     doc = {"env": env(), "phase": "check", "rows": []}
-    for s in CHECKS:
+    runs = [(s, True) for s in CHECKS] + [(s, False) for s in CHECKS if s["D"] % 64 == 0]
+    for s, wg in runs:
+        lk.DIST_WGMMA = wg
         xq, xb = make_inputs(s["Q"], s["M"], s["D"], seed=s["k"])
-        row = dict(s)
+        row = dict(s, dist="wgmma" if wg and s["D"] % 64 == 0 else "mma")
         try:
             I, Dist = cakelib.knn(xq, xb, s["k"], s["metric"])
             torch.cuda.synchronize()
@@ -97,7 +103,16 @@ def check(path: str) -> None:
             row["correct"], row["why"] = False, f"{type(e).__name__}: {e}"[:300]
         doc["rows"].append(row)
         save(path, doc)
-        print(f"check {s} -> {row['correct']} {row['why']}", flush=True)
+        print(f"check {row['dist']} {s} -> {row['correct']} {row['why']}", flush=True)
+
+
+def wgmma_passed(check_path: str) -> bool:
+    """Whether the check phase found the wgmma distance tile correct wherever it ran (and it ran)."""
+    try:
+        rows = [r for r in json.load(open(check_path))["rows"] if r.get("dist") == "wgmma"]
+    except Exception:  # noqa: BLE001
+        return False
+    return bool(rows) and all(r["correct"] for r in rows)
 
 
 def time_grid(path: str, shapes: list, deadline: float) -> None:
@@ -105,9 +120,10 @@ def time_grid(path: str, shapes: list, deadline: float) -> None:
     import cakelib
     from bench.knn_topk_check import check_knn, make_inputs
     from bench.lib_grid import Timer, knn_baselines
-    doc = {"env": env(), "phase": "time", "rows": []}
+    import cakelib.knn_large_k as lk
+    doc = {"env": {**env(), "dist_wgmma": lk.DIST_WGMMA}, "phase": "time", "rows": []}
     timer, base = Timer(), knn_baselines()
-    shapes = sorted(shapes, key=lambda s: (s["M"], s["D"], s["Q"], s["k"]))
+    shapes = sorted(shapes, key=lambda s: (-s["M"], s["D"], s["Q"], s["k"]))   # the 1M database first (a deadline cuts the rest)
     db_key, xb = None, None
     for s in shapes:
         row = dict(s)
@@ -155,6 +171,10 @@ def main() -> None:
     if phase == "check":
         return check(path)
     deadline = float(sys.argv[sys.argv.index("--deadline-s") + 1]) if "--deadline-s" in sys.argv else 1e9
+    if "--check" in sys.argv:   # the wgmma tile only where the check phase passed it
+        import cakelib.knn_large_k as lk
+        lk.DIST_WGMMA = wgmma_passed(sys.argv[sys.argv.index("--check") + 1])
+        print(f"wgmma distance tile: {lk.DIST_WGMMA}", flush=True)
     time_grid(path, HELD if "--held" in sys.argv else MAIN, time.time() + deadline)
 
 

@@ -1,6 +1,6 @@
 """The large-k kNN path (k up to 1024, any D up to 1024): per chunk of queries, a distance tile kernel
 writes the chunk's fp32 dot products against the whole database into a bounded workspace
-(tasks/knn/dist_tile.py), and a selection kernel picks each row's k best from it (tasks/knn/select.py,
+(tasks/knn/dist_tile.py: wgmma on Hopper where D rounds to a multiple of 64, else mma.sync), and a selection kernel picks each row's k best from it (tasks/knn/select.py,
 the block-wide `row_select`): one CTA per (row, database segment), then, where a row was split into
 segments so that few-query chunks still fill the GPU, a merge of the segments' partial lists.
 l2 scores are ||q||^2 + ||x||^2 - 2 q.x with the norms of the fp16 rows (summed in fp32 once per call for
@@ -18,6 +18,9 @@ MAX_SEGMENTS = 64
 CAND_WORDS = 2048 * 1024   # partial-list workspace: rows x segments x k < 2 SELECT_CTAS k words
 MAX_CHUNK = 32768          # the selection's grid.y (rows) stays under CUDA's 65535
 PAD = 128                  # tasks/knn/dist_tile.py DIST_BM / DIST_BN: the padding of S and the norms
+# Hopper, DP % 64 == 0: the distance tile on wgmma (knn_dist_tile_wgmma); else mma.sync (knn_dist_tile).
+# A module switch so that a benchmark can check and time both forms.
+DIST_WGMMA = True
 
 
 def chunk_rows(Q: int, M: int) -> int:
@@ -45,10 +48,17 @@ def _rows(view, r0: int, rows: int, cols: int, item: int) -> tuple:
     return (_ptr(view) + r0 * cols * item, [rows, cols])
 
 
+def _dist_kernel(rt, dp: int):
+    from tasks.knn.dist_tile import knn_dist_tile, knn_dist_tile_wgmma
+    if DIST_WGMMA and rt.arch == "sm_90a" and dp % 64 == 0:
+        return rt.kernel(("knn_dist_wgmma", dp), lambda arch: knn_dist_tile_wgmma(dp, arch=arch))
+    return rt.kernel(("knn_dist_tile", dp), lambda arch: knn_dist_tile(dp, arch=arch))
+
+
 def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
     """Runs the search of q [Q, D] against db [M, D] into I / Dist [Q, k] (cakelib Args); returns the
     scratch Args the caller releases after the device is done with them."""
-    from tasks.knn.dist_tile import knn_dist_tile, knn_pad_rows, knn_row_norms
+    from tasks.knn.dist_tile import knn_pad_rows, knn_row_norms
     from tasks.knn.select import knn_select
     from . import arrays
     Q, D = q.shape
@@ -72,7 +82,7 @@ def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
         norms = rt.kernel(("knn_sqnorms", "Xb", dp), lambda arch: knn_row_norms(dp, arch=arch))
         rt.launch(norms, {"Xb": (_ptr(dbv), [M, dp]), "XN": XN}, {"M": M}, stream)
         qnorms = rt.kernel(("knn_sqnorms", "Xq", dp), lambda arch: knn_row_norms(dp, "Xq", "R", "QN", arch=arch))
-    dist = rt.kernel(("knn_dist_tile", dp), lambda arch: knn_dist_tile(dp, arch=arch))
+    dist = _dist_kernel(rt, dp)
     sel = rt.kernel(("knn_select", k, metric), lambda arch: knn_select(k, metric, arch=arch))
     qc = chunk_rows(Q, M)
     for q0 in range(0, Q, qc):

@@ -25,6 +25,16 @@ def _builds():
     return out
 
 
+def test_wgmma_tile_verifies_and_compiles():
+    from tasks.knn.dist_tile import knn_dist_tile_wgmma
+    for dp in (64, 128, 768, 1024):
+        ir = knn_dist_tile_wgmma(dp)
+        assert not [d.short() for d in verify(ir).diagnostics if d.severity != "note"], dp
+        assert compile_ir(ir, arch="sm_90a").ok, dp
+    with pytest.raises(ValueError):
+        knn_dist_tile_wgmma(104)
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_kernels_verify_and_compile(arch):
     for ir in _builds():
