@@ -190,3 +190,142 @@ def test_knn_large_k_on_gpu(k, D, metric):
     out = (torch.empty(Q, k, dtype=torch.int32, device="cuda"), torch.empty(Q, k, dtype=torch.float32, device="cuda"))
     I2, D2 = cakelib.knn(xq, xb, k, metric, out=out)
     assert I2.data_ptr() == out[0].data_ptr() and torch.equal(I2, I)
+
+
+# ---------------------------------------------------------------- the orchestration, on a simulated device
+class _Heap:
+    """Fake device memory: allocations at distinct addresses, (ptr, shape) views resolved to numpy arrays."""
+
+    def __init__(self):
+        self.blocks, self.next = {}, 1 << 20
+
+    def alloc(self, shape, dtype):
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        ptr, self.next = self.next, self.next + ((n + 4095) // 4096 + 1) * 4096
+        self.blocks[ptr] = np.zeros(n, np.uint8)
+        return ptr
+
+    def view(self, ptr, shape, dtype):
+        base = max(b for b in self.blocks if b <= ptr)
+        buf = self.blocks[base]
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        assert ptr - base + n <= len(buf), "view past its allocation"
+        return buf[ptr - base: ptr - base + n].view(dtype).reshape(shape)
+
+
+class _Buf:
+    def __init__(self, heap, shape, dtype):
+        self.ptr, self.shape, self.dtype = heap.alloc(shape, dtype), tuple(shape), dtype
+
+
+_NP = {"f16": np.float16, "f32": np.float32, "i32": np.int32}
+
+
+class _FakeRuntime:
+    """rt.kernel / launch / workspace: checks each launch against the kernel's declared tensors, shapes and
+    scalar facts (gpu_backend.runner's checks), then runs what the kernel computes in numpy."""
+
+    def __init__(self, heap, arch="sm_90a"):
+        self.heap, self.arch, self.ws, self.launches = heap, arch, {}, []
+
+    def kernel(self, key, build):
+        from gpu_backend.runner import LaunchSpec, scalar_decls, spec_from_kernel  # noqa: F401
+        from types import SimpleNamespace
+        ir = build(self.arch)
+        res = SimpleNamespace(kernel_name=ir.name, cubin=b"", signature=[], smem_bytes=0)
+        return ir, spec_from_kernel(ir, res)
+
+    def workspace(self, name, shape, dtype, stream=0):
+        key = (name, tuple(shape), dtype)
+        if key not in self.ws:
+            self.ws[key] = _Buf(self.heap, shape, _NP[dtype])
+        return self.ws[key]
+
+    def launch(self, kern, tensors, scalars, stream=0):
+        from gpu_backend.runner import _ptr_shape
+        ir, spec = kern
+        assert set(tensors) == set(spec.tensors), (ir.name, set(tensors) ^ set(spec.tensors))
+        shapes = {n: _ptr_shape(t)[1] for n, t in tensors.items()}
+        assert spec.shape_problem(shapes, scalars) is None, (ir.name, spec.shape_problem(shapes, scalars))
+        assert set(scalars) == set(spec.scalars), (ir.name, set(scalars) ^ set(spec.scalars))
+        for n, d in spec.scalars.items():
+            assert d.violation(scalars[n]) is None, (ir.name, n, d.violation(scalars[n]))
+        grid = spec.grid_dims(scalars)
+        assert all(g >= 1 for g in grid) and (len(grid) < 2 or grid[1] <= 65535), (ir.name, grid)
+        arr = {n: self.heap.view(_ptr_shape(t)[0], shapes[n], _NP[spec.tensors[n].dtype]) for n, t in tensors.items()}
+        self.launches.append(ir.name)
+        _simulate(ir, arr, dict(spec.consts, **scalars), grid)
+
+
+def _simulate(ir, a, env, grid):
+    name = ir.name
+    if name.startswith("knn_pad_rows"):
+        a["XP"][:] = 0
+        a["XP"][:, :env["D"]] = a["X"]
+    elif "_sqnorms_" in name:
+        src, dst = ("Xb", "XN") if "Xb" in a else ("Xq", "QN")
+        x = a[src].astype(np.float32)
+        a[dst][:] = 0
+        a[dst][0, :x.shape[0]] = (x * x).sum(1)
+    elif name.startswith("knn_dist"):
+        S = a["S"]
+        S[:] = 0
+        S[:, :env["M"]] = a["Xq"].astype(np.float32) @ a["Xb"].astype(np.float32).T
+    elif name.startswith("knn_select"):
+        mx = "_ip_" in name
+        k = env["KK"]
+        for r in range(grid[1]):
+            for s in range(grid[0]):
+                if "merge" in name:
+                    f, idx = a["CV"][r], a["CI"][r].astype(np.int64)
+                else:
+                    c0 = s * env["SL"]
+                    n = max(min(env["SL"], env["M"] - c0), 0)
+                    f = a["S"][r, c0:c0 + n]
+                    if "XN" in a:
+                        f = np.float32(-2.0) * f + a["QN"][0, r] + a["XN"][0, c0:c0 + n]
+                    idx = c0 + np.arange(n)
+                order = np.lexsort((idx, -f if mx else f))[:k]
+                ov, oi = a["OV"][r, s * k:(s + 1) * k], a["OI"][r, s * k:(s + 1) * k]
+                ov[:] = -3e38 if mx else 3e38
+                oi[:] = -1
+                ov[:len(order)], oi[:len(order)] = f[order], idx[order]
+    else:
+        raise AssertionError(f"no simulation of {name}")
+
+
+@pytest.mark.parametrize("Q,M,D,k,metric", [(3, 9000, 100, 64, "l2"), (300, 5000, 64, 33, "ip"),
+                                            (1, 20000, 8, 1024, "l2"), (2, 70, 1, 50, "ip")])
+def test_orchestration_simulated(monkeypatch, Q, M, D, k, metric):
+    """cakelib/knn_large_k.py's launches (chunks, segments, merges, views, scalars) against the kernels'
+    declarations, with each kernel's result computed in numpy: the float64-checked answer comes back."""
+    from types import SimpleNamespace
+    import cakelib.knn_large_k as lk
+    from cakelib import arrays
+    heap = _Heap()
+    monkeypatch.setattr(lk, "KNN_LARGE_WS_WORDS", 1 << 20)            # several query chunks at these sizes
+    monkeypatch.setattr(lk, "CAND_WORDS", 1 << 21)
+    monkeypatch.setattr(arrays, "empty_like_kind", lambda like, shape, dt, scratch=False: SimpleNamespace(
+        view=(b := _Buf(heap, shape, _NP[dt])) and (b.ptr, list(shape)), shape=tuple(shape), owned=None))
+    rng = np.random.default_rng(1)
+    xq = rng.normal(size=(Q, D)).astype(np.float16)
+    xb = rng.normal(size=(M, D)).astype(np.float16)
+    xb[5] = xb[3]                                                     # an exact tie
+    args = []
+    for x in (xq, xb):
+        b = _Buf(heap, x.shape, np.float16)
+        heap.view(b.ptr, x.shape, np.float16)[:] = x
+        args.append(SimpleNamespace(view=(b.ptr, list(x.shape)), shape=x.shape))
+    I, Dist = (_Buf(heap, (Q, k), dt) for dt in (np.int32, np.float32))
+    rt = _FakeRuntime(heap)
+    lk.knn_large_k(rt, args[0], args[1], k, metric, SimpleNamespace(view=(I.ptr, [Q, k])),
+                   SimpleNamespace(view=(Dist.ptr, [Q, k])), 0)
+    gi, gd = heap.view(I.ptr, (Q, k), np.int32), heap.view(Dist.ptr, (Q, k), np.float32)
+    q, b = xq.astype(np.float64), xb.astype(np.float64)
+    ex = ((q[:, None, :] - b[None]) ** 2).sum(-1) if metric == "l2" else -(q @ b.T)
+    kth = np.sort(ex, 1)[:, k - 1]
+    got = np.take_along_axis(ex, gi.astype(np.int64), 1)
+    assert (gi >= 0).all() and all(len(set(r)) == k for r in gi.tolist())
+    assert (got <= kth[:, None] + 1e-3 * (1 + np.abs(kth[:, None]))).all()
+    assert np.allclose(gd, got if metric == "l2" else -got, rtol=1e-4, atol=1e-2)
+    assert any(n.startswith("knn_select_merge") for n in rt.launches) == (lk.segments(min(Q, lk.chunk_rows(Q, M)), M, k)[0] > 1)

@@ -106,3 +106,47 @@ def knn_pad_rows(d: int, src: str = "X", dst: str = "XP", arch: str = "sm_80"):
         r.ldg(tile(src, ["rr", "cc"], [1, 1]), tile("v"), oob="zfill", vec_bytes=2, id="load_elem")
         r.stg(tile("v"), tile(dst, ["rr", "cc"], [1, 1]), oob="mask", vec_bytes=2, id="store_elem")
     return kb.build()
+
+
+def knn_dist_tile_wgmma(dp: int, bn: int = 128, stages: int = 4, arch: str = "sm_90a"):
+    """The same S on Hopper (DP a multiple of 64): the seed wgmma GEMM's pipeline (a TMA producer warp fills a
+    `stages`-deep mbarrier ring of 128-byte-swizzled [rows, 64] k slices; two consumer warpgroups own 64 query
+    rows each, wgmma m64nBNk16 into registers). TMA zero-fills the rows past R and M."""
+    bm, bk = DIST_BM, 64
+    if dp % bk:
+        raise ValueError("the wgmma distance tile reads whole 64-column k slices (DP % 64 == 0)")
+    kb = KernelBuilder(f"knn_dist_wgmma_d{dp}_n{bn}", arch="sm_90a", grid=["cdiv(M, BN)", "cdiv(R, BM)"], threads=384,
+                       note="fp32 dot products of a query chunk against the database on wgmma (large-k kNN)")
+    kb.const(BM=bm, BN=bn, BK=bk, NS=stages, DP=dp, KT=dp // bk)
+    kb.scalar("R", min=1)
+    kb.scalar("M", min=1)
+    kb.tensor("Xq", "f16", ["R", "DP"], tma={"box": [bm, bk], "swizzle": "128B"})
+    kb.tensor("Xb", "f16", ["M", "DP"], tma={"box": [bn, bk], "swizzle": "128B"})
+    kb.tensor("S", "f32", ["R", "cdiv(M, BN) * BN"], access="write")
+    kb.buffer("sA", "smem", "f16", [bm, bk], layout="swizzle_128B", stages=stages)
+    kb.buffer("sB", "smem", "f16", [bn, bk], layout="swizzle_128B", stages=stages)
+    kb.buffer("acc", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup", role="consumer")
+    kb.pipeline("ab", stages=stages, mechanism="tma", producer="producer", consumers=["consumer"], buffers=["sA", "sB"])
+    with kb.role("producer", warps=(0, 4), regs=40) as r:
+        with r.if_("role_warp == 0 && elect_one()"):
+            with r.for_("kt", 0, "KT", id="load_loop"):
+                r.pipe("acquire", "ab", "kt")
+                r.copy("tma_load", tile("Xq", ["bid.y * BM", "kt * BK"], [bm, bk]), tile("sA", slot="kt % NS"),
+                       barrier=bar("ab_full", "kt % NS"), scope="thread", id="tma_queries")
+                r.copy("tma_load", tile("Xb", ["bid.x * BN", "kt * BK"], [bn, bk]), tile("sB", slot="kt % NS"),
+                       barrier=bar("ab_full", "kt % NS"), scope="thread", id="tma_database")
+                r.pipe("commit", "ab", "kt")
+    with kb.role("consumer", warps=(4, 8), regs=232) as r:
+        with r.for_("kt", 0, "KT", id="mma_loop"):
+            r.pipe("wait", "ab", "kt")
+            r.sync("wgmma_fence")
+            r.wgmma([64, bn, 16], tile("sA", ["64 * wg", 0], [64, bk], slot="kt % NS"),
+                    tile("sB", [0, 0], [bn, bk], slot="kt % NS"), tile("acc"), accumulate="kt > 0", id="mma")
+            r.sync("wgmma_commit")
+            r.sync("wgmma_wait", n=1)        # this step's wgmma stays in flight; the previous one's slot is free
+            with r.if_("kt > 0"):
+                r.pipe("release", "ab", "kt - 1")
+        r.sync("wgmma_wait", n=0)
+        r.stg(tile("acc"), tile("S", ["bid.y * BM + 64 * wg", "bid.x * BN"], [64, bn]), oob="mask", vec_bytes=8,
+              id="store_dots")
+    return kb.build()
