@@ -58,8 +58,9 @@ def compile_all() -> None:
     """Every kernel the phases launch, built for sm_90a in parallel (the cubin cache serves the runs)."""
     from concurrent.futures import ProcessPoolExecutor
     jobs = sorted({("dist", -(-s["D"] // 8) * 8) for s in CHECKS + MAIN + HELD}
+                  | {("dist_xn", -(-s["D"] // 8) * 8) for s in CHECKS + MAIN + HELD}
                   | {("wgmma", -(-s["D"] // 8) * 8) for s in CHECKS + MAIN + HELD if s["D"] % 64 == 0}
-                  | {("norms", -(-s["D"] // 8) * 8, src) for s in CHECKS + MAIN + HELD for src in ("Xb", "Xq")}
+                  | {("norms", -(-s["D"] // 8) * 8, "Xq") for s in CHECKS + MAIN + HELD}
                   | {("pad", s["D"]) for s in CHECKS + MAIN + HELD if s["D"] % 8}
                   | {("select", s["k"], s.get("metric", "l2"), mg) for s in CHECKS + MAIN + HELD for mg in (0, 1)},
                   key=str)
@@ -74,7 +75,7 @@ def _compile_one(job) -> str:
     from tasks.knn.dist_tile import knn_dist_tile, knn_dist_tile_wgmma, knn_pad_rows, knn_row_norms
     from tasks.knn.select import knn_select
     a = "sm_90a"
-    ir = {"dist": lambda: knn_dist_tile(job[1], arch=a), "wgmma": lambda: knn_dist_tile_wgmma(job[1], arch=a),
+    ir = {"dist": lambda: knn_dist_tile(job[1], arch=a), "dist_xn": lambda: knn_dist_tile(job[1], norms=True, arch=a), "wgmma": lambda: knn_dist_tile_wgmma(job[1], arch=a),
           "norms": lambda: knn_row_norms(job[1], arch=a) if job[2] == "Xb" else knn_row_norms(job[1], "Xq", "R", "QN", arch=a),
           "pad": lambda: knn_pad_rows(job[1], arch=a),
           "select": lambda: knn_select(job[1], job[2], merge=bool(job[3]), arch=a)}[job[0]]()

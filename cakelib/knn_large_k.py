@@ -4,7 +4,7 @@ writes the chunk's fp32 dot products against the whole database into a bounded w
 the block-wide `row_select`): one CTA per (row, database segment), then, where a row was split into
 segments so that few-query chunks still fill the GPU, a merge of the segments' partial lists.
 l2 scores are ||q||^2 + ||x||^2 - 2 q.x with the norms of the fp16 rows (summed in fp32 once per call for
-the database, per chunk for the queries); ip scores are q.x. Rows of D not a multiple of 8 are first
+the database, by the first chunk's distance tile from its staged slices; per chunk for the queries); ip scores are q.x. Rows of D not a multiple of 8 are first
 copied with zero columns (knn_pad_rows)."""
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _dist_kernel(rt, dp: int):
 def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
     """Runs the search of q [Q, D] against db [M, D] into I / Dist [Q, k] (cakelib Args); returns the
     scratch Args the caller releases after the device is done with them."""
-    from tasks.knn.dist_tile import knn_pad_rows, knn_row_norms
+    from tasks.knn.dist_tile import knn_dist_tile, knn_pad_rows, knn_row_norms
     from tasks.knn.select import knn_select
     from . import arrays
     Q, D = q.shape
@@ -79,8 +79,8 @@ def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
     if l2:
         XN = rt.workspace(f"knn_topk.XN{np_}", (1, np_), "f32", stream)
         QN = rt.workspace("knn_topk.QN", (1, ceil(KNN_LARGE_WS_WORDS / PAD / PAD) * PAD), "f32", stream)
-        norms = rt.kernel(("knn_sqnorms", "Xb", dp), lambda arch: knn_row_norms(dp, arch=arch))
-        rt.launch(norms, {"Xb": (_ptr(dbv), [M, dp]), "XN": XN}, {"M": M}, stream)
+        # the first chunk's distance tile also writes the database norms (no pass of their own)
+        dist_xn = rt.kernel(("knn_dist_tile_xn", dp), lambda arch: knn_dist_tile(dp, norms=True, arch=arch))
         qnorms = rt.kernel(("knn_sqnorms", "Xq", dp), lambda arch: knn_row_norms(dp, "Xq", "R", "QN", arch=arch))
     dist = _dist_kernel(rt, dp)
     sel = rt.kernel(("knn_select", k, metric), lambda arch: knn_select(k, metric, arch=arch))
@@ -95,7 +95,10 @@ def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
             qn = (_ptr(QN), [1, rp])
             rt.launch(qnorms, {"Xq": xq, "QN": qn}, {"R": R}, stream)
             t = {"XN": XN, "QN": qn}
-        rt.launch(dist, {"Xq": xq, "Xb": (_ptr(dbv), [M, dp]), "S": sv}, {"R": R, "M": M}, stream)
+        if l2 and q0 == 0:
+            rt.launch(dist_xn, {"Xq": xq, "Xb": (_ptr(dbv), [M, dp]), "S": sv, "XN": XN}, {"R": R, "M": M}, stream)
+        else:
+            rt.launch(dist, {"Xq": xq, "Xb": (_ptr(dbv), [M, dp]), "S": sv}, {"R": R, "M": M}, stream)
         seg, sl = segments(R, M, k)
         iv, dv = _rows(I.view, q0, R, k, 4), _rows(Dist.view, q0, R, k, 4)
         if seg == 1:

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _builds():
     from tasks.knn.dist_tile import knn_dist_tile, knn_pad_rows, knn_row_norms
     from tasks.knn.select import knn_select
-    out = [knn_dist_tile(dp) for dp in (8, 64, 104, 768, 1024)]
+    out = [knn_dist_tile(dp, norms=n) for dp in (8, 64, 104, 768, 1024) for n in (False, True)]
     out += [knn_row_norms(dp) for dp in (8, 104, 1024)] + [knn_row_norms(128, "Xq", "R", "QN")]
     out += [knn_pad_rows(d) for d in (1, 100, 1023)]
     out += [knn_select(k, m, merge=mg) for k in (33, 64, 100, 1024) for m in ("l2", "ip") for mg in (False, True)]
@@ -271,6 +271,10 @@ def _simulate(ir, a, env, grid):
         S = a["S"]
         S[:] = 0
         S[:, :env["M"]] = a["Xq"].astype(np.float32) @ a["Xb"].astype(np.float32).T
+        if "XN" in a:
+            x = a["Xb"].astype(np.float32)
+            a["XN"][:] = 0
+            a["XN"][0, :x.shape[0]] = (x * x).sum(1)
     elif name.startswith("knn_select"):
         mx = "_ip_" in name
         k = env["KK"]

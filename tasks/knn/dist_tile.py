@@ -12,11 +12,14 @@ from cake_ir.builder import KernelBuilder, bar, tile
 DIST_BM, DIST_BN = 128, 128   # S and the norms are padded to these tiles (the selection's shapes)
 
 
-def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, arch: str = "sm_80"):
+def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, norms: bool = False, arch: str = "sm_80"):
     """S [R, cdiv(M, BN) BN] = Xq [R, DP] Xb [M, DP]^T: the seed GEMM's tiling (4 warps of
-    64 x 64, a `stages`-deep cp.async ring of 64-byte-swizzled k slices, ldmatrix + mma.sync m16n8k16)."""
+    64 x 64, a `stages`-deep cp.async ring of 64-byte-swizzled k slices, ldmatrix + mma.sync m16n8k16).
+    norms: the CTAs of the first query tile also sum the squared norms of their database rows from the staged
+    slices into XN [1, cdiv(M, BN) BN] (the l2 scores' column terms, without a pass of their own over the
+    database: the first query chunk's launch)."""
     bm, bn, wm, wn = DIST_BM, DIST_BN, 64, 64
-    kb = KernelBuilder(f"knn_dist_tile_d{dp}", arch=arch, grid=["cdiv(M, BN)", "cdiv(R, BM)"], threads=128,
+    kb = KernelBuilder(f"knn_dist_tile_d{dp}" + ("_xn" if norms else ""), arch=arch, grid=["cdiv(M, BN)", "cdiv(R, BM)"], threads=128,
                        note="fp32 dot products of a query chunk against the database (large-k kNN)")
     kb.const(BM=bm, BN=bn, BK=bk, NS=stages, WM=wm, WN=wn, DP=dp, KT=-(-dp // bk))
     kb.scalar("R", min=1)
@@ -24,6 +27,10 @@ def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, arch: str = "sm_80"):
     kb.tensor("Xq", "f16", ["R", "DP"])
     kb.tensor("Xb", "f16", ["M", "DP"])
     kb.tensor("S", "f32", ["R", "cdiv(M, BN) * BN"], access="write")
+    if norms:
+        kb.tensor("XN", "f32", [1, "cdiv(M, BN) * BN"], access="write")
+        kb.buffer("nb", "smem", "f32", [bn])
+        kb.buffer("nr", "reg", "f32", [1, 1], layout="row_major", scope="thread")
     swz = {32: "swizzle_64B", 64: "swizzle_128B"}[bk]
     kb.buffer("sA", "smem", "f16", [bm, bk], layout=swz, stages=stages)
     kb.buffer("sB", "smem", "f16", [bn, bk], layout=swz, stages=stages)
@@ -49,11 +56,22 @@ def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, arch: str = "sm_80"):
                 r.copy("cp_async", tile("Xb", ["n0", "(kt + NS - 1) * BK"], [bn, bk]),
                        tile("sB", slot="(kt + NS - 1) % NS"), oob="zfill")
             r.sync("cp_async_commit")
+            if norms:   # row tid of the slice by thread tid, every step (the same thread accumulates its row)
+                with r.if_("bid.y == 0"):
+                    with r.if_("kt == 0"):
+                        r.reduce("sum_sq", tile("sB", slot="kt % NS"), tile("nb"), id="db_norms_first")
+                    with r.else_():
+                        r.reduce("sum_sq", tile("sB", slot="kt % NS"), tile("nb"), accumulate=True, id="db_norms")
             with r.for_("kk", 0, bk // 16, unroll=True):
                 r.ldmatrix(tile("sA", ["wm0", "kk * 16"], [wm, 16], slot="kt % NS"), tile("fa"))
                 r.ldmatrix(tile("sB", ["wn0", "kk * 16"], [wn, 16], slot="kt % NS"), tile("fb"))
                 r.mma_sync(tile("fa"), tile("fb"), tile("acc"))
         r.sync("cp_async_wait", n=0)
+        if norms:
+            r.sync("syncthreads")
+            with r.if_("bid.y == 0"):
+                r.lds(tile("nb", ["tid"], [1]), tile("nr"), vec_bytes=4)
+                r.stg(tile("nr"), tile("XN", [0, "n0 + tid"], [1, 1]), oob="mask", vec_bytes=4, id="store_norms")
         r.stg(tile("acc"), tile("S", ["m0 + wm0", "n0 + wn0"], [wm, wn]), oob="mask", vec_bytes=8, id="store_dots")
     return kb.build()
 
