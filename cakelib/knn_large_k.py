@@ -32,9 +32,9 @@ def chunk_rows(Q: int, M: int) -> int:
 
 def segments(R: int, M: int, k: int) -> tuple[int, int]:
     """(segments per row, segment length) for a chunk of R rows: enough CTAs to fill the GPU, each segment
-    at least MIN_SEGMENT and 8 k rows long."""
+    at least MIN_SEGMENT and 8 k rows long, a multiple of 4."""
     seg = max(1, min(ceil(SELECT_CTAS / R), M // max(MIN_SEGMENT, 8 * k), MAX_SEGMENTS))
-    sl = ceil(M / seg)
+    sl = ceil(M / seg / 4) * 4    # segments start at 16-byte boundaries (the selection's vector loads)
     return ceil(M / sl), sl
 
 

@@ -91,7 +91,7 @@ def test_plan_bounds():
                     continue
                 R = min(qc, Q)
                 seg, sl = segments(R, M, k)
-                assert seg >= 1 and (seg - 1) * sl < M <= seg * sl
+                assert seg >= 1 and (seg - 1) * sl < M <= seg * sl and sl % 4 == 0
                 assert seg == 1 or R * seg * k <= CAND_WORDS
 
 
@@ -119,6 +119,7 @@ def _cases():
     rng = np.random.default_rng(0)
     n = 6000
     yield "spread", 1024, rng.normal(size=n).astype(np.float32), None, None
+    yield "tail", 100, rng.normal(size=n + 3).astype(np.float32), None, rng.normal(size=n + 3).astype(np.float32)
     yield "clustered", 100, (100 + rng.normal(size=n) * 1e-3).astype(np.float32), None, None
     yield "ties", 1024, np.full(n, 1.5, np.float32), None, None                   # the tie-overflow path
     yield "few_values", 33, rng.integers(1, 4, size=n).astype(np.float32), None, None
@@ -133,9 +134,9 @@ def _cases():
 def test_row_select_emulated(emu, kind):
     lines, expect = [], []
     scale, rbias = (-2.0, 0.25)
-    for name, K, s, idx, cb in _cases():
+    for i, (name, K, s, idx, cb) in enumerate(_cases()):
         n = len(s)
-        lines.append(f"{int(kind == 'max')} {K} {n} {int(idx is not None)} {scale} {rbias} {int(cb is not None)}")
+        lines.append(f"{int(kind == 'max')} {K} {n} {int(idx is not None)} {scale} {rbias} {int(cb is not None)} {i % 2}")
         lines.append(" ".join(repr(float(x)) for x in s))
         if idx is not None:
             lines.append(" ".join(map(str, idx)))

@@ -508,13 +508,60 @@ template <bool MN> __device__ __forceinline__ float sel_value(unsigned key) {
 #define CAKE_SEL_WORDS (4096 + 2 * CAKE_SEL_CAP + 32 + 8)
 struct SelRow {   // one row segment's scores: f(j) = scale * src[j] + rbias + cbias[j], index sidx[j] or col + j
   const float* src; int n; int col; const int* sidx; float scale; float rbias; const float* cbias;
-  __device__ __forceinline__ float score(int j) const {
-    float f = scale * __ldg(src + j) + rbias;
-    if (cbias) f += __ldg(cbias + j);
-    return f;
-  }
+  // one rounding order for every pass (the histogram's keys and the gathers' must agree bit for bit)
+  __device__ __forceinline__ float combine(float s, float c) const { return __fadd_rn(__fmaf_rn(scale, s, rbias), c); }
+  __device__ __forceinline__ float score(int j) const { return combine(__ldg(src + j), cbias ? __ldg(cbias + j) : 0.0f); }
   __device__ __forceinline__ unsigned index(int j) const { return sidx ? (unsigned)__ldg(sidx + j) : (unsigned)(col + j); }
+  __device__ __forceinline__ bool vec4() const {   // 16-byte loads of the scores (and biases)
+    return ((reinterpret_cast<u64>(src) | reinterpret_cast<u64>(cbias)) & 15ull) == 0;
+  }
 };
+// fn(j, key, valid) for every element of the segment, in warp-uniform trips (fn may use warp collectives;
+// `valid` is false past the end): 16-byte loads, eight scores per thread in flight, where the segment is
+// 16-byte aligned; single loads, four per thread, for the rest.
+template <int T, bool MN, class F> __device__ __forceinline__ void sel_scan(const SelRow& r, F&& fn) {
+  int head = 0;
+  if (r.vec4()) {
+    const int n4 = r.n >> 2;
+    const float4* s4 = reinterpret_cast<const float4*>(r.src);
+    const float4* c4 = reinterpret_cast<const float4*>(r.cbias);
+    for (int base = 0; base < n4; base += 2 * T) {
+      float f[8];
+      bool ok[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int j4 = base + u * T + (int)threadIdx.x;
+        ok[u] = j4 < n4;
+        float4 v = {0.0f, 0.0f, 0.0f, 0.0f}, c = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (ok[u]) {
+          v = __ldg(s4 + j4);
+          if (c4) c = __ldg(c4 + j4);
+        }
+        f[4 * u] = r.combine(v.x, c.x);
+        f[4 * u + 1] = r.combine(v.y, c.y);
+        f[4 * u + 2] = r.combine(v.z, c.z);
+        f[4 * u + 3] = r.combine(v.w, c.w);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        fn(4 * (base + (e >> 2) * T + (int)threadIdx.x) + (e & 3), sel_key<MN>(f[e]), ok[e >> 2]);
+    }
+    head = n4 << 2;
+  }
+  for (int base = head; base < r.n; base += 4 * T) {
+    float f[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = base + u * T + (int)threadIdx.x;
+      f[u] = j < r.n ? r.score(j) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = base + u * T + (int)threadIdx.x;
+      fn(j, sel_key<MN>(f[u]), j < r.n);
+    }
+  }
+}
 // One count per lane whose `on` holds into hist[bin], aggregated per warp: the lanes with equal bins add once
 // (a row's scores crowd into a few bins of the first digits, and same-address shared atomics serialise).
 // Every lane of the warp calls it.
@@ -527,20 +574,9 @@ template <int T, bool MN> __device__ void sel_histogram(const SelRow& r, unsigne
                                                         unsigned prefix) {
   for (int i = threadIdx.x; i < nb; i += T) hist[i] = 0;
   __syncthreads();
-  for (int base = 0; base < r.n; base += 4 * T) {   // warp-uniform trips; four loads in flight per thread
-    float f[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int j = base + u * T + threadIdx.x;
-      f[u] = j < r.n ? r.score(j) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const unsigned key = sel_key<MN>(f[u]);
-      const bool on = base + u * T + (int)threadIdx.x < r.n && (done == 0 || (key >> (32 - done)) == prefix);
-      sel_count(hist, (key >> shift) & (nb - 1), on);
-    }
-  }
+  sel_scan<T, MN>(r, [&](int, unsigned key, bool ok) {
+    sel_count(hist, (key >> shift) & (nb - 1), ok && (done == 0 || (key >> (32 - done)) == prefix));
+  });
   __syncthreads();
 }
 // Warp 0 finds the bin holding the rem-th key (1-based): ctl[0] = bin, ctl[1] = keys in earlier bins,
@@ -570,13 +606,12 @@ __device__ void sel_find_bin(const unsigned* hist, int nb, unsigned rem, unsigne
 }
 // Appends (key << 32 | index) of every key <= hi (strict: < hi) to cand through the counter ctl[3].
 template <int T, bool MN> __device__ void sel_gather(const SelRow& r, unsigned hi, bool strict, u64* cand, unsigned* ctl) {
-  for (int j = threadIdx.x; j < r.n; j += T) {
-    const unsigned key = sel_key<MN>(r.score(j));
-    if (strict ? key < hi : key <= hi) {
+  sel_scan<T, MN>(r, [&](int j, unsigned key, bool ok) {
+    if (ok && (strict ? key < hi : key <= hi)) {
       const unsigned at = atomicAdd(&ctl[3], 1u);
       cand[at] = ((u64)key << 32) | r.index(j);
     }
-  }
+  });
   __syncthreads();
 }
 // Appends the first `need` keys equal to `key0` in position order (their indices grow with position)
