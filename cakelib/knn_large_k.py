@@ -21,6 +21,7 @@ PAD = 128                  # tasks/knn/dist_tile.py DIST_BM / DIST_BN: the paddi
 # Hopper, DP % 64 == 0: the distance tile on wgmma (knn_dist_tile_wgmma); else mma.sync (knn_dist_tile).
 # A module switch so that a benchmark can check and time both forms.
 DIST_WGMMA = True
+SMALL_CHUNK = 32           # chunks of at most this many queries take the 32-row distance tile
 
 
 def chunk_rows(Q: int, M: int) -> int:
@@ -48,17 +49,21 @@ def _rows(view, r0: int, rows: int, cols: int, item: int) -> tuple:
     return (_ptr(view) + r0 * cols * item, [rows, cols])
 
 
-def _dist_kernel(rt, dp: int):
+def _dist_kernel(rt, dp: int, rows: int, norms: bool):
+    """The distance tile for a chunk of `rows` queries: mma.sync 32-row tiles for a few queries (a quarter of
+    the padded rows' work), wgmma on Hopper where DP % 64 == 0, else mma.sync 128-row tiles; norms: the
+    form that also writes the database norms (mma.sync)."""
     from tasks.knn.dist_tile import knn_dist_tile, knn_dist_tile_wgmma
-    if DIST_WGMMA and rt.arch == "sm_90a" and dp % 64 == 0:
+    bm = 32 if rows <= SMALL_CHUNK else 128
+    if DIST_WGMMA and not norms and bm == 128 and rt.arch == "sm_90a" and dp % 64 == 0:
         return rt.kernel(("knn_dist_wgmma", dp), lambda arch: knn_dist_tile_wgmma(dp, arch=arch))
-    return rt.kernel(("knn_dist_tile", dp), lambda arch: knn_dist_tile(dp, arch=arch))
+    return rt.kernel(("knn_dist_tile", dp, norms, bm), lambda arch: knn_dist_tile(dp, norms=norms, bm=bm, arch=arch))
 
 
 def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
     """Runs the search of q [Q, D] against db [M, D] into I / Dist [Q, k] (cakelib Args); returns the
     scratch Args the caller releases after the device is done with them."""
-    from tasks.knn.dist_tile import knn_dist_tile, knn_pad_rows, knn_row_norms
+    from tasks.knn.dist_tile import knn_pad_rows, knn_row_norms
     from tasks.knn.select import knn_select
     from . import arrays
     Q, D = q.shape
@@ -79,10 +84,7 @@ def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
     if l2:
         XN = rt.workspace(f"knn_topk.XN{np_}", (1, np_), "f32", stream)
         QN = rt.workspace("knn_topk.QN", (1, ceil(KNN_LARGE_WS_WORDS / PAD / PAD) * PAD), "f32", stream)
-        # the first chunk's distance tile also writes the database norms (no pass of their own)
-        dist_xn = rt.kernel(("knn_dist_tile_xn", dp), lambda arch: knn_dist_tile(dp, norms=True, arch=arch))
         qnorms = rt.kernel(("knn_sqnorms", "Xq", dp), lambda arch: knn_row_norms(dp, "Xq", "R", "QN", arch=arch))
-    dist = _dist_kernel(rt, dp)
     sel = rt.kernel(("knn_select", k, metric), lambda arch: knn_select(k, metric, arch=arch))
     qc = chunk_rows(Q, M)
     for q0 in range(0, Q, qc):
@@ -95,10 +97,9 @@ def knn_large_k(rt, q, db, k: int, metric: str, I, Dist, stream: int) -> list:
             qn = (_ptr(QN), [1, rp])
             rt.launch(qnorms, {"Xq": xq, "QN": qn}, {"R": R}, stream)
             t = {"XN": XN, "QN": qn}
-        if l2 and q0 == 0:
-            rt.launch(dist_xn, {"Xq": xq, "Xb": (_ptr(dbv), [M, dp]), "S": sv, "XN": XN}, {"R": R, "M": M}, stream)
-        else:
-            rt.launch(dist, {"Xq": xq, "Xb": (_ptr(dbv), [M, dp]), "S": sv}, {"R": R, "M": M}, stream)
+        xn = l2 and q0 == 0   # the first chunk's distance tile also writes the database norms (no pass of their own)
+        rt.launch(_dist_kernel(rt, dp, R, xn), {"Xq": xq, "Xb": (_ptr(dbv), [M, dp]), "S": sv, **({"XN": XN} if xn else {})},
+                  {"R": R, "M": M}, stream)
         seg, sl = segments(R, M, k)
         iv, dv = _rows(I.view, q0, R, k, 4), _rows(Dist.view, q0, R, k, 4)
         if seg == 1:

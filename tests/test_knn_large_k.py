@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _builds():
     from tasks.knn.dist_tile import knn_dist_tile, knn_pad_rows, knn_row_norms
     from tasks.knn.select import knn_select
-    out = [knn_dist_tile(dp, norms=n) for dp in (8, 64, 104, 768, 1024) for n in (False, True)]
+    out = [knn_dist_tile(dp, norms=n, bm=bm) for dp in (8, 64, 104, 768, 1024) for n in (False, True) for bm in (32, 128)]
     out += [knn_row_norms(dp) for dp in (8, 104, 1024)] + [knn_row_norms(128, "Xq", "R", "QN")]
     out += [knn_pad_rows(d) for d in (1, 100, 1023)]
     out += [knn_select(k, m, merge=mg) for k in (33, 64, 100, 1024) for m in ("l2", "ip") for mg in (False, True)]

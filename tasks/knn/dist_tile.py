@@ -12,14 +12,18 @@ from cake_ir.builder import KernelBuilder, bar, tile
 DIST_BM, DIST_BN = 128, 128   # S and the norms are padded to these tiles (the selection's shapes)
 
 
-def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, norms: bool = False, arch: str = "sm_80"):
+def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, norms: bool = False, bm: int = DIST_BM, arch: str = "sm_80"):
     """S [R, cdiv(M, BN) BN] = Xq [R, DP] Xb [M, DP]^T: the seed GEMM's tiling (4 warps of
     64 x 64, a `stages`-deep cp.async ring of 64-byte-swizzled k slices, ldmatrix + mma.sync m16n8k16).
     norms: the CTAs of the first query tile also sum the squared norms of their database rows from the staged
     slices into XN [1, cdiv(M, BN) BN] (the l2 scores' column terms, without a pass of their own over the
-    database: the first query chunk's launch)."""
-    bm, bn, wm, wn = DIST_BM, DIST_BN, 64, 64
-    kb = KernelBuilder(f"knn_dist_tile_d{dp}" + ("_xn" if norms else ""), arch=arch, grid=["cdiv(M, BN)", "cdiv(R, BM)"], threads=128,
+    database: the first query chunk's launch). bm = 32 (a few queries: a quarter of the padded rows' mma work):
+    the 4 warps side by side along the database rows, 32 x 32 each."""
+    bn = DIST_BN
+    warps_m = 2 if bm == 128 else 1
+    wm, wn = bm // warps_m, bn // (4 // warps_m)
+    name = f"knn_dist_tile_d{dp}" + ("_xn" if norms else "") + (f"_m{bm}" if bm != DIST_BM else "")
+    kb = KernelBuilder(name, arch=arch, grid=["cdiv(M, BN)", "cdiv(R, BM)"], threads=128,
                        note="fp32 dot products of a query chunk against the database (large-k kNN)")
     kb.const(BM=bm, BN=bn, BK=bk, NS=stages, WM=wm, WN=wn, DP=dp, KT=-(-dp // bk))
     kb.scalar("R", min=1)
@@ -40,8 +44,8 @@ def knn_dist_tile(dp: int, bk: int = 32, stages: int = 4, norms: bool = False, a
     with kb.role("main", warps=(0, 4)) as r:
         r.let("m0", "bid.y * BM")
         r.let("n0", "bid.x * BN")
-        r.let("wm0", "(role_warp / 2) * WM")
-        r.let("wn0", "(role_warp % 2) * WN")
+        r.let("wm0", f"(role_warp / {4 // warps_m}) * WM")
+        r.let("wn0", f"(role_warp % {4 // warps_m}) * WN")
         r.fill("acc", 0.0)
         with r.for_("s", 0, "NS - 1", unroll=True, id="prefill"):
             r.copy("cp_async", tile("Xq", ["m0", "s * BK"], [bm, bk]), tile("sA", slot="s"), oob="zfill")
