@@ -94,10 +94,14 @@ def check(path: str) -> None:
     from bench.knn_topk_check import check_knn, make_inputs
     doc = {"env": env(), "phase": "check", "rows": []}
     runs = [(s, True) for s in CHECKS] + [(s, False) for s in CHECKS if s["D"] % 64 == 0]
+    runs += [(dict(s, chunked=True), True) for s in CHECKS if s["Q"] == 300 and s["k"] != 33]
+    ws = lk.KNN_LARGE_WS_WORDS
     for s, wg in runs:
         lk.DIST_WGMMA = wg
+        # chunked: a workspace of 2^22 words, so that Q = 300 runs as query chunks of 128, 128 and 44 rows
+        lk.KNN_LARGE_WS_WORDS = (1 << 22) if s.get("chunked") else ws
         xq, xb = make_inputs(s["Q"], s["M"], s["D"], seed=s["k"])
-        row = dict(s, dist="wgmma" if wg and s["D"] % 64 == 0 else "mma")
+        row = dict(s, dist="wgmma" if wg and s["D"] % 64 == 0 and s["Q"] > 32 else "mma")
         try:
             I, Dist = cakelib.knn(xq, xb, s["k"], s["metric"])
             torch.cuda.synchronize()
@@ -107,6 +111,7 @@ def check(path: str) -> None:
         doc["rows"].append(row)
         save(path, doc)
         print(f"check {row['dist']} {s} -> {row['correct']} {row['why']}", flush=True)
+    lk.KNN_LARGE_WS_WORDS = ws
 
 
 def wgmma_passed(check_path: str) -> bool:
