@@ -300,7 +300,8 @@ def _simulate(ir, a, env, grid):
 
 
 @pytest.mark.parametrize("Q,M,D,k,metric", [(3, 9000, 100, 64, "l2"), (300, 5000, 64, 33, "ip"),
-                                            (1, 20000, 8, 1024, "l2"), (2, 70, 1, 50, "ip")])
+                                            (1, 20000, 8, 1024, "l2"), (2, 70, 1, 50, "ip"),
+                                            (200, 5000, 64, 100, "l2")])
 def test_orchestration_simulated(monkeypatch, Q, M, D, k, metric):
     """cakelib/knn_large_k.py's launches (chunks, segments, merges, views, scalars) against the kernels'
     declarations, with each kernel's result computed in numpy: the float64-checked answer comes back."""
