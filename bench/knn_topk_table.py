@@ -16,7 +16,8 @@ def main(paths) -> None:
         if doc.get("phase") == "check":
             bad = [r for r in rows if not r.get("correct")]
             print(f"{p}: {len(rows) - len(bad)}/{len(rows)} correct" + "".join(
-                f"\n  FAIL {r['Q']}x{r['M']} D={r['D']} k={r['k']} {r['metric']}: {r.get('why')}" for r in bad[:6]))
+                f"\n  FAIL {r['Q']}x{r['M']} D={r['D']} k={r['k']} {r['metric']} {r.get('dist', '')}"
+                f"{' chunked' if r.get('chunked') else ''}: {r.get('why')}" for r in bad[:6]))
             continue
         print(f"{p}:")
         print(f"{'Q':>6} {'M':>8} {'D':>4} {'k':>5} {'ok':>3} {'lib ms':>9} {'flash ms':>9} {'torch ms':>9} {'x best':>7}")
