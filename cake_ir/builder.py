@@ -128,6 +128,12 @@ class _Body:
                         dst=dst if isinstance(dst, dict) else tile(dst), axis=axis, id=id, scope=scope,
                         accumulate=accumulate or None)
 
+    def row_select(self, kind: str, k: int, src: dict, count, vals: dict, idx: dict, scratch: dict, **opt):
+        """The k best of a row segment by the whole CTA (nodes.RowSelect; opt: src_idx, col, scale, row_bias,
+        col_bias, id)."""
+        return self.add("row_select", kind=kind, k=k, src=src, count=count, vals=vals, idx=idx, scratch=scratch,
+                        **opt)
+
     def scan(self, kind: str, src, dst, axis: int = 1, exclusive: bool = False):
         return self.add("scan", kind=kind, src=src if isinstance(src, dict) else tile(src),
                         dst=dst if isinstance(dst, dict) else tile(dst), axis=axis, exclusive=exclusive or None)

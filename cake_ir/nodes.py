@@ -596,10 +596,44 @@ class LastCta(Node):
     body: list["Stmt"] = Field(default_factory=list)
 
 
+class RowSelect(Node):
+    """The k best scores of one row segment, exactly, by every thread of the CTA together (a block-wide
+    radix selection: histogram passes over the segment's order-preserving keys in shared memory, a gather of
+    the candidates up to the k-th key, a bitonic sort; cake::row_select). For k up to 1024, over segments
+    of any length (a distance row written by an earlier kernel).
+
+    Element j (0 <= j < count) of the segment is `src` at its offset plus j along the last dim; its score
+    is scale * src[j] + row_bias + col_bias[j] (col_bias read at its own offset plus j), its index
+    src_idx[j] (same offsets as src) or col + j. `vals` / `idx` (global [1, k]) take the k best, best
+    first (smallest for `min`), ties to the smaller index (with src_idx: equal scores must come in
+    increasing index order along the segment, as a partial selection's sorted lists of consecutive
+    segments do); entries past count get the worst value (+-3e38) and index -1. `scratch` is an smem
+    i32 buffer of at least SELECT_SCRATCH_WORDS words; the op synchronises the CTA before and after
+    using it. Executed by every thread of a role that is the whole CTA, outside any `if` (E-SEL-01)."""
+
+    op: Literal["row_select"] = "row_select"
+    kind: Literal["min", "max"] = "min"
+    k: Annotated[int, Field(ge=1, le=1024)]
+    src: TileRef
+    count: IndexExpr
+    src_idx: Optional[TileRef] = None
+    col: IndexExpr = 0
+    scale: float = 1.0
+    row_bias: Optional[TileRef] = Field(default=None, description="global f32 word [1, 1] added to every score")
+    col_bias: Optional[TileRef] = Field(default=None, description="global f32 row: element j added to score j")
+    vals: TileRef
+    idx: TileRef
+    scratch: TileRef
+
+
+# scratch words of row_select (cake.cuh CAKE_SEL_WORDS: a 4096-bin histogram, 4096 64-bit candidates, 40 words)
+SELECT_SCRATCH_WORDS = 4096 + 2 * 4096 + 32 + 8
+
+
 Stmt = Annotated[
     Union[For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
           CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-          TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta],
+          TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, RowSelect],
     Field(discriminator="op"),
 ]
 
@@ -675,7 +709,7 @@ class Kernel(Node):
 
 STMT_TYPES = (For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
               CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-              TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta)
+              TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, RowSelect)
 
 
 # ----------------------------------------------------------------------------------- programs

@@ -26,6 +26,11 @@ KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exc
 # (session 14: tests/test_knn_fast.py::test_split_search_at_k32_passes_evaluator_on_gpu; Q = 1024,
 # M = 1M, k = 32 9.9 ms split vs 33.6 ms unsplit in the sweep)
 KNN_K_MAX_SPLIT = 32
+# the large-k path (cakelib/knn_large_k.py: a distance tile into a workspace, then a block-wide selection)
+KNN_LARGE_K_MAX = 1024     # row_select's candidate buffer and bitonic sort hold 4096 entries (>= k + the k-th key's bin)
+KNN_LARGE_D_MAX = 1024
+KNN_LARGE_M_MAX = 1 << 22  # the workspace holds 128 rows of S at least (2 GiB at this M)
+KNN_LARGE_WS_WORDS = 1 << 27   # S workspace: 512 MiB of fp32 dot products per chunk of queries
 KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
 # the wgmma kernels' database norms (l2): "global", a norms kernel's first read of the whole database, or
 # "tile" (session 19), reduced from each staged tile while its wgmma runs; a variant's explicit "norms"
@@ -248,7 +253,7 @@ def knn_dk_pick_sync(shape: dict) -> dict:
     """The mma.sync any-D variant (a rule, unmeasured: the query fragments re-read from smem per k step, BQ 64
     down to 16 and BN 64 / 32 as the whole staged rows fit the arch's smem, 3 / 2 stages, the database split
     over an A100's 108 SMs in whole waves (`_dk_split`), the merge kernel after)."""
-    Q, M, k = shape["Q"], shape["M"], shape["k"]
+    Q, M = shape["Q"], shape["M"]
     for bq in ((64, 32, 16) if Q > 16 else (16,)):
         for bn in (64, 32):
             split = _dk_split(ceil(Q / bq), M, bn, 108)
@@ -286,6 +291,13 @@ def knn_dk_pick_wgmma(shape: dict) -> dict:
                 if knn_supports(p, shape):
                     return p
     return {}
+
+
+def knn_large_k_supports(shape: dict) -> bool:
+    """The large-k path's domain (cakelib/knn_large_k.py): 1 <= k <= min(1024, M), 1 <= D <= 1024, M up to
+    KNN_LARGE_M_MAX; any Q, either metric, any arch the kernels compile for (mma.sync: sm_80+)."""
+    Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
+    return Q >= 1 and 1 <= k <= min(KNN_LARGE_K_MAX, M) and 1 <= D <= KNN_LARGE_D_MAX and M <= KNN_LARGE_M_MAX
 
 
 def knn_registers_fit(p: dict, k: int, d: int) -> bool:

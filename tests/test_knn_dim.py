@@ -113,16 +113,16 @@ def test_builder_refuses_odd_d_and_chunked_overlap():
 
 
 def test_domain_refusals_name_the_legal_values():
-    from cakelib.knn_search import dk_variant
-    with pytest.raises(ValueError, match=r"D must be in \[1, 1024\]"):
-        dk_variant({"Q": 10, "M": 1000, "k": 10, "D": 1025, "arch": "sm_90a"})
-    with pytest.raises(ValueError, match=r"k must be in \[1, 32\]"):
-        dk_variant({"Q": 10, "M": 1000, "k": 33, "D": 384, "arch": "sm_90a"})
-    assert dk_variant({"Q": 10, "M": 1000, "k": 10, "D": 384, "arch": "sm_80"}).get("mma", "sync") == "sync"
+    from cakelib.knn_search import _route
+    with pytest.raises(ValueError, match=r"1 <= D <= 1024"):
+        _route({"Q": 10, "M": 1000, "k": 10, "D": 1025, "arch": "sm_90a"}, False)
+    assert _route({"Q": 10, "M": 1000, "k": 33, "D": 384, "arch": "sm_90a"}, False) == ("large_k", None)
+    path, p = _route({"Q": 10, "M": 1000, "k": 10, "D": 384, "arch": "sm_80"}, False)
+    assert path == "fused" and p.get("mma", "sync") == "sync"
     with pytest.raises(ValueError, match="multiple of 16"):
-        dk_variant({"Q": 10, "M": 1000, "k": 10, "D": 100, "arch": "sm_90a"}, rerank=True)
-    p = dk_variant({"Q": 10, "M": 1000, "k": 10, "D": 100, "arch": "sm_90a"})   # the passing case
-    assert p["mma"] == "wgmma" and "dk" in p
+        _route({"Q": 10, "M": 1000, "k": 10, "D": 100, "arch": "sm_90a"}, True)
+    path, p = _route({"Q": 10, "M": 1000, "k": 10, "D": 100, "arch": "sm_90a"}, False)   # the passing case
+    assert path == "fused" and p["mma"] == "wgmma" and "dk" in p
 
 
 def test_dk_supports_guards_arch_smem_and_k():

@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import expr as E
 from ..dtypes import SIZE
-from ..nodes import (Access, Block, LastCta, OneHot, RedAdd, ScatterAdd, TopK, TopKBound, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
+from ..nodes import (Access, Block, LastCta, OneHot, RedAdd, RowSelect, ScatterAdd, TopK, TopKBound, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
                      MbarExpectTx, MbarInit, MbarWait, CpAsyncArrive, NamedBarSync, NamedBarrier, PipeOp,
                      Reduce, Scan, ScalarParam, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma, MmaSync)
 from ..walk import Site, statements
@@ -633,6 +633,9 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
         out += [(node.index, False)] + ([(node.src, False)] if node.src is not None else []) + [(node.dst, True)]
     elif isinstance(node, RedAdd):
         out += [(node.src, False), (node.dst, True)]
+    elif isinstance(node, RowSelect):   # (its scratch: barriers of its own before and after)
+        out += [(r, False) for r in (node.src, node.src_idx, node.row_bias, node.col_bias) if r is not None]
+        out += [(node.vals, True), (node.idx, True), (node.scratch, True)]
     return out
 
 

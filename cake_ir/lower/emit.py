@@ -20,7 +20,7 @@ from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
 from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, LastCta, Let, Map,
-                     OneHot, RedAdd, ScatterAdd, TopK, TopKBound, TopKMerge,
+                     OneHot, RedAdd, RowSelect, ScatterAdd, TopK, TopKBound, TopKMerge,
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
                      PipeOp, Reduce, Role, ScalarParam, Scan, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma)
 from ..passes.plan_smem import SmemPlan, plan_smem, row_pitch_elems
@@ -1757,6 +1757,34 @@ class Emitter:
                 self.w.line(f"cake::topk_flush<{K}, {T}, {mn}>(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}], "
                             f"&{qv.name}[{slot * T}], &{qi.name}[{slot * T}]);", path)
             self.w.line(f"cake::topk_merge_quad<{K}, {mn}>(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}]);", path)
+
+    def global_elem(self, ref: TileRef, dtype: str, what: str, path) -> str:
+        """The C pointer of a global tile's first element (a tensor param of `dtype`)."""
+        t = resolve_tile(self.k, ref)
+        if t.space != "global" or t.param is None or t.dtype != dtype:
+            self.fail(path, f"row_select's {what} is a global {dtype} tile")
+        return f"({t.param.name} + ({self.gaddr(t.param, [ix(o) for o in t.offset])}))"
+
+    @_robust
+    def s_RowSelect(self, st: RowSelect, path):
+        """One call of cake::row_select by the whole CTA (the role's threads are the CTA's)."""
+        g = self.global_elem
+        sb = self.buf(st.scratch.buf, path)
+        if sb.space != "smem":
+            self.fail(path, "row_select's scratch is an smem buffer")
+        scratch = f"reinterpret_cast<unsigned*>(cake_smem + ({self.smem_byte(sb, st.scratch.slot, '0', '0')}))"
+        T = self.role.threads if self.role is not None else self.k.launch.threads
+        mn = "true" if st.kind == "min" else "false"
+        sidx = g(st.src_idx, "i32", "src_idx", path) if st.src_idx is not None else "nullptr"
+        rb = f"__ldg({g(st.row_bias, 'f32', 'row_bias', path)})" if st.row_bias is not None else "0.0f"
+        cb = g(st.col_bias, "f32", "col_bias", path) if st.col_bias is not None else "nullptr"
+        w = self.w
+        w.open("", path)
+        w.line(f"const cake::SelRow cake_row{{{g(st.src, 'f32', 'src', path)}, (int)({ix(st.count)}), "
+               f"(int)({ix(st.col)}), {sidx}, {float(st.scale)!r}f, {rb}, {cb}}};")
+        w.line(f"cake::row_select<{st.k}, {T}, {mn}>(cake_row, {g(st.vals, 'f32', 'vals', path)}, "
+               f"{g(st.idx, 'i32', 'idx', path)}, {scratch});")
+        w.close()
 
     @_robust
     def s_TopKBound(self, st: TopKBound, path):

@@ -493,4 +493,216 @@ __device__ __forceinline__ bool arrive_last(int* counter, int count) {
   return last;
 }
 
+// ---------------------------------------------------------------- row_select (block-wide exact top-k)
+// Order-preserving keys of scores: a smaller key is a better score (min: smaller value; max: larger).
+template <bool MN> __device__ __forceinline__ unsigned sel_key(float f) {
+  const unsigned u = __float_as_uint(MN ? f : -f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+template <bool MN> __device__ __forceinline__ float sel_value(unsigned key) {
+  const float f = __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+  return MN ? f : -f;
+}
+// scratch words the row selection uses: a 4096-bin histogram, SEL_CAP 64-bit candidates, 32 warp words, 8 control
+#define CAKE_SEL_CAP 4096
+#define CAKE_SEL_WORDS (4096 + 2 * CAKE_SEL_CAP + 32 + 8)
+struct SelRow {   // one row segment's scores: f(j) = scale * src[j] + rbias + cbias[j], index sidx[j] or col + j
+  const float* src; int n; int col; const int* sidx; float scale; float rbias; const float* cbias;
+  // one rounding order for every pass (the histogram's keys and the gathers' must agree bit for bit)
+  __device__ __forceinline__ float combine(float s, float c) const { return __fadd_rn(__fmaf_rn(scale, s, rbias), c); }
+  __device__ __forceinline__ float score(int j) const { return combine(__ldg(src + j), cbias ? __ldg(cbias + j) : 0.0f); }
+  __device__ __forceinline__ unsigned index(int j) const { return sidx ? (unsigned)__ldg(sidx + j) : (unsigned)(col + j); }
+  __device__ __forceinline__ bool vec4() const {   // 16-byte loads of the scores (and biases)
+    return ((reinterpret_cast<u64>(src) | reinterpret_cast<u64>(cbias)) & 15ull) == 0;
+  }
+};
+// fn(j, key, valid) for every element of the segment, in warp-uniform trips (fn may use warp collectives;
+// `valid` is false past the end): 16-byte loads, eight scores per thread in flight, where the segment is
+// 16-byte aligned; single loads, four per thread, for the rest.
+template <int T, bool MN, class F> __device__ __forceinline__ void sel_scan(const SelRow& r, F&& fn) {
+  int head = 0;
+  if (r.vec4()) {
+    const int n4 = r.n >> 2;
+    const float4* s4 = reinterpret_cast<const float4*>(r.src);
+    const float4* c4 = reinterpret_cast<const float4*>(r.cbias);
+    for (int base = 0; base < n4; base += 2 * T) {
+      float f[8];
+      bool ok[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int j4 = base + u * T + (int)threadIdx.x;
+        ok[u] = j4 < n4;
+        float4 v = {0.0f, 0.0f, 0.0f, 0.0f}, c = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (ok[u]) {
+          v = __ldg(s4 + j4);
+          if (c4) c = __ldg(c4 + j4);
+        }
+        f[4 * u] = r.combine(v.x, c.x);
+        f[4 * u + 1] = r.combine(v.y, c.y);
+        f[4 * u + 2] = r.combine(v.z, c.z);
+        f[4 * u + 3] = r.combine(v.w, c.w);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        fn(4 * (base + (e >> 2) * T + (int)threadIdx.x) + (e & 3), sel_key<MN>(f[e]), ok[e >> 2]);
+    }
+    head = n4 << 2;
+  }
+  for (int base = head; base < r.n; base += 4 * T) {
+    float f[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = base + u * T + (int)threadIdx.x;
+      f[u] = j < r.n ? r.score(j) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = base + u * T + (int)threadIdx.x;
+      fn(j, sel_key<MN>(f[u]), j < r.n);
+    }
+  }
+}
+// One count per lane whose `on` holds into hist[bin], aggregated per warp: the lanes with equal bins add once
+// (a row's scores crowd into a few bins of the first digits, and same-address shared atomics serialise).
+// Every lane of the warp calls it.
+__device__ __forceinline__ void sel_count(unsigned* hist, unsigned bin, bool on) {
+  const unsigned peers = __match_any_sync(0xffffffffu, on ? bin : 0xffffffffu);
+  if (on && (int)(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
+}
+// Histogram of digit (key >> shift) & (nb - 1) over the keys whose top `done` bits equal `prefix`.
+template <int T, bool MN> __device__ void sel_histogram(const SelRow& r, unsigned* hist, int nb, int shift, int done,
+                                                        unsigned prefix) {
+  for (int i = threadIdx.x; i < nb; i += T) hist[i] = 0;
+  __syncthreads();
+  sel_scan<T, MN>(r, [&](int, unsigned key, bool ok) {
+    sel_count(hist, (key >> shift) & (nb - 1), ok && (done == 0 || (key >> (32 - done)) == prefix));
+  });
+  __syncthreads();
+}
+// Warp 0 finds the bin holding the rem-th key (1-based): ctl[0] = bin, ctl[1] = keys in earlier bins,
+// ctl[2] = keys in the bin.
+__device__ void sel_find_bin(const unsigned* hist, int nb, unsigned rem, unsigned* ctl) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, per = nb / 32;
+    unsigned s = 0;
+    for (int i = 0; i < per; ++i) s += hist[lane * per + i];
+    unsigned inc = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned v = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += v;
+    }
+    const unsigned before = inc - s;
+    if (before < rem && rem <= inc) {   // exactly one lane
+      unsigned c = before;
+      for (int i = 0; i < per; ++i) {
+        const unsigned h = hist[lane * per + i];
+        if (c + h >= rem) { ctl[0] = lane * per + i; ctl[1] = c; ctl[2] = h; break; }
+        c += h;
+      }
+    }
+  }
+  __syncthreads();
+}
+// Appends (key << 32 | index) of every key <= hi (strict: < hi) to cand through the counter ctl[3].
+template <int T, bool MN> __device__ void sel_gather(const SelRow& r, unsigned hi, bool strict, u64* cand, unsigned* ctl) {
+  sel_scan<T, MN>(r, [&](int j, unsigned key, bool ok) {
+    if (ok && (strict ? key < hi : key <= hi)) {
+      const unsigned at = atomicAdd(&ctl[3], 1u);
+      cand[at] = ((u64)key << 32) | r.index(j);
+    }
+  });
+  __syncthreads();
+}
+// Appends the first `need` keys equal to `key0` in position order (their indices grow with position)
+// after the ctl[3] candidates already there: the ties at the k-th key when they overflow the buffer.
+template <int T, bool MN> __device__ void sel_gather_ties(const SelRow& r, unsigned key0, unsigned need, u64* cand,
+                                                          unsigned* warps, unsigned* ctl) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  for (int base = 0; base < r.n; base += T) {
+    const int j = base + threadIdx.x;
+    const bool hit = j < r.n && sel_key<MN>(r.score(j)) == key0;
+    const unsigned ball = __ballot_sync(0xffffffffu, hit);
+    if (lane == 0) warps[w] = __popc(ball);
+    __syncthreads();
+    unsigned before = 0, total = 0;
+    for (int i = 0; i < T / 32; ++i) { before += i < w ? warps[i] : 0; total += warps[i]; }
+    const unsigned got = ctl[4];
+    const unsigned pos = got + before + __popc(ball & ((1u << lane) - 1u));
+    if (hit && pos < need) cand[ctl[3] + pos] = ((u64)key0 << 32) | r.index(j);
+    __syncthreads();
+    if (threadIdx.x == 0) ctl[4] = got + total;
+    __syncthreads();
+    if (got + total >= need) break;
+  }
+  if (threadIdx.x == 0) ctl[3] += need;
+  __syncthreads();
+}
+// Ascending bitonic sort of cand[0, p) (p a power of two), all T threads.
+template <int T> __device__ void sel_sort(u64* cand, int p) {
+  for (int size = 2; size <= p; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < p / 2; i += T) {
+        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+        const u64 a = cand[lo], b = cand[hi];
+        if ((a > b) == ((lo & size) == 0)) { cand[lo] = b; cand[hi] = a; }
+      }
+      __syncthreads();
+    }
+  }
+}
+// The K best scores of a row segment (best first, ties to the smaller index), by all T threads of the CTA:
+// radix selection of the K-th key over 12 + 12 + 8 bit digits (a histogram pass over the segment each,
+// stopping once the keys up to the K-th key's bin fit the candidate buffer), a gather of those keys, a
+// bitonic sort in shared memory. Entries past the segment's length get the worst value and index -1.
+template <int K, int T, bool MN>
+__device__ void row_select(const SelRow& r, float* ov, int* oi, unsigned* sm) {
+  unsigned* hist = sm;
+  u64* cand = reinterpret_cast<u64*>(sm + 4096);
+  unsigned* warps = sm + 4096 + 2 * CAKE_SEL_CAP;
+  unsigned* ctl = warps + 32;
+  const unsigned kk = (unsigned)min(K, r.n);
+  if (threadIdx.x == 0) { ctl[3] = 0; ctl[4] = 0; }
+  __syncthreads();
+  unsigned prefix = 0, rem = kk, less = 0, inbin = 0;
+  int done = 0;
+  if (kk > 0) {
+    for (int pass = 0; pass < 3; ++pass) {
+      const int width = pass < 2 ? 12 : 8, nb = 1 << width;
+      sel_histogram<T, MN>(r, hist, nb, 32 - done - width, done, prefix);
+      sel_find_bin(hist, nb, rem, ctl);
+      prefix = (prefix << width) | ctl[0];
+      done += width;
+      less += ctl[1];
+      rem -= ctl[1];
+      inbin = ctl[2];
+      __syncthreads();   // ctl is rewritten by the next pass
+      if (less + inbin <= CAKE_SEL_CAP) break;
+    }
+    const unsigned hi = done == 32 ? prefix : ((prefix << (32 - done)) | ((1u << (32 - done)) - 1u));
+    if (less + inbin <= CAKE_SEL_CAP) {
+      sel_gather<T, MN>(r, hi, false, cand, ctl);
+    } else {   // every 32 bits resolved: the keys before the K-th key, then the first `rem` ties
+      sel_gather<T, MN>(r, hi, true, cand, ctl);
+      sel_gather_ties<T, MN>(r, hi, rem, cand, warps, ctl);
+    }
+  }
+  const unsigned cnt = ctl[3];
+  int p = 1;
+  while (p < (int)cnt) p <<= 1;
+  for (int i = threadIdx.x + cnt; i < p; i += T) cand[i] = ~0ull;
+  __syncthreads();
+  sel_sort<T>(cand, p);
+  for (int i = threadIdx.x; i < K; i += T) {
+    if (i < (int)kk) {
+      ov[i] = sel_value<MN>((unsigned)(cand[i] >> 32));
+      oi[i] = (int)(unsigned)cand[i];
+    } else {
+      ov[i] = MN ? 3.0e38f : -3.0e38f;
+      oi[i] = -1;
+    }
+  }
+  __syncthreads();   // the scratch is free again
+}
+
 }  // namespace cake
