@@ -1,0 +1,143 @@
+"""The wide k-means family (tasks/kmeans/wide.py: norms, streamed-chunk assignment + global scatter,
+finalize) for K up to 65536 and D a multiple of 32 in [32, 1024]. CPU: every kernel the rule picks at
+D in {32, 96, 768, 1024} and K in {1024, 65536} verifies without errors and compiles for sm_90a and sm_80;
+the dispatch rule and its domain errors. GPU (marked): cakelib.kmeans against a float64 numpy Lloyd
+iteration from the same centroids (inertia within 1e-3, centroids the means of the own assignment)."""
+import numpy as np
+import pytest
+
+from cake_ir.compiler import compile_ir
+from cake_ir.verifier import verify
+from cakelib.variants import (kmeans_family, kmeans_name, kmeans_wide_domain_error, kmeans_wide_kernels,
+                              kmeans_wide_params, kmeans_wide_supports)
+from tasks.kmeans import wide
+
+ARCHS = ["sm_90a", "sm_80"]
+
+
+def _errors(k):
+    return [d.short() for d in verify(k).diagnostics if d.severity == "error" or d.code == "N-SYN-01"]
+
+
+def _compiles(k, arch):
+    r = compile_ir(k, arch=arch)
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    notes = [d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES"]
+    assert notes and "0 B spill stores" in notes[0], notes
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("D", [32, 96, 768, 1024])
+def test_wide_kernels_verify_and_compile(D, arch):
+    picks = {kmeans_name(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch})) for K in (1024, 65536)}
+    assert len(picks) == 1      # the rule does not depend on K: one assignment kernel serves both
+    p = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": arch})
+    for K in (1024, 65536):
+        assert kmeans_wide_supports(p, {"B": 2, "N": 1 << 20, "K": K, "D": D, "arch": arch})
+    for part, build in kmeans_wide_kernels(p, D, arch).items():
+        k = build()
+        assert not _errors(k), (part, _errors(k))
+        _compiles(k, arch)
+
+
+def test_rule_fits_shared_memory_per_arch():
+    assert kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": 1024, "arch": "sm_90a"})["bm"] == 64
+    assert kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": 1024, "arch": "sm_80"})["bm"] == 32
+    assert kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": 128, "arch": "sm_80"})["bm"] == 128
+    assert kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": 96, "arch": "sm_80"})["dc"] == 32
+    with pytest.raises(ValueError, match="shared memory"):
+        wide.kmeans_wide_assign(1024, bm=128, arch="sm_90a")
+    assert not kmeans_wide_supports({"kind": "wide", "bm": 128, "bn": 64, "dc": 128, "stages": 3},
+                                    {"B": 1, "N": 1 << 20, "K": 4096, "D": 1024, "arch": "sm_90a"})
+
+
+def test_family_rule_and_domain_errors():
+    from cakelib.kmeans_lloyd import _is_wide
+    base = {"B": 1, "N": 1 << 20, "arch": "sm_90a"}
+    assert kmeans_family({**base, "K": 256, "D": 128}) == "table"
+    assert kmeans_family({**base, "K": 257, "D": 128}) == "wide"
+    assert kmeans_family({**base, "K": 16, "D": 64}) == "wide"
+    assert not _is_wide({**base, "K": 256, "D": 128}, None)
+    assert _is_wide({**base, "K": 65536, "D": 1024}, None)
+    assert _is_wide({**base, "K": 100, "D": 128}, {"kind": "wide", "bm": 128, "bn": 64, "dc": 128, "stages": 3})
+    assert kmeans_wide_domain_error({**base, "K": 65536, "D": 32}) == ""
+    for shape, msg in [({**base, "K": 1024, "D": 16}, "D = 16"), ({**base, "K": 1024, "D": 2048}, "D = 2048"),
+                       ({**base, "K": 1024, "D": 100}, "multiple of 32"), ({**base, "K": 65537, "D": 64}, "65536"),
+                       ({"B": 1, "N": 1000, "K": 1024, "D": 64}, "exceeds the number of points")]:
+        assert msg in kmeans_wide_domain_error(shape)
+        with pytest.raises(ValueError, match="kmeans: "):
+            _is_wide(shape, None)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        wide.kmeans_wide_norms(40)
+
+
+def test_assignment_streams_chunks_and_scatters_globally():
+    """The assignment reads C in [bn, dc] chunks through the ring (never a whole [bn, D] row block), stores the
+    argmin and adds points straight into the global sums (red.global, no shared-memory sums)."""
+    r = compile_ir(wide.kmeans_wide_assign(768, bm=64, arch="sm_90a"), arch="sm_90a", emit="cuda")
+    src = r.cuda_source.split("__global__")[-1]
+    assert "constexpr int NCH = 6;" in src and "red_add_shared" not in src
+    assert src.count("red_add_global((WS") == 2 * 768 // 8 and "red_add_global((WC" in src
+
+
+def lloyd_f64(x: np.ndarray, c: np.ndarray):
+    """One Lloyd iteration in float64 from centroids c: (assignment, per-point best distance, new centroids)."""
+    d = (x * x).sum(1)[:, None] + (c * c).sum(1)[None, :] - 2.0 * x @ c.T
+    a = d.argmin(1)
+    K = c.shape[0]
+    cnt = np.bincount(a, minlength=K).astype(np.float64)
+    sums = np.zeros_like(c)
+    np.add.at(sums, a, x)
+    return d, np.where(cnt[:, None] > 0, sums / np.maximum(cnt, 1)[:, None], c)
+
+
+def check_one_step(x, c, A, Cn) -> str:
+    """"" where A is a nearest-centroid assignment (inertia within 1e-3 of float64's from the same centroids)
+    and Cn the float64 means of A's clusters (empty: the centroid kept); else what fails."""
+    x, c = x.astype(np.float64), c.astype(np.float64)
+    d, _ = lloyd_f64(x, c)
+    K = c.shape[0]
+    if (A < 0).any() or (A >= K).any():
+        return "assignment out of range"
+    best, got = d.min(1), d[np.arange(len(A)), A]
+    rel = (got.sum() - best.sum()) / max(best.sum(), 1e-300)
+    if rel > 1e-3:
+        return f"inertia {rel:.3g} over float64's"
+    cnt = np.bincount(A, minlength=K).astype(np.float64)
+    sums = np.zeros_like(c)
+    np.add.at(sums, A, x)
+    own = np.where(cnt[:, None] > 0, sums / np.maximum(cnt, 1)[:, None], c)
+    r = np.linalg.norm(Cn.astype(np.float64) - own) / max(np.linalg.norm(own), 1e-300)
+    return "" if r <= 1e-4 else f"centroids rel error {r:.3g} vs the means of the own assignment"
+
+
+def _gpu():
+    try:
+        from gpu_backend.driver import gpu_available
+        return gpu_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
+                                     (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 70001, 128, 4096)])
+def test_wide_kmeans_matches_float64(B, N, D, K):
+    import torch
+    from cakelib import kmeans
+    g = torch.Generator().manual_seed(B * N + D + K)
+    x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
+    c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()
+    Cn, A = kmeans(x, K, 1, init=c0)
+    xs, cs = x.float().cpu().numpy(), c0.float().cpu().numpy()
+    for b in range(B):
+        err = check_one_step(xs[b], cs[b], A[b].cpu().numpy(), Cn[b].cpu().numpy())
+        assert not err, f"batch {b}: {err}"
+    # several iterations: the last assignment is to the centroids the last iteration started from
+    C3, A3 = kmeans(x, K, 3, init=c0)
+    C2, _ = kmeans(x, K, 2, init=c0)
+    c2 = C2.half().float().cpu().numpy()
+    for b in range(B):
+        err = check_one_step(xs[b], c2[b], A3[b].cpu().numpy(), C3[b].cpu().numpy())
+        assert not err, f"3 iterations, batch {b}: {err}"
