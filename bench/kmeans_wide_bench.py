@@ -52,21 +52,23 @@ def precompile(procs: int) -> None:
     ($CAKE_CACHE_DIR) that the library's runtime reads."""
     from concurrent.futures import ProcessPoolExecutor
     ds = sorted({s[2] for s, _ in shapes()} | {32, 64, 96, 128, 768, 1024})
-    jobs = [(d, part) for d in ds for part in ("norms", "assign", "finalize")]
+    jobs = [(d, part, "wgmma") for d in ds for part in ("norms", "assign", "finalize")] \
+        + [(d, "assign", "sync") for d in ds] + [(d, "assign", "bm128") for d in ds if d <= 256]
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
-        for (d, part), err in zip(jobs, ex.map(_compile_one, jobs)):
+        for (d, part, mma), err in zip(jobs, ex.map(_compile_one, jobs)):
             if err:
-                print(f"compile D={d} {part}: {err}", flush=True)
+                print(f"compile D={d} {part} ({mma}): {err}", flush=True)
     print(f"precompiled {len(jobs)} kernels in {time.time() - t0:.1f} s", flush=True)
 
 
 def _compile_one(job) -> str:
-    d, part = job
+    d, part, mma = job
     try:
         from cake_ir.compiler import compile_ir
         from cakelib.variants import kmeans_wide_kernels, kmeans_wide_params
-        p = kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": d, "arch": "sm_90a"})
+        p = kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": d, "arch": "sm_90a"}, "wgmma" if mma == "bm128" else mma)
+        p = {**p, "bm": 128} if mma == "bm128" else p
         r = compile_ir(kmeans_wide_kernels(p, d, "sm_90a")[part](), arch="sm_90a")
         return "" if r.ok else "; ".join(x.short() for x in r.diagnostics if x.severity == "error")
     except Exception as e:  # noqa: BLE001
@@ -118,7 +120,33 @@ def check_step(x, c0, A, Cn) -> str:
     return ""
 
 
-def time_methods(x, c0, K: int, skip_cake: bool, deadline: float) -> dict:
+def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
+    """On training shapes of the wide family while time allows: the other forms the rule could have picked
+    (mma.sync; wgmma with 128-point tiles where the rule takes 256), each checked like the pick -> {name: variant}
+    of those that pass (row["check_alt"] records every check)."""
+    import torch
+    from cakelib import kmeans
+    from cakelib.variants import kmeans_name, kmeans_wide_params
+    if held or row.get("family") != "wide" or time.time() > deadline - 60:
+        return {}
+    B, N, D = x.shape
+    K = c0.shape[1]
+    s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
+    forms = {"cakelib-sync": kmeans_wide_params(s, "sync")}
+    pick = kmeans_wide_params(s)
+    if pick["bm"] == 256:
+        forms["cakelib-bm128"] = {**pick, "bm": 128}
+    out, row["check_alt"] = {}, {}
+    for name, p in forms.items():
+        Cn, A = kmeans(x, K, 1, init=c0, variant=p)
+        torch.cuda.synchronize()
+        row["check_alt"][name] = (kmeans_name(p), check_step(x, c0, A, Cn) or "ok")
+        if row["check_alt"][name][1] == "ok":
+            out[name] = p
+    return out
+
+
+def time_methods(x, c0, K: int, skip_cake: bool, deadline: float, alts=None) -> dict:
     """ms of 10 Lloyd iterations per method (median of CUDA-event times, L2 flushed before each; reps fewer
     for slow calls), an error string where a method failed; methods past the deadline are not run."""
     import torch
@@ -130,6 +158,8 @@ def time_methods(x, c0, K: int, skip_cake: bool, deadline: float) -> dict:
     Cb = torch.empty(B, K, D, device="cuda", dtype=torch.float32)
     Ab = torch.empty(B, N, device="cuda", dtype=torch.int32)
     methods = {} if skip_cake else {"cakelib": lambda: kmeans(x, K, ITERS, init=c0, out=(Cb, Ab))}
+    for name, p in (alts or {}).items():     # other forms, timed beside the rule's pick
+        methods[name] = (lambda p=p: kmeans(x, K, ITERS, init=c0, out=(Cb, Ab), variant=p))
     base = kmeans_baselines()
     for name in ("flashlib", "flash-kmeans", "torch"):
         if name in base:
@@ -158,11 +188,11 @@ def time_methods(x, c0, K: int, skip_cake: bool, deadline: float) -> dict:
 def bench_shape(shape, held: bool, skip_cake: bool, deadline: float) -> dict:
     import torch
     from cakelib import kmeans
+    from cakelib.variants import kmeans_family, kmeans_name, kmeans_wide_params
     B, N, D, K = shape
     row = {"B": B, "N": N, "D": D, "K": K, "held_out": held, "iters": ITERS}
     x, c0 = make_inputs(B, N, D, K)
     if not skip_cake:
-        from cakelib.variants import kmeans_family, kmeans_name, kmeans_wide_params
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
         row["family"] = kmeans_family(s)
         row["variant"] = kmeans_name(kmeans_wide_params(s)) if row["family"] == "wide" else "table"
@@ -170,8 +200,8 @@ def bench_shape(shape, held: bool, skip_cake: bool, deadline: float) -> dict:
         torch.cuda.synchronize()
         row["check"] = check_step(x, c0, A, Cn) or "ok"
         skip_cake = row["check"] != "ok"      # a wrong result is not timed
-    row["ms"] = time_methods(x, c0, K, skip_cake, deadline)
-    base = [v for k, v in row["ms"].items() if k != "cakelib" and isinstance(v, float)]
+    row["ms"] = time_methods(x, c0, K, skip_cake, deadline, alt_forms(x, c0, row, held, deadline))
+    base = [v for k, v in row["ms"].items() if not k.startswith("cakelib") and isinstance(v, float)]
     row["best_baseline_ms"] = min(base) if base else None
     row["large"] = bool(base) and min(base) > 5.0
     cake = row["ms"].get("cakelib")
@@ -228,12 +258,12 @@ def summary(out: Path) -> None:
 
     def fmt(v):
         return f"{v:9.2f}" if isinstance(v, float) else f"{str(v)[:9]:>9}"
-    print(f"{'B':>3} {'N':>8} {'D':>5} {'K':>6} {'check':>6} {'cakelib':>9} {'flashlib':>9} {'flash-km':>9} "
-          f"{'torch':>9} {'speedup':>8}  large held")
+    print(f"{'B':>3} {'N':>8} {'D':>5} {'K':>6} {'check':>6} {'cakelib':>9} {'cake-sync':>9} {'cake-m128':>9} {'flashlib':>9} "
+          f"{'flash-km':>9} {'torch':>9} {'speedup':>8}  large held")
     for r in rows:
         ms = r["ms"]
         print(f"{r['B']:>3} {r['N']:>8} {r['D']:>5} {r['K']:>6} {str(r.get('check', '-'))[:6]:>6} "
-              + " ".join(fmt(ms.get(m, "-")) for m in ("cakelib", "flashlib", "flash-kmeans", "torch"))
+              + " ".join(fmt(ms.get(m, "-")) for m in ("cakelib", "cakelib-sync", "cakelib-bm128", "flashlib", "flash-kmeans", "torch"))
               + f" {fmt(r['speedup']) if r['speedup'] else '        -'}  {'L' if r['large'] else ' '}     "
               + ("H" if r["held_out"] else " "))
     for held in (False, True):

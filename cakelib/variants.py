@@ -263,33 +263,46 @@ def kmeans_wide_domain_error(shape: dict) -> str:
     return ""
 
 
-def kmeans_wide_params(shape: dict) -> dict:
-    """The wide family's rule: centroid tiles of 64, a 3-stage ring of D chunks (tasks/kmeans/wide.chunk_of),
-    and the largest point tile (128 / 64 / 32 rows) whose shared memory fits the arch (a point tile keeps all
-    of D: D = 1024 takes 64 rows on sm_90a, 32 on sm_80)."""
-    from tasks.kmeans.wide import SMEM_BYTES, assign_smem_bytes, chunk_of
+def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
+    """The wide family's rule. mma "wgmma" (the default on sm_90a): centroid tiles of 128 (64 past D = 768,
+    where the per-atom addressing takes the registers), a 4-stage ring of 64-dim swizzle atoms; "sync"
+    (elsewhere): tiles of 64, a 3-stage ring of D chunks (tasks/kmeans/wide.chunk_of). Both take the largest
+    point tile (wgmma 256 / 128 / 64 rows, mma.sync 128 / 64 / 32) whose shared memory fits the arch: a point
+    tile keeps all of D, and every CTA streams all of the batch's centroids past it, so its rows set the
+    centroid traffic from L2 (K D 2 bytes per tile: at 128 rows about the tensor cores' rate on the H200)."""
+    from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes, chunk_of
     D, arch = shape.get("D", 128), shape.get("arch", "sm_90a")
-    dc, bn, stages = chunk_of(D), 64, 3
+    mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
+    if mma == "wgmma":
+        dc, bn, stages, tiles = ATOM, 128 if D <= 768 else 64, 4, (256, 128, 64)
+    else:
+        dc, bn, stages, tiles = chunk_of(D), 64, 3, (128, 64, 32)
     cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
-    bm = next((m for m in (128, 64, 32) if assign_smem_bytes(D, m, bn, dc, stages) <= cap), 16)
-    return {"kind": "wide", "bm": bm, "bn": bn, "dc": dc, "stages": stages}
+    bm = next((m for m in tiles if assign_smem_bytes(D, m, bn, dc, stages, mma) <= cap), tiles[-1])
+    return {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages}
 
 
 def kmeans_wide_supports(p: dict, shape: dict) -> bool:
     from tasks.kmeans.wide import SMEM_BYTES, assign_smem_bytes
-    D = shape.get("D", 128)
-    if kmeans_wide_domain_error(shape) or shape["B"] < 1 or D % p["dc"]:
+    D, arch, mma = shape.get("D", 128), shape.get("arch", "sm_90a"), p.get("mma", "sync")
+    if kmeans_wide_domain_error(shape) or shape["B"] < 1 or (mma == "wgmma" and arch != "sm_90a"):
         return False
-    cap = SMEM_BYTES.get(shape.get("arch", "sm_90a"), SMEM_BYTES["sm_80"])
-    return assign_smem_bytes(D, p["bm"], p["bn"], p["dc"], p["stages"]) <= cap
+    if mma == "sync" and D % p["dc"]:
+        return False
+    cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
+    return assign_smem_bytes(D, p["bm"], p["bn"], p["dc"], p["stages"], mma) <= cap
 
 
 def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
-    """The wide family's three kernels at D = d: norms, assignment + scatter, finalize."""
+    """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync or wgmma), finalize."""
     from tasks.kmeans import wide
-    return {"norms": lambda: wide.kmeans_wide_norms(d, arch=arch),
-            "assign": lambda: wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"],
-                                                      arch=arch),
+    if p.get("mma", "sync") == "wgmma":
+        def assign():
+            return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], arch=arch)
+    else:
+        def assign():
+            return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch)
+    return {"norms": lambda: wide.kmeans_wide_norms(d, arch=arch), "assign": assign,
             "finalize": lambda: wide.kmeans_wide_finalize(d, arch=arch)}
 
 
@@ -304,7 +317,7 @@ def kmeans_name(p: dict) -> str:
     the next centroid tile's wgmma in flight during this one's argmin) `_a2` (`aunroll`: every tile in one static
     sequence, `_a2u`), `chains: c` (the argmin's running bests per row, topk `chains`) `_ch{c}`."""
     if p.get("kind") == "wide":
-        return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}"
+        return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

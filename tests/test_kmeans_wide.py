@@ -26,27 +26,44 @@ def _compiles(k, arch):
     assert notes and "0 B spill stores" in notes[0], notes
 
 
+@pytest.mark.parametrize("mma", ["sync", "wgmma"])
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("D", [32, 96, 768, 1024])
-def test_wide_kernels_verify_and_compile(D, arch):
-    picks = {kmeans_name(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch})) for K in (1024, 65536)}
+def test_wide_kernels_verify_and_compile(D, arch, mma):
+    if mma == "wgmma" and arch != "sm_90a":
+        with pytest.raises(ValueError, match="sm_90a"):
+            wide.kmeans_wide_assign_wgmma(D, arch=arch)
+        assert not kmeans_wide_supports(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": "sm_90a"}),
+                                        {"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": arch})
+        return
+    picks = {kmeans_name(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, mma))
+             for K in (1024, 65536)}
     assert len(picks) == 1      # the rule does not depend on K: one assignment kernel serves both
-    p = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": arch})
+    p = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": arch}, mma)
+    assert p["mma"] == mma
     for K in (1024, 65536):
         assert kmeans_wide_supports(p, {"B": 2, "N": 1 << 20, "K": K, "D": D, "arch": arch})
     for part, build in kmeans_wide_kernels(p, D, arch).items():
+        if part != "assign" and mma == "wgmma":
+            continue        # the norms and finalize kernels are the same for both forms
         k = build()
         assert not _errors(k), (part, _errors(k))
         _compiles(k, arch)
 
 
 def test_rule_fits_shared_memory_per_arch():
-    assert kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": 1024, "arch": "sm_90a"})["bm"] == 64
-    assert kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": 1024, "arch": "sm_80"})["bm"] == 32
-    assert kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": 128, "arch": "sm_80"})["bm"] == 128
-    assert kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": 96, "arch": "sm_80"})["dc"] == 32
+    def rule(D, arch, mma=""):
+        return kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": D, "arch": arch}, mma)
+    assert rule(128, "sm_90a")["mma"] == "wgmma" and rule(128, "sm_80")["mma"] == "sync"
+    assert rule(1024, "sm_90a")["bm"] == 64 and rule(1024, "sm_90a")["bn"] == 64
+    assert rule(1024, "sm_90a", "sync")["bm"] == 64
+    assert rule(1024, "sm_80")["bm"] == 32
+    assert rule(128, "sm_80")["bm"] == 128
+    assert rule(96, "sm_80")["dc"] == 32
     with pytest.raises(ValueError, match="shared memory"):
         wide.kmeans_wide_assign(1024, bm=128, arch="sm_90a")
+    with pytest.raises(ValueError, match="shared memory"):
+        wide.kmeans_wide_assign_wgmma(768, bm=128)
     assert not kmeans_wide_supports({"kind": "wide", "bm": 128, "bn": 64, "dc": 128, "stages": 3},
                                     {"B": 1, "N": 1 << 20, "K": 4096, "D": 1024, "arch": "sm_90a"})
 
@@ -60,6 +77,9 @@ def test_family_rule_and_domain_errors():
     assert not _is_wide({**base, "K": 256, "D": 128}, None)
     assert _is_wide({**base, "K": 65536, "D": 1024}, None)
     assert _is_wide({**base, "K": 100, "D": 128}, {"kind": "wide", "bm": 128, "bn": 64, "dc": 128, "stages": 3})
+    with pytest.raises(ValueError, match="D = 16"):   # a caller's wide variant is held to the same domain
+        kmeans_wide_supports(kmeans_wide_params({**base, "K": 100, "D": 128}), {**base, "K": 100, "D": 16}) or \
+            _is_wide({**base, "K": 100, "D": 16}, None)
     assert kmeans_wide_domain_error({**base, "K": 65536, "D": 32}) == ""
     for shape, msg in [({**base, "K": 1024, "D": 16}, "D = 16"), ({**base, "K": 1024, "D": 2048}, "D = 2048"),
                        ({**base, "K": 1024, "D": 100}, "multiple of 32"), ({**base, "K": 65537, "D": 64}, "65536"),
@@ -77,25 +97,23 @@ def test_assignment_streams_chunks_and_scatters_globally():
     r = compile_ir(wide.kmeans_wide_assign(768, bm=64, arch="sm_90a"), arch="sm_90a", emit="cuda")
     src = r.cuda_source.split("__global__")[-1]
     assert "constexpr int NCH = 6;" in src and "red_add_shared" not in src
-    assert src.count("red_add_global((WS") == 2 * 768 // 8 and "red_add_global((WC" in src
+    assert src.count("red_add_global((WS") == 2 and "red_add_global((WC" in src    # a rolled loop over the slices
+    r = compile_ir(wide.kmeans_wide_assign_wgmma(768, bm=64), arch="sm_90a", emit="cuda")
+    src = r.cuda_source.split("__global__")[-1]
+    assert "constexpr int NCH = 12;" in src and "wgmma.mma_async" in r.cuda_source and "red_add_shared" not in src
 
 
-def lloyd_f64(x: np.ndarray, c: np.ndarray):
-    """One Lloyd iteration in float64 from centroids c: (assignment, per-point best distance, new centroids)."""
-    d = (x * x).sum(1)[:, None] + (c * c).sum(1)[None, :] - 2.0 * x @ c.T
-    a = d.argmin(1)
-    K = c.shape[0]
-    cnt = np.bincount(a, minlength=K).astype(np.float64)
-    sums = np.zeros_like(c)
-    np.add.at(sums, a, x)
-    return d, np.where(cnt[:, None] > 0, sums / np.maximum(cnt, 1)[:, None], c)
+def distances_f64(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Squared distances [N, K] in float64."""
+    x, c = x.astype(np.float64), c.astype(np.float64)
+    return (x * x).sum(1)[:, None] + (c * c).sum(1)[None, :] - 2.0 * x @ c.T
 
 
 def check_one_step(x, c, A, Cn) -> str:
     """"" where A is a nearest-centroid assignment (inertia within 1e-3 of float64's from the same centroids)
     and Cn the float64 means of A's clusters (empty: the centroid kept); else what fails."""
     x, c = x.astype(np.float64), c.astype(np.float64)
-    d, _ = lloyd_f64(x, c)
+    d = distances_f64(x, c)
     K = c.shape[0]
     if (A < 0).any() or (A >= K).any():
         return "assignment out of range"
@@ -111,6 +129,22 @@ def check_one_step(x, c, A, Cn) -> str:
     return "" if r <= 1e-4 else f"centroids rel error {r:.3g} vs the means of the own assignment"
 
 
+def test_reference_check_passes_a_float64_step_and_fails_wrong_ones():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, 64)).astype(np.float16).astype(np.float32)
+    c = x[rng.choice(3000, 300, replace=False)]
+    a = distances_f64(x, c).argmin(1)
+    cnt = np.bincount(a, minlength=300)[:, None]
+    sums = np.zeros((300, 64))
+    np.add.at(sums, a, x.astype(np.float64))
+    means = np.where(cnt > 0, sums / np.maximum(cnt, 1), c)
+    assert check_one_step(x, c, a, means) == ""
+    wrong = a.copy()
+    wrong[: len(a) // 2] = (wrong[: len(a) // 2] + 1) % 300
+    assert "inertia" in check_one_step(x, c, wrong, means) or "nearest" in check_one_step(x, c, wrong, means)
+    assert "centroids" in check_one_step(x, c, a, means * 1.01)
+
+
 def _gpu():
     try:
         from gpu_backend.driver import gpu_available
@@ -121,22 +155,28 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mma", ["sync", "wgmma"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
-                                     (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 70001, 128, 4096)])
-def test_wide_kmeans_matches_float64(B, N, D, K):
+                                     (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048)])
+def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     import torch
     from cakelib import kmeans
+    from gpu_backend.driver import arch_of, properties
+    arch = arch_of(properties(0))
+    if mma == "wgmma" and arch != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    variant = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, mma)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()
-    Cn, A = kmeans(x, K, 1, init=c0)
+    Cn, A = kmeans(x, K, 1, init=c0, variant=variant)
     xs, cs = x.float().cpu().numpy(), c0.float().cpu().numpy()
     for b in range(B):
         err = check_one_step(xs[b], cs[b], A[b].cpu().numpy(), Cn[b].cpu().numpy())
         assert not err, f"batch {b}: {err}"
     # several iterations: the last assignment is to the centroids the last iteration started from
-    C3, A3 = kmeans(x, K, 3, init=c0)
-    C2, _ = kmeans(x, K, 2, init=c0)
+    C3, A3 = kmeans(x, K, 3, init=c0, variant=variant)
+    C2, _ = kmeans(x, K, 2, init=c0, variant=variant)
     c2 = C2.half().float().cpu().numpy()
     for b in range(B):
         err = check_one_step(xs[b], c2[b], A3[b].cpu().numpy(), C3[b].cpu().numpy())

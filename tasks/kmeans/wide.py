@@ -5,7 +5,8 @@
    multiple of the chunk `dc`) while the batch's centroid tiles [bn, dc] stream past through a
    `stages`-deep cp.async ring numbered across tiles and chunks (FlashAttention-style); each warp's 16
    points accumulate x.c over the chunks on mma.sync (fp16 in, fp32 accumulate), then the running argmin
-   (`topk` k = 1) of ||c||^2 - 2 x.c takes the tile -- the N x K distance matrix is never written. The
+   (`topk` k = 1) of ||c||^2 - 2 x.c takes the tile -- the N x K distance matrix is never written
+   (`kmeans_wide_assign_wgmma`, sm_90a: the same stream of 64-dim swizzle atoms on warpgroup MMA). The
    CTA then adds its points into per-cluster global fp32 sums WS [B*K, D] and counts WC (`scatter_add`:
    red.global per point and dim; a quad's lanes cover 8 consecutive dims, one 32-byte sector, per
    instruction) -- the K x D sums do not fit in shared memory;
@@ -32,10 +33,11 @@ def padded(d: int, dc: int) -> int:
     return -(-d // dc) * dc
 
 
-def assign_smem_bytes(d: int, bm: int, bn: int, dc: int, stages: int) -> int:
-    """Shared memory of `kmeans_wide_assign`: the point tile, the centroid ring and the norms ring (rows
-    padded by 8 halves, as declared)."""
-    return 2 * bm * (padded(d, dc) + 8) + stages * (2 * bn * (dc + 8) + 4 * bn)
+def assign_smem_bytes(d: int, bm: int, bn: int, dc: int, stages: int, mma: str = "sync") -> int:
+    """Shared memory of `kmeans_wide_assign`: the point tile, the centroid ring and the norms ring (mma.sync:
+    rows padded by 8 halves; wgmma: unpadded 128-byte swizzle atoms, dc = 64), plus 1 KB of alignment."""
+    pad = 8 if mma == "sync" else 0
+    return 2 * bm * (padded(d, dc) + pad) + stages * (2 * bn * (dc + pad) + 4 * bn) + (1024 if mma == "wgmma" else 0)
 
 
 def check_d(d: int) -> None:
@@ -100,13 +102,15 @@ def _load_step(r, g: str, bn: int, dc: int, stages: int) -> None:
                tile("cn", slot=f"(({g}) / NCH) % {stages}"), oob="zfill", vec_bytes=4)
 
 
-def _scatter_points(r, d: int) -> None:
+def _scatter_points(r, d: int, src=None) -> None:
     """WS[a_j] += X[j], WC[a_j] += 1 for the warp's 16 points (skipping rows past N): slices of 8 dims,
-    so a quad's 4 lanes add into one 32-byte sector per instruction."""
-    for c in range(0, d, 8):
-        r.add("scatter_add", id="sum_points" if c == 0 else None, index=tile("bi"),
-              src=tile("sX", ["wm0", c], [16, 8]), dst=tile("WS", ["b * K", c], [K_MAX, 8]),
-              row0="n0 + wm0", row_limit="N")
+    so a quad's 4 lanes add into one 32-byte sector per instruction. src(c): the points' [16, 8] slice at
+    dim c (default: the row-major smem tile sX)."""
+    src = src or (lambda c: tile("sX", ["wm0", c], [16, 8]))
+    # a rolled loop over the slices: unrolled, the compiler hoists the loads of all of them (D = 1024 spilled)
+    with r.for_("sc", 0, d // 8, id="scatter_slices"):
+        r.add("scatter_add", id="sum_points", index=tile("bi"), src=src("sc * 8"),
+              dst=tile("WS", ["b * K", "sc * 8"], [K_MAX, 8]), row0="n0 + wm0", row_limit="N")
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", ["b * K", 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")
 
@@ -210,3 +214,87 @@ def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80"):
         r.stg(tile("fs"), tile("WS", ["k0", 0], [rows, d]), oob="mask", vec_bytes=4, id="zero_sums")
         r.stg(tile("fc"), tile("WC", ["k0", 0], [rows, 1]), oob="mask", vec_bytes=4, id="zero_counts")
     return kb.build()
+
+
+ATOM = 64   # f16 elements per 128-byte swizzle row: the wgmma form's D chunk
+
+
+def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages: int = 4, arch: str = "sm_90a"):
+    """The assignment of `kmeans_wide_assign` on Hopper's warpgroup MMA: the point tile is stored as D / 64
+    swizzle atoms (atom a: dims [64 a, 64 a + 64) of the bm points; D zero-filled to a multiple of 64) and
+    each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
+    m64 n{bn} k64 wgmma chain of its 64 points into a [64, bn] accumulator, both operands read from shared
+    memory (wgmma_wait 0 before the next step's barrier frees the slot). The argmin and scatter are the
+    mma.sync form's; the scatter reads the points' rows from global memory (the swizzled tile is laid out
+    for the tensor cores; the rows were just read, so they come from L2)."""
+    check_d(d)
+    if arch != "sm_90a":
+        raise ValueError("kmeans_wide_assign_wgmma needs sm_90a (wgmma)")
+    if bm % 64 or not 64 <= bm <= 256 or bn % 16 or not 16 <= bn <= 256 or stages < 2:
+        raise ValueError(f"kmeans_wide_assign_wgmma: bm a multiple of 64 up to 256, bn a multiple of 16 up to 256, "
+                         f"stages >= 2 (got bm={bm}, bn={bn}, stages={stages})")
+    smem = assign_smem_bytes(d, bm, bn, ATOM, stages, "wgmma")
+    if smem > SMEM_BYTES["sm_90a"]:
+        raise ValueError(f"kmeans_wide_assign_wgmma: {smem} B of shared memory at d={d}, bm={bm}, bn={bn}, "
+                         f"stages={stages} exceed sm_90a's {SMEM_BYTES['sm_90a']}")
+    atoms = padded(d, ATOM) // ATOM
+    warps = bm // 16
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg", arch=arch, grid=["cdiv(N, BM)", "B"],
+                       threads=32 * warps,
+                       note="wide k-means assignment: streamed centroid atoms, wgmma argmin, global scatter")
+    kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms)
+    _declare_assign_wgmma(kb, bm, bn, atoms, stages)
+    steps = "cdiv(K, BN) * NCH"
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("b", "bid.y")
+        r.let("n0", "bid.x * BM")
+        r.let("wm0", "role_warp * 16")
+        for a in range(atoms):   # rows past the batch are scored and never stored / added
+            r.copy("cp_async", tile("X", ["b * N + n0", a * ATOM], [bm, ATOM]), tile("sX", [a * bm, 0], [bm, ATOM]),
+                   oob="zfill", id="load_points" if a == 0 else None)
+        for s in range(stages - 1):
+            with r.if_(f"{s} < {steps}"):
+                _load_step(r, str(s), bn, ATOM, stages)
+            r.sync("cp_async_commit")
+        r.fill("bv", BIG)
+        r.fill("bi", -1)
+        with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+            for a in range(atoms):
+                g = f"t * NCH + {a}"
+                r.sync("cp_async_wait", n=stages - 2)   # step g has landed (this thread's copies) ...
+                r.fence("proxy_async")                  # ... visible to the tensor cores' async proxy
+                r.sync("syncthreads")                   # everyone's copies; step g - 1's wgmma has retired
+                with r.if_(f"{g} + {stages - 1} < {steps}"):
+                    _load_step(r, f"{g} + {stages - 1}", bn, ATOM, stages)
+                r.sync("cp_async_commit")
+                r.sync("wgmma_fence")
+                r.wgmma([64, bn, 16], tile("sX", [f"{a * bm} + 64 * wg", 0], [64, ATOM]),
+                        tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % {stages}"), tile("acc"), accumulate=a > 0,
+                        id="distances" if a == 0 else None)
+                r.sync("wgmma_commit")
+                r.sync("wgmma_wait", n=0)
+            r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
+                  col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", [0, 0], [1, bn], slot=f"t % {stages}"))
+        r.sync("cp_async_wait", n=0)
+        r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
+        r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+        _scatter_points(r, d, src=lambda c: tile("X", ["b * N + n0 + wm0", c], [16, 8]))
+    return kb.build()
+
+
+def _declare_assign_wgmma(kb, bm: int, bn: int, atoms: int, stages: int) -> None:
+    kb.scalar("B", min=1)
+    kb.scalar("N", min=1)
+    kb.scalar("K", min=1, max=K_MAX)
+    kb.tensor("X", "f16", ["B * N", "D"])
+    kb.tensor("C", "f16", ["B * K", "D"])
+    kb.tensor("CN", "f32", [1, "B * K"])
+    kb.tensor("A", "i32", ["B", "N"], access="write")
+    kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")
+    kb.tensor("WC", "f32", ["B * K", 1], access="readwrite")
+    kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B")
+    kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
+    kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
+    kb.buffer("acc", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
+    kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
+    kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
