@@ -53,7 +53,7 @@ def precompile(procs: int) -> None:
     from concurrent.futures import ProcessPoolExecutor
     ds = sorted({s[2] for s, _ in shapes()} | {32, 64, 96, 128, 768, 1024})
     jobs = [(d, part, "wgmma") for d in ds for part in ("norms", "assign", "finalize")] \
-        + [(d, "assign", "sync") for d in ds] + [(d, "assign", "bm128") for d in ds if d <= 256]
+        + [(d, "assign", "sync") for d in ds] + [(d, "assign", "b2") for d in ds if d <= 256]
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
         for (d, part, mma), err in zip(jobs, ex.map(_compile_one, jobs)):
@@ -67,8 +67,7 @@ def _compile_one(job) -> str:
     try:
         from cake_ir.compiler import compile_ir
         from cakelib.variants import kmeans_wide_kernels, kmeans_wide_params
-        p = kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": d, "arch": "sm_90a"}, "wgmma" if mma == "bm128" else mma)
-        p = {**p, "bm": 128} if mma == "bm128" else p
+        p = B2_FORM if mma == "b2" else kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": d, "arch": "sm_90a"}, mma)
         r = compile_ir(kmeans_wide_kernels(p, d, "sm_90a")[part](), arch="sm_90a")
         return "" if r.ok else "; ".join(x.short() for x in r.diagnostics if x.severity == "error")
     except Exception as e:  # noqa: BLE001
@@ -120,9 +119,12 @@ def check_step(x, c0, A, Cn) -> str:
     return ""
 
 
+B2_FORM = {"kind": "wide", "mma": "wgmma", "bm": 128, "bn": 128, "dc": 64, "stages": 2, "minb": 2}
+
+
 def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
     """On training shapes of the wide family while time allows: the other forms the rule could have picked
-    (mma.sync; wgmma with 128-point tiles where the rule takes 256), each checked like the pick -> {name: variant}
+    (mma.sync; where the rule takes 256-point tiles, two CTAs of 128 points per SM), each checked like the pick -> {name: variant}
     of those that pass (row["check_alt"] records every check)."""
     import torch
     from cakelib import kmeans
@@ -134,8 +136,8 @@ def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
     s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
     forms = {"cakelib-sync": kmeans_wide_params(s, "sync")}
     pick = kmeans_wide_params(s)
-    if pick["bm"] == 256:
-        forms["cakelib-bm128"] = {**pick, "bm": 128}
+    if pick["bm"] == 256:       # two CTAs of 128 points per SM: a CTA's scatter runs under the other's wgmma
+        forms["cakelib-b2"] = B2_FORM
     out, row["check_alt"] = {}, {}
     for name, p in forms.items():
         Cn, A = kmeans(x, K, 1, init=c0, variant=p)
@@ -258,12 +260,12 @@ def summary(out: Path) -> None:
 
     def fmt(v):
         return f"{v:9.2f}" if isinstance(v, float) else f"{str(v)[:9]:>9}"
-    print(f"{'B':>3} {'N':>8} {'D':>5} {'K':>6} {'check':>6} {'cakelib':>9} {'cake-sync':>9} {'cake-m128':>9} {'flashlib':>9} "
+    print(f"{'B':>3} {'N':>8} {'D':>5} {'K':>6} {'check':>6} {'cakelib':>9} {'cake-sync':>9} {'cake-b2':>9} {'flashlib':>9} "
           f"{'flash-km':>9} {'torch':>9} {'speedup':>8}  large held")
     for r in rows:
         ms = r["ms"]
         print(f"{r['B']:>3} {r['N']:>8} {r['D']:>5} {r['K']:>6} {str(r.get('check', '-'))[:6]:>6} "
-              + " ".join(fmt(ms.get(m, "-")) for m in ("cakelib", "cakelib-sync", "cakelib-bm128", "flashlib", "flash-kmeans", "torch"))
+              + " ".join(fmt(ms.get(m, "-")) for m in ("cakelib", "cakelib-sync", "cakelib-b2", "flashlib", "flash-kmeans", "torch"))
               + f" {fmt(r['speedup']) if r['speedup'] else '        -'}  {'L' if r['large'] else ' '}     "
               + ("H" if r["held_out"] else " "))
     for held in (False, True):

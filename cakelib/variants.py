@@ -290,7 +290,7 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
     if mma == "sync" and D % p["dc"]:
         return False
     cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
-    return assign_smem_bytes(D, p["bm"], p["bn"], p["dc"], p["stages"], mma) <= cap
+    return p.get("minb", 1) * assign_smem_bytes(D, p["bm"], p["bn"], p["dc"], p["stages"], mma) <= cap
 
 
 def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
@@ -298,7 +298,8 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
     from tasks.kmeans import wide
     if p.get("mma", "sync") == "wgmma":
         def assign():
-            return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], arch=arch)
+            return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
+                                                 arch=arch)
     else:
         def assign():
             return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch)
@@ -317,7 +318,8 @@ def kmeans_name(p: dict) -> str:
     the next centroid tile's wgmma in flight during this one's argmin) `_a2` (`aunroll`: every tile in one static
     sequence, `_a2u`), `chains: c` (the argmin's running bests per row, topk `chains`) `_ch{c}`."""
     if p.get("kind") == "wide":
-        return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "")
+        return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
+            + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

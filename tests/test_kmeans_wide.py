@@ -51,6 +51,25 @@ def test_wide_kernels_verify_and_compile(D, arch, mma):
         _compiles(k, arch)
 
 
+B2 = {"kind": "wide", "mma": "wgmma", "bm": 128, "bn": 128, "dc": 64, "stages": 2, "minb": 2}   # bench's A/B form
+
+
+@pytest.mark.parametrize("D", [32, 96, 256])
+def test_two_cta_wgmma_form_verifies_and_compiles(D):
+    """Two CTAs of 128 points per SM (minb 2: 128 registers per thread; a few bytes of spill at most)."""
+    assert kmeans_name(B2).endswith("_wg_b2")
+    assert kmeans_wide_supports(B2, {"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": "sm_90a"})
+    k = kmeans_wide_kernels(B2, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    note = next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
+    assert "128 registers" in note and int(note.split(" B spill stores")[0].rsplit(" ", 1)[1]) <= 32, note
+    assert not kmeans_wide_supports(B2, {"B": 1, "N": 1 << 20, "K": 1024, "D": 512, "arch": "sm_90a"})
+    with pytest.raises(ValueError, match="minb"):
+        wide.kmeans_wide_assign_wgmma(512, bm=128, stages=2, minb=2)
+
+
 def test_rule_fits_shared_memory_per_arch():
     def rule(D, arch, mma=""):
         return kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": D, "arch": arch}, mma)
@@ -155,7 +174,7 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048)])
 def test_wide_kmeans_matches_float64(B, N, D, K, mma):
@@ -163,9 +182,11 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     from cakelib import kmeans
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
-    if mma == "wgmma" and arch != "sm_90a":
+    if mma != "sync" and arch != "sm_90a":
         pytest.skip("wgmma needs sm_90a")
-    variant = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, mma)
+    if mma == "b2" and D > 256:
+        pytest.skip("two CTAs per SM fit up to D = 256")
+    variant = B2 if mma == "b2" else kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, mma)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()

@@ -219,15 +219,20 @@ def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80"):
 ATOM = 64   # f16 elements per 128-byte swizzle row: the wgmma form's D chunk
 
 
-def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages: int = 4, arch: str = "sm_90a"):
+def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages: int = 4, minb: int = 1,
+                             arch: str = "sm_90a"):
     """The assignment of `kmeans_wide_assign` on Hopper's warpgroup MMA: the point tile is stored as D / 64
     swizzle atoms (atom a: dims [64 a, 64 a + 64) of the bm points; D zero-filled to a multiple of 64) and
     each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
     m64 n{bn} k64 wgmma chain of its 64 points into a [64, bn] accumulator, both operands read from shared
     memory (wgmma_wait 0 before the next step's barrier frees the slot). The argmin and scatter are the
     mma.sync form's; the scatter reads the points' rows from global memory (the swizzled tile is laid out
-    for the tensor cores; the rows were just read, so they come from L2)."""
+    for the tensor cores; the rows were just read, so they come from L2). minb: CTAs per SM the registers
+    and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma)."""
     check_d(d)
+    if minb not in (1, 2) or minb * assign_smem_bytes(d, bm, bn, ATOM, stages, "wgmma") > SMEM_BYTES["sm_90a"]:
+        raise ValueError(f"kmeans_wide_assign_wgmma: minb is 1 or 2, and minb CTAs' shared memory fits sm_90a "
+                         f"(got minb={minb} at d={d}, bm={bm}, bn={bn}, stages={stages})")
     if arch != "sm_90a":
         raise ValueError("kmeans_wide_assign_wgmma needs sm_90a (wgmma)")
     if bm % 64 or not 64 <= bm <= 256 or bn % 16 or not 16 <= bn <= 256 or stages < 2:
@@ -239,8 +244,8 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
                          f"stages={stages} exceed sm_90a's {SMEM_BYTES['sm_90a']}")
     atoms = padded(d, ATOM) // ATOM
     warps = bm // 16
-    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg", arch=arch, grid=["cdiv(N, BM)", "B"],
-                       threads=32 * warps,
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg" + (f"_b{minb}" if minb > 1 else ""), arch=arch,
+                       grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: streamed centroid atoms, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms)
     _declare_assign_wgmma(kb, bm, bn, atoms, stages)
