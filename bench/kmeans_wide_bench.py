@@ -122,11 +122,35 @@ def check_step(x, c0, A, Cn) -> str:
 B2_FORM = {"kind": "wide", "mma": "wgmma", "bm": 128, "bn": 128, "dc": 64, "stages": 2, "minb": 2}
 
 
+def guarded(fn) -> str:
+    """fn() (a check's verdict), or the error it raised; where the error left the CUDA context unusable (a
+    kernel faulted) the process exits with status 3 and the shell resumes the run without this shape."""
+    import torch
+    try:
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+    except Exception as e:  # noqa: BLE001
+        msg = f"error: {type(e).__name__}: {str(e)[:200]}"
+        print(msg, flush=True)
+        context_or_exit()
+        return msg
+
+
+def context_or_exit() -> None:
+    import torch
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").sum().item()
+    except Exception as e:  # noqa: BLE001
+        print(f"CUDA context unusable ({type(e).__name__}: {str(e)[:120]}): exiting for a resume", flush=True)
+        os._exit(3)
+
+
 def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
     """On training shapes of the wide family while time allows: the other forms the rule could have picked
     (mma.sync; where the rule takes 256-point tiles, two CTAs of 128 points per SM), each checked like the pick -> {name: variant}
     of those that pass (row["check_alt"] records every check)."""
-    import torch
     from cakelib import kmeans
     from cakelib.variants import kmeans_name, kmeans_wide_params
     if held or row.get("family") != "wide" or time.time() > deadline - 60:
@@ -140,9 +164,8 @@ def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
         forms["cakelib-b2"] = B2_FORM
     out, row["check_alt"] = {}, {}
     for name, p in forms.items():
-        Cn, A = kmeans(x, K, 1, init=c0, variant=p)
-        torch.cuda.synchronize()
-        row["check_alt"][name] = (kmeans_name(p), check_step(x, c0, A, Cn) or "ok")
+        row["check_alt"][name] = (kmeans_name(p), guarded(
+            lambda p=p: check_step(x, c0, *reversed(kmeans(x, K, 1, init=c0, variant=p))) or "ok"))
         if row["check_alt"][name][1] == "ok":
             out[name] = p
     return out
@@ -180,15 +203,16 @@ def time_methods(x, c0, K: int, skip_cake: bool, deadline: float, alts=None) -> 
             torch.cuda.synchronize()
             first = (time.time() - t0) * 1e3
             reps = 5 if first < 200 else 3 if first < 1000 else 1
-            out[name] = timed(fn, flush, reps=reps, warmup=1)["ms_median"]
-        except Exception as e:  # noqa: BLE001 - a baseline that fails (OOM, unsupported D) is recorded
+            out[name] = timed(fn, flush, reps=reps, warmup=0)["ms_median"]   # (the first call warmed it)
+        except Exception as e:  # noqa: BLE001 - a method that fails (OOM, unsupported D) is recorded
             out[name] = f"error: {type(e).__name__}: {str(e)[:160]}"
+            print(f"{name}: {out[name]}", flush=True)
+            context_or_exit()
             torch.cuda.empty_cache()
     return out
 
 
 def bench_shape(shape, held: bool, skip_cake: bool, deadline: float) -> dict:
-    import torch
     from cakelib import kmeans
     from cakelib.variants import kmeans_family, kmeans_name, kmeans_wide_params
     B, N, D, K = shape
@@ -198,9 +222,7 @@ def bench_shape(shape, held: bool, skip_cake: bool, deadline: float) -> dict:
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
         row["family"] = kmeans_family(s)
         row["variant"] = kmeans_name(kmeans_wide_params(s)) if row["family"] == "wide" else "table"
-        Cn, A = kmeans(x, K, 1, init=c0)
-        torch.cuda.synchronize()
-        row["check"] = check_step(x, c0, A, Cn) or "ok"
+        row["check"] = guarded(lambda: check_step(x, c0, *reversed(kmeans(x, K, 1, init=c0))) or "ok")
         skip_cake = row["check"] != "ok"      # a wrong result is not timed
     row["ms"] = time_methods(x, c0, K, skip_cake, deadline, alt_forms(x, c0, row, held, deadline))
     base = [v for k, v in row["ms"].items() if not k.startswith("cakelib") and isinstance(v, float)]
@@ -208,8 +230,6 @@ def bench_shape(shape, held: bool, skip_cake: bool, deadline: float) -> dict:
     row["large"] = bool(base) and min(base) > 5.0
     cake = row["ms"].get("cakelib")
     row["speedup"] = (row["best_baseline_ms"] / cake) if base and isinstance(cake, float) else None
-    del x, c0
-    torch.cuda.empty_cache()
     return row
 
 
@@ -230,9 +250,13 @@ def bench(out: Path, deadline_s: float, resume: bool) -> None:
             break
         with mark_f.open("a") as f:
             f.write(json.dumps(list(shape)) + "\n")
-        row = bench_shape(shape, held, shape in crashed, t_end)
-        if shape in crashed:
-            row["check"] = "crashed (cakelib faulted in an earlier run; baselines only)"
+        if shape in crashed:    # a fault (cakelib's or a baseline's) killed the earlier attempt: not rerun
+            row = {"B": shape[0], "N": shape[1], "D": shape[2], "K": shape[3], "held_out": held, "iters": ITERS,
+                   "check": "crashed: a kernel faulted in an earlier attempt (see bench.log)", "ms": {},
+                   "best_baseline_ms": None, "large": False, "speedup": None}
+        else:
+            row = bench_shape(shape, held, False, t_end)
+            torch.cuda.empty_cache()     # (the shape's inputs are gone with bench_shape's frame)
         row["shape"] = list(shape)
         with rows_f.open("a") as f:
             f.write(json.dumps(row) + "\n")
