@@ -102,14 +102,12 @@ def _load_step(r, g: str, bn: int, dc: int, stages: int) -> None:
                tile("cn", slot=f"(({g}) / NCH) % {stages}"), oob="zfill", vec_bytes=4)
 
 
-def _scatter_points(r, d: int, src=None) -> None:
+def _scatter_points(r, d: int) -> None:
     """WS[a_j] += X[j], WC[a_j] += 1 for the warp's 16 points (skipping rows past N): slices of 8 dims,
-    so a quad's 4 lanes add into one 32-byte sector per instruction. src(c): the points' [16, 8] slice at
-    dim c (default: the row-major smem tile sX)."""
-    src = src or (lambda c: tile("sX", ["wm0", c], [16, 8]))
+    so a quad's 4 lanes add into one 32-byte sector per instruction."""
     # a rolled loop over the slices: unrolled, the compiler hoists the loads of all of them (D = 1024 spilled)
     with r.for_("sc", 0, d // 8, id="scatter_slices"):
-        r.add("scatter_add", id="sum_points", index=tile("bi"), src=src("sc * 8"),
+        r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", "sc * 8"], [16, 8]),
               dst=tile("WS", ["b * K", "sc * 8"], [K_MAX, 8]), row0="n0 + wm0", row_limit="N")
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", ["b * K", 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")
@@ -226,8 +224,7 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
     m64 n{bn} k64 wgmma chain of its 64 points into a [64, bn] accumulator, both operands read from shared
     memory (wgmma_wait 0 before the next step's barrier frees the slot). The argmin and scatter are the
-    mma.sync form's; the scatter reads the points' rows from global memory (the swizzled tile is laid out
-    for the tensor cores; the rows were just read, so they come from L2). minb: CTAs per SM the registers
+    mma.sync form's (the scatter reads the points from the swizzled tile). minb: CTAs per SM the registers
     and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma)."""
     check_d(d)
     if minb not in (1, 2) or minb * assign_smem_bytes(d, bm, bn, ATOM, stages, "wgmma") > SMEM_BYTES["sm_90a"]:
@@ -283,8 +280,20 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points(r, d, src=lambda c: tile("X", ["b * N + n0 + wm0", c], [16, 8]))
+        _scatter_points_atoms(r, d, bm)
     return kb.build()
+
+
+def _scatter_points_atoms(r, d: int, bm: int) -> None:
+    """`_scatter_points` from the swizzled point tile: atom by atom, each a rolled loop over its 8-dim slices
+    (the sums' columns 64 a + 8 sc)."""
+    for a in range(padded(d, ATOM) // ATOM):
+        with r.for_(f"sc{a}", 0, min(ATOM, d - a * ATOM) // 8, id="scatter_slices" if a == 0 else None):
+            r.add("scatter_add", id="sum_points" if a == 0 else None, index=tile("bi"),
+                  src=tile("sX", [f"{a * bm} + wm0", f"sc{a} * 8"], [16, 8]),
+                  dst=tile("WS", ["b * K", f"{a * ATOM} + sc{a} * 8"], [K_MAX, 8]), row0="n0 + wm0", row_limit="N")
+    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", ["b * K", 0], [K_MAX, 1]),
+          row0="n0 + wm0", row_limit="N")
 
 
 def _declare_assign_wgmma(kb, bm: int, bn: int, atoms: int, stages: int) -> None:
