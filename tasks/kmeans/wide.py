@@ -223,7 +223,8 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     swizzle atoms (atom a: dims [64 a, 64 a + 64) of the bm points; D zero-filled to a multiple of 64) and
     each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
     m64 n{bn} k64 wgmma chain of its 64 points into a [64, bn] accumulator, both operands read from shared
-    memory (wgmma_wait 0 before the next step's barrier frees the slot). The argmin and scatter are the
+    memory; within a tile one chain stays in flight across the next step's barrier (stages >= 3: the ring then
+    loads stages - 2 steps ahead, into a slot whose chain has retired). The argmin and scatter are the
     mma.sync form's (the scatter reads the points from the swizzled tile). minb: CTAs per SM the registers
     and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma)."""
     check_d(d)
@@ -254,7 +255,11 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
         for a in range(atoms):   # rows past the batch are scored and never stored / added
             r.copy("cp_async", tile("X", ["b * N + n0", a * ATOM], [bm, ATOM]), tile("sX", [a * bm, 0], [bm, ATOM]),
                    oob="zfill", id="load_points" if a == 0 else None)
-        for s in range(stages - 1):
+        # lag: wgmma groups left in flight at the end of a step within a tile (the next step's barrier and issue
+        # then run under it); the ring loads `ahead` steps ahead into the slot of step g - 1 - lag, retired
+        lag = 1 if stages >= 3 else 0
+        ahead = stages - 1 - lag
+        for s in range(ahead):
             with r.if_(f"{s} < {steps}"):
                 _load_step(r, str(s), bn, ATOM, stages)
             r.sync("cp_async_commit")
@@ -263,18 +268,18 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
         with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
             for a in range(atoms):
                 g = f"t * NCH + {a}"
-                r.sync("cp_async_wait", n=stages - 2)   # step g has landed (this thread's copies) ...
+                r.sync("cp_async_wait", n=ahead - 1)    # step g has landed (this thread's copies) ...
                 r.fence("proxy_async")                  # ... visible to the tensor cores' async proxy
-                r.sync("syncthreads")                   # everyone's copies; step g - 1's wgmma has retired
-                with r.if_(f"{g} + {stages - 1} < {steps}"):
-                    _load_step(r, f"{g} + {stages - 1}", bn, ATOM, stages)
+                r.sync("syncthreads")                   # everyone's copies; step g - 1 - lag's wgmma has retired
+                with r.if_(f"{g} + {ahead} < {steps}"):
+                    _load_step(r, f"{g} + {ahead}", bn, ATOM, stages)
                 r.sync("cp_async_commit")
                 r.sync("wgmma_fence")
                 r.wgmma([64, bn, 16], tile("sX", [f"{a * bm} + 64 * wg", 0], [64, ATOM]),
                         tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % {stages}"), tile("acc"), accumulate=a > 0,
                         id="distances" if a == 0 else None)
                 r.sync("wgmma_commit")
-                r.sync("wgmma_wait", n=0)
+                r.sync("wgmma_wait", n=lag if a + 1 < atoms else 0)   # the tile's last step: the argmin reads acc
             r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
                   col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", [0, 0], [1, bn], slot=f"t % {stages}"))
         r.sync("cp_async_wait", n=0)
