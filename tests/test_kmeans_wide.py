@@ -204,3 +204,68 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     for b in range(B):
         err = check_one_step(xs[b], c2[b], A3[b].cpu().numpy(), C3[b].cpu().numpy())
         assert not err, f"3 iterations, batch {b}: {err}"
+
+
+class _FakeBuf:
+    """A device buffer stand-in: a pointer-like id and a shape (gpu_backend.runner._ptr_shape reads both)."""
+
+    def __init__(self, shape):
+        self.ptr, self.shape = id(self), tuple(shape)
+
+    def reshaped(self, shape):
+        return _FakeBuf(shape)
+
+    @property
+    def view(self):
+        return self
+
+
+class _FakeRuntime:
+    """Builds each kernel's IR for sm_90a (no compile) and checks every launch against its declarations."""
+    arch = "sm_90a"
+
+    def __init__(self):
+        self.launches = []
+
+    def kernel(self, key, build):
+        from cake_ir.nodes import TensorParam
+        from gpu_backend.runner import scalar_decls
+        k = build(self.arch)
+        tensors = {p.name: p for p in k.params if isinstance(p, TensorParam)}
+        return (k.name, tensors, scalar_decls(k), dict(k.consts))
+
+    def workspace(self, name, shape, dtype, stream=0):
+        return _FakeBuf(shape)
+
+    def launch(self, kern, tensors, scalars, stream=0):
+        from gpu_backend.runner import eval_index
+        name, decls, sdecls, consts = kern
+        assert set(tensors) == set(decls), (name, set(tensors) ^ set(decls))
+        for t, buf in tensors.items():
+            want = [eval_index(s, {**consts, **scalars}) for s in decls[t].shape]
+            assert list(buf.shape) == want, (name, t, list(buf.shape), want)
+        assert set(scalars) == set(sdecls), (name, set(scalars) ^ set(sdecls))
+        self.launches.append((name, {t: b.ptr for t, b in tensors.items()}))
+
+
+@pytest.mark.parametrize("B,N,D,K,iters", [(1, 5000, 96, 1024, 3), (3, 999, 1024, 77, 2)])
+def test_wide_loop_launches_match_the_kernels_declarations(monkeypatch, B, N, D, K, iters):
+    """The library's wide loop (cakelib/kmeans_lloyd._wide_loop) on a fake runtime: 3 launches per iteration
+    whose buffers have the shapes the kernels declare; each finalize writes an fp16 buffer that is not the one
+    its iteration read, and the next iteration reads it."""
+    from cakelib import arrays, kmeans_lloyd
+    monkeypatch.setattr(arrays, "empty_like_kind", lambda like, shape, dtype, scratch=False: _FakeBuf(shape))
+    monkeypatch.setattr(arrays, "stream_of", lambda arg: 0)
+    rt = _FakeRuntime()
+    p = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
+    xa, ca = _FakeBuf((B, N, D)), _FakeBuf((B, K, D))
+    kmeans_lloyd._wide_loop(rt, p, xa, ca, _FakeBuf((B, N)), _FakeBuf((B * K, D)), B, N, K, D, iters)
+    names = [n for n, _ in rt.launches]
+    assert len(names) == 3 * iters and names[:3] == [f"kmeans_wide_norms_d{D}", wide.kmeans_wide_assign_wgmma(
+        D, bm=p["bm"], bn=p["bn"], stages=p["stages"]).name, f"kmeans_wide_finalize_d{D}"]
+    fin = [ptrs for n, ptrs in rt.launches if n.startswith("kmeans_wide_finalize")]
+    assign = [ptrs for n, ptrs in rt.launches if n.startswith("kmeans_wide_d")]
+    for i, f in enumerate(fin):
+        assert f["C16"] != f["C"]
+        if i + 1 < iters:
+            assert assign[i + 1]["C"] == f["C16"]
