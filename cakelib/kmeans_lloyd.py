@@ -1,12 +1,18 @@
-"""`kmeans(x, k, iters)`: Lloyd's k-means (squared Euclidean) on the GPU. Each iteration is one CAKE IR
-kernel (fused argmin assignment + shared-memory aggregated update, tasks/kmeans/programs.py) picked per
-shape by the dispatch table (cakelib/tables/kmeans.json), then a cast of the new fp32 centroids to the
-fp16 the next assignment reads.
+"""`kmeans(x, k, iters)`: Lloyd's k-means (squared Euclidean) on the GPU, in one of two families:
 
-x: [N, D] or [B, N, D] (read as fp16), D = 128, k <= 256. init: centroids [k, D] / [B, k, D]
-(default: k distinct points per batch, drawn with `seed`). Empty clusters keep their centroid. Runs
-exactly `iters` iterations (no early stop). Returns (centroids float32 [.., k, D], assignments int32
-[.., N]): the assignment is the last iteration's (to the centroids it started from).
+- "table" (D = 128, k <= 256): each iteration is one CAKE IR kernel (fused argmin assignment +
+  shared-memory aggregated update, tasks/kmeans/programs.py / wgmma.py) picked per shape by the dispatch
+  table (cakelib/tables/kmeans.json), then a cast of the new fp32 centroids to the fp16 the next
+  assignment reads;
+- "wide" (every other D, a multiple of 32 in [32, 1024], and k <= 65536): per iteration the centroid norms,
+  the streamed-chunk assignment that adds each point into global per-cluster sums, and a finalize that
+  divides and writes the fp32 centroids and their fp16 copy (tasks/kmeans/wide.py; rule:
+  cakelib.variants.kmeans_wide_params).
+
+x: [N, D] or [B, N, D] (read as fp16). init: centroids [k, D] / [B, k, D] (default: k distinct points per
+batch, drawn with `seed`). Empty clusters keep their centroid. Runs exactly `iters` iterations (no early
+stop). Returns (centroids float32 [.., k, D], assignments int32 [.., N]): the assignment is the last
+iteration's (to the centroids it started from).
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ def _init_rows(x_arg, x, B: int, N: int, k: int, seed: int):
 def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Optional[dict] = None,
            device: Optional[int] = None, out: Optional[tuple] = None):
     """out: optional (centroids float32 [(B,) k, D], assignments int32 [(B,) N]) CUDA torch tensors written
-    in place (and returned)."""
+    in place (and returned). variant: a table variant, or {"kind": "wide", ..} (cakelib.variants)."""
     planned = variant is None and device is None and init is not None   # a repeat call's plan (fast_calls)
     if planned and iters >= 1:
         hit = fast_calls.kmeans(x, k, iters, init, out)
@@ -56,19 +62,19 @@ def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Opt
         if not 1 <= k:
             raise ValueError("k must be >= 1")
         shape = {"B": B, "N": N, "K": k, "D": D, "arch": rt.arch}
-        name, p = choose("kmeans", shape, variant)
+        wide = _is_wide(shape, variant)
+        if wide:
+            from .variants import kmeans_wide_params, kmeans_wide_supports
+            p = dict(variant) if variant is not None else kmeans_wide_params(shape)
+            if not kmeans_wide_supports(p, shape):
+                raise ValueError(f"kmeans variant {p} does not support shape {shape}")
+        else:
+            name, p = choose("kmeans", shape, variant)
         c0 = init if init is not None else _init_rows(xa, x, B, N, k, seed)
         ca = arrays.as_input(c0, "init")
         owned.append(ca)
         if tuple(ca.shape) not in ((B, k, D), (k, D) if not batched else (B, k, D)):
             raise ValueError(f"init must be [{'B, ' if batched else ''}k, D], got {list(ca.shape)}")
-        from .cast import cast_f32_f16
-        from .variants import kmeans_kernel
-        lloyd = rt.kernel(("kmeans", name), lambda arch: kmeans_kernel(p, arch))
-        cast = rt.kernel(("cast_f32_f16", D), lambda arch: cast_f32_f16(D, arch=arch))
-        stream = arrays.stream_of(xa)
-        ws = {n: rt.workspace(f"kmeans.{n}", shape, dt, stream) for n, shape, dt in (
-            ("WS", (B * k, D), "f32"), ("WC", (B * k, 1), "f32"), ("WT", (B, 1), "i32"))}
         out_shape = (B, k, D) if batched else (k, D)
         a_shape = (B, N) if batched else (N,)
         if out is not None:
@@ -77,24 +83,86 @@ def kmeans(x, k: int, iters: int = 10, *, init=None, seed: int = 0, variant: Opt
         else:
             A = arrays.empty_like_kind(xa, (B, N), "i32")
             Cn = arrays.empty_like_kind(xa, (B * k, D), "f32")
-        C16 = arrays.empty_like_kind(xa, (B * k, D), "f16") if iters > 1 else None
-        owned += [A, Cn, C16]
-        a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((B * k, D))
-        X = xa.reshaped((B * N, D))
-        cur = ca.reshaped((B * k, D))
-        for it in range(iters):
-            rt.launch(lloyd, {"X": X, "C": cur, "A": a_view, "Cnew": cn_view, **ws}, {"B": B, "N": N, "K": k}, stream)
-            if it + 1 < iters:
-                rt.launch(cast, {"Src": cn_view, "Dst": C16.view}, {"R": B * k}, stream)
-                cur = C16.view
-        if planned and xa.kind == "torch":
-            fast_calls.record_kmeans(rt, x, init, k, iters, out, lloyd, cast, {
-                "first": ({"X": X, "C": ca.reshaped((B * k, D)), "A": a_view, "Cnew": cn_view, **ws}, {"B": B, "N": N, "K": k}),
-                "loop": ({"X": X, "C": cur, "A": a_view, "Cnew": cn_view, **ws}, {"B": B, "N": N, "K": k}),
-                "cast": ({"Src": cn_view, "Dst": cur}, {"R": B * k}), "scratch": C16,
-                "c_shape": out_shape, "a_shape": a_shape}, stream)
+        owned += [A, Cn]
+        if wide:
+            owned += _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters)
+        else:
+            def record(lloyd, cast, launches: dict, stream: int) -> None:   # the repeat call's plan
+                if planned and xa.kind == "torch":
+                    fast_calls.record_kmeans(rt, x, init, k, iters, out, lloyd, cast,
+                                             {**launches, "c_shape": out_shape, "a_shape": a_shape}, stream)
+            owned += _table_loop(rt, (name, p), xa, ca, A, Cn, B, N, k, D, iters, record)
         C = arrays.result(Cn)
         Aout = arrays.result(A)
         return arrays.reshape(C, out_shape), arrays.reshape(Aout, a_shape)
     finally:
         arrays.release(*owned)
+
+
+def _is_wide(shape: dict, variant: Optional[dict]) -> bool:
+    """The wide family runs `shape`: the caller's variant says so, or the rule (variants.kmeans_family);
+    shapes outside both families raise here, with the limit they cross."""
+    from .variants import kmeans_family, kmeans_wide_domain_error
+    if variant is not None:
+        return variant.get("kind") == "wide"
+    if kmeans_family(shape) == "table":
+        return False
+    err = kmeans_wide_domain_error(shape)
+    if err:
+        raise ValueError(f"kmeans: {err} (see cakelib.variants: kmeans limits)")
+    return True
+
+
+def _table_loop(rt, picked, xa, ca, A, Cn, B, N, k, D, iters, record) -> list:
+    """The fitted table's fused kernel per iteration, a cast of the fp32 centroids to fp16 between; then
+    `record(lloyd, cast, launches, stream)` with what was launched (cakelib.fast_calls.record_kmeans)."""
+    name, p = picked
+    from .cast import cast_f32_f16
+    from .variants import kmeans_kernel
+    lloyd = rt.kernel(("kmeans", name), lambda arch: kmeans_kernel(p, arch))
+    cast = rt.kernel(("cast_f32_f16", D), lambda arch: cast_f32_f16(D, arch=arch))
+    stream = arrays.stream_of(xa)
+    ws = {n: rt.workspace(f"kmeans.{n}", shape, dt, stream) for n, shape, dt in (
+        ("WS", (B * k, D), "f32"), ("WC", (B * k, 1), "f32"), ("WT", (B, 1), "i32"))}
+    C16 = arrays.empty_like_kind(xa, (B * k, D), "f16") if iters > 1 else None
+    a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((B * k, D))
+    X = xa.reshaped((B * N, D))
+    cur = ca.reshaped((B * k, D))
+    for it in range(iters):
+        rt.launch(lloyd, {"X": X, "C": cur, "A": a_view, "Cnew": cn_view, **ws}, {"B": B, "N": N, "K": k}, stream)
+        if it + 1 < iters:
+            rt.launch(cast, {"Src": cn_view, "Dst": C16.view}, {"R": B * k}, stream)
+            cur = C16.view
+    scalars = {"B": B, "N": N, "K": k}
+    record(lloyd, cast, {"first": ({"X": X, "C": ca.reshaped((B * k, D)), "A": a_view, "Cnew": cn_view, **ws}, scalars),
+                         "loop": ({"X": X, "C": cur, "A": a_view, "Cnew": cn_view, **ws}, scalars),
+                         "cast": ({"Src": cn_view, "Dst": cur}, {"R": B * k}), "scratch": C16}, stream)
+    return [C16]
+
+
+def _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters) -> list:
+    """Per iteration: centroid norms, assignment + global scatter of the sums, finalize (fp32 centroids and
+    the fp16 copy the next iteration reads: two fp16 buffers taking turns, so that no launch reads the
+    buffer it writes)."""
+    from .variants import kmeans_name, kmeans_wide_kernels
+    build = kmeans_wide_kernels(p, D, rt.arch)
+    kern = {part: rt.kernel(("kmeans_wide", kmeans_name(p) if part == "assign" else "", D, part),
+                            lambda arch, part=part: kmeans_wide_kernels(p, D, arch)[part]())
+            for part in build}
+    stream = arrays.stream_of(xa)
+    R = B * k
+    ws = {n: rt.workspace(f"kmeans_wide.{n}", shape, dt, stream) for n, shape, dt in (
+        ("WS", (R, D), "f32"), ("WC", (R, 1), "f32"), ("CN", (1, R), "f32"))}
+    c16 = [arrays.empty_like_kind(xa, (R, D), "f16") for _ in range(2)]
+    a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((R, D))
+    X = xa.reshaped((B * N, D))
+    cur = ca.reshaped((R, D))
+    for it in range(iters):
+        nxt = c16[it % 2].view
+        rt.launch(kern["norms"], {"C": cur, "CN": ws["CN"]}, {"R": R}, stream)
+        rt.launch(kern["assign"], {"X": X, "C": cur, "CN": ws["CN"], "A": a_view, "WS": ws["WS"], "WC": ws["WC"]},
+                  {"B": B, "N": N, "K": k}, stream)
+        rt.launch(kern["finalize"], {"C": cur, "WS": ws["WS"], "WC": ws["WC"], "Cnew": cn_view, "C16": nxt},
+                  {"R": R}, stream)
+        cur = nxt
+    return c16

@@ -367,6 +367,76 @@ KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 
                    "private": False}
 
 
+# kind "wide" (tasks/kmeans/wide.py): norms + streamed-chunk assignment with a global scatter of the sums +
+# finalize, for every K <= KMEANS_WIDE_K_MAX and D in KMEANS_WIDE_D (a multiple of 32); the fitted table's
+# fused kernels keep D = 128, K <= KMEANS_TABLE_K_MAX (kmeans_family)
+KMEANS_WIDE_D = (32, 1024)
+KMEANS_WIDE_K_MAX = 65536
+KMEANS_TABLE_K_MAX = 256
+
+
+def kmeans_family(shape: dict) -> str:
+    """"table" (the fitted fused kernels) where D = 128 and K <= 256, else "wide"."""
+    return "table" if shape.get("D", 128) == KMEANS_D and shape["K"] <= KMEANS_TABLE_K_MAX else "wide"
+
+
+def kmeans_wide_domain_error(shape: dict) -> str:
+    """Why the wide family cannot run `shape` ("" where it can)."""
+    D, K, N = shape.get("D", 128), shape["K"], shape["N"]
+    lo, hi = KMEANS_WIDE_D
+    if not lo <= D <= hi or D % 32:
+        return f"D = {D} is outside what the library supports (D a multiple of 32 in [{lo}, {hi}])"
+    if not 1 <= K <= KMEANS_WIDE_K_MAX:
+        return f"k = {K} is outside what the library supports (1 <= k <= {KMEANS_WIDE_K_MAX})"
+    if K > N:
+        return f"k = {K} exceeds the number of points N = {N}"
+    return ""
+
+
+def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
+    """The wide family's rule. mma "wgmma" (the default on sm_90a): centroid tiles of 128 (64 past D = 768,
+    where the per-atom addressing takes the registers), a 4-stage ring of 64-dim swizzle atoms; "sync"
+    (elsewhere): tiles of 64, a 3-stage ring of D chunks (tasks/kmeans/wide.chunk_of). Both take the largest
+    point tile (wgmma 256 / 128 / 64 rows, mma.sync 128 / 64 / 32) whose shared memory fits the arch: a point
+    tile keeps all of D, and every CTA streams all of the batch's centroids past it, so its rows set the
+    centroid traffic from L2 (K D 2 bytes per tile: at 128 rows about the tensor cores' rate on the H200)."""
+    from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes, chunk_of
+    D, arch = shape.get("D", 128), shape.get("arch", "sm_90a")
+    mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
+    if mma == "wgmma":
+        dc, bn, stages, tiles = ATOM, 128 if D <= 768 else 64, 4, (256, 128, 64)
+    else:
+        dc, bn, stages, tiles = chunk_of(D), 64, 3, (128, 64, 32)
+    cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
+    bm = next((m for m in tiles if assign_smem_bytes(D, m, bn, dc, stages, mma) <= cap), tiles[-1])
+    return {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages}
+
+
+def kmeans_wide_supports(p: dict, shape: dict) -> bool:
+    from tasks.kmeans.wide import SMEM_BYTES, assign_smem_bytes
+    D, arch, mma = shape.get("D", 128), shape.get("arch", "sm_90a"), p.get("mma", "sync")
+    if kmeans_wide_domain_error(shape) or shape["B"] < 1 or (mma == "wgmma" and arch != "sm_90a"):
+        return False
+    if mma == "sync" and D % p["dc"]:
+        return False
+    cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
+    return p.get("minb", 1) * assign_smem_bytes(D, p["bm"], p["bn"], p["dc"], p["stages"], mma) <= cap
+
+
+def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
+    """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync or wgmma), finalize."""
+    from tasks.kmeans import wide
+    if p.get("mma", "sync") == "wgmma":
+        def assign():
+            return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
+                                                 arch=arch)
+    else:
+        def assign():
+            return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch)
+    return {"norms": lambda: wide.kmeans_wide_norms(d, arch=arch), "assign": assign,
+            "finalize": lambda: wide.kmeans_wide_finalize(d, arch=arch)}
+
+
 def kmeans_name(p: dict) -> str:
     """`update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
@@ -377,6 +447,9 @@ def kmeans_name(p: dict) -> str:
     swizzle atoms of dims per update instruction) `_rw128`, `astages: 2` (resident: two distance accumulators,
     the next centroid tile's wgmma in flight during this one's argmin) `_a2` (`aunroll`: every tile in one static
     sequence, `_a2u`), `chains: c` (the argmin's running bests per row, topk `chains`) `_ch{c}`."""
+    if p.get("kind") == "wide":
+        return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
+            + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""
@@ -395,6 +468,8 @@ def kmeans_name(p: dict) -> str:
 def kmeans_supports(p: dict, shape: dict) -> bool:
     """shape: B, N, K, D (arch: the GPU's, for the sm_90a-only wgmma variants; a shape without it is
     taken to allow them)."""
+    if p.get("kind") == "wide":
+        return kmeans_wide_supports(p, shape)
     if p.get("mma", "sync") == "wgmma" and shape.get("arch", "sm_90a") != "sm_90a":
         return False
     return shape.get("D", 128) == KMEANS_D and 1 <= shape["K"] <= p["kmax"] and shape["N"] >= 1 and shape["B"] >= 1

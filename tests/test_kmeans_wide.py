@@ -1,0 +1,271 @@
+"""The wide k-means family (tasks/kmeans/wide.py: norms, streamed-chunk assignment + global scatter,
+finalize) for K up to 65536 and D a multiple of 32 in [32, 1024]. CPU: every kernel the rule picks at
+D in {32, 96, 768, 1024} and K in {1024, 65536} verifies without errors and compiles without spills, the
+mma.sync form for sm_90a and sm_80 and the wgmma form for sm_90a (the two-CTA wgmma form the bench times
+beside it too); the dispatch rule and its domain errors; the float64 reference check itself. GPU (marked):
+cakelib.kmeans in each form against a float64 numpy Lloyd iteration from the same centroids (inertia within
+1e-3, centroids the means of the own assignment), after 1 and 3 iterations."""
+import numpy as np
+import pytest
+
+from cake_ir.compiler import compile_ir
+from cake_ir.verifier import verify
+from cakelib.variants import (kmeans_family, kmeans_name, kmeans_wide_domain_error, kmeans_wide_kernels,
+                              kmeans_wide_params, kmeans_wide_supports)
+from tasks.kmeans import wide
+
+ARCHS = ["sm_90a", "sm_80"]
+
+
+def _errors(k):
+    return [d.short() for d in verify(k).diagnostics if d.severity == "error" or d.code == "N-SYN-01"]
+
+
+def _compiles(k, arch):
+    r = compile_ir(k, arch=arch)
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    notes = [d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES"]
+    assert notes and "0 B spill stores" in notes[0], notes
+
+
+@pytest.mark.parametrize("mma", ["sync", "wgmma"])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("D", [32, 96, 768, 1024])
+def test_wide_kernels_verify_and_compile(D, arch, mma):
+    if mma == "wgmma" and arch != "sm_90a":
+        with pytest.raises(ValueError, match="sm_90a"):
+            wide.kmeans_wide_assign_wgmma(D, arch=arch)
+        assert not kmeans_wide_supports(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": "sm_90a"}),
+                                        {"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": arch})
+        return
+    picks = {kmeans_name(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, mma))
+             for K in (1024, 65536)}
+    assert len(picks) == 1      # the rule does not depend on K: one assignment kernel serves both
+    p = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": arch}, mma)
+    assert p["mma"] == mma
+    for K in (1024, 65536):
+        assert kmeans_wide_supports(p, {"B": 2, "N": 1 << 20, "K": K, "D": D, "arch": arch})
+    for part, build in kmeans_wide_kernels(p, D, arch).items():
+        if part != "assign" and mma == "wgmma":
+            continue        # the norms and finalize kernels are the same for both forms
+        k = build()
+        assert not _errors(k), (part, _errors(k))
+        _compiles(k, arch)
+
+
+B2 = {"kind": "wide", "mma": "wgmma", "bm": 128, "bn": 128, "dc": 64, "stages": 2, "minb": 2}   # bench's A/B form
+
+
+@pytest.mark.parametrize("D", [32, 96, 256])
+def test_two_cta_wgmma_form_verifies_and_compiles(D):
+    """Two CTAs of 128 points per SM (minb 2: 128 registers per thread; a few bytes of spill at most)."""
+    assert kmeans_name(B2).endswith("_wg_b2")
+    assert kmeans_wide_supports(B2, {"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": "sm_90a"})
+    k = kmeans_wide_kernels(B2, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    note = next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
+    assert "128 registers" in note and int(note.split(" B spill stores")[0].rsplit(" ", 1)[1]) <= 32, note
+    assert not kmeans_wide_supports(B2, {"B": 1, "N": 1 << 20, "K": 1024, "D": 512, "arch": "sm_90a"})
+    with pytest.raises(ValueError, match="minb"):
+        wide.kmeans_wide_assign_wgmma(512, bm=128, stages=2, minb=2)
+
+
+def test_rule_fits_shared_memory_per_arch():
+    def rule(D, arch, mma=""):
+        return kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": D, "arch": arch}, mma)
+    assert rule(128, "sm_90a")["mma"] == "wgmma" and rule(128, "sm_80")["mma"] == "sync"
+    assert rule(1024, "sm_90a")["bm"] == 64 and rule(1024, "sm_90a")["bn"] == 64
+    assert rule(1024, "sm_90a", "sync")["bm"] == 64
+    assert rule(1024, "sm_80")["bm"] == 32
+    assert rule(128, "sm_80")["bm"] == 128
+    assert rule(96, "sm_80")["dc"] == 32
+    with pytest.raises(ValueError, match="shared memory"):
+        wide.kmeans_wide_assign(1024, bm=128, arch="sm_90a")
+    with pytest.raises(ValueError, match="shared memory"):
+        wide.kmeans_wide_assign_wgmma(768, bm=128)
+    assert not kmeans_wide_supports({"kind": "wide", "bm": 128, "bn": 64, "dc": 128, "stages": 3},
+                                    {"B": 1, "N": 1 << 20, "K": 4096, "D": 1024, "arch": "sm_90a"})
+
+
+def test_family_rule_and_domain_errors():
+    from cakelib.kmeans_lloyd import _is_wide
+    base = {"B": 1, "N": 1 << 20, "arch": "sm_90a"}
+    assert kmeans_family({**base, "K": 256, "D": 128}) == "table"
+    assert kmeans_family({**base, "K": 257, "D": 128}) == "wide"
+    assert kmeans_family({**base, "K": 16, "D": 64}) == "wide"
+    assert not _is_wide({**base, "K": 256, "D": 128}, None)
+    assert _is_wide({**base, "K": 65536, "D": 1024}, None)
+    assert _is_wide({**base, "K": 100, "D": 128}, {"kind": "wide", "bm": 128, "bn": 64, "dc": 128, "stages": 3})
+    with pytest.raises(ValueError, match="D = 16"):   # a caller's wide variant is held to the same domain
+        kmeans_wide_supports(kmeans_wide_params({**base, "K": 100, "D": 128}), {**base, "K": 100, "D": 16}) or \
+            _is_wide({**base, "K": 100, "D": 16}, None)
+    assert kmeans_wide_domain_error({**base, "K": 65536, "D": 32}) == ""
+    for shape, msg in [({**base, "K": 1024, "D": 16}, "D = 16"), ({**base, "K": 1024, "D": 2048}, "D = 2048"),
+                       ({**base, "K": 1024, "D": 100}, "multiple of 32"), ({**base, "K": 65537, "D": 64}, "65536"),
+                       ({"B": 1, "N": 1000, "K": 1024, "D": 64}, "exceeds the number of points")]:
+        assert msg in kmeans_wide_domain_error(shape)
+        with pytest.raises(ValueError, match="kmeans: "):
+            _is_wide(shape, None)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        wide.kmeans_wide_norms(40)
+
+
+def test_assignment_streams_chunks_and_scatters_globally():
+    """The assignment reads C in [bn, dc] chunks through the ring (never a whole [bn, D] row block), stores the
+    argmin and adds points straight into the global sums (red.global, no shared-memory sums)."""
+    r = compile_ir(wide.kmeans_wide_assign(768, bm=64, arch="sm_90a"), arch="sm_90a", emit="cuda")
+    src = r.cuda_source.split("__global__")[-1]
+    assert "constexpr int NCH = 6;" in src and "red_add_shared" not in src
+    assert src.count("red_add_global((WS") == 2 and "red_add_global((WC" in src    # a rolled loop over the slices
+    r = compile_ir(wide.kmeans_wide_assign_wgmma(768, bm=64), arch="sm_90a", emit="cuda")
+    src = r.cuda_source.split("__global__")[-1]
+    assert "constexpr int NCH = 12;" in src and "wgmma.mma_async" in r.cuda_source and "red_add_shared" not in src
+
+
+def distances_f64(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Squared distances [N, K] in float64."""
+    x, c = x.astype(np.float64), c.astype(np.float64)
+    return (x * x).sum(1)[:, None] + (c * c).sum(1)[None, :] - 2.0 * x @ c.T
+
+
+def check_one_step(x, c, A, Cn) -> str:
+    """"" where A is a nearest-centroid assignment (inertia within 1e-3 of float64's from the same centroids)
+    and Cn the float64 means of A's clusters (empty: the centroid kept); else what fails."""
+    x, c = x.astype(np.float64), c.astype(np.float64)
+    d = distances_f64(x, c)
+    K = c.shape[0]
+    if (A < 0).any() or (A >= K).any():
+        return "assignment out of range"
+    best, got = d.min(1), d[np.arange(len(A)), A]
+    rel = (got.sum() - best.sum()) / max(best.sum(), 1e-300)
+    if rel > 1e-3:
+        return f"inertia {rel:.3g} over float64's"
+    cnt = np.bincount(A, minlength=K).astype(np.float64)
+    sums = np.zeros_like(c)
+    np.add.at(sums, A, x)
+    own = np.where(cnt[:, None] > 0, sums / np.maximum(cnt, 1)[:, None], c)
+    r = np.linalg.norm(Cn.astype(np.float64) - own) / max(np.linalg.norm(own), 1e-300)
+    return "" if r <= 1e-4 else f"centroids rel error {r:.3g} vs the means of the own assignment"
+
+
+def test_reference_check_passes_a_float64_step_and_fails_wrong_ones():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, 64)).astype(np.float16).astype(np.float32)
+    c = x[rng.choice(3000, 300, replace=False)]
+    a = distances_f64(x, c).argmin(1)
+    cnt = np.bincount(a, minlength=300)[:, None]
+    sums = np.zeros((300, 64))
+    np.add.at(sums, a, x.astype(np.float64))
+    means = np.where(cnt > 0, sums / np.maximum(cnt, 1), c)
+    assert check_one_step(x, c, a, means) == ""
+    wrong = a.copy()
+    wrong[: len(a) // 2] = (wrong[: len(a) // 2] + 1) % 300
+    assert "inertia" in check_one_step(x, c, wrong, means) or "nearest" in check_one_step(x, c, wrong, means)
+    assert "centroids" in check_one_step(x, c, a, means * 1.01)
+
+
+def _gpu():
+    try:
+        from gpu_backend.driver import gpu_available
+        return gpu_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2"])
+@pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
+                                     (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048)])
+def test_wide_kmeans_matches_float64(B, N, D, K, mma):
+    import torch
+    from cakelib import kmeans
+    from gpu_backend.driver import arch_of, properties
+    arch = arch_of(properties(0))
+    if mma != "sync" and arch != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
+    if mma == "b2" and D > 256:
+        pytest.skip("two CTAs per SM fit up to D = 256")
+    variant = B2 if mma == "b2" else kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, mma)
+    g = torch.Generator().manual_seed(B * N + D + K)
+    x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
+    c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()
+    Cn, A = kmeans(x, K, 1, init=c0, variant=variant)
+    xs, cs = x.float().cpu().numpy(), c0.float().cpu().numpy()
+    for b in range(B):
+        err = check_one_step(xs[b], cs[b], A[b].cpu().numpy(), Cn[b].cpu().numpy())
+        assert not err, f"batch {b}: {err}"
+    # several iterations: the last assignment is to the centroids the last iteration started from
+    C3, A3 = kmeans(x, K, 3, init=c0, variant=variant)
+    C2, _ = kmeans(x, K, 2, init=c0, variant=variant)
+    c2 = C2.half().float().cpu().numpy()
+    for b in range(B):
+        err = check_one_step(xs[b], c2[b], A3[b].cpu().numpy(), C3[b].cpu().numpy())
+        assert not err, f"3 iterations, batch {b}: {err}"
+
+
+class _FakeBuf:
+    """A device buffer stand-in: a pointer-like id and a shape (gpu_backend.runner._ptr_shape reads both)."""
+
+    def __init__(self, shape):
+        self.ptr, self.shape = id(self), tuple(shape)
+
+    def reshaped(self, shape):
+        return _FakeBuf(shape)
+
+    @property
+    def view(self):
+        return self
+
+
+class _FakeRuntime:
+    """Builds each kernel's IR for sm_90a (no compile) and checks every launch against its declarations."""
+    arch = "sm_90a"
+
+    def __init__(self):
+        self.launches = []
+
+    def kernel(self, key, build):
+        from cake_ir.nodes import TensorParam
+        from gpu_backend.runner import scalar_decls
+        k = build(self.arch)
+        tensors = {p.name: p for p in k.params if isinstance(p, TensorParam)}
+        return (k.name, tensors, scalar_decls(k), dict(k.consts))
+
+    def workspace(self, name, shape, dtype, stream=0):
+        return _FakeBuf(shape)
+
+    def launch(self, kern, tensors, scalars, stream=0):
+        from gpu_backend.runner import eval_index
+        name, decls, sdecls, consts = kern
+        assert set(tensors) == set(decls), (name, set(tensors) ^ set(decls))
+        for t, buf in tensors.items():
+            want = [eval_index(s, {**consts, **scalars}) for s in decls[t].shape]
+            assert list(buf.shape) == want, (name, t, list(buf.shape), want)
+        assert set(scalars) == set(sdecls), (name, set(scalars) ^ set(sdecls))
+        self.launches.append((name, {t: b.ptr for t, b in tensors.items()}))
+
+
+@pytest.mark.parametrize("B,N,D,K,iters", [(1, 5000, 96, 1024, 3), (3, 999, 1024, 77, 2)])
+def test_wide_loop_launches_match_the_kernels_declarations(monkeypatch, B, N, D, K, iters):
+    """The library's wide loop (cakelib/kmeans_lloyd._wide_loop) on a fake runtime: 3 launches per iteration
+    whose buffers have the shapes the kernels declare; each finalize writes an fp16 buffer that is not the one
+    its iteration read, and the next iteration reads it."""
+    from cakelib import arrays, kmeans_lloyd
+    monkeypatch.setattr(arrays, "empty_like_kind", lambda like, shape, dtype, scratch=False: _FakeBuf(shape))
+    monkeypatch.setattr(arrays, "stream_of", lambda arg: 0)
+    rt = _FakeRuntime()
+    p = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
+    xa, ca = _FakeBuf((B, N, D)), _FakeBuf((B, K, D))
+    kmeans_lloyd._wide_loop(rt, p, xa, ca, _FakeBuf((B, N)), _FakeBuf((B * K, D)), B, N, K, D, iters)
+    names = [n for n, _ in rt.launches]
+    assert len(names) == 3 * iters and names[:3] == [f"kmeans_wide_norms_d{D}", wide.kmeans_wide_assign_wgmma(
+        D, bm=p["bm"], bn=p["bn"], stages=p["stages"]).name, f"kmeans_wide_finalize_d{D}"]
+    fin = [ptrs for n, ptrs in rt.launches if n.startswith("kmeans_wide_finalize")]
+    assign = [ptrs for n, ptrs in rt.launches if n.startswith("kmeans_wide_d")]
+    for i, f in enumerate(fin):
+        assert f["C16"] != f["C"]
+        if i + 1 < iters:
+            assert assign[i + 1]["C"] == f["C16"]
