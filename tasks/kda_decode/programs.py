@@ -216,7 +216,8 @@ def _stage_out(r, vsplit: int, vw: int, dst: str):
           id="scatter_state_kv")
 
 
-def kda_decode_kv(vec: int = 2, warps: int = 8, arch: str = "sm_80", inplace: bool = False, pool: str = ""):
+def kda_decode_kv(vec: int = 2, warps: int = 8, blocks: int = 1, arch: str = "sm_80", inplace: bool = False,
+                  pool: str = ""):
     """The [K, V] layout only (VK's domain is {0}), lanes along V: lane l of every warp owns the `vec`
     consecutive columns c0 = z * VC + l * vec of a V-slice of VC = 32 vec columns (grid [HV, B, V / VC]),
     warp w the K rows [w KW, (w + 1) KW), KW = K / warps. A warp instruction moves one contiguous
@@ -228,12 +229,14 @@ def kda_decode_kv(vec: int = 2, warps: int = 8, arch: str = "sm_80", inplace: bo
     scalars, so one cross-warp exchange serves u and o): with q~, k~ raw, rk = |k~|^-1,
     rq = |q~|^-1 K^-0.5, S <- S exp(g)[K], then
         u = beta (v - rk S^T k~),  o = rq (S^T q~ + rk (k~ . q~) u),  S <- S + k~ (rk u)^T,
-    which is u <- beta (v - S^T k); S <- S + k u^T; o <- S^T q of the reference."""
+    which is u <- beta (v - S^T k); S <- S + k u^T; o <- S^T q of the reference.
+    `blocks`: CTAs per SM that ptxas must fit (__launch_bounds__' second argument, a register cap)."""
     assert vec in (1, 2, 4) and K % warps == 0 and K // warps != vec
     kw, vsplit = K // warps, V // (32 * vec)
     grid = ["HV", "B"] + ([vsplit] if vsplit > 1 else [])
-    name = f"kda_decode_kv_c{vec}_w{warps}" + ("_inplace" if inplace else "_pool" if pool == "P" else "")
-    kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * warps,
+    name = (f"kda_decode_kv_c{vec}_w{warps}" + (f"_b{blocks}" if blocks > 1 else "")
+            + ("_inplace" if inplace else "_pool" if pool == "P" else ""))
+    kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * warps, min_blocks_per_sm=blocks,
                        note="KDA decode step, [K, V] state pool gathered by index, lanes along V")
     kb.const(K=K, V=V, KW=kw, VEC=vec, VC=32 * vec)
     pool = pool or ("P" if inplace else "B")
