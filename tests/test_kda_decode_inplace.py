@@ -62,11 +62,12 @@ def test_kv_cols_lanes_read_contiguous_row_segments():
     one 32 * vec * 4-byte run of a row (8-byte vectors at vec 2)."""
     from tasks.kda_decode.programs import kda_decode_kv
     src = compile_kernel(kda_decode_kv(vec=2, warps=8, inplace=True), arch="sm_90a").cuda_source
-    assert "const int cl = cake_lane * VEC;" in src and "const int c0 = blockIdx.z * VC + cl;" in src
+    assert "const int cl = cake_lane * VEC;" in src and "const int c0 = blockIdx.x * VC + cl;" in src
+    assert "const int b = blockIdx.z;" in src         # a state's V-slices are neighbours in launch order
     assert "const int k0 = cake_role_warp * KW;" in src
     assert "cake_v = *reinterpret_cast<const uint2*>((state + (" in src
     one = compile_kernel(kda_decode_kv(vec=4, warps=8, inplace=True), arch="sm_90a").cuda_source
-    assert "blockIdx.z" not in one                     # one V-slice of 128 columns: no third grid dim
+    assert "blockIdx.z" not in one and "const int b = blockIdx.y;" in one    # one V-slice of 128 columns
 
 
 def test_kv_cols_refuses_bad_shapes():

@@ -8,6 +8,9 @@ slice z owns value columns z * V / vsplit + [w * VW, (w + 1) * VW). The sequence
   lane-local column broadcasts;
 - VK = 0 ([P, HV, K, V]): S columns, each lane whole rows k = lane + 32 i (blocked, vec VW), the
   K-vectors blocked vec 1 (the lane's rows), and the sums over K column reductions.
+`kda_decode_kv` serves the [K, V] layout alone with lanes along V (a warp instruction moves one
+contiguous run of a state row; the sums over K are added across warps in shared memory); cakelib's
+decode_plan runs it for that layout.
 Per step, in float32 (fla fused_recurrent_kda semantics, tasks/kda/reference.py):
 
     q, k <- l2norm(q), l2norm(k); q <- q * K^-0.5;  beta <- sigmoid(beta_logit)
@@ -219,7 +222,7 @@ def _stage_out(r, vsplit: int, vw: int, dst: str):
 def kda_decode_kv(vec: int = 2, warps: int = 8, blocks: int = 1, arch: str = "sm_80", inplace: bool = False,
                   pool: str = ""):
     """The [K, V] layout only (VK's domain is {0}), lanes along V: lane l of every warp owns the `vec`
-    consecutive columns c0 = z * VC + l * vec of a V-slice of VC = 32 vec columns (grid [HV, B, V / VC]),
+    consecutive columns c0 = z * VC + l * vec of V-slice z of VC = 32 vec columns (grid [V / VC, HV, B]),
     warp w the K rows [w KW, (w + 1) KW), KW = K / warps. A warp instruction moves one contiguous
     32 * vec * 4-byte segment of a state row (the [K, V] layout's coalesced direction), and every thread
     stores exactly the elements it loaded (in place as in kda_decode). The sums over K are per-lane
@@ -231,9 +234,12 @@ def kda_decode_kv(vec: int = 2, warps: int = 8, blocks: int = 1, arch: str = "sm
         u = beta (v - rk S^T k~),  o = rq (S^T q~ + rk (k~ . q~) u),  S <- S + k~ (rk u)^T,
     which is u <- beta (v - S^T k); S <- S + k u^T; o <- S^T q of the reference.
     `blocks`: CTAs per SM that ptxas must fit (__launch_bounds__' second argument, a register cap)."""
+    # KW != vec: a thread's [KW] row vectors and [vec] column vectors broadcast by their shapes
     assert vec in (1, 2, 4) and K % warps == 0 and K // warps != vec
     kw, vsplit = K // warps, V // (32 * vec)
-    grid = ["HV", "B"] + ([vsplit] if vsplit > 1 else [])
+    # the V-slices of one state are neighbours in launch order (x fastest): its rows' halves or
+    # quarters are read at the same time, as whole rows are in the [V, K] layout's program
+    grid = ([vsplit] if vsplit > 1 else []) + ["HV", "B"]
     name = (f"kda_decode_kv_c{vec}_w{warps}" + (f"_b{blocks}" if blocks > 1 else "")
             + ("_inplace" if inplace else "_pool" if pool == "P" else ""))
     kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * warps, min_blocks_per_sm=blocks,
@@ -244,13 +250,13 @@ def kda_decode_kv(vec: int = 2, warps: int = 8, blocks: int = 1, arch: str = "sm
     _declare_params(kb, pool, inplace, vk_max=0)
     _declare_col_buffers(kb, vec, warps)
     with kb.role("main", warps=(0, warps)) as r:
-        r.let("b", "bid.y")
-        r.let("hv", "bid.x")
+        r.let("b", "bid.z" if vsplit > 1 else "bid.y")
+        r.let("hv", "bid.y" if vsplit > 1 else "bid.x")
         r.let("h", "hv / (HV / H)")
         r.let("slot", f"ld(idx, b, 0, {pool} - 1)")
         r.let("k0", "role_warp * KW")          # this warp's K rows
         r.let("cl", "lane * VEC")              # this lane's columns within the CTA's slice
-        r.let("c0", ("bid.z * VC + " if vsplit > 1 else "") + "cl")
+        r.let("c0", ("bid.x * VC + " if vsplit > 1 else "") + "cl")
         _step_kv_cols(r, kw, vec, warps, "state" if inplace else "state_out")
     return kb.build()
 
