@@ -148,12 +148,14 @@ def decode_plan(B: int, HV: int, state_layout: str, sms: int = 132) -> dict:
     (twice the warps, 59 registers) while vw 8 would give under 16 warps per SM (B <= 4 at HV = 32:
     the state loads of too few warps cannot cover the memory latency).
     "kv": kda_decode_kv (form "cols": lanes along V, a warp instruction one contiguous row segment),
-    2 columns per lane, 8 warps of 16 K rows, 3 CTAs per SM (80 registers, 24 warps per SM); 1 column
-    per lane (V-slices of 32, twice the CTAs) while the 2-column grid of HV * B * 2 CTAs would fill
-    under two CTAs per SM (B <= 4 at HV = 32). bench/kda_decode_device.sh measures these choices."""
+    2 columns per lane (8-byte vectors), 8 warps of 16 K rows, 2 CTAs per SM (108 registers: a cap of
+    3 CTAs, 80 registers, makes ptxas split the 8-byte state stores in two); 1 column per lane (V-slices
+    of 32, twice the CTAs; 4 CTAs per SM at 64 registers) while the 2-column grid of HV * B * 2 CTAs
+    would fill under two CTAs per SM (B <= 4 at HV = 32). bench/kda_decode_device.sh measures these
+    choices beside the other points."""
     if _layout(state_layout) == 0:
         vec = 1 if B * HV * (V // 64) < 2 * sms else 2
-        return {"form": "cols", "vec": vec, "warps": 8, "blocks": 4 if vec == 1 else 3}
+        return {"form": "cols", "vec": vec, "warps": 8, "blocks": 4 if vec == 1 else 2}
     vw = 4 if B * HV * (V // 8) < 16 * sms else 8
     return {"vw": vw, "vsplit": 32 // vw, "stage_kv": False}
 

@@ -11,8 +11,8 @@ from cake_ir.verifier import verify
 VARIANTS = [dict(vw=8, vsplit=4), dict(vw=4, vsplit=8), dict(vw=8, vsplit=4, stage_kv=True),
             dict(vw=4, vsplit=8, stage_kv=True), dict(vw=8, vsplit=2, stage_kv=True)]
 # kda_decode_kv (lanes along V, the [K, V] layout only): the plan's two points and the bench's others
-KV_VARIANTS = [dict(vec=2, warps=8, blocks=3), dict(vec=1, warps=8, blocks=4), dict(vec=2, warps=16, blocks=2),
-               dict(vec=1, warps=16, blocks=2)]
+KV_VARIANTS = [dict(vec=2, warps=8, blocks=2), dict(vec=1, warps=8, blocks=4), dict(vec=2, warps=8, blocks=3),
+               dict(vec=2, warps=16, blocks=2), dict(vec=1, warps=16, blocks=2)]
 
 
 def _ids(p) -> str:
@@ -97,12 +97,12 @@ def test_unstaged_task_seed_is_unchanged():
 def test_decode_plan():
     from cakelib.kda_attention import _decode_program, decode_plan
     assert decode_plan(256, 32, "vk") == {"vw": 8, "vsplit": 4, "stage_kv": False}
-    assert decode_plan(256, 32, "kv") == {"form": "cols", "vec": 2, "warps": 8, "blocks": 3}
+    assert decode_plan(256, 32, "kv") == {"form": "cols", "vec": 2, "warps": 8, "blocks": 2}
     assert decode_plan(5, 32, "kv")["vec"] == 2 and decode_plan(4, 32, "kv") == {"form": "cols", "vec": 1,
                                                                                 "warps": 8, "blocks": 4}
     assert decode_plan(1, 32, "vk")["vw"] == 4 and decode_plan(4, 32, "vk")["vw"] == 4
     assert decode_plan(5, 32, "vk")["vw"] == 8
-    assert _decode_program(decode_plan(64, 32, "kv"), "sm_90a", True).name == "kda_decode_kv_c2_w8_b3_inplace"
+    assert _decode_program(decode_plan(64, 32, "kv"), "sm_90a", True).name == "kda_decode_kv_c2_w8_b2_inplace"
     assert _decode_program(decode_plan(64, 32, "vk"), "sm_90a", False).name == "kda_decode_8_4_pool"
     with pytest.raises(ValueError, match="state_layout"):
         decode_plan(1, 32, "kk")

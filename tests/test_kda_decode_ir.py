@@ -71,8 +71,8 @@ def test_kv_cols_task_form_verifies_and_compiles():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [dict(vec=2, warps=8, blocks=3), dict(vec=1, warps=8, blocks=4)],
-                         ids=["vec2_warps8", "vec1_warps8"])
+@pytest.mark.parametrize("params", [dict(vec=2, warps=8, blocks=2), dict(vec=1, warps=8, blocks=4)],
+                         ids=["kv_c2w8", "kv_c1w8"])
 @pytest.mark.parametrize("shape", [{"B": 1, "H": 4, "HV": 4, "SAFE": 0, "VK": 0},
                                    {"B": 16, "H": 4, "HV": 8, "SAFE": 1, "VK": 0},
                                    {"B": 33, "H": 2, "HV": 2, "SAFE": 0, "VK": 0}])
