@@ -70,6 +70,50 @@ def test_kv_cols_lanes_read_contiguous_row_segments():
     assert "blockIdx.z" not in one and "const int b = blockIdx.y;" in one    # one V-slice of 128 columns
 
 
+@pytest.mark.parametrize("params,inplace,safe", [(dict(vec=2, warps=8, blocks=2), True, 1),
+                                                 (dict(vec=1, warps=8, blocks=4), False, 0),
+                                                 (dict(vec=4, warps=8, blocks=1), True, 0)],
+                         ids=["c2w8_inplace_safe", "c1w8_copy_softplus", "c4w8_inplace_softplus"])
+def test_kv_cols_emulated_on_cpu_matches_float64(params, inplace, safe, tmp_path):
+    """The lowered kda_decode_kv run on the CPU (tests/cuda_cpu_emu.py: a thread per CUDA thread):
+    o and the rows idx of the pool against the float64 step, the other rows as they were; grouped
+    heads (H = 2, HV = 4), a pool of 7 slots for 3 sequences."""
+    import cuda_cpu_emu as emu
+    if not emu.available():
+        pytest.skip("needs g++")
+    from tasks.kda import reference as R
+    from tasks.kda_decode.programs import kda_decode_kv
+    B, P, HV = 3, 7, 4
+    shape, x = _inputs(B=B, P=P, HV=HV, safe=safe, vk=0, seed=5)
+    o_ref, pool_ref = R.kda_decode(x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], x["state"],
+                                   x["idx"], safe=bool(safe), layout="kv")
+    arr = {n: _bf16_bits(x[n]) for n in ("q", "k", "v", "g", "beta")}
+    arr.update(A_log=np.asarray(x["A_log"], np.float32), dt_bias=np.asarray(x["dt_bias"], np.float32),
+               state=np.asarray(x["state"], np.float32), idx=np.asarray(x["idx"], np.int32),
+               o=np.full((B, HV, 128), 0x7fc0, np.uint16))                       # NaN until written
+    if not inplace:
+        arr["state_out"] = np.full_like(arr["state"], 7.0)
+    vsplit = 128 // (32 * params["vec"])
+    grid = (vsplit, HV, B) if vsplit > 1 else (HV, B, 1)
+    out = emu.emulate(kda_decode_kv(**params, inplace=inplace, pool="P"),
+                      {"B": B, "P": P, "H": shape["H"], "HV": HV, "SAFE": safe, "VK": 0}, arr, grid, str(tmp_path))
+    pool = out["state" if inplace else "state_out"]
+    o = (out["o"].astype(np.uint32) << 16).view(np.float32)
+    rest = np.setdiff1d(np.arange(P), x["idx"])
+    assert _rel_np(o, o_ref) <= 5e-3 and _rel_np(pool[x["idx"]], pool_ref[x["idx"]]) <= 5e-3
+    assert np.array_equal(pool[rest], arr["state"][rest] if inplace else np.full_like(pool[rest], 7.0))
+
+
+def _bf16_bits(a) -> np.ndarray:
+    """float -> bf16 storage bits, round to nearest even (what the kernels read)."""
+    u = np.asarray(a, np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _rel_np(a, b) -> float:
+    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / np.linalg.norm(b))
+
+
 def test_kv_cols_refuses_bad_shapes():
     from tasks.kda_decode.programs import kda_decode_kv
     with pytest.raises(AssertionError):
