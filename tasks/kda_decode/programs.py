@@ -316,7 +316,7 @@ def _step_kv_cols(r, kw: int, vec: int, warps: int, dst: str):
     r.map("Tq", "Sq * qq")
     r.reduce("sum", "Tq", "pq", axis=2, id="state_times_q_kv")
     _sum_over_warps(r, vec, warps)
-    r.map("u", f"bl * (vv - ks * pk)", id="delta_kv")
+    r.map("u", "bl * (vv - ks * pk)", id="delta_kv")
     r.map("wv", "ks * u")
     r.map("Sq", "Sq + kk * wv", id="rank1_update_kv")
     r.stg(tile("Sq"), tile(dst, ["slot", "hv", "k0", "c0"], [1, 1, kw, vec]), vec_bytes=4 * vec,
