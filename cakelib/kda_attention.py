@@ -146,7 +146,9 @@ def decode_plan(B: int, HV: int, state_layout: str, sms: int = 132) -> dict:
 
     "vk": kda_decode, vw 8 x vsplit 4 (the measured point of bench/results/kda-decode-h200.json); vw 4
     (twice the warps, 59 registers) while vw 8 would give under 16 warps per SM (B <= 4 at HV = 32:
-    the state loads of too few warps cannot cover the memory latency).
+    the state loads of too few warps cannot cover the memory latency); vw 16 x vsplit 2 (half the
+    CTAs, each twice the rows) from B * HV = 4096 CTA pairs on (B >= 128 at HV = 32: 0.2898 against
+    0.2928 ms at B = 256 in the H200 pool bench, about 1%; the bench keeps timing 8x4 beside it).
     "kv": kda_decode_kv (form "cols": lanes along V, a warp instruction one contiguous row segment),
     2 columns per lane (8-byte vectors), 8 warps of 16 K rows, 2 CTAs per SM (108 registers: a cap of
     3 CTAs, 80 registers, makes ptxas split the 8-byte state stores in two); 1 column per lane (V-slices
@@ -156,7 +158,7 @@ def decode_plan(B: int, HV: int, state_layout: str, sms: int = 132) -> dict:
     if _layout(state_layout) == 0:
         vec = 1 if B * HV * (V // 64) < 2 * sms else 2
         return {"form": "cols", "vec": vec, "warps": 8, "blocks": 4 if vec == 1 else 2}
-    vw = 4 if B * HV * (V // 8) < 16 * sms else 8
+    vw = 4 if B * HV * (V // 8) < 16 * sms else 16 if B * HV >= 4096 else 8
     return {"vw": vw, "vsplit": 32 // vw, "stage_kv": False}
 
 

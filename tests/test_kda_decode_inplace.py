@@ -140,7 +140,9 @@ def test_unstaged_task_seed_is_unchanged():
 
 def test_decode_plan():
     from cakelib.kda_attention import _decode_program, decode_plan
-    assert decode_plan(256, 32, "vk") == {"vw": 8, "vsplit": 4, "stage_kv": False}
+    assert decode_plan(256, 32, "vk") == {"vw": 16, "vsplit": 2, "stage_kv": False}
+    assert decode_plan(128, 32, "vk")["vw"] == 16 and decode_plan(64, 32, "vk") == {"vw": 8, "vsplit": 4,
+                                                                                  "stage_kv": False}
     assert decode_plan(256, 32, "kv") == {"form": "cols", "vec": 2, "warps": 8, "blocks": 2}
     assert decode_plan(5, 32, "kv")["vec"] == 2 and decode_plan(4, 32, "kv") == {"form": "cols", "vec": 1,
                                                                                 "warps": 8, "blocks": 4}
