@@ -9,9 +9,9 @@
 #    the run): per B in 1..256 at H = HV = 32 (safe gate), every impl checked against the float64 step
 #    at the timed shape, then CUDA-event medians, L2 flushed: cakelib in place (plan + variants),
 #    cakelib copying, fla's fused_recurrent_kda kernel in place and into a separate pool. Variants:
-#    vk: vw x vsplit 8x4 (the plan at 4 < B < 128), 4x8 (B <= 4), 16x2 (B >= 128); kv: 8x4s (the staged form, the earlier
-#    plan) and kda_decode_kv cVwWbB (V columns per lane, W warps, B CTAs per SM; the plan c2w8b2,
-#    c1w8b4 at B <= 4).
+#    vk: vw x vsplit 8x4 (the plan at 4 < B < 128), 4x8 (B <= 4), 16x2 (B >= 128); kv: 8x4s (the
+#    staged form, the earlier plan) and kda_decode_kv cVwWbB (V columns per lane, W warps, B CTAs
+#    per SM; the plan c2w8b2, c1w8b4 at B <= 4).
 # Writes $OUT/kda-decode-pool-{vk,kv}/kda-decode-pool-h200.json, logs under $OUT; prints the tables last.
 #   OUT=/path bash bench/kda_decode_device.sh [budget_s]
 set -u

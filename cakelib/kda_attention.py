@@ -22,7 +22,8 @@ T = 8192, H = 32 and 64, 128 at H = 96 and the packed batches; 2.41x geomean ove
 sequence-parallel form (tasks/kda/seq_parallel.py); on an sm_8x part the
 safe gate's vs 32 kernel (the only one whose shared memory fits) and the recurrent kernel for the
 softplus gate. Decode (`decode_plan`): "vk" vw 8 x vsplit 4 (bench/results/kda-decode-h200.json), vw 4
-at B <= 4 (HV = 32); "kv" the lanes-along-V program kda_decode_kv (2 columns per lane, 1 at B <= 4);
+at B <= 4, vw 16 x vsplit 2 at B >= 128 (HV = 32); "kv" the lanes-along-V program kda_decode_kv (2
+columns per lane, 1 at B <= 4);
 `inplace=True` updates the pool where it is (the serving path, no copy of the pool).
 """
 from __future__ import annotations
