@@ -60,7 +60,7 @@ def main() -> int:
     ap.add_argument("--layouts", default="vk,kv")
     ap.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     ap.add_argument("--heads", default="32", help="H = HV values")
-    ap.add_argument("--pool-variants", default="8x4,4x8,16x2,8x4s,c2w8b2,c1w8b4,c2w8b3,c2w16b2,c1w16b2",
+    ap.add_argument("--pool-variants", default="8x4,4x8,16x2,8x4s,c2w8b2,c1w8b4,c4w8b2,c2w8b3,c2w16b2",
                     help="program variants timed in place beside the plan: vw x vsplit, s = stage_kv (kv only); "
                          "cVwWbB = kda_decode_kv, V columns per lane, W warps, B CTAs per SM (kv only)")
     ap.add_argument("--deadline", type=float, default=float("inf"), help="seconds: skip the remaining shapes after")

@@ -23,7 +23,7 @@ sequence-parallel form (tasks/kda/seq_parallel.py); on an sm_8x part the
 safe gate's vs 32 kernel (the only one whose shared memory fits) and the recurrent kernel for the
 softplus gate. Decode (`decode_plan`): "vk" vw 8 x vsplit 4 (bench/results/kda-decode-h200.json), vw 4
 at B <= 4, vw 16 x vsplit 2 at B >= 128 (HV = 32); "kv" the lanes-along-V program kda_decode_kv (2
-columns per lane, 1 at B <= 4);
+columns per lane, 1 at B <= 4, 4 at B >= 128);
 `inplace=True` updates the pool where it is (the serving path, no copy of the pool).
 """
 from __future__ import annotations
@@ -151,14 +151,17 @@ def decode_plan(B: int, HV: int, state_layout: str, sms: int = 132) -> dict:
     CTAs, each twice the rows) from B * HV = 4096 CTA pairs on (B >= 128 at HV = 32: 0.2898 against
     0.2928 ms at B = 256 in the H200 pool bench, about 1%; the bench keeps timing 8x4 beside it).
     "kv": kda_decode_kv (form "cols": lanes along V, a warp instruction one contiguous row segment),
-    2 columns per lane (8-byte vectors), 8 warps of 16 K rows, 2 CTAs per SM (108 registers: a cap of
-    3 CTAs, 80 registers, makes ptxas split the 8-byte state stores in two); 1 column per lane (V-slices
-    of 32, twice the CTAs; 4 CTAs per SM at 64 registers) while the 2-column grid of HV * B * 2 CTAs
-    would fill under two CTAs per SM (B <= 4 at HV = 32). bench/kda_decode_device.sh measures these
-    choices beside the other points."""
+    8 warps of 16 K rows, by B * HV: 1 column per lane (V-slices of 32, 4 CTAs per SM at 64 registers)
+    while 2 columns' grid of HV * B * 2 CTAs would fill under two CTAs per SM (B <= 4 at HV = 32);
+    4 columns per lane (whole 512-byte rows per warp instruction like the [V, K] program, one CTA per
+    state, 2 CTAs per SM at 124 registers) from B * HV = 4096 on, where the grid is 15+ waves deep
+    (B >= 128 at HV = 32); 2 columns (8-byte vectors, 2 CTAs per SM at 108 registers: a 3-CTA cap of
+    80 makes ptxas split the state stores) between. bench/kda_decode_device.sh measures these choices
+    beside the other points."""
     if _layout(state_layout) == 0:
-        vec = 1 if B * HV * (V // 64) < 2 * sms else 2
-        return {"form": "cols", "vec": vec, "warps": 8, "blocks": 4 if vec == 1 else 2}
+        if B * HV * (V // 64) < 2 * sms:
+            return {"form": "cols", "vec": 1, "warps": 8, "blocks": 4}
+        return {"form": "cols", "vec": 4 if B * HV >= 4096 else 2, "warps": 8, "blocks": 2}
     vw = 4 if B * HV * (V // 8) < 16 * sms else 16 if B * HV >= 4096 else 8
     return {"vw": vw, "vsplit": 32 // vw, "stage_kv": False}
 

@@ -11,8 +11,8 @@ from cake_ir.verifier import verify
 VARIANTS = [dict(vw=8, vsplit=4), dict(vw=4, vsplit=8), dict(vw=8, vsplit=4, stage_kv=True),
             dict(vw=4, vsplit=8, stage_kv=True), dict(vw=8, vsplit=2, stage_kv=True)]
 # kda_decode_kv (lanes along V, the [K, V] layout only): the plan's two points and the bench's others
-KV_VARIANTS = [dict(vec=2, warps=8, blocks=2), dict(vec=1, warps=8, blocks=4), dict(vec=2, warps=8, blocks=3),
-               dict(vec=2, warps=16, blocks=2), dict(vec=1, warps=16, blocks=2)]
+KV_VARIANTS = [dict(vec=2, warps=8, blocks=2), dict(vec=1, warps=8, blocks=4), dict(vec=4, warps=8, blocks=2),
+               dict(vec=2, warps=8, blocks=3), dict(vec=2, warps=16, blocks=2)]
 
 
 def _ids(p) -> str:
@@ -72,7 +72,7 @@ def test_kv_cols_lanes_read_contiguous_row_segments():
 
 @pytest.mark.parametrize("params,inplace,safe", [(dict(vec=2, warps=8, blocks=2), True, 1),
                                                  (dict(vec=1, warps=8, blocks=4), False, 0),
-                                                 (dict(vec=4, warps=8, blocks=1), True, 0)],
+                                                 (dict(vec=4, warps=8, blocks=2), True, 0)],
                          ids=["c2w8_inplace_safe", "c1w8_copy_softplus", "c4w8_inplace_softplus"])
 def test_kv_cols_emulated_on_cpu_matches_float64(params, inplace, safe, tmp_path):
     """The lowered kda_decode_kv run on the CPU (tests/cuda_cpu_emu.py: a thread per CUDA thread):
@@ -143,7 +143,8 @@ def test_decode_plan():
     assert decode_plan(256, 32, "vk") == {"vw": 16, "vsplit": 2, "stage_kv": False}
     assert decode_plan(128, 32, "vk")["vw"] == 16 and decode_plan(64, 32, "vk") == {"vw": 8, "vsplit": 4,
                                                                                   "stage_kv": False}
-    assert decode_plan(256, 32, "kv") == {"form": "cols", "vec": 2, "warps": 8, "blocks": 2}
+    assert decode_plan(256, 32, "kv") == {"form": "cols", "vec": 4, "warps": 8, "blocks": 2}
+    assert decode_plan(64, 32, "kv") == {"form": "cols", "vec": 2, "warps": 8, "blocks": 2}
     assert decode_plan(5, 32, "kv")["vec"] == 2 and decode_plan(4, 32, "kv") == {"form": "cols", "vec": 1,
                                                                                 "warps": 8, "blocks": 4}
     assert decode_plan(1, 32, "vk")["vw"] == 4 and decode_plan(4, 32, "vk")["vw"] == 4
