@@ -16,7 +16,7 @@ Writes kda-decode-h200.json; prints a table last.
     python bench/kda_decode.py --pool [--layouts vk,kv] [--batches 1,2,...,256] [--heads 32]
 
 The library's pool modes instead (`pool_main`): cakelib.kda_decode in place (its plan and each listed
-program variant) and copying, against fla's fused_recurrent_kda kernel in place (ht = h0, how
+program variant: kda_decode's vw x vsplit, the [K, V] layout's staged and lanes-along-V forms) and copying, against fla's fused_recurrent_kda kernel in place (ht = h0, how
 serving engines launch it) and into a separate pool, per B and state layout at H = HV; every impl
 checked against the float64 step on the GPU (tasks/kda/torch_ref.py) at the timed shape before it
 is timed. Writes kda-decode-pool-h200.json; prints a table last.
@@ -60,8 +60,9 @@ def main() -> int:
     ap.add_argument("--layouts", default="vk,kv")
     ap.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     ap.add_argument("--heads", default="32", help="H = HV values")
-    ap.add_argument("--pool-variants", default="8x4,4x8,16x2,8x4s,4x8s,8x2s",
-                    help="program variants timed in place beside the plan: vw x vsplit, s = stage_kv (kv only)")
+    ap.add_argument("--pool-variants", default="8x4,4x8,16x2,8x4s,c2w8b2,c1w8b4,c4w8b2,c2w8b3,c2w16b2",
+                    help="program variants timed in place beside the plan: vw x vsplit, s = stage_kv (kv only); "
+                         "cVwWbB = kda_decode_kv, V columns per lane, W warps, B CTAs per SM (kv only)")
     ap.add_argument("--deadline", type=float, default=float("inf"), help="seconds: skip the remaining shapes after")
     args = ap.parse_args()
     if args.pool:
@@ -226,14 +227,24 @@ def pool_impls(x: dict, vk: int, safe: int, variants) -> dict:
                                   inplace=inplace, plan=plan)
     impls = {"cake_inplace": lib(True), "cake_copy": lib(False)}
     for var in variants:
-        staged = var.endswith("s")
-        if staged and vk:
-            continue
-        vw, vs = (int(t) for t in var.rstrip("s").split("x"))
-        impls[f"cake_inplace_{var}"] = lib(True, {"vw": vw, "vsplit": vs, "stage_kv": staged})
+        plan = pool_variant_plan(var)
+        if vk and (plan.get("stage_kv") or plan.get("form") == "cols"):
+            continue                                   # the [K, V] layout's forms
+        impls[f"cake_inplace_{var}"] = lib(True, plan)
     impls["fla_inplace"] = fla_pool_call(x, vk, safe, True)
     impls["fla_out"] = fla_pool_call(x, vk, safe, False)
     return impls
+
+
+def pool_variant_plan(var: str) -> dict:
+    """A variant's plan: "8x4" / "8x4s" = kda_decode vw x vsplit (s: stage_kv), "c2w8b2" =
+    kda_decode_kv with 2 columns per lane, 8 warps, 2 CTAs per SM (the [K, V] layout's cols form)."""
+    if var.startswith("c"):
+        vec, rest = var[1:].split("w")
+        warps, blocks = rest.split("b")
+        return {"form": "cols", "vec": int(vec), "warps": int(warps), "blocks": int(blocks)}
+    vw, vs = (int(t) for t in var.rstrip("s").split("x"))
+    return {"vw": vw, "vsplit": vs, "stage_kv": var.endswith("s")}
 
 
 def check_pool_impl(fn, x: dict, snap, ref) -> dict:

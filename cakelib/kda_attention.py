@@ -21,9 +21,10 @@ in two waves, else 128 with 8 consumers (bench/results/kda-prefill-h200-session9
 T = 8192, H = 32 and 64, 128 at H = 96 and the packed batches; 2.41x geomean over fla there); few sequences of 16k+ tokens that fill under half the GPU take the
 sequence-parallel form (tasks/kda/seq_parallel.py); on an sm_8x part the
 safe gate's vs 32 kernel (the only one whose shared memory fits) and the recurrent kernel for the
-softplus gate. Decode (`decode_plan`): vw 8 x vsplit 4 (bench/results/kda-decode-h200.json), vw 4 at
-B <= 4 (HV = 32), the [K, V] layout's slab staged through shared memory; `inplace=True` updates the
-pool where it is (the serving path, no copy of the pool).
+softplus gate. Decode (`decode_plan`): "vk" vw 8 x vsplit 4 (bench/results/kda-decode-h200.json), vw 4
+at B <= 4, vw 16 x vsplit 2 at B >= 128 (HV = 32); "kv" the lanes-along-V program kda_decode_kv (2
+columns per lane, 1 at B <= 4, 4 at B >= 128);
+`inplace=True` updates the pool where it is (the serving path, no copy of the pool).
 """
 from __future__ import annotations
 
@@ -142,15 +143,38 @@ def kda_prefill(q, k, v, g, beta, A_log, dt_bias, *, cu_seqlens=None, initial_st
 
 
 def decode_plan(B: int, HV: int, state_layout: str, sms: int = 132) -> dict:
-    """Params of the decode program (tasks/kda_decode/programs.py kda_decode) for B sequences of HV
-    value heads. vw 8 x vsplit 4 (the measured point of bench/results/kda-decode-h200.json); vw 4
+    """Params of the decode program for B sequences of HV value heads (tasks/kda_decode/programs.py).
+
+    "vk": kda_decode, vw 8 x vsplit 4 (the measured point of bench/results/kda-decode-h200.json); vw 4
     (twice the warps, 59 registers) while vw 8 would give under 16 warps per SM (B <= 4 at HV = 32:
-    the state loads of too few warps cannot cover the memory latency). The [K, V] layout stages its
-    slab through shared memory (`stage_kv`: whole rows per warp instruction, where the direct column
-    tiles touch 32 lines per instruction). bench/kda_decode_device.sh measures these choices."""
-    _layout(state_layout)
-    vw = 4 if B * HV * (V // 8) < 16 * sms else 8
-    return {"vw": vw, "vsplit": 32 // vw, "stage_kv": state_layout == "kv"}
+    the state loads of too few warps cannot cover the memory latency); vw 16 x vsplit 2 (half the
+    CTAs, each twice the rows) from B * HV = 4096 CTA pairs on (B >= 128 at HV = 32: 0.2898 against
+    0.2928 ms at B = 256 in the H200 pool bench, about 1%; the bench keeps timing 8x4 beside it).
+    "kv": kda_decode_kv (form "cols": lanes along V, a warp instruction one contiguous row segment),
+    8 warps of 16 K rows, by B * HV: 1 column per lane (V-slices of 32, 4 CTAs per SM at 64 registers)
+    while 2 columns' grid of HV * B * 2 CTAs would fill under two CTAs per SM (B <= 4 at HV = 32);
+    4 columns per lane (whole 512-byte rows per warp instruction like the [V, K] program, one CTA per
+    state, 2 CTAs per SM at 124 registers) from B * HV = 4096 on, where the grid is 15+ waves deep
+    (B >= 128 at HV = 32); 2 columns (8-byte vectors, 2 CTAs per SM at 108 registers: a 3-CTA cap of
+    80 makes ptxas split the state stores) between. bench/kda_decode_device.sh measures these choices
+    beside the other points."""
+    if _layout(state_layout) == 0:
+        if B * HV * (V // 64) < 2 * sms:
+            return {"form": "cols", "vec": 1, "warps": 8, "blocks": 4}
+        return {"form": "cols", "vec": 4 if B * HV >= 4096 else 2, "warps": 8, "blocks": 2}
+    vw = 4 if B * HV * (V // 8) < 16 * sms else 16 if B * HV >= 4096 else 8
+    return {"vw": vw, "vsplit": 32 // vw, "stage_kv": False}
+
+
+def _decode_program(params: dict, arch: str, inplace: bool):
+    """The decode program of a plan: form "cols" (kda_decode_kv, the [K, V] layout only) or kda_decode
+    (both layouts; vw, vsplit, stage_kv)."""
+    from tasks.kda_decode import programs
+    p = dict(params)
+    if p.pop("form", "rows") == "cols":
+        return programs.kda_decode_kv(**p, arch=arch, inplace=inplace, pool="P")
+    p.setdefault("stage_kv", False)
+    return programs.kda_decode(**p, arch=arch, inplace=inplace, pool="P")
 
 
 def _decode_pools(state_pool, inplace: bool, out):
@@ -207,7 +231,8 @@ def kda_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, *, safe_gate: 
       receive the new states, its other rows are left as they are; state_pool is not written.
     - default (inplace=False, no out): a new pool, a copy of state_pool with rows idx[b] updated; the
       input is untouched (one extra copy of the whole pool per call).
-    `plan` overrides `decode_plan` (the program's vw / vsplit / stage_kv)."""
+    `plan` overrides `decode_plan`: {"form": "cols", "vec", "warps", "blocks"} (kda_decode_kv, "kv"
+    only) or {"vw", "vsplit", "stage_kv"} (kda_decode)."""
     import torch
 
     from tasks.kda.task import DECODE_TASK
@@ -219,11 +244,11 @@ def kda_decode(q, k, v, g, beta, A_log, dt_bias, state_pool, idx, *, safe_gate: 
     dev = q.device
     rt = runtime(dev.index or 0)
     params = dict(plan or decode_plan(shape["B"], shape["HV"], state_layout, rt.props.get("sms", 132)))
-    params.setdefault("stage_kv", False)
+    if params.get("form") == "cols" and state_layout != "kv":
+        raise ValueError("the 'cols' decode form serves state_layout 'kv' only")
 
     def build(arch):
-        from tasks.kda_decode.programs import kda_decode as program
-        return program(**params, arch=arch, inplace=rw, pool="P")
+        return _decode_program(params, arch, rw)
     kern = rt.kernel(("kda_decode", tuple(sorted(params.items())), rw), build)
     o = torch.empty(shape["B"], shape["HV"], V, dtype=torch.bfloat16, device=dev)
     tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "g": g.contiguous(),

@@ -59,6 +59,38 @@ def test_decode_seed_matches_float64_on_gpu(shape):
     assert d["status"] == "ok", d.get("message")
 
 
+def test_kv_cols_task_form_verifies_and_compiles():
+    """kda_decode_kv in the task's interface (pool of B slots, read-only state, separate state_out)."""
+    from tasks.kda_decode.programs import kda_decode_kv
+    k = kda_decode_kv()
+    assert verify(k).ok
+    for arch in ("sm_80", "sm_90a"):
+        r = compile_kernel(k, arch=arch)
+        assert r.ok, [d.short() for d in r.diagnostics]
+        assert "cake::ld_index(idx, b, 0, B - 1)" in r.cuda_source and "float* __restrict__ state_out" in r.cuda_source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [dict(vec=2, warps=8, blocks=2), dict(vec=1, warps=8, blocks=4)],
+                         ids=["kv_c2w8", "kv_c1w8"])
+@pytest.mark.parametrize("shape", [{"B": 1, "H": 4, "HV": 4, "SAFE": 0, "VK": 0},
+                                   {"B": 16, "H": 4, "HV": 8, "SAFE": 1, "VK": 0},
+                                   {"B": 33, "H": 2, "HV": 2, "SAFE": 0, "VK": 0}])
+def test_kv_cols_matches_float64_on_gpu(params, shape):
+    from gpu_backend.driver import gpu_available
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from cake_ir.io import dumps
+    from gpu_backend.evaluate import evaluate
+    from tasks.kda_decode.programs import kda_decode_kv
+    from tasks.registry import get
+    task = get("kda_decode").task
+    rec = evaluate(dumps(kda_decode_kv(**params)), task, seed=3, name="kda_decode", shapes=[shape], profile=False,
+                   reruns=1)
+    d = rec.model_dump() if hasattr(rec, "model_dump") else rec.__dict__
+    assert d["status"] == "ok", d.get("message")
+
+
 def test_register_estimate_counts_one_side_of_an_if_else():
     """E-RES-05 counts the tiles of an if/else's two sides once (they never live together): the seed
     fits 128 registers per thread; a use of the else-side tile S columns outside the if/else makes it

@@ -8,6 +8,9 @@ slice z owns value columns z * V / vsplit + [w * VW, (w + 1) * VW). The sequence
   lane-local column broadcasts;
 - VK = 0 ([P, HV, K, V]): S columns, each lane whole rows k = lane + 32 i (blocked, vec VW), the
   K-vectors blocked vec 1 (the lane's rows), and the sums over K column reductions.
+`kda_decode_kv` serves the [K, V] layout alone with lanes along V (a warp instruction moves one
+contiguous run of a state row; the sums over K are added across warps in shared memory); cakelib's
+decode_plan runs it for that layout.
 Per step, in float32 (fla fused_recurrent_kda semantics, tasks/kda/reference.py):
 
     q, k <- l2norm(q), l2norm(k); q <- q * K^-0.5;  beta <- sigmoid(beta_logit)
@@ -76,15 +79,16 @@ def kda_decode(vw: int = 8, vsplit: int = 1, arch: str = "sm_80", inplace: bool 
     return kb.build()
 
 
-def _declare_params(kb, pool: str, inplace: bool):
-    """Scalars and tensors: the pool of `pool` slots, read-write in place, else read + state_out."""
+def _declare_params(kb, pool: str, inplace: bool, vk_max: int = 1):
+    """Scalars and tensors: the pool of `pool` slots, read-write in place, else read + state_out.
+    vk_max = 0: a program of the [K, V] layout only (a VK = 1 launch is refused by the domain)."""
     kb.scalar("B", min=1)
     if pool == "P":
         kb.scalar("P", min=1)
     kb.scalar("H", min=1)
     kb.scalar("HV", min=1)
     kb.scalar("SAFE", min=0, max=1)
-    kb.scalar("VK", min=0, max=1)
+    kb.scalar("VK", min=0, max=vk_max)
     for n in ("q", "k"):
         kb.tensor(n, "bf16", ["B", "H", "K"])
     kb.tensor("v", "bf16", ["B", "HV", "V"])
@@ -213,6 +217,125 @@ def _stage_out(r, vsplit: int, vw: int, dst: str):
     r.lds(tile("sS", [0, 0, 0, 0], [1, 1, K, V // vsplit]), tile("Sx"), vec_bytes=16)
     r.stg(tile("Sx"), tile(dst, ["slot", "hv", 0, c0], [1, 1, K, V // vsplit]), vec_bytes=16,
           id="scatter_state_kv")
+
+
+def kda_decode_kv(vec: int = 2, warps: int = 8, blocks: int = 1, arch: str = "sm_80", inplace: bool = False,
+                  pool: str = ""):
+    """The [K, V] layout only (VK's domain is {0}), lanes along V: lane l of every warp owns the `vec`
+    consecutive columns c0 = z * VC + l * vec of V-slice z of VC = 32 vec columns (grid [V / VC, HV, B]),
+    warp w the K rows [w KW, (w + 1) KW), KW = K / warps. A warp instruction moves one contiguous
+    32 * vec * 4-byte segment of a state row (the [K, V] layout's coalesced direction), and every thread
+    stores exactly the elements it loaded (in place as in kda_decode). The sums over K are per-lane
+    partials over the warp's rows, added across warps through shared memory (one barrier).
+
+    After the decay, one pass over S computes both sums over K (the L2 norms folded into per-column
+    scalars, so one cross-warp exchange serves u and o): with q~, k~ raw, rk = |k~|^-1,
+    rq = |q~|^-1 K^-0.5, S <- S exp(g)[K], then
+        u = beta (v - rk S^T k~),  o = rq (S^T q~ + rk (k~ . q~) u),  S <- S + k~ (rk u)^T,
+    which is u <- beta (v - S^T k); S <- S + k u^T; o <- S^T q of the reference.
+    `blocks`: CTAs per SM that ptxas must fit (__launch_bounds__' second argument, a register cap)."""
+    # KW != vec: a thread's [KW] row vectors and [vec] column vectors broadcast by their shapes
+    assert vec in (1, 2, 4) and K % warps == 0 and K // warps != vec
+    kw, vsplit = K // warps, V // (32 * vec)
+    # the V-slices of one state are neighbours in launch order (x fastest): its rows' halves or
+    # quarters are read at the same time, as whole rows are in the [V, K] layout's program
+    grid = ([vsplit] if vsplit > 1 else []) + ["HV", "B"]
+    name = (f"kda_decode_kv_c{vec}_w{warps}" + (f"_b{blocks}" if blocks > 1 else "")
+            + ("_inplace" if inplace else "_pool" if pool == "P" else ""))
+    kb = KernelBuilder(name, arch=arch, grid=grid, threads=32 * warps, min_blocks_per_sm=blocks,
+                       note="KDA decode step, [K, V] state pool gathered by index, lanes along V")
+    kb.const(K=K, V=V, KW=kw, VEC=vec, VC=32 * vec)
+    pool = pool or ("P" if inplace else "B")
+    assert pool in ("B", "P"), pool
+    _declare_params(kb, pool, inplace, vk_max=0)
+    _declare_col_buffers(kb, vec, warps)
+    with kb.role("main", warps=(0, warps)) as r:
+        r.let("b", "bid.z" if vsplit > 1 else "bid.y")
+        r.let("hv", "bid.y" if vsplit > 1 else "bid.x")
+        r.let("h", "hv / (HV / H)")
+        r.let("slot", f"ld(idx, b, 0, {pool} - 1)")
+        r.let("k0", "role_warp * KW")          # this warp's K rows
+        r.let("cl", "lane * VEC")              # this lane's columns within the CTA's slice
+        r.let("c0", ("bid.x * VC + " if vsplit > 1 else "") + "cl")
+        _step_kv_cols(r, kw, vec, warps, "state" if inplace else "state_out")
+    return kb.build()
+
+
+def _declare_col_buffers(kb, vec: int, warps: int):
+    """kda_decode_kv's tiles: the thread's [KW, vec] block of S, its rows' K-vectors, the warps' partials."""
+    kw = K // warps
+    own = dict(layout="blocked", vec=vec, scope="thread")       # chunks = whole rows of `vec` columns
+    kb.buffer("Sq", "reg", "f32", [1, 1, kw, vec], **own)
+    kb.buffer("Tq", "reg", "f32", [1, 1, kw, vec], **own)
+    kb.buffer("Pw", "reg", "f32", [1, warps, vec], **own)
+    for n in ("qr", "kr", "gr"):                  # the warp's rows, raw (16-byte loads)
+        kb.buffer(n, "reg", "f32", [1, 1, kw], scope="thread")
+    kb.buffer("dr", "reg", "f32", [1, kw], scope="thread")
+    for n in ("ab", "kk", "qq"):                  # a, k~, q~ per row: broadcast along the row
+        kb.buffer(n, "reg", "f32", [1, 1, kw], layout="blocked", vec=1, scope="thread")
+    for n in ("qf", "kf"):                        # whole q, k per warp: the norms and k~ . q~
+        kb.buffer(n, "reg", "f32", [1, 1, K], layout="blocked", vec=4, scope="warp")
+    for n in ("vv", "pk", "pq", "u", "wv", "ov"):
+        kb.buffer(n, "reg", "f32", [1, 1, vec], scope="thread")
+    kb.buffer("al", "reg", "f32", [1], scope="thread")
+    kb.buffer("bl", "reg", "f32", [1, 1], scope="thread")
+    for n in ("qs", "ks", "qk"):
+        kb.buffer(n, "reg", "f32", [1, 1, 1], scope="thread")
+    # S^T k~, S^T q~ partials per warp (an instruction reads one row: pad only keeps W-PERF-01 quiet)
+    kb.buffer("sP", "smem", "f32", [2, warps, 32 * vec], pad=4)
+
+
+def _step_kv_cols(r, kw: int, vec: int, warps: int, dst: str):
+    """kda_decode_kv's step: loads (the state first), the gate and norms, one pass of partial sums,
+    the cross-warp sums, the update stored where it was read, o from warp 0."""
+    r.ldg(tile("state", ["slot", "hv", "k0", "c0"], [1, 1, kw, vec]), tile("Sq"), vec_bytes=4 * vec,
+          id="gather_state_kv")
+    r.ldg(tile("A_log", ["hv"], [1]), tile("al"), vec_bytes=4)
+    r.ldg(tile("beta", ["b", "hv"], [1, 1]), tile("bl"), vec_bytes=2)
+    r.ldg(tile("v", ["b", "hv", "c0"], [1, 1, vec]), tile("vv"), vec_bytes=2 * vec, id="load_v")
+    r.ldg(tile("q", ["b", "h", 0], [1, 1, K]), tile("qf"), oob="zfill", vec_bytes=8)
+    r.ldg(tile("k", ["b", "h", 0], [1, 1, K]), tile("kf"), oob="zfill", vec_bytes=8)
+    r.ldg(tile("q", ["b", "h", "k0"], [1, 1, kw]), tile("qr"), oob="zfill", vec_bytes=16)
+    r.ldg(tile("k", ["b", "h", "k0"], [1, 1, kw]), tile("kr"), oob="zfill", vec_bytes=16)
+    r.ldg(tile("g", ["b", "hv", "k0"], [1, 1, kw]), tile("gr"), vec_bytes=16)
+    r.ldg(tile("dt_bias", ["hv", "k0"], [1, kw]), tile("dr"), vec_bytes=16)
+    r.map("bl", "sigmoid(bl)")
+    r.map("gr", gate_expr("gr", "dr"), id="gate_kv")
+    r.map("ab", "exp(gr)")
+    r.map("kk", "kr")
+    r.map("qq", "qr")
+    r.reduce("sum_sq", "qf", "qs", axis=2)
+    r.reduce("sum_sq", "kf", "ks", axis=2)
+    r.map("qf", "qf * kf")
+    r.reduce("sum", "qf", "qk", axis=2)
+    r.map("ks", f"rsqrt(ks + {L2_EPS!r})")                       # rk
+    r.map("qs", f"rsqrt(qs + {L2_EPS!r}) * {K ** -0.5!r}")       # rq
+    r.map("Sq", "Sq * ab", id="decay_kv")
+    r.map("Tq", "Sq * kk")
+    r.reduce("sum", "Tq", "pk", axis=2, id="state_times_k_kv")   # this warp's rows of S^T k~
+    r.map("Tq", "Sq * qq")
+    r.reduce("sum", "Tq", "pq", axis=2, id="state_times_q_kv")
+    _sum_over_warps(r, vec, warps)
+    r.map("u", "bl * (vv - ks * pk)", id="delta_kv")
+    r.map("wv", "ks * u")
+    r.map("Sq", "Sq + kk * wv", id="rank1_update_kv")
+    r.stg(tile("Sq"), tile(dst, ["slot", "hv", "k0", "c0"], [1, 1, kw, vec]), vec_bytes=4 * vec,
+          id="scatter_state_kv")
+    r.map("ov", "qs * (pq + ks * qk * u)", id="output_kv")
+    with r.if_("role_warp == 0"):
+        r.stg(tile("ov"), tile("o", ["b", "hv", "c0"], [1, 1, vec]), vec_bytes=2 * vec, id="store_o")
+
+
+def _sum_over_warps(r, vec: int, warps: int):
+    """pk, pq <- their sums over the CTA's warps: each warp's row of sP, one barrier, then every
+    thread adds its columns' `warps` partials (consecutive lanes, consecutive words: no bank conflict)."""
+    r.sts(tile("pk"), tile("sP", [0, "role_warp", "cl"], [1, 1, vec]), vec_bytes=4 * vec)
+    r.sts(tile("pq"), tile("sP", [1, "role_warp", "cl"], [1, 1, vec]), vec_bytes=4 * vec)
+    r.sync("syncthreads")
+    r.lds(tile("sP", [0, 0, "cl"], [1, warps, vec]), tile("Pw"), vec_bytes=4 * vec)
+    r.reduce("sum", "Pw", "pk", axis=1)
+    r.lds(tile("sP", [1, 0, "cl"], [1, warps, vec]), tile("Pw"), vec_bytes=4 * vec)
+    r.reduce("sum", "Pw", "pq", axis=1)
 
 
 SEEDS = {"kda_decode_sm80": lambda: kda_decode()}
