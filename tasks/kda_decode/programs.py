@@ -18,8 +18,8 @@ Per step, in float32 (fla fused_recurrent_kda semantics, tasks/kda/reference.py)
          -exp(A_log) * softplus(f + dt_bias)                   (SAFE = 0)
     S <- S * exp(g)[K];  u <- beta * (v - S^T k);  S <- S + k u^T;  o <- S^T q
 
-No GPU run yet: verified and compiled (sm_80, sm_90a) in CI; `tests/test_kda_decode_ir.py` holds the
-GPU check against the float64 recurrence.
+Verified and compiled (sm_80, sm_90a) in CI; the GPU checks against the float64 recurrence
+(tests/test_kda_decode_ir.py, tests/test_kda_decode_inplace.py) pass on the H200.
 """
 from tasks.base import signature_defaults
 from cake_ir.builder import KernelBuilder, tile
