@@ -28,13 +28,17 @@ def main(paths) -> None:
                 continue
             b = [r[c] for c in ("flashlib_ms", "torch_ms") if c in r]
             x = min(b) / r["lib_ms"] if b else float("nan")
-            if b and r.get("correct"):
+            # a baseline that did not run (its build past the limit, an error) leaves the row out of the geomean
+            missing = [c for c in ("flashlib", "torch") if f"{c}_error" in r]
+            if b and r.get("correct") and not missing:
                 sp.append(x)
             print(f"{r['Q']:>6} {r['M']:>8} {r['D']:>4} {r['k']:>5} {'y' if r.get('correct') else 'N':>3} "
                   f"{r['lib_ms']:>9.3f} {r.get('flashlib_ms', float('nan')):>9.3f} {r.get('torch_ms', float('nan')):>9.3f}"
-                  f" {x:>7.2f}" + (f"  {r.get('why')}" if not r.get("correct") else ""))
+                  f" {x:>7.2f}" + (f"  {r.get('why')}" if not r.get("correct") else "")
+                  + "".join(f"  ({c}: {r[c + '_error'][:50]})" for c in missing))
         if sp:
-            print(f"  geomean x best baseline over {len(sp)} correct shapes: {math.exp(sum(map(math.log, sp)) / len(sp)):.2f}")
+            print(f"  geomean x best baseline over {len(sp)} correct shapes with every baseline timed: "
+                  f"{math.exp(sum(map(math.log, sp)) / len(sp)):.2f}")
 
 
 if __name__ == "__main__":
