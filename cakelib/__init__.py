@@ -6,7 +6,11 @@ bench/lib_grid.py), with a general fallback. Heavy modules load on first call.
     idx, dist = knn(queries, database, k=10)          # torch CUDA tensors, cupy arrays or numpy
     centroids, assign = kmeans(x, k=256, iters=10)
     o, states = kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens=cu)   # torch CUDA tensors
-    o, pool = kda_decode(q1, k1, v1, g1, beta1, A_log, dt_bias, pool, idx)
+    o, pool = kda_decode(q1, k1, v1, g1, beta1, A_log, dt_bias, pool, idx, inplace=True)   # rows idx updated
+
+Domains (docs/library.md): knn any D <= 1024, k <= 1024 (k > 32: M <= 2^22); kmeans D = 128 with K <= 256
+on the fitted table, else D a multiple of 32 in [32, 1024] with K <= 65536. A repeat call at a configuration
+seen before launches its cached plan (cakelib/fast_calls.py).
 
 Calls on one device share cached workspaces: issue them from one stream at a time.
 """
