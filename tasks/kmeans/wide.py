@@ -72,7 +72,9 @@ def kmeans_wide_norms(d: int = 128, arch: str = "sm_80"):
     return kb.build()
 
 
-def _declare_assign(kb, d: int, bm: int, bn: int, dc: int, stages: int) -> None:
+def _declare_assign_io(kb) -> None:
+    """The assignment kernels' interface (both forms): scalars, points, centroids and their norms, the
+    assignments, and the per-cluster sums and counts they add into (zeroed again by the finalize)."""
     kb.scalar("B", min=1)
     kb.scalar("N", min=1)
     kb.scalar("K", min=1, max=K_MAX)
@@ -80,8 +82,12 @@ def _declare_assign(kb, d: int, bm: int, bn: int, dc: int, stages: int) -> None:
     kb.tensor("C", "f16", ["B * K", "D"])
     kb.tensor("CN", "f32", [1, "B * K"])
     kb.tensor("A", "i32", ["B", "N"], access="write")
-    kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")     # zero between launches (finalize)
+    kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")
     kb.tensor("WC", "f32", ["B * K", 1], access="readwrite")
+
+
+def _declare_assign(kb, d: int, bm: int, bn: int, dc: int, stages: int) -> None:
+    _declare_assign_io(kb)
     kb.buffer("sX", "smem", "f16", [bm, padded(d, dc)], pad=8)
     kb.buffer("sC", "smem", "f16", [bn, dc], pad=8, stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
@@ -302,15 +308,7 @@ def _scatter_points_atoms(r, d: int, bm: int) -> None:
 
 
 def _declare_assign_wgmma(kb, bm: int, bn: int, atoms: int, stages: int) -> None:
-    kb.scalar("B", min=1)
-    kb.scalar("N", min=1)
-    kb.scalar("K", min=1, max=K_MAX)
-    kb.tensor("X", "f16", ["B * N", "D"])
-    kb.tensor("C", "f16", ["B * K", "D"])
-    kb.tensor("CN", "f32", [1, "B * K"])
-    kb.tensor("A", "i32", ["B", "N"], access="write")
-    kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")
-    kb.tensor("WC", "f32", ["B * K", 1], access="readwrite")
+    _declare_assign_io(kb)
     kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B")
     kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
