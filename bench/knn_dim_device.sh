@@ -86,7 +86,7 @@ def run_grid(path):
     import torch
     from cakelib import knn
     from cakelib.variants import knn_name
-    from lib_grid import Timer, knn_baselines, knn_check, knn_reference
+    from lib_grid import Timer, knn_baselines, knn_check, knn_reference, time_baselines
     done, started = set(), set()
     if os.path.exists(path):
         for line in open(path):
@@ -119,19 +119,7 @@ def run_grid(path):
                 n = min(CHECK_Q, s["Q"])
                 row["ok"], row["why"] = knn_check(xq[:n], xb, I[:n], Dv[:n], k, knn_reference(xq[:n], xb, k))
                 row["lib_ms"] = timer(lambda: knn(xq, xb, k))["ms"] if row["ok"] else None
-                row["baselines"] = {}
-                for b, fn in base.items():
-                    try:
-                        row["baselines"][b] = timer(lambda: fn(xq, xb, k))["ms"]
-                    except Exception as e:  # noqa: BLE001
-                        row["baselines"][b] = None
-                        row.setdefault("baseline_errors", {})[b] = f"{type(e).__name__}: {e}"[:200]
-                        torch.cuda.synchronize()
-                good = {b: t for b, t in row["baselines"].items() if t}
-                if good and row.get("lib_ms"):
-                    bb = min(good, key=good.get)
-                    row["best_baseline"], row["best_baseline_ms"] = bb, good[bb]
-                    row["speedup"] = good[bb] / row["lib_ms"]
+                time_baselines(timer, {b: (lambda f=f: f(xq, xb, k)) for b, f in base.items()}, row, row.get("lib_ms"))
                 row["floor_ms"] = 2 * s["Q"] * s["M"] * s["D"] / 600e12 * 1e3
                 del xq, xb
             except Exception as e:  # noqa: BLE001

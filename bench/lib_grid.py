@@ -393,16 +393,23 @@ def knn_reference(xq, xb, k):
     return best[:, k - 1], 2e-5 * (qn + bmax)
 
 
+def index_problem(I, Q: int, M: int, k: int) -> str:
+    """'' when I [Q, k] holds distinct indices in [0, M) per row, else what is wrong."""
+    if tuple(I.shape) != (Q, k) or (I < 0).any() or (I >= M).any():
+        return "indices out of range"
+    s, _ = I.sort(1)
+    if k > 1 and (s[:, 1:] == s[:, :-1]).any():
+        return "duplicate index in a row"
+    return ""
+
+
 def knn_check(xq, xb, I, Dist, k, ref) -> tuple[bool, str]:
     """recall@k = 1 allowing ties (float64), distinct in-range indices, distances within the allowance."""
     import torch
-    Q, M = xq.shape[0], xb.shape[0]
     I = I.long()
-    if tuple(I.shape) != (Q, k) or (I < 0).any() or (I >= M).any():
-        return False, "indices out of range"
-    s, _ = I.sort(1)
-    if k > 1 and (s[:, 1:] == s[:, :-1]).any():
-        return False, "duplicate index in a row"
+    bad = index_problem(I, xq.shape[0], xb.shape[0], k)
+    if bad:
+        return False, bad
     kth, tol = ref
     ex = ((xq.double()[:, None, :] - xb[I].double()) ** 2).sum(-1)
     miss = ex > kth[:, None] + tol[:, None]
@@ -862,6 +869,25 @@ def grid_jobs(op: str, shapes, arch: str) -> list[tuple]:
     return [(o, json.loads(p), k, a) for o, p, k, a in sorted(jobs)]
 
 
+def time_baselines(timer, calls: dict, row: dict, lib_ms) -> None:
+    """Time each baseline call into row["baselines"] (None and row["baseline_errors"] where it raised), then
+    the best baseline, its time and the speedup lib_ms has over it."""
+    import torch
+    row["baselines"] = {}
+    for b, fn in calls.items():
+        try:
+            row["baselines"][b] = timer(fn)["ms"]
+        except Exception as e:  # noqa: BLE001
+            row["baselines"][b] = None
+            row.setdefault("baseline_errors", {})[b] = f"{type(e).__name__}: {e}"[:200]
+            torch.cuda.synchronize()
+    good = {b: t for b, t in row["baselines"].items() if t}
+    if good and lib_ms:
+        bb = min(good, key=good.get)
+        row["best_baseline"], row["best_baseline_ms"] = bb, good[bb]
+        row["speedup"] = good[bb] / lib_ms
+
+
 def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), only=None, region=""):
     import torch
     from cakelib import kmeans, knn
@@ -908,19 +934,7 @@ def grid(ops, out_dir, procs, deadline_s=1e9, skip=0, spread_n=1, shard=(0, 1), 
                     calls = {b: (lambda f=f: f(x, c, ITERS)) for b, f in base.items()}
             except Exception as e:  # noqa: BLE001
                 row["ok"], row["why"], calls = False, f"{type(e).__name__}: {e}"[:300], {}
-            row["baselines"] = {}
-            for b, fn in calls.items():
-                try:
-                    row["baselines"][b] = timer(fn)["ms"]
-                except Exception as e:  # noqa: BLE001
-                    row["baselines"][b] = None
-                    row.setdefault("baseline_errors", {})[b] = f"{type(e).__name__}: {e}"[:200]
-                    torch.cuda.synchronize()
-            good = {b: t for b, t in row["baselines"].items() if t}
-            if good and row.get("cake_ms"):
-                bb = min(good, key=good.get)
-                row["best_baseline"], row["best_baseline_ms"] = bb, good[bb]
-                row["speedup"] = good[bb] / row["cake_ms"]
+            time_baselines(timer, calls, row, row.get("cake_ms"))
             rows.append(row)
             print(f"{op} {shape} {name:28s} ok={row['ok']} cake={row.get('cake_ms')} base={row['baselines']} "
                   f"x{row.get('speedup', float('nan')):.2f} t={time.time() - t_start:.0f}s {row['why']}", flush=True)
