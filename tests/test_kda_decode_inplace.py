@@ -16,6 +16,16 @@ KV_VARIANTS = [dict(vec=2, warps=8, blocks=2), dict(vec=1, warps=8, blocks=4), d
 
 
 
+def _sources_without_spills(k):
+    """The kernel verifies; its CUDA source per arch (sm_80, sm_90a), each compiled without spills."""
+    assert verify(k).ok, [d.short() for d in verify(k).diagnostics if d.severity == "error"]
+    for arch in ("sm_80", "sm_90a"):
+        r = compile_kernel(k, arch=arch)
+        assert r.ok, [d.short() for d in r.diagnostics]
+        assert r.resources.get("spill_store_bytes", 1) == 0
+        yield r.cuda_source
+
+
 def kernel_body(src: str) -> str:
     """The kernel's own code, without the device runtime's helpers that precede it (cake.cuh)."""
     return src[src.index('extern "C" __global__'):]
@@ -24,17 +34,11 @@ def _ids(p) -> str:
     return "_".join(f"{k}{int(v)}" for k, v in p.items())
 
 
-@pytest.mark.parametrize("params", VARIANTS, ids=lambda p: "_".join(f"{k}{int(v)}" for k, v in p.items()))
+@pytest.mark.parametrize("params", VARIANTS, ids=_ids)
 @pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "copy"])
 def test_decode_forms_verify_and_compile(params, inplace):
     from tasks.kda_decode.programs import kda_decode
-    k = kda_decode(**params, inplace=inplace, pool="P")
-    assert verify(k).ok, [d.short() for d in verify(k).diagnostics if d.severity == "error"]
-    for arch in ("sm_80", "sm_90a"):
-        r = compile_kernel(k, arch=arch)
-        assert r.ok, [d.short() for d in r.diagnostics]
-        assert r.resources.get("spill_store_bytes", 1) == 0
-        src = r.cuda_source
+    for src in _sources_without_spills(kda_decode(**params, inplace=inplace, pool="P")):
         assert "cake::ld_index(idx, b, 0, P - 1)" in src           # a slot of the P-row pool, trapped
         if inplace:     # one read-write pool: no second pointer that could alias it
             assert "    float* __restrict__ state," in src and "state_out" not in src
@@ -48,12 +52,7 @@ def test_kv_cols_forms_verify_and_compile(params, inplace):
     from gpu_backend.runner import spec_from_kernel
     from tasks.kda_decode.programs import kda_decode_kv
     k = kda_decode_kv(**params, inplace=inplace, pool="P")
-    assert verify(k).ok, [d.short() for d in verify(k).diagnostics if d.severity == "error"]
-    for arch in ("sm_80", "sm_90a"):
-        r = compile_kernel(k, arch=arch)
-        assert r.ok, [d.short() for d in r.diagnostics]
-        assert r.resources.get("spill_store_bytes", 1) == 0
-        src = r.cuda_source
+    for src in _sources_without_spills(k):
         assert "cake::ld_index(idx, b, 0, P - 1)" in src
         assert f"__launch_bounds__({32 * params['warps']}, {params['blocks']})" in src
         assert kernel_body(src).count("__syncthreads()") == 1   # one exchange of the warps' partial sums
