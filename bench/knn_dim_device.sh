@@ -63,19 +63,9 @@ def precompile(jobs):
 
 
 def inputs(D, Q, M, seed=0):
-    """Clustered database with exact duplicate rows, queries near rows and some on rows (lib_grid knn_inputs
-    at any D)."""
-    import torch
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    centers = torch.randn(max(1, M // 64), D, device="cuda", generator=g)
-    xb = centers[torch.randint(0, centers.shape[0], (M,), device="cuda", generator=g)]
-    xb += 0.3 * torch.randn(M, D, device="cuda", generator=g)
-    dup = torch.randint(0, M, (max(1, M // 50),), device="cuda", generator=g)
-    xb[dup] = xb[torch.randint(0, M, dup.shape, device="cuda", generator=g)]
-    xq = xb[torch.randint(0, M, (Q,), device="cuda", generator=g)] + 0.1 * torch.randn(Q, D, device="cuda", generator=g)
-    xq[:max(1, Q // 8)] = xb[torch.randint(0, M, (max(1, Q // 8),), device="cuda", generator=g)]
-    del centers
-    return xq.half().contiguous(), xb.half().contiguous()
+    """lib_grid's kNN inputs (clustered database, duplicate rows, queries near and on rows) at any D."""
+    from lib_grid import knn_inputs
+    return knn_inputs({"Q": Q, "M": M}, seed, D)
 
 
 def key(s):

@@ -355,17 +355,18 @@ class Timer:
         return {"ms": t["ms_median"], "ms_min": t["ms_min"], "reps": t["reps"]}
 
 
-def knn_inputs(shape, seed=0):
-    """Clustered database with exact duplicate rows, queries near rows and some on rows (as tasks/knn)."""
+def knn_inputs(shape, seed=0, d=D):
+    """Clustered database with exact duplicate rows, queries near rows and some on rows (as tasks/knn); d
+    columns."""
     import torch
     g = torch.Generator(device="cuda").manual_seed(seed)
     Q, M = shape["Q"], shape["M"]
-    centers = torch.randn(max(1, M // 64), D, device="cuda", generator=g)
+    centers = torch.randn(max(1, M // 64), d, device="cuda", generator=g)
     xb = centers[torch.randint(0, centers.shape[0], (M,), device="cuda", generator=g)]
-    xb += 0.3 * torch.randn(M, D, device="cuda", generator=g)
+    xb += 0.3 * torch.randn(M, d, device="cuda", generator=g)
     dup = torch.randint(0, M, (max(1, M // 50),), device="cuda", generator=g)
     xb[dup] = xb[torch.randint(0, M, dup.shape, device="cuda", generator=g)]
-    xq = xb[torch.randint(0, M, (Q,), device="cuda", generator=g)] + 0.1 * torch.randn(Q, D, device="cuda", generator=g)
+    xq = xb[torch.randint(0, M, (Q,), device="cuda", generator=g)] + 0.1 * torch.randn(Q, d, device="cuda", generator=g)
     nq = max(1, Q // 8)
     xq[:nq] = xb[torch.randint(0, M, (nq,), device="cuda", generator=g)]
     if shape.get("self"):
@@ -403,16 +404,21 @@ def index_problem(I, Q: int, M: int, k: int) -> str:
     return ""
 
 
-def knn_check(xq, xb, I, Dist, k, ref) -> tuple[bool, str]:
-    """recall@k = 1 allowing ties (float64), distinct in-range indices, distances within the allowance."""
+def knn_check(xq, xb, I, Dist, k, ref, metric: str = "l2") -> tuple[bool, str]:
+    """recall@k = 1 allowing ties (float64), distinct in-range indices, distances within the allowance.
+    ref: (each query's k-th best exact score, its allowance); metric "ip" scores by the largest q.x."""
     import torch
     I = I.long()
     bad = index_problem(I, xq.shape[0], xb.shape[0], k)
     if bad:
         return False, bad
     kth, tol = ref
-    ex = ((xq.double()[:, None, :] - xb[I].double()) ** 2).sum(-1)
-    miss = ex > kth[:, None] + tol[:, None]
+    if metric == "l2":
+        ex = ((xq.double()[:, None, :] - xb[I].double()) ** 2).sum(-1)
+        miss = ex > kth[:, None] + tol[:, None]
+    else:
+        ex = (xq.double()[:, None, :] * xb[I].double()).sum(-1)
+        miss = ex < kth[:, None] - tol[:, None]
     if miss.any():
         qi = int(miss.any(1).nonzero()[0])
         return False, f"recall@{k} = {1 - miss.float().mean().item():.6f} (first query {qi})"
