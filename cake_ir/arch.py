@@ -56,10 +56,10 @@ class ArchSpec:
 
 
 # Features: cp_async (sm_80+), ldmatrix, mma_sync_bf16, tma, mbarrier_tx, wgmma, setmaxnreg,
-# cluster, stmatrix, fence_proxy_async, elect_sync.
+# cluster, stmatrix, fence_proxy_async, elect_sync, red_vector (red.global.add.v2 / .v4.f32).
 _AMPERE = frozenset({"cp_async", "ldmatrix", "mma_sync_bf16", "mma_sync_tf32", "mbarrier"})
 _HOPPER = _AMPERE | frozenset({"tma", "mbarrier_tx", "wgmma", "setmaxnreg", "cluster", "stmatrix",
-                               "fence_proxy_async", "elect_sync", "bulk_copy"})
+                               "fence_proxy_async", "elect_sync", "bulk_copy", "red_vector"})
 
 ARCH_TABLE: dict[str, ArchSpec] = {
     "sm_80": ArchSpec("sm_80", 80, 108, 1024, 2048, 32, 163 * 1024, 164 * 1024, 48 * 1024, 65536, 255,

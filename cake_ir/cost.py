@@ -1006,7 +1006,7 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 cols = resolve_tile(k, st.src).shape[-1] if st.src is not None else 1
                 # one red (+ one src load) per element; f32 into shared memory is a CAS loop instead
                 cas = dst.space == "smem" and dst.dtype == "f32"
-                per = spec.smem_f32_atomic_instrs if cas else 2.0
+                per = spec.smem_f32_atomic_instrs if cas else 1.0 + 1.0 / st.vec   # a vector red adds vec
                 raw.retries = cas
                 g = scope_work("warp", per * rows * cols)
                 raw.count = g

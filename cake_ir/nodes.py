@@ -552,6 +552,10 @@ class ScatterAdd(Node):
         default=1, description="f32 shared-memory adds issued together as overlapped compare-and-swaps (there is "
                                "no native f32 shared atomic add): 8 wins when warps rarely hit the same words, 1 "
                                "(one spin loop per add) when they often do")
+    vec: Literal[1, 2, 4] = Field(
+        default=1, description="f32 columns per global red instruction (red.global.add.v2/.v4.f32, sm_90 and "
+                               "later): each lane adds vec consecutive columns of a row at once, the row's start "
+                               "provably 4 vec-byte aligned (E-ATOM-02)")
 
 
 class OneHot(Node):

@@ -417,6 +417,12 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
     D, arch, mma = shape.get("D", 128), shape.get("arch", "sm_90a"), p.get("mma", "sync")
     if kmeans_wide_domain_error(shape) or shape["B"] < 1 or (mma == "wgmma" and arch != "sm_90a"):
         return False
+    if p.get("points") == "streamed":
+        from tasks.kmeans.wide_streamed import streamed_smem_bytes
+        return (mma == "wgmma" and p["bm"] in (64, 128) and p["stages"] >= 3 and p.get("red", 1) in (1, 2, 4)
+                and p.get("minb", 1) * streamed_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
+    if p.get("red", 1) not in (1, 2, 4) or (p.get("red", 1) > 1 and arch != "sm_90a"):
+        return False
     if mma == "sync" and D % p["dc"]:
         return False
     cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
@@ -426,13 +432,20 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
 def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
     """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync or wgmma), finalize."""
     from tasks.kmeans import wide
-    if p.get("mma", "sync") == "wgmma":
+    if p.get("points") == "streamed":
+        from tasks.kmeans.wide_streamed import kmeans_wide_assign_streamed
+
+        def assign():
+            return kmeans_wide_assign_streamed(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=p.get("red", 1),
+                                               minb=p.get("minb", 1), arch=arch)
+    elif p.get("mma", "sync") == "wgmma":
         def assign():
             return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
-                                                 arch=arch)
+                                                 arch=arch, red=p.get("red", 1))
     else:
         def assign():
-            return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch)
+            return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch,
+                                           red=p.get("red", 1))
     return {"norms": lambda: wide.kmeans_wide_norms(d, arch=arch), "assign": assign,
             "finalize": lambda: wide.kmeans_wide_finalize(d, arch=arch)}
 
@@ -449,7 +462,8 @@ def kmeans_name(p: dict) -> str:
     sequence, `_a2u`), `chains: c` (the argmin's running bests per row, topk `chains`) `_ch{c}`."""
     if p.get("kind") == "wide":
         return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
-            + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "")
+            + ("_st" if p.get("points") == "streamed" else "") + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") \
+            + (f"_r{p['red']}" if p.get("red", 1) > 1 else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

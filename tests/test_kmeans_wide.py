@@ -72,6 +72,37 @@ def test_two_cta_wgmma_form_verifies_and_compiles(D):
         wide.kmeans_wide_assign_wgmma(512, bm=128, stages=2, minb=2)
 
 
+STREAMED = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "bm": 128, "bn": 128, "stages": 4,
+            "red": 4}
+
+
+@pytest.mark.parametrize("D", [32, 96, 768, 1024])
+@pytest.mark.parametrize("form", [STREAMED, {**STREAMED, "stages": 3, "minb": 2, "red": 1},
+                                  {**STREAMED, "bn": 256, "stages": 3}])
+def test_streamed_and_vector_red_forms_verify_and_compile(D, form):
+    """The streamed form (points and centroids through one ring, tasks/kmeans/wide_streamed.py) with scalar
+    and vector reds verifies and compiles without spills at any D; vector reds lower to red.global.add.v4."""
+    assert kmeans_name(form).startswith(f"kmeans_wide_bm128_bn{form['bn']}") and "_st" in kmeans_name(form)
+    assert kmeans_wide_supports(form, {"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": "sm_90a"})
+    assert not kmeans_wide_supports(form, {"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": "sm_80"})
+    k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    assert "0 B spill stores" in next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
+    assert ("cake::red_add_global_v4(" in r.cuda_source) == (form.get("red", 1) == 4)
+
+
+def test_vector_reds_need_sm_90a():
+    p = {**kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 1024, "D": 128, "arch": "sm_80"}), "red": 4}
+    assert not kmeans_wide_supports(p, {"B": 1, "N": 1 << 20, "K": 1024, "D": 128, "arch": "sm_80"})
+    with pytest.raises(ValueError, match="red"):
+        wide.kmeans_wide_assign(128, arch="sm_80", red=4)
+    k = wide.kmeans_wide_assign(128, arch="sm_90a", red=2)
+    assert not _errors(k), _errors(k)
+    assert "cake::red_add_global_v2(" in compile_ir(k, arch="sm_90a").cuda_source
+
+
 def test_rule_fits_shared_memory_per_arch():
     def rule(D, arch, mma=""):
         return kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": D, "arch": arch}, mma)
@@ -176,7 +207,7 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red4", "streamed"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048)])
 def test_wide_kmeans_matches_float64(B, N, D, K, mma):
@@ -185,10 +216,11 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     from gpu_backend.driver import arch_of, properties
     arch = arch_of(properties(0))
     if mma != "sync" and arch != "sm_90a":
-        pytest.skip("wgmma needs sm_90a")
+        pytest.skip("wgmma and vector reds need sm_90a")
     if mma == "b2" and D > 256:
         pytest.skip("two CTAs per SM fit up to D = 256")
-    variant = B2 if mma == "b2" else kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, mma)
+    pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
+    variant = {"b2": B2, "red4": {**pick, "red": 4}, "streamed": STREAMED}.get(mma, pick)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()

@@ -2067,6 +2067,8 @@ class Emitter:
                 w.close()
                 w.line(f"cake::red_add_shared_f32xn<{NB}>(cake_a, cake_x);", path)
                 w.close()
+            elif st.vec > 1:
+                self.scatter_add_vec(st, src, dst, CQ, path)
             else:
                 w.line("#pragma unroll 8")
                 w.open(f"for (int cake_i = 0; cake_i < {CQ}; ++cake_i)")
@@ -2087,6 +2089,28 @@ class Emitter:
                 w.close()
             w.close()
             w.close()
+        w.close()
+
+    def scatter_add_vec(self, st, src, dst, CQ: int, path) -> None:
+        """A lane's CQ columns of one row as CQ / vec vector reds (red.global.add.v2 / .v4.f32) of vec
+        consecutive columns each; the walk over its groups is rotated by lane as in the scalar form."""
+        V = st.vec
+        if dst.space != "global" or dst.dtype != "f32" or CQ % V:
+            self.fail(path, f"scatter_add vec={V} adds groups of {V} f32 columns into a global tile: each lane's "
+                      f"{CQ} columns must split into them")
+        w, G = self.w, CQ // V
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_i = 0; cake_i < {G}; ++cake_i)")
+        rot = f"(cake_i + cake_lane) & {G - 1}" if G & (G - 1) == 0 else f"(cake_i + cake_lane) % {G}"
+        w.line(f"const int cake_c = cake_q * {CQ} + {V} * ({rot});")
+        xs = []
+        for j in range(V):
+            ssp, sptr = self.elem_ptr(src, "cake_r", f"cake_c + {j}", path)
+            x = f"(*{sptr})" if ssp == "global" else \
+                f"(*reinterpret_cast<const {STORAGE[src.dtype]}*>(cake_smem + ({sptr} - cake_smem_base)))"
+            xs.append(self.from_storage(src.dtype, x))
+        _, dptr = self.elem_ptr(dst, "cake_t", "cake_c", path)
+        w.line(f"cake::red_add_global_v{V}({dptr}, {', '.join(xs)});", path)
         w.close()
 
     @_robust

@@ -447,6 +447,15 @@ template <int K, bool MIN> __device__ __forceinline__ void topk_merge_quad(float
 __device__ __forceinline__ void red_add_global(float* p, float v) {
   asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");
 }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// vector reductions (PTX 8.1, sm_90+): one L2 request adds 2 / 4 consecutive, 8 / 16-byte aligned floats
+__device__ __forceinline__ void red_add_global_v2(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void red_add_global_v4(float* p, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+#endif
 __device__ __forceinline__ void red_add_global(int* p, int v) {
   asm volatile("red.global.add.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }

@@ -108,22 +108,36 @@ def _load_step(r, g: str, bn: int, dc: int, stages: int) -> None:
                tile("cn", slot=f"(({g}) / NCH) % {stages}"), oob="zfill", vec_bytes=4)
 
 
-def _scatter_points(r, d: int) -> None:
-    """WS[a_j] += X[j], WC[a_j] += 1 for the warp's 16 points (skipping rows past N): slices of 8 dims,
-    so a quad's 4 lanes add into one 32-byte sector per instruction."""
+def slice_of(red: int) -> int:
+    """Dims per scatter slice: a quad's 4 lanes add `red` consecutive floats each (red 4: 16 dims, two
+    32-byte sectors per row and instruction), else 8 (one sector)."""
+    return 4 * red if red == 4 else 8
+
+
+def check_red(red: int, arch: str) -> None:
+    if red not in (1, 2, 4) or (red > 1 and arch != "sm_90a"):
+        raise ValueError(f"kmeans (wide): red is 1, or 2 / 4 floats per vector red on sm_90a (got {red} on {arch})")
+
+
+def _scatter_points(r, d: int, red: int) -> None:
+    """WS[a_j] += X[j], WC[a_j] += 1 for the warp's 16 points (skipping rows past N): slices of 8 dims
+    (red 4: 16), a quad's 4 lanes adding into one row's consecutive floats per instruction."""
+    w = slice_of(red)
     # a rolled loop over the slices: unrolled, the compiler hoists the loads of all of them (D = 1024 spilled)
-    with r.for_("sc", 0, d // 8, id="scatter_slices"):
-        r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", "sc * 8"], [16, 8]),
-              dst=tile("WS", ["b * K", "sc * 8"], [K_MAX, 8]), row0="n0 + wm0", row_limit="N")
+    with r.for_("sc", 0, d // w, id="scatter_slices"):
+        r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", f"sc * {w}"], [16, w]),
+              dst=tile("WS", ["b * K", f"sc * {w}"], [K_MAX, w]), row0="n0 + wm0", row_limit="N", vec=red)
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", ["b * K", 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")
 
 
 def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, stages: int = 3,
-                       arch: str = "sm_80"):
+                       arch: str = "sm_80", red: int = 1):
     """Assignment (streamed centroid tiles, D in chunks) + global scatter of the sums; grid
-    (cdiv(N, BM), B), a CTA per point tile. dc = 0: `chunk_of(d)`."""
+    (cdiv(N, BM), B), a CTA per point tile. dc = 0: `chunk_of(d)`; red: floats per global red (2 / 4:
+    vector reds, sm_90a)."""
     check_d(d)
+    check_red(red, arch)
     dc = dc or chunk_of(d)
     if bm % 16 or not 16 <= bm <= 256 or bn % 16 or not 16 <= bn <= 128 or dc not in (32, 64, 128) or stages < 2:
         raise ValueError(f"kmeans_wide_assign: bm a multiple of 16 in [16, 256], bn a multiple of 16 in [16, 128], "
@@ -134,7 +148,7 @@ def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, s
                          f"stages={stages} exceed {arch}'s {SMEM_BYTES.get(arch, SMEM_BYTES['sm_80'])}")
     nch = padded(d, dc) // dc
     warps = bm // 16
-    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_c{dc}_s{stages}", arch=arch, grid=["cdiv(N, BM)", "B"],
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_c{dc}_s{stages}" + (f"_r{red}" if red > 1 else ""), arch=arch, grid=["cdiv(N, BM)", "B"],
                        threads=32 * warps,
                        note="wide k-means assignment: streamed centroid chunks, mma.sync argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=dc, NCH=nch)
@@ -172,7 +186,7 @@ def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, s
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points(r, d)
+        _scatter_points(r, d, red)
     return kb.build()
 
 
@@ -224,7 +238,7 @@ ATOM = 64   # f16 elements per 128-byte swizzle row: the wgmma form's D chunk
 
 
 def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages: int = 4, minb: int = 1,
-                             arch: str = "sm_90a"):
+                             arch: str = "sm_90a", red: int = 1):
     """The assignment of `kmeans_wide_assign` on Hopper's warpgroup MMA: the point tile is stored as D / 64
     swizzle atoms (atom a: dims [64 a, 64 a + 64) of the bm points; D zero-filled to a multiple of 64) and
     each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
@@ -232,8 +246,10 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     memory; within a tile one chain stays in flight across the next step's barrier (stages >= 3: the ring then
     loads stages - 2 steps ahead, into a slot whose chain has retired). The argmin and scatter are the
     mma.sync form's (the scatter reads the points from the swizzled tile). minb: CTAs per SM the registers
-    and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma)."""
+    and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma). red: floats per
+    global red of the scatter (`kmeans_wide_assign`)."""
     check_d(d)
+    check_red(red, arch)
     if minb not in (1, 2) or minb * assign_smem_bytes(d, bm, bn, ATOM, stages, "wgmma") > SMEM_BYTES["sm_90a"]:
         raise ValueError(f"kmeans_wide_assign_wgmma: minb is 1 or 2, and minb CTAs' shared memory fits sm_90a "
                          f"(got minb={minb} at d={d}, bm={bm}, bn={bn}, stages={stages})")
@@ -248,7 +264,8 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
                          f"stages={stages} exceed sm_90a's {SMEM_BYTES['sm_90a']}")
     atoms = padded(d, ATOM) // ATOM
     warps = bm // 16
-    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg" + (f"_b{minb}" if minb > 1 else ""), arch=arch,
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg" + (f"_b{minb}" if minb > 1 else "")
+                       + (f"_r{red}" if red > 1 else ""), arch=arch,
                        grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: streamed centroid atoms, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms)
@@ -291,18 +308,20 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points_atoms(r, d, bm)
+        _scatter_points_atoms(r, d, bm, red)
     return kb.build()
 
 
-def _scatter_points_atoms(r, d: int, bm: int) -> None:
-    """`_scatter_points` from the swizzled point tile: atom by atom, each a rolled loop over its 8-dim slices
-    (the sums' columns 64 a + 8 sc)."""
+def _scatter_points_atoms(r, d: int, bm: int, red: int) -> None:
+    """`_scatter_points` from the swizzled point tile: atom by atom, each a rolled loop over its slices
+    (the sums' columns 64 a + w sc)."""
+    w = slice_of(red)
     for a in range(padded(d, ATOM) // ATOM):
-        with r.for_(f"sc{a}", 0, min(ATOM, d - a * ATOM) // 8, id="scatter_slices" if a == 0 else None):
+        with r.for_(f"sc{a}", 0, min(ATOM, d - a * ATOM) // w, id="scatter_slices" if a == 0 else None):
             r.add("scatter_add", id="sum_points" if a == 0 else None, index=tile("bi"),
-                  src=tile("sX", [f"{a * bm} + wm0", f"sc{a} * 8"], [16, 8]),
-                  dst=tile("WS", ["b * K", f"{a * ATOM} + sc{a} * 8"], [K_MAX, 8]), row0="n0 + wm0", row_limit="N")
+                  src=tile("sX", [f"{a * bm} + wm0", f"sc{a} * {w}"], [16, w]),
+                  dst=tile("WS", ["b * K", f"{a * ATOM} + sc{a} * {w}"], [K_MAX, w]), row0="n0 + wm0",
+                  row_limit="N", vec=red)
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", ["b * K", 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")
 

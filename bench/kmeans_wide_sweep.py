@@ -1,0 +1,133 @@
+"""The wide k-means forms side by side on the training shapes where the rule is weakest: per shape, the rule's
+pick, the pick with vector reds (red 2 / 4 floats per instruction, sm_90a), and at D >= 256 the streamed form
+(tasks/kmeans/wide_streamed.py: points streamed with the centroids, 128-point tiles at any D). Each form is
+checked against float64 (kmeans_wide_bench.check_step) before it is timed; flashlib is timed in the same run.
+
+    python bench/kmeans_wide_sweep.py precompile --procs 14
+    python bench/kmeans_wide_sweep.py sweep --out DIR/sweep.json --deadline-s 240
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kmeans_wide_bench import ITERS, M, check_step, guarded, make_inputs  # noqa: E402
+
+# weakest first (bench/results/kmeans-wide-h200.json): D >= 768, D = 64 at small K, D = 128 at K 1024-4096
+SHAPES = [(1, 262144, 1024, 16384), (1, M, 1024, 1024), (1, M, 768, 1024), (1, M, 64, 256), (1, M, 128, 1024),
+          (1, M, 128, 4096), (2, 131072, 512, 4096), (1, 500000, 256, 4096), (1, M, 32, 1024), (1, M, 64, 512)]
+
+
+def forms(D: int) -> dict:
+    """name -> variant: the rule's pick, with red 2 / 4, and (D >= 256) the streamed form's candidates."""
+    from cakelib.variants import kmeans_wide_params
+    pick = kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": D, "arch": "sm_90a"})
+    out = {"pick": pick, "pick_r2": {**pick, "red": 2}, "pick_r4": {**pick, "red": 4}}
+    if D >= 256:
+        st = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64}
+        out.update({"st128_s4_r4": {**st, "bm": 128, "bn": 128, "stages": 4, "red": 4},
+                    "st128_s3_b2_r4": {**st, "bm": 128, "bn": 128, "stages": 3, "minb": 2, "red": 4},
+                    "st256_s3_r4": {**st, "bm": 128, "bn": 256, "stages": 3, "red": 4},
+                    "st128_s4": {**st, "bm": 128, "bn": 128, "stages": 4}})
+    return out
+
+
+def precompile(procs: int) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+    jobs = [(D, name) for D in sorted({s[2] for s in SHAPES}) for name in forms(D)]
+    t0 = time.time()
+    with ProcessPoolExecutor(procs) as ex:
+        for (D, name), err in zip(jobs, ex.map(_compile_one, jobs)):
+            print(f"compile D={D} {name}: {err or 'ok'}", flush=True)
+    print(f"precompiled {len(jobs)} forms in {time.time() - t0:.1f} s", flush=True)
+
+
+def _compile_one(job) -> str:
+    D, name = job
+    try:
+        from cake_ir.compiler import compile_ir
+        from cakelib.variants import kmeans_wide_kernels
+        kern = kmeans_wide_kernels(forms(D)[name], D, "sm_90a")
+        errs = []
+        for part in ("assign", "norms", "finalize"):
+            r = compile_ir(kern[part](), arch="sm_90a")
+            errs += [x.short() for x in r.diagnostics if x.severity == "error"]
+        return "; ".join(errs)
+    except Exception as e:  # noqa: BLE001
+        return repr(e)
+
+
+def sweep_shape(shape, deadline: float) -> dict:
+    import torch
+    from cakelib import kmeans
+    from cakelib.variants import kmeans_name
+    from examples import l2_flusher, timed
+    from lib_grid import kmeans_baselines
+    B, N, D, K = shape
+    x, c0 = make_inputs(B, N, D, K)
+    flush = l2_flusher()
+    Cb = torch.empty(B, K, D, device="cuda", dtype=torch.float32)
+    Ab = torch.empty(B, N, device="cuda", dtype=torch.int32)
+    row = {"shape": list(shape), "iters": ITERS, "ms": {}, "check": {}, "variant": {}}
+    fl = kmeans_baselines().get("flashlib")
+    if fl is not None:
+        row["ms"]["flashlib"] = timed(lambda: fl(x, c0, ITERS), flush, reps=3, warmup=1)["ms_median"]
+    for name, p in forms(D).items():
+        if time.time() > deadline:
+            row["ms"][name] = "skipped: deadline"
+            continue
+        row["variant"][name] = kmeans_name(p)
+        row["check"][name] = guarded(lambda p=p: check_step(x, c0, *reversed(kmeans(x, K, 1, init=c0, variant=p))) or "ok")
+        if row["check"][name] != "ok":
+            continue
+        row["ms"][name] = timed(lambda p=p: kmeans(x, K, ITERS, init=c0, out=(Cb, Ab), variant=p), flush,
+                                reps=3, warmup=1)["ms_median"]
+        print(f"  {shape} {name} {row['ms'][name]:.3f} ms", flush=True)
+    return row
+
+
+def sweep(out: Path, deadline_s: float) -> None:
+    import torch
+    t_end = time.time() + deadline_s
+    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "command": " ".join(sys.argv),
+           "timing": "CUDA events, median of 3 after a warm call, L2 flushed + spin kernel", "rows": []}
+    for shape in SHAPES:
+        if time.time() > t_end:
+            break
+        doc["rows"].append(sweep_shape(shape, t_end))
+        out.write_text(json.dumps(doc, indent=1))
+    table(doc)
+
+
+def table(doc: dict) -> None:
+    for r in doc["rows"]:
+        ms = r["ms"]
+        fl = ms.get("flashlib")
+        cells = [f"{n}={v:.2f}" + (f"({fl / v:.2f}x)" if isinstance(fl, float) else "")
+                 for n, v in ms.items() if isinstance(v, float) and n != "flashlib"]
+        bad = [f"{n}: {c}" for n, c in r["check"].items() if c != "ok"]
+        print(f"{tuple(r['shape'])} flashlib={fl if not isinstance(fl, float) else round(fl, 2)} " + " ".join(cells)
+              + (f" FAILED {bad}" if bad else ""), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["precompile", "sweep"])
+    ap.add_argument("--out", type=Path, default=Path("/tmp/kmeans-wide-sweep.json"))
+    ap.add_argument("--procs", type=int, default=8)
+    ap.add_argument("--deadline-s", type=float, default=240)
+    a = ap.parse_args()
+    if a.mode == "precompile":
+        precompile(a.procs)
+    else:
+        sweep(a.out, a.deadline_s)
+
+
+if __name__ == "__main__":
+    main()
