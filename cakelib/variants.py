@@ -451,7 +451,9 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
 
 
 def kmeans_name(p: dict) -> str:
-    """`update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
+    """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
+    tasks/kmeans/wide_streamed.py), `_b{minb}`, `_r{red}` (vector reds of `red` floats). Table family:
+    `update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
     assignment on wgmma, sm_90a) adds `_wg`, `xstages: 2` (fused: the next point tile prefetched) `_x2`,
