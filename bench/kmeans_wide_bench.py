@@ -48,27 +48,47 @@ def shapes():
 
 
 def precompile(procs: int) -> None:
-    """Every wide kernel the rule picks for the shapes' D, compiled in parallel into the NVRTC cubin cache
-    ($CAKE_CACHE_DIR) that the library's runtime reads."""
+    """Every wide kernel the bench and the GPU tests launch at the shapes' D (forms()), compiled in parallel
+    into the NVRTC cubin cache ($CAKE_CACHE_DIR) that the library's runtime reads."""
     from concurrent.futures import ProcessPoolExecutor
     ds = sorted({s[2] for s, _ in shapes()} | {32, 64, 96, 128, 768, 1024})
-    jobs = [(d, part, "wgmma") for d in ds for part in ("norms", "assign", "finalize")] \
-        + [(d, "assign", "sync") for d in ds] + [(d, "assign", "b2") for d in ds if d <= 256]
+    jobs = [(d, "norms", "pick") for d in ds] + [(d, "finalize", "pick") for d in ds] \
+        + [(d, "assign", name) for d in ds for name in forms(d)]
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
-        for (d, part, mma), err in zip(jobs, ex.map(_compile_one, jobs)):
+        for (d, part, name), err in zip(jobs, ex.map(_compile_one, jobs)):
             if err:
-                print(f"compile D={d} {part} ({mma}): {err}", flush=True)
+                print(f"compile D={d} {part} ({name}): {err}", flush=True)
     print(f"precompiled {len(jobs)} kernels in {time.time() - t0:.1f} s", flush=True)
 
 
+def forms(D: int) -> dict:
+    """name -> variant at D on sm_90a: the rule's pick, the previous rule's (resident point tile, scalar reds),
+    the two-CTA form (D <= 256), mma.sync, and the GPU tests' scalar-red and streamed forms."""
+    from cakelib.variants import kmeans_wide_params
+    s = {"B": 1, "N": M, "K": 1024, "D": D, "arch": "sm_90a"}
+    pick = kmeans_wide_params(s)
+    out = {"pick": pick, "prev": previous_pick(D), "sync": kmeans_wide_params(s, "sync"), "red1": {**pick, "red": 1},
+           "streamed": {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "bm": 128, "bn": 128,
+                        "stages": 4, "red": 4}}
+    return {**out, "b2": B2_FORM} if D <= 256 else out
+
+
+def previous_pick(D: int) -> dict:
+    """The rule before vector reds and the streamed form: the resident point tile (the largest of 256 / 128 / 64
+    rows that fits), centroid tiles of 128 (64 past D = 768), scalar reds; timed beside the pick as the A/B."""
+    from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes
+    bn = 128 if D <= 768 else 64
+    bm = next((m for m in (256, 128, 64) if assign_smem_bytes(D, m, bn, ATOM, 4, "wgmma") <= SMEM_BYTES["sm_90a"]), 64)
+    return {"kind": "wide", "mma": "wgmma", "bm": bm, "bn": bn, "dc": ATOM, "stages": 4}
+
+
 def _compile_one(job) -> str:
-    d, part, mma = job
+    d, part, name = job
     try:
         from cake_ir.compiler import compile_ir
-        from cakelib.variants import kmeans_wide_kernels, kmeans_wide_params
-        p = B2_FORM if mma == "b2" else kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": d, "arch": "sm_90a"}, mma)
-        r = compile_ir(kmeans_wide_kernels(p, d, "sm_90a")[part](), arch="sm_90a")
+        from cakelib.variants import kmeans_wide_kernels
+        r = compile_ir(kmeans_wide_kernels(forms(d)[name], d, "sm_90a")[part](), arch="sm_90a")
         return "" if r.ok else "; ".join(x.short() for x in r.diagnostics if x.severity == "error")
     except Exception as e:  # noqa: BLE001
         return repr(e)
@@ -148,20 +168,18 @@ def context_or_exit() -> None:
 
 
 def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
-    """On training shapes of the wide family while time allows: the other forms the rule could have picked
-    (mma.sync; where the rule takes 256-point tiles, two CTAs of 128 points per SM), each checked like the pick -> {name: variant}
-    of those that pass (row["check_alt"] records every check)."""
+    """On training shapes of the wide family while time allows: the previous rule's pick (previous_pick) and,
+    where the pick takes 256-point tiles, two CTAs of 128 points per SM, each checked like the pick ->
+    {name: variant} of those that pass (row["check_alt"] records every check)."""
     from cakelib import kmeans
     from cakelib.variants import kmeans_name, kmeans_wide_params
     if held or row.get("family") != "wide" or time.time() > deadline - 60:
         return {}
     B, N, D = x.shape
     K = c0.shape[1]
-    s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
-    forms = {"cakelib-sync": kmeans_wide_params(s, "sync")}
-    pick = kmeans_wide_params(s)
-    if pick["bm"] == 256:       # two CTAs of 128 points per SM: a CTA's scatter runs under the other's wgmma
-        forms["cakelib-b2"] = B2_FORM
+    forms = {"cakelib-prev": previous_pick(D)}
+    if kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})["bm"] == 256:
+        forms["cakelib-b2"] = B2_FORM       # a CTA's scatter runs under the other's wgmma
     out, row["check_alt"] = {}, {}
     for name, p in forms.items():
         row["check_alt"][name] = (kmeans_name(p), guarded(
@@ -284,12 +302,12 @@ def summary(out: Path) -> None:
 
     def fmt(v):
         return f"{v:9.2f}" if isinstance(v, float) else f"{str(v)[:9]:>9}"
-    print(f"{'B':>3} {'N':>8} {'D':>5} {'K':>6} {'check':>6} {'cakelib':>9} {'cake-sync':>9} {'cake-b2':>9} {'flashlib':>9} "
+    print(f"{'B':>3} {'N':>8} {'D':>5} {'K':>6} {'check':>6} {'cakelib':>9} {'cake-prev':>9} {'cake-b2':>9} {'flashlib':>9} "
           f"{'flash-km':>9} {'torch':>9} {'speedup':>8}  large held")
     for r in rows:
         ms = r["ms"]
         print(f"{r['B']:>3} {r['N']:>8} {r['D']:>5} {r['K']:>6} {str(r.get('check', '-'))[:6]:>6} "
-              + " ".join(fmt(ms.get(m, "-")) for m in ("cakelib", "cakelib-sync", "cakelib-b2", "flashlib", "flash-kmeans", "torch"))
+              + " ".join(fmt(ms.get(m, "-")) for m in ("cakelib", "cakelib-prev", "cakelib-b2", "flashlib", "flash-kmeans", "torch"))
               + f" {fmt(r['speedup']) if r['speedup'] else '        -'}  {'L' if r['large'] else ' '}     "
               + ("H" if r["held_out"] else " "))
     for held in (False, True):

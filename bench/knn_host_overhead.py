@@ -193,7 +193,8 @@ def kmeans_impls(B, N, D, K, iters, ok: bool) -> dict:
 def knn_breakdown(Q, M, D, k, calls: int) -> dict:
     """The planned out= call's parts, each in a loop of its own (host us per call): the driver launches
     alone (cuLaunchKernel through cuda.bindings, per kernel of the plan, into the same live buffers),
-    cuCtxSetCurrent, two torch.empty (what a call without out= adds) and the raw stream read."""
+    cuCtxSetCurrent, two torch.empty and the one split allocation a call without out= makes
+    (fast_calls.knn_outputs), and the raw stream read."""
     import torch
     from bench.lib_grid import knn_inputs
     from cakelib import fast_calls, knn
@@ -228,6 +229,7 @@ def knn_breakdown(Q, M, D, k, calls: int) -> dict:
             "set_context_us": per_call(lambda: set_context(rt)),
             "two_empty_us": per_call(lambda: (torch.empty((Q, k), dtype=torch.int32, device=dev),
                                               torch.empty((Q, k), dtype=torch.float32, device=dev))),
+            "paired_empty_us": per_call(lambda: fast_calls.knn_outputs((Q, k), dev)),
             "raw_stream_us": per_call(lambda: Torch.raw_stream(0)),
             "call_out_us": per_call(lambda: knn(xq, xb, k, out=out))}
 

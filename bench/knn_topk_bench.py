@@ -5,7 +5,7 @@ so that a fault in one leaves the others' rows:
 
     python bench/knn_topk_bench.py compile            # NVRTC builds of every kernel the grid needs (CPU, parallel)
     python bench/knn_topk_bench.py check OUT.json     # small shapes: k in {33, 100, 1024} x D in {64, 100, 768}, l2 + ip
-    python bench/knn_topk_bench.py time OUT.json [--held] [--deadline-s S] [--check CHECK.json]
+    python bench/knn_topk_bench.py time OUT.json [--held] [--min-q Q] [--deadline-s S] [--check CHECK.json]
     python bench/knn_topk_bench.py warm NAME Q M D K  # one baseline call (the timing runs flashlib's first in a child)
 
 Rows are appended to OUT.json's "rows" as they finish (the file is rewritten after each one).
@@ -58,7 +58,7 @@ def save(path: str, doc: dict) -> None:
 # A baseline's first call at a shape (Triton build + autotune) runs in a child first, bounded by this: flashlib's
 # build at k = 1024 took 14-16 s per shape and at Q = 64, M = 1M longer than a whole timing phase. The child's
 # Triton cache on disk serves the parent's call after it.
-WARM_S = 45.0
+WARM_S = float(os.environ.get("KNN_WARM_S", 45))   # (a run of the large shapes only can afford more)
 WARMED = ("flashlib",)   # the Triton baselines (torch's first call is quick; a child costs ~5 s to start)
 
 
@@ -225,7 +225,11 @@ def main() -> None:
         import cakelib.knn_large_k as lk
         lk.DIST_WGMMA = wgmma_passed(sys.argv[sys.argv.index("--check") + 1])
         print(f"wgmma distance tile: {lk.DIST_WGMMA}", flush=True)
-    time_grid(path, HELD if "--held" in sys.argv else MAIN, time.time() + deadline)
+    shapes = HELD if "--held" in sys.argv else MAIN
+    if "--min-q" in sys.argv:   # only the shapes with at least this many queries (a phase of their own)
+        min_q = int(sys.argv[sys.argv.index("--min-q") + 1])
+        shapes = [s for s in shapes if s["Q"] >= min_q]
+    time_grid(path, shapes, time.time() + deadline)
 
 
 if __name__ == "__main__":

@@ -373,6 +373,7 @@ KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 
 KMEANS_WIDE_D = (32, 1024)
 KMEANS_WIDE_K_MAX = 65536
 KMEANS_TABLE_K_MAX = 256
+KMEANS_STREAMED_D = 768   # from this D the wgmma rule streams the points too (kmeans_wide_params)
 
 
 def kmeans_family(shape: dict) -> str:
@@ -394,22 +395,28 @@ def kmeans_wide_domain_error(shape: dict) -> str:
 
 
 def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
-    """The wide family's rule. mma "wgmma" (the default on sm_90a): centroid tiles of 128 (64 past D = 768,
-    where the per-atom addressing takes the registers), a 4-stage ring of 64-dim swizzle atoms; "sync"
-    (elsewhere): tiles of 64, a 3-stage ring of D chunks (tasks/kmeans/wide.chunk_of). Both take the largest
-    point tile (wgmma 256 / 128 / 64 rows, mma.sync 128 / 64 / 32) whose shared memory fits the arch: a point
-    tile keeps all of D, and every CTA streams all of the batch's centroids past it, so its rows set the
-    centroid traffic from L2 (K D 2 bytes per tile: at 128 rows about the tensor cores' rate on the H200)."""
+    """The wide family's rule. mma "wgmma" (the default on sm_90a): below D = 768 the resident form, a point
+    tile holding all of D (the largest of 256 / 128 / 64 rows whose shared memory fits) with centroid tiles of
+    128 streamed past it through a 4-stage ring of 64-dim swizzle atoms; from D = 768 the streamed form
+    (tasks/kmeans/wide_streamed.py: 128 points by 256 centroids, both streamed as atoms through a 3-stage
+    ring), since a resident tile of all of D leaves room for only 64 rows; both scatter the sums with
+    4-float vector reds (red.global.add.v4.f32). "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
+    (tasks/kmeans/wide.chunk_of), largest point tile of 128 / 64 / 32, scalar reds. The forms side by side on
+    the H200: bench/kmeans_wide_sweep.py, docs/perf-log.md."""
     from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes, chunk_of
     D, arch = shape.get("D", 128), shape.get("arch", "sm_90a")
     mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
+    if mma == "wgmma" and D >= KMEANS_STREAMED_D:
+        return {"kind": "wide", "mma": mma, "points": "streamed", "bm": 128, "bn": 256, "dc": ATOM, "stages": 3,
+                "red": 4}
     if mma == "wgmma":
-        dc, bn, stages, tiles = ATOM, 128 if D <= 768 else 64, 4, (256, 128, 64)
+        dc, bn, stages, tiles = ATOM, 128, 4, (256, 128, 64)
     else:
         dc, bn, stages, tiles = chunk_of(D), 64, 3, (128, 64, 32)
     cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
     bm = next((m for m in tiles if assign_smem_bytes(D, m, bn, dc, stages, mma) <= cap), tiles[-1])
-    return {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages}
+    p = {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages}
+    return {**p, "red": 4} if mma == "wgmma" else p
 
 
 def kmeans_wide_supports(p: dict, shape: dict) -> bool:

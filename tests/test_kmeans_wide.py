@@ -107,7 +107,10 @@ def test_rule_fits_shared_memory_per_arch():
     def rule(D, arch, mma=""):
         return kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": D, "arch": arch}, mma)
     assert rule(128, "sm_90a")["mma"] == "wgmma" and rule(128, "sm_80")["mma"] == "sync"
-    assert rule(1024, "sm_90a")["bm"] == 64 and rule(1024, "sm_90a")["bn"] == 64
+    assert rule(512, "sm_90a").get("points") is None and rule(512, "sm_90a")["red"] == 4
+    for D in (768, 1024):       # a resident tile of all of D would leave 64 rows: the points stream too
+        assert rule(D, "sm_90a")["points"] == "streamed" and (rule(D, "sm_90a")["bm"], rule(D, "sm_90a")["bn"]) == (128, 256)
+    assert rule(1024, "sm_90a", "sync").get("red", 1) == 1 and rule(128, "sm_80").get("red", 1) == 1
     assert rule(1024, "sm_90a", "sync")["bm"] == 64
     assert rule(1024, "sm_80")["bm"] == 32
     assert rule(128, "sm_80")["bm"] == 128
@@ -207,7 +210,7 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red4", "streamed"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048)])
 def test_wide_kmeans_matches_float64(B, N, D, K, mma):
@@ -220,7 +223,7 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     if mma == "b2" and D > 256:
         pytest.skip("two CTAs per SM fit up to D = 256")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
-    variant = {"b2": B2, "red4": {**pick, "red": 4}, "streamed": STREAMED}.get(mma, pick)
+    variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED}.get(mma, pick)   # red1: scalar reds
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()
@@ -293,8 +296,8 @@ def test_wide_loop_launches_match_the_kernels_declarations(monkeypatch, B, N, D,
     xa, ca = _FakeBuf((B, N, D)), _FakeBuf((B, K, D))
     kmeans_lloyd._wide_loop(rt, p, xa, ca, _FakeBuf((B, N)), _FakeBuf((B * K, D)), B, N, K, D, iters)
     names = [n for n, _ in rt.launches]
-    assert len(names) == 3 * iters and names[:3] == [f"kmeans_wide_norms_d{D}", wide.kmeans_wide_assign_wgmma(
-        D, bm=p["bm"], bn=p["bn"], stages=p["stages"]).name, f"kmeans_wide_finalize_d{D}"]
+    assert len(names) == 3 * iters and names[:3] == [f"kmeans_wide_norms_d{D}", kmeans_wide_kernels(
+        p, D, "sm_90a")["assign"]().name, f"kmeans_wide_finalize_d{D}"]
     fin = [ptrs for n, ptrs in rt.launches if n.startswith("kmeans_wide_finalize")]
     assign = [ptrs for n, ptrs in rt.launches if n.startswith("kmeans_wide_d")]
     for i, f in enumerate(fin):
