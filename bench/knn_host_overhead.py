@@ -193,8 +193,8 @@ def kmeans_impls(B, N, D, K, iters, ok: bool) -> dict:
 def knn_breakdown(Q, M, D, k, calls: int) -> dict:
     """The planned out= call's parts, each in a loop of its own (host us per call): the driver launches
     alone (cuLaunchKernel through cuda.bindings, per kernel of the plan, into the same live buffers),
-    cuCtxSetCurrent, two torch.empty and the one split allocation a call without out= makes
-    (fast_calls.knn_outputs), and the raw stream read."""
+    cuCtxSetCurrent, the two torch.empty a call without out= makes, as an A/B one allocation unbound into both
+    (_paired_outputs), and the raw stream read."""
     import torch
     from bench.lib_grid import knn_inputs
     from cakelib import fast_calls, knn
@@ -229,9 +229,17 @@ def knn_breakdown(Q, M, D, k, calls: int) -> dict:
             "set_context_us": per_call(lambda: set_context(rt)),
             "two_empty_us": per_call(lambda: (torch.empty((Q, k), dtype=torch.int32, device=dev),
                                               torch.empty((Q, k), dtype=torch.float32, device=dev))),
-            "paired_empty_us": per_call(lambda: fast_calls.knn_outputs((Q, k), dev)),
+            "paired_empty_us": per_call(lambda: _paired_outputs((Q, k), dev)),
             "raw_stream_us": per_call(lambda: Torch.raw_stream(0)),
             "call_out_us": per_call(lambda: knn(xq, xb, k, out=out))}
+
+
+def _paired_outputs(shape, device):
+    """Both results from one allocation: torch.empty of [2, *shape] int32, unbind, a float32 view of the second
+    (the A/B against the library's two torch.empty)."""
+    import torch
+    both = torch.empty((2,) + shape, dtype=torch.int32, device=device).unbind(0)
+    return both[0], both[1].view(torch.float32)
 
 
 def _ctypes_fire(calls):

@@ -7,8 +7,8 @@ IR compiled by NVRTC; everything between the call and the driver is the library'
     install(setattr, setitem) -> (runtime, fake torch module)    # pytest: monkeypatch.setattr / .setitem
 """
 import ctypes
-import itertools
 import math
+import itertools
 import sys
 import types
 
@@ -57,15 +57,6 @@ class FakeTensor:
 
     def reshape(self, shape):
         return FakeTensor(shape, self.dtype, self.ptr)
-
-    def unbind(self, dim):
-        """The slices along dim 0 (4-byte elements, as the library's int32 / float32 outputs)."""
-        assert dim == 0
-        n = 4 * math.prod(self.shape[1:])
-        return tuple(FakeTensor(self.shape[1:], self.dtype, self.ptr + i * n) for i in range(self.shape[0]))
-
-    def view(self, dtype):
-        return FakeTensor(self.shape, dtype, self.ptr)
 
 
 FakeTensor.__module__ = "torch"     # what cakelib.arrays recognises a torch tensor by
