@@ -48,30 +48,43 @@ def shapes():
 
 
 def precompile(procs: int) -> None:
-    """Every wide kernel the bench and the GPU tests launch at the shapes' D (forms()), compiled in parallel
-    into the NVRTC cubin cache ($CAKE_CACHE_DIR) that the library's runtime reads."""
+    """Every wide kernel the bench and the GPU tests launch (variants_used), compiled in parallel into the
+    NVRTC cubin cache ($CAKE_CACHE_DIR) that the library's runtime reads."""
     from concurrent.futures import ProcessPoolExecutor
-    ds = sorted({s[2] for s, _ in shapes()} | {32, 64, 96, 128, 768, 1024})
-    jobs = [(d, "norms", "pick") for d in ds] + [(d, "finalize", "pick") for d in ds] \
-        + [(d, "assign", name) for d in ds for name in forms(d)]
+    from cakelib.variants import kmeans_name
+    jobs = {}
+    for d, p in variants_used():
+        for part in ("norms", "assign", "finalize"):
+            key = (d, part, kmeans_name(p) if part == "assign" else p.get("copies", 1) if part == "finalize" else 0)
+            jobs.setdefault(key, (d, part, p))
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
-        for (d, part, name), err in zip(jobs, ex.map(_compile_one, jobs)):
+        for (d, part, p), err in zip(jobs.values(), ex.map(_compile_one, jobs.values())):
             if err:
-                print(f"compile D={d} {part} ({name}): {err}", flush=True)
+                print(f"compile D={d} {part} ({p}): {err}", flush=True)
     print(f"precompiled {len(jobs)} kernels in {time.time() - t0:.1f} s", flush=True)
 
 
-def forms(D: int) -> dict:
-    """name -> variant at D on sm_90a: the rule's pick, the previous rule's (resident point tile, scalar reds),
-    the two-CTA form (D <= 256), mma.sync, and the GPU tests' scalar-red and streamed forms."""
+# tests/test_kmeans_wide.py test_wide_kmeans_matches_float64's shapes and forms (what its GPU run compiles)
+TEST_SHAPES = [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030), (1, 2000, 1024, 129), (3, 999, 64, 77),
+               (1, 20011, 128, 2048)]
+TEST_STREAMED = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "bm": 128, "bn": 128, "stages": 4,
+                 "red": 4}
+
+
+def variants_used() -> list:
+    """(D, variant) of every assignment the bench (pick, alt_forms) and the GPU tests run."""
     from cakelib.variants import kmeans_wide_params
-    s = {"B": 1, "N": M, "K": 1024, "D": D, "arch": "sm_90a"}
-    pick = kmeans_wide_params(s)
-    out = {"pick": pick, "prev": previous_pick(D), "sync": kmeans_wide_params(s, "sync"), "red1": {**pick, "red": 1},
-           "streamed": {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "bm": 128, "bn": 128,
-                        "stages": 4, "red": 4}}
-    return {**out, "b2": B2_FORM} if D <= 256 else out
+    out = []
+    for (B, N, D, K), _ in shapes():
+        pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
+        out += [(D, pick), (D, {**pick, "copies": 1}), (D, previous_pick(D))] + ([(D, B2_FORM)] if pick["bm"] == 256 else [])
+    for B, N, D, K in TEST_SHAPES:
+        s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
+        pick = kmeans_wide_params(s)
+        out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1}), (D, TEST_STREAMED),
+                (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else [])
+    return out
 
 
 def previous_pick(D: int) -> dict:
@@ -84,11 +97,11 @@ def previous_pick(D: int) -> dict:
 
 
 def _compile_one(job) -> str:
-    d, part, name = job
+    d, part, p = job
     try:
         from cake_ir.compiler import compile_ir
         from cakelib.variants import kmeans_wide_kernels
-        r = compile_ir(kmeans_wide_kernels(forms(d)[name], d, "sm_90a")[part](), arch="sm_90a")
+        r = compile_ir(kmeans_wide_kernels(p, d, "sm_90a")[part](), arch="sm_90a")
         return "" if r.ok else "; ".join(x.short() for x in r.diagnostics if x.severity == "error")
     except Exception as e:  # noqa: BLE001
         return repr(e)
@@ -168,8 +181,9 @@ def context_or_exit() -> None:
 
 
 def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
-    """On training shapes of the wide family while time allows: the previous rule's pick (previous_pick) and,
-    where the pick takes 256-point tiles, two CTAs of 128 points per SM, each checked like the pick ->
+    """On training shapes of the wide family while time allows: the previous rule's pick (previous_pick), the
+    pick with one copy of the sums where it takes more, and where the pick takes 256-point tiles, two CTAs of
+    128 points per SM, each checked like the pick ->
     {name: variant} of those that pass (row["check_alt"] records every check)."""
     from cakelib import kmeans
     from cakelib.variants import kmeans_name, kmeans_wide_params
@@ -177,8 +191,11 @@ def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
         return {}
     B, N, D = x.shape
     K = c0.shape[1]
+    pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
     forms = {"cakelib-prev": previous_pick(D)}
-    if kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})["bm"] == 256:
+    if pick["copies"] > 1:      # the copies' A/B: the pick with one copy of the sums
+        forms["cakelib-p1"] = {**pick, "copies": 1}
+    if pick["bm"] == 256:
         forms["cakelib-b2"] = B2_FORM       # a CTA's scatter runs under the other's wgmma
     out, row["check_alt"] = {}, {}
     for name, p in forms.items():

@@ -21,7 +21,7 @@ timeout 60 $PY bench/kmeans_wide_bench.py precompile --procs $NP > $D/precompile
 stamp "precompile rc=$?: $(tail -1 $D/precompile.log)"
 grep "^compile" $D/precompile.log | head -3
 
-timeout 60 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_kmeans_wide.py > $D/pytest.log 2>&1
+timeout 120 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_kmeans_wide.py > $D/pytest.log 2>&1
 stamp "gpu tests rc=$?: $(tail -1 $D/pytest.log)"
 grep -E "^FAILED|Error" $D/pytest.log | head -5
 

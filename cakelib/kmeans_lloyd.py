@@ -146,13 +146,15 @@ def _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters) -> list:
     buffer it writes)."""
     from .variants import kmeans_name, kmeans_wide_kernels
     build = kmeans_wide_kernels(p, D, rt.arch)
-    kern = {part: rt.kernel(("kmeans_wide", kmeans_name(p) if part == "assign" else "", D, part),
+    copies = p.get("copies", 1)
+    keys = {"assign": kmeans_name(p), "norms": "", "finalize": f"p{copies}"}
+    kern = {part: rt.kernel(("kmeans_wide", keys[part], D, part),
                             lambda arch, part=part: kmeans_wide_kernels(p, D, arch)[part]())
             for part in build}
     stream = arrays.stream_of(xa)
     R = B * k
     ws = {n: rt.workspace(f"kmeans_wide.{n}", shape, dt, stream) for n, shape, dt in (
-        ("WS", (R, D), "f32"), ("WC", (R, 1), "f32"), ("CN", (1, R), "f32"))}
+        ("WS", (copies * R, D), "f32"), ("WC", (copies * R, 1), "f32"), ("CN", (1, R), "f32"))}
     c16 = [arrays.empty_like_kind(xa, (R, D), "f16") for _ in range(2)]
     a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((R, D))
     X = xa.reshaped((B * N, D))

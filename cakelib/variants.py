@@ -374,6 +374,7 @@ KMEANS_WIDE_D = (32, 1024)
 KMEANS_WIDE_K_MAX = 65536
 KMEANS_TABLE_K_MAX = 256
 KMEANS_STREAMED_D = 768   # from this D the wgmma rule streams the points too (kmeans_wide_params)
+KMEANS_ADDS_PER_COPY = 512   # points per cluster row of one copy of the sums (kmeans_wide_copies)
 
 
 def kmeans_family(shape: dict) -> str:
@@ -406,23 +407,33 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes, chunk_of
     D, arch = shape.get("D", 128), shape.get("arch", "sm_90a")
     mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
+    copies = kmeans_wide_copies(shape)
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
         return {"kind": "wide", "mma": mma, "points": "streamed", "bm": 128, "bn": 256, "dc": ATOM, "stages": 3,
-                "red": 4}
+                "red": 4, "copies": copies}
     if mma == "wgmma":
         dc, bn, stages, tiles = ATOM, 128, 4, (256, 128, 64)
     else:
         dc, bn, stages, tiles = chunk_of(D), 64, 3, (128, 64, 32)
     cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
     bm = next((m for m in tiles if assign_smem_bytes(D, m, bn, dc, stages, mma) <= cap), tiles[-1])
-    p = {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages}
+    p = {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages, "copies": copies}
     return {**p, "red": 4} if mma == "wgmma" else p
+
+
+def kmeans_wide_copies(shape: dict) -> int:
+    """Copies of the sums (tasks/kmeans/wide.sums_row): enough that a copy's cluster row takes about
+    KMEANS_ADDS_PER_COPY points (N / K per cluster on average; same-address reds serialize in L2), at most 8."""
+    per = shape["N"] / max(1, shape["K"]) / KMEANS_ADDS_PER_COPY
+    return next((c for c in (1, 2, 4) if c >= per), 8)
 
 
 def kmeans_wide_supports(p: dict, shape: dict) -> bool:
     from tasks.kmeans.wide import SMEM_BYTES, assign_smem_bytes
     D, arch, mma = shape.get("D", 128), shape.get("arch", "sm_90a"), p.get("mma", "sync")
     if kmeans_wide_domain_error(shape) or shape["B"] < 1 or (mma == "wgmma" and arch != "sm_90a"):
+        return False
+    if p.get("copies", 1) not in (1, 2, 4, 8):
         return False
     if p.get("points") == "streamed":
         from tasks.kmeans.wide_streamed import streamed_smem_bytes
@@ -437,29 +448,32 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
 
 
 def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
-    """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync or wgmma), finalize."""
+    """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync, wgmma or streamed),
+    finalize (summing the variant's copies of the sums)."""
     from tasks.kmeans import wide
+    red, copies = p.get("red", 1), p.get("copies", 1)
     if p.get("points") == "streamed":
         from tasks.kmeans.wide_streamed import kmeans_wide_assign_streamed
 
         def assign():
-            return kmeans_wide_assign_streamed(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=p.get("red", 1),
-                                               minb=p.get("minb", 1), arch=arch)
+            return kmeans_wide_assign_streamed(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red,
+                                               minb=p.get("minb", 1), arch=arch, copies=copies)
     elif p.get("mma", "sync") == "wgmma":
         def assign():
             return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
-                                                 arch=arch, red=p.get("red", 1))
+                                                 arch=arch, red=red, copies=copies)
     else:
         def assign():
             return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch,
-                                           red=p.get("red", 1))
+                                           red=red, copies=copies)
     return {"norms": lambda: wide.kmeans_wide_norms(d, arch=arch), "assign": assign,
-            "finalize": lambda: wide.kmeans_wide_finalize(d, arch=arch)}
+            "finalize": lambda: wide.kmeans_wide_finalize(d, arch=arch, copies=copies)}
 
 
 def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
-    tasks/kmeans/wide_streamed.py), `_b{minb}`, `_r{red}` (vector reds of `red` floats). Table family:
+    tasks/kmeans/wide_streamed.py), `_b{minb}`, `_r{red}` (vector reds of `red` floats), `_p{copies}` (copies of
+    the sums, tasks/kmeans/wide.sums_row). Table family:
     `update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
@@ -472,7 +486,7 @@ def kmeans_name(p: dict) -> str:
     if p.get("kind") == "wide":
         return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
             + ("_st" if p.get("points") == "streamed" else "") + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") \
-            + (f"_r{p['red']}" if p.get("red", 1) > 1 else "")
+            + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

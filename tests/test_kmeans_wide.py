@@ -38,9 +38,9 @@ def test_wide_kernels_verify_and_compile(D, arch, mma):
         assert not kmeans_wide_supports(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": "sm_90a"}),
                                         {"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": arch})
         return
-    picks = {kmeans_name(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, mma))
-             for K in (1024, 65536)}
-    assert len(picks) == 1      # the rule does not depend on K: one assignment kernel serves both
+    picks = [kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, mma) for K in (1024, 65536)]
+    assert (picks[0]["copies"], picks[1]["copies"]) == (2, 1)      # K enters the rule through the copies only
+    assert {**picks[0], "copies": 1} == picks[1]
     p = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": arch}, mma)
     assert p["mma"] == mma
     for K in (1024, 65536):
@@ -146,6 +146,31 @@ def test_family_rule_and_domain_errors():
         wide.kmeans_wide_norms(40)
 
 
+@pytest.mark.parametrize("form", ["sync", "wgmma", "streamed"])
+def test_copies_of_the_sums(form):
+    """With copies, each CTA adds into copy bid.x % P of the sums and the finalize sums every copy before the
+    mean, then zeroes them all; the rule spreads a cluster's adds so that a copy's row takes ~512 points."""
+    p = {"sync": {"kind": "wide", "mma": "sync", "bm": 64, "bn": 64, "dc": 64, "stages": 3},
+         "wgmma": {"kind": "wide", "mma": "wgmma", "bm": 128, "bn": 128, "dc": 64, "stages": 4, "red": 4},
+         "streamed": {**STREAMED, "bn": 256, "stages": 3}}[form]
+    kern = kmeans_wide_kernels({**p, "copies": 4}, 128, "sm_90a")
+    assert kmeans_name({**p, "copies": 4}).endswith("_p4")
+    assign, fin = kern["assign"](), kern["finalize"]()
+    for k in (assign, fin):
+        assert not _errors(k), _errors(k)
+    src = compile_ir(assign, arch="sm_90a", emit="cuda").cuda_source.split("__global__")[-1]
+    assert "% P" in src or "%P" in src.replace(" ", "")
+    r = compile_ir(fin, arch="sm_90a")
+    assert r.ok and r.cuda_source.count("fs[") > 0
+    body = r.cuda_source.split("__global__")[-1]
+    assert body.count("+ k0") >= 3 * 2      # copies 1..3 read, copies 1..3 zeroed (sums and counts each)
+    rule = [(K, kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": 64, "arch": "sm_90a"})["copies"])
+            for K in (128, 256, 512, 1024, 2048, 65536)]
+    assert rule == [(128, 8), (256, 8), (512, 4), (1024, 2), (2048, 1), (65536, 1)], rule
+    with pytest.raises(ValueError, match="copies"):
+        wide.kmeans_wide_finalize(128, copies=3)
+
+
 def test_assignment_streams_chunks_and_scatters_globally():
     """The assignment reads C in [bn, dc] chunks through the ring (never a whole [bn, D] row block), stores the
     argmin and adds points straight into the global sums (red.global, no shared-memory sums)."""
@@ -210,7 +235,7 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048)])
 def test_wide_kmeans_matches_float64(B, N, D, K, mma):
@@ -223,7 +248,8 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     if mma == "b2" and D > 256:
         pytest.skip("two CTAs per SM fit up to D = 256")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
-    variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED}.get(mma, pick)   # red1: scalar reds
+    variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
+               "copies": {**pick, "copies": 8 if D < 768 else 4}}.get(mma, pick)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()

@@ -72,9 +72,11 @@ def kmeans_wide_norms(d: int = 128, arch: str = "sm_80"):
     return kb.build()
 
 
-def _declare_assign_io(kb) -> None:
-    """The assignment kernels' interface (both forms): scalars, points, centroids and their norms, the
-    assignments, and the per-cluster sums and counts they add into (zeroed again by the finalize)."""
+def _declare_assign_io(kb, copies: int = 1) -> None:
+    """The assignment kernels' interface (every form): scalars, points, centroids and their norms, the
+    assignments, and the per-cluster sums and counts they add into (`copies` of them, zeroed again by the
+    finalize)."""
+    kb.const(P=copies)
     kb.scalar("B", min=1)
     kb.scalar("N", min=1)
     kb.scalar("K", min=1, max=K_MAX)
@@ -82,12 +84,12 @@ def _declare_assign_io(kb) -> None:
     kb.tensor("C", "f16", ["B * K", "D"])
     kb.tensor("CN", "f32", [1, "B * K"])
     kb.tensor("A", "i32", ["B", "N"], access="write")
-    kb.tensor("WS", "f32", ["B * K", "D"], access="readwrite")
-    kb.tensor("WC", "f32", ["B * K", 1], access="readwrite")
+    kb.tensor("WS", "f32", ["P * B * K", "D"], access="readwrite")
+    kb.tensor("WC", "f32", ["P * B * K", 1], access="readwrite")
 
 
-def _declare_assign(kb, d: int, bm: int, bn: int, dc: int, stages: int) -> None:
-    _declare_assign_io(kb)
+def _declare_assign(kb, d: int, bm: int, bn: int, dc: int, stages: int, copies: int) -> None:
+    _declare_assign_io(kb, copies)
     kb.buffer("sX", "smem", "f16", [bm, padded(d, dc)], pad=8)
     kb.buffer("sC", "smem", "f16", [bn, dc], pad=8, stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
@@ -108,10 +110,30 @@ def _load_step(r, g: str, bn: int, dc: int, stages: int) -> None:
                tile("cn", slot=f"(({g}) / NCH) % {stages}"), oob="zfill", vec_bytes=4)
 
 
+def suffix(red: int, copies: int) -> str:
+    """The assignment kernels' name suffix: vector reds `_r{red}`, copies of the sums `_p{copies}`."""
+    return (f"_r{red}" if red > 1 else "") + (f"_p{copies}" if copies > 1 else "")
+
+
 def slice_of(red: int) -> int:
     """Dims per scatter slice: a quad's 4 lanes add `red` consecutive floats each (red 4: 16 dims, two
     32-byte sectors per row and instruction), else 8 (one sector)."""
     return 4 * red if red == 4 else 8
+
+
+COPIES = (1, 2, 4, 8)
+
+
+def sums_row(copies: int) -> str:
+    """The first row of the sums a CTA adds into: its batch's block of copy bid.x % P (copies of the sums
+    [P * B * K, D] spread a cluster's adds over P addresses: with few clusters, the same-address reds
+    serialize in L2)."""
+    return "b * K" if copies == 1 else "((bid.x % P) * B + b) * K"
+
+
+def check_copies(copies: int) -> None:
+    if copies not in COPIES:
+        raise ValueError(f"kmeans (wide): copies of the sums is one of {COPIES} (got {copies})")
 
 
 def check_red(red: int, arch: str) -> None:
@@ -119,25 +141,27 @@ def check_red(red: int, arch: str) -> None:
         raise ValueError(f"kmeans (wide): red is 1, or 2 / 4 floats per vector red on sm_90a (got {red} on {arch})")
 
 
-def _scatter_points(r, d: int, red: int) -> None:
+def _scatter_points(r, d: int, red: int, copies: int) -> None:
     """WS[a_j] += X[j], WC[a_j] += 1 for the warp's 16 points (skipping rows past N): slices of 8 dims
     (red 4: 16), a quad's 4 lanes adding into one row's consecutive floats per instruction."""
     w = slice_of(red)
     # a rolled loop over the slices: unrolled, the compiler hoists the loads of all of them (D = 1024 spilled)
     with r.for_("sc", 0, d // w, id="scatter_slices"):
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", f"sc * {w}"], [16, w]),
-              dst=tile("WS", ["b * K", f"sc * {w}"], [K_MAX, w]), row0="n0 + wm0", row_limit="N", vec=red)
-    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", ["b * K", 0], [K_MAX, 1]),
+              dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="n0 + wm0", row_limit="N",
+              vec=red)
+    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")
 
 
 def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, stages: int = 3,
-                       arch: str = "sm_80", red: int = 1):
+                       arch: str = "sm_80", red: int = 1, copies: int = 1):
     """Assignment (streamed centroid tiles, D in chunks) + global scatter of the sums; grid
     (cdiv(N, BM), B), a CTA per point tile. dc = 0: `chunk_of(d)`; red: floats per global red (2 / 4:
-    vector reds, sm_90a)."""
+    vector reds, sm_90a); copies: of the sums (sums_row)."""
     check_d(d)
     check_red(red, arch)
+    check_copies(copies)
     dc = dc or chunk_of(d)
     if bm % 16 or not 16 <= bm <= 256 or bn % 16 or not 16 <= bn <= 128 or dc not in (32, 64, 128) or stages < 2:
         raise ValueError(f"kmeans_wide_assign: bm a multiple of 16 in [16, 256], bn a multiple of 16 in [16, 128], "
@@ -148,11 +172,11 @@ def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, s
                          f"stages={stages} exceed {arch}'s {SMEM_BYTES.get(arch, SMEM_BYTES['sm_80'])}")
     nch = padded(d, dc) // dc
     warps = bm // 16
-    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_c{dc}_s{stages}" + (f"_r{red}" if red > 1 else ""), arch=arch, grid=["cdiv(N, BM)", "B"],
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_c{dc}_s{stages}" + suffix(red, copies), arch=arch, grid=["cdiv(N, BM)", "B"],
                        threads=32 * warps,
                        note="wide k-means assignment: streamed centroid chunks, mma.sync argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=dc, NCH=nch)
-    _declare_assign(kb, d, bm, bn, dc, stages)
+    _declare_assign(kb, d, bm, bn, dc, stages, copies)
     steps = "cdiv(K, BN) * NCH"
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
@@ -186,7 +210,7 @@ def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, s
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points(r, d, red)
+        _scatter_points(r, d, red, copies)
     return kb.build()
 
 
@@ -201,26 +225,37 @@ def finalize_rows(d: int) -> int:
     return max(1, 16 * finalize_threads(d) // d)
 
 
-def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80"):
-    """Cnew = WS / WC per row (WC = 0: the row of C), C16 = Cnew in fp16; WS and WC left zeroed."""
+def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80", copies: int = 1):
+    """Cnew = (sum of the WS copies) / (sum of the WC copies) per row (a count of 0: the row of C), C16 = Cnew
+    in fp16; every copy of WS and WC left zeroed."""
     check_d(d)
+    check_copies(copies)
     rows, threads = finalize_rows(d), finalize_threads(d)
-    kb = KernelBuilder(f"kmeans_wide_finalize_d{d}", arch=arch, grid=["cdiv(R, RB)"], threads=threads,
+    kb = KernelBuilder(f"kmeans_wide_finalize_d{d}" + (f"_p{copies}" if copies > 1 else ""), arch=arch,
+                       grid=["cdiv(R, RB)"], threads=threads,
                        note="wide k-means update: mean of each cluster's points, fp32 + fp16 copy; zeroes the sums")
-    kb.const(D=d, RB=rows)
+    kb.const(D=d, RB=rows, P=copies)
     kb.scalar("R", min=1)
     kb.tensor("C", "f16", ["R", "D"])
-    kb.tensor("WS", "f32", ["R", "D"], access="readwrite")
-    kb.tensor("WC", "f32", ["R", 1], access="readwrite")
+    kb.tensor("WS", "f32", ["P * R", "D"], access="readwrite")
+    kb.tensor("WC", "f32", ["P * R", 1], access="readwrite")
     kb.tensor("Cnew", "f32", ["R", "D"], access="write")
     kb.tensor("C16", "f16", ["R", "D"], access="write")
     kb.buffer("fs", "reg", "f32", [rows, d], layout="blocked", vec=1, scope="cta")
     kb.buffer("fo", "reg", "f32", [rows, d], layout="blocked", vec=1, scope="cta")
     kb.buffer("fc", "reg", "f32", [rows, 1])
+    if copies > 1:
+        kb.buffer("ft", "reg", "f32", [rows, d], layout="blocked", vec=1, scope="cta")
+        kb.buffer("ftc", "reg", "f32", [rows, 1])
     with kb.role("main", warps=(0, threads // 32)) as r:
         r.let("k0", "bid.x * RB")
         r.ldg(tile("WS", ["k0", 0], [rows, d]), tile("fs"), oob="zfill", vec_bytes=4)
         r.ldg(tile("WC", ["k0", 0], [rows, 1]), tile("fc"), oob="zfill", vec_bytes=4)
+        for c in range(1, copies):
+            r.ldg(tile("WS", [f"{c} * R + k0", 0], [rows, d]), tile("ft"), oob="zfill", vec_bytes=4)
+            r.ldg(tile("WC", [f"{c} * R + k0", 0], [rows, 1]), tile("ftc"), oob="zfill", vec_bytes=4)
+            r.map("fs", "fs + ft")
+            r.map("fc", "fc + ftc")
         r.ldg(tile("C", ["k0", 0], [rows, d]), tile("fo"), oob="zfill", vec_bytes=2)
         r.map("fs", "select(fc > 0.5, fs * recip(max(fc, 1)), fo)", id="centroid_means")
         r.stg(tile("fs"), tile("Cnew", ["k0", 0], [rows, d]), oob="mask", vec_bytes=4)
@@ -229,8 +264,11 @@ def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80"):
         r.sync("syncthreads")
         r.fill("fs", 0.0)
         r.fill("fc", 0.0)
-        r.stg(tile("fs"), tile("WS", ["k0", 0], [rows, d]), oob="mask", vec_bytes=4, id="zero_sums")
-        r.stg(tile("fc"), tile("WC", ["k0", 0], [rows, 1]), oob="mask", vec_bytes=4, id="zero_counts")
+        for c in range(copies):
+            r.stg(tile("fs"), tile("WS", [f"{c} * R + k0", 0], [rows, d]), oob="mask", vec_bytes=4,
+                  id="zero_sums" if c == 0 else None)
+            r.stg(tile("fc"), tile("WC", [f"{c} * R + k0", 0], [rows, 1]), oob="mask", vec_bytes=4,
+                  id="zero_counts" if c == 0 else None)
     return kb.build()
 
 
@@ -238,7 +276,7 @@ ATOM = 64   # f16 elements per 128-byte swizzle row: the wgmma form's D chunk
 
 
 def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages: int = 4, minb: int = 1,
-                             arch: str = "sm_90a", red: int = 1):
+                             arch: str = "sm_90a", red: int = 1, copies: int = 1):
     """The assignment of `kmeans_wide_assign` on Hopper's warpgroup MMA: the point tile is stored as D / 64
     swizzle atoms (atom a: dims [64 a, 64 a + 64) of the bm points; D zero-filled to a multiple of 64) and
     each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
@@ -246,10 +284,11 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     memory; within a tile one chain stays in flight across the next step's barrier (stages >= 3: the ring then
     loads stages - 2 steps ahead, into a slot whose chain has retired). The argmin and scatter are the
     mma.sync form's (the scatter reads the points from the swizzled tile). minb: CTAs per SM the registers
-    and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma). red: floats per
-    global red of the scatter (`kmeans_wide_assign`)."""
+    and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma). red, copies: as
+    in `kmeans_wide_assign`."""
     check_d(d)
     check_red(red, arch)
+    check_copies(copies)
     if minb not in (1, 2) or minb * assign_smem_bytes(d, bm, bn, ATOM, stages, "wgmma") > SMEM_BYTES["sm_90a"]:
         raise ValueError(f"kmeans_wide_assign_wgmma: minb is 1 or 2, and minb CTAs' shared memory fits sm_90a "
                          f"(got minb={minb} at d={d}, bm={bm}, bn={bn}, stages={stages})")
@@ -265,11 +304,11 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     atoms = padded(d, ATOM) // ATOM
     warps = bm // 16
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg" + (f"_b{minb}" if minb > 1 else "")
-                       + (f"_r{red}" if red > 1 else ""), arch=arch,
+                       + suffix(red, copies), arch=arch,
                        grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: streamed centroid atoms, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms)
-    _declare_assign_wgmma(kb, bm, bn, atoms, stages)
+    _declare_assign_wgmma(kb, bm, bn, atoms, stages, copies)
     steps = "cdiv(K, BN) * NCH"
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
@@ -308,11 +347,11 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points_atoms(r, d, bm, red)
+        _scatter_points_atoms(r, d, bm, red, copies)
     return kb.build()
 
 
-def _scatter_points_atoms(r, d: int, bm: int, red: int) -> None:
+def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int) -> None:
     """`_scatter_points` from the swizzled point tile: atom by atom, each a rolled loop over its slices
     (the sums' columns 64 a + w sc)."""
     w = slice_of(red)
@@ -320,14 +359,14 @@ def _scatter_points_atoms(r, d: int, bm: int, red: int) -> None:
         with r.for_(f"sc{a}", 0, min(ATOM, d - a * ATOM) // w, id="scatter_slices" if a == 0 else None):
             r.add("scatter_add", id="sum_points" if a == 0 else None, index=tile("bi"),
                   src=tile("sX", [f"{a * bm} + wm0", f"sc{a} * {w}"], [16, w]),
-                  dst=tile("WS", ["b * K", f"{a * ATOM} + sc{a} * {w}"], [K_MAX, w]), row0="n0 + wm0",
+                  dst=tile("WS", [sums_row(copies), f"{a * ATOM} + sc{a} * {w}"], [K_MAX, w]), row0="n0 + wm0",
                   row_limit="N", vec=red)
-    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", ["b * K", 0], [K_MAX, 1]),
+    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")
 
 
-def _declare_assign_wgmma(kb, bm: int, bn: int, atoms: int, stages: int) -> None:
-    _declare_assign_io(kb)
+def _declare_assign_wgmma(kb, bm: int, bn: int, atoms: int, stages: int, copies: int) -> None:
+    _declare_assign_io(kb, copies)
     kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B")
     kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
