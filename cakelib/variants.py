@@ -374,7 +374,8 @@ KMEANS_WIDE_D = (32, 1024)
 KMEANS_WIDE_K_MAX = 65536
 KMEANS_TABLE_K_MAX = 256
 KMEANS_STREAMED_D = 768   # from this D the wgmma rule streams the points too (kmeans_wide_params)
-KMEANS_ADDS_PER_COPY = 512   # points per cluster row of one copy of the sums (kmeans_wide_copies)
+KMEANS_ADDS_PER_COPY = 512   # points per cluster row of one copy of the sums (kmeans_wide_copies) ...
+KMEANS_COPIES_FROM = 4096    # ... from this many points per cluster on
 
 
 def kmeans_family(shape: dict) -> str:
@@ -422,10 +423,15 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
 
 
 def kmeans_wide_copies(shape: dict) -> int:
-    """Copies of the sums (tasks/kmeans/wide.sums_row): enough that a copy's cluster row takes about
-    KMEANS_ADDS_PER_COPY points (N / K per cluster on average; same-address reds serialize in L2), at most 8."""
-    per = shape["N"] / max(1, shape["K"]) / KMEANS_ADDS_PER_COPY
-    return next((c for c in (1, 2, 4) if c >= per), 8)
+    """Copies of the sums (tasks/kmeans/wide.sums_row). Same-address reds serialize in L2: from
+    KMEANS_COPIES_FROM points per cluster (N / K) enough copies that a copy's row takes about
+    KMEANS_ADDS_PER_COPY points, at most 8; below it one. Measured on the H200 (10 iterations): N = 1M, D = 64,
+    K = 256 took 4.64 ms with one copy, 2.36 with 8; at N / K = 2048 and 1024, 4 and 2 copies were within 1%
+    of one (bench/results/kmeans-wide-h200.json, cakelib-p1)."""
+    per = shape["N"] / max(1, shape["K"])
+    if per < KMEANS_COPIES_FROM:
+        return 1
+    return next((c for c in (1, 2, 4) if c * KMEANS_ADDS_PER_COPY >= per), 8)
 
 
 def kmeans_wide_supports(p: dict, shape: dict) -> bool:

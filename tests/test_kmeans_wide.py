@@ -39,8 +39,7 @@ def test_wide_kernels_verify_and_compile(D, arch, mma):
                                         {"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": arch})
         return
     picks = [kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, mma) for K in (1024, 65536)]
-    assert (picks[0]["copies"], picks[1]["copies"]) == (2, 1)      # K enters the rule through the copies only
-    assert {**picks[0], "copies": 1} == picks[1]
+    assert picks[0] == picks[1]     # K enters the rule only through the copies (from N / K = 4096)
     p = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": arch}, mma)
     assert p["mma"] == mma
     for K in (1024, 65536):
@@ -149,7 +148,7 @@ def test_family_rule_and_domain_errors():
 @pytest.mark.parametrize("form", ["sync", "wgmma", "streamed"])
 def test_copies_of_the_sums(form):
     """With copies, each CTA adds into copy bid.x % P of the sums and the finalize sums every copy before the
-    mean, then zeroes them all; the rule spreads a cluster's adds so that a copy's row takes ~512 points."""
+    mean, then zeroes them all; the rule takes copies from 4096 points per cluster on."""
     p = {"sync": {"kind": "wide", "mma": "sync", "bm": 64, "bn": 64, "dc": 64, "stages": 3},
          "wgmma": {"kind": "wide", "mma": "wgmma", "bm": 128, "bn": 128, "dc": 64, "stages": 4, "red": 4},
          "streamed": {**STREAMED, "bn": 256, "stages": 3}}[form]
@@ -166,7 +165,7 @@ def test_copies_of_the_sums(form):
     assert body.count("+ k0") >= 3 * 2      # copies 1..3 read, copies 1..3 zeroed (sums and counts each)
     rule = [(K, kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": 64, "arch": "sm_90a"})["copies"])
             for K in (128, 256, 512, 1024, 2048, 65536)]
-    assert rule == [(128, 8), (256, 8), (512, 4), (1024, 2), (2048, 1), (65536, 1)], rule
+    assert rule == [(128, 8), (256, 8), (512, 1), (1024, 1), (2048, 1), (65536, 1)], rule
     with pytest.raises(ValueError, match="copies"):
         wide.kmeans_wide_finalize(128, copies=3)
 
