@@ -144,6 +144,7 @@ def _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters) -> list:
     """Per iteration: centroid norms, assignment + global scatter of the sums, finalize (fp32 centroids and
     the fp16 copy the next iteration reads: two fp16 buffers taking turns, so that no launch reads the
     buffer it writes)."""
+    from tasks.kmeans.wide import copy_rows
     from .variants import kmeans_name, kmeans_wide_kernels
     build = kmeans_wide_kernels(p, D, rt.arch)
     copies = p.get("copies", 1)
@@ -154,7 +155,7 @@ def _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters) -> list:
     stream = arrays.stream_of(xa)
     R = B * k
     ws = {n: rt.workspace(f"kmeans_wide.{n}", shape, dt, stream) for n, shape, dt in (
-        ("WS", (copies * R, D), "f32"), ("WC", (copies * R, 1), "f32"), ("CN", (1, R), "f32"))}
+        ("WS", (copy_rows(R, D, copies), D), "f32"), ("WC", (copy_rows(R, D, copies), 1), "f32"), ("CN", (1, R), "f32"))}
     c16 = [arrays.empty_like_kind(xa, (R, D), "f16") for _ in range(2)]
     a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((R, D))
     X = xa.reshaped((B * N, D))

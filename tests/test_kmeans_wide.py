@@ -168,6 +168,13 @@ def test_copies_of_the_sums(form):
     assert rule == [(128, 8), (256, 8), (512, 1), (1024, 1), (2048, 1), (65536, 1)], rule
     with pytest.raises(ValueError, match="copies"):
         wide.kmeans_wide_finalize(128, copies=3)
+    # a copy every cdiv(R, RB) RB rows: the last finalize CTA's rows past R stay inside its own copy
+    fr = wide.finalize_rows(64)
+    assert R_NOT_MULTIPLE % fr and wide.copy_rows(R_NOT_MULTIPLE, 64, 8) == 8 * (-(-R_NOT_MULTIPLE // fr) * fr)
+    assert wide.copy_rows(R_NOT_MULTIPLE, 64, 1) == R_NOT_MULTIPLE
+
+
+R_NOT_MULTIPLE = 231      # B K = 3 x 77: not a multiple of the finalize's rows per CTA at D = 64
 
 
 def test_assignment_streams_chunks_and_scatters_globally():
@@ -308,8 +315,9 @@ class _FakeRuntime:
         self.launches.append((name, {t: b.ptr for t, b in tensors.items()}))
 
 
-@pytest.mark.parametrize("B,N,D,K,iters", [(1, 5000, 96, 1024, 3), (3, 999, 1024, 77, 2)])
-def test_wide_loop_launches_match_the_kernels_declarations(monkeypatch, B, N, D, K, iters):
+@pytest.mark.parametrize("B,N,D,K,iters,copies", [(1, 5000, 96, 1024, 3, 1), (3, 999, 1024, 77, 2, 1),
+                                                   (3, 999, 64, 77, 2, 8), (1, 2000, 1024, 129, 2, 4)])
+def test_wide_loop_launches_match_the_kernels_declarations(monkeypatch, B, N, D, K, iters, copies):
     """The library's wide loop (cakelib/kmeans_lloyd._wide_loop) on a fake runtime: 3 launches per iteration
     whose buffers have the shapes the kernels declare; each finalize writes an fp16 buffer that is not the one
     its iteration read, and the next iteration reads it."""
@@ -317,12 +325,12 @@ def test_wide_loop_launches_match_the_kernels_declarations(monkeypatch, B, N, D,
     monkeypatch.setattr(arrays, "empty_like_kind", lambda like, shape, dtype, scratch=False: _FakeBuf(shape))
     monkeypatch.setattr(arrays, "stream_of", lambda arg: 0)
     rt = _FakeRuntime()
-    p = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
+    p = {**kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}), "copies": copies}
     xa, ca = _FakeBuf((B, N, D)), _FakeBuf((B, K, D))
     kmeans_lloyd._wide_loop(rt, p, xa, ca, _FakeBuf((B, N)), _FakeBuf((B * K, D)), B, N, K, D, iters)
     names = [n for n, _ in rt.launches]
     assert len(names) == 3 * iters and names[:3] == [f"kmeans_wide_norms_d{D}", kmeans_wide_kernels(
-        p, D, "sm_90a")["assign"]().name, f"kmeans_wide_finalize_d{D}"]
+        p, D, "sm_90a")["assign"]().name, kmeans_wide_kernels(p, D, "sm_90a")["finalize"]().name]
     fin = [ptrs for n, ptrs in rt.launches if n.startswith("kmeans_wide_finalize")]
     assign = [ptrs for n, ptrs in rt.launches if n.startswith("kmeans_wide_d")]
     for i, f in enumerate(fin):

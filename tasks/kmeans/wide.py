@@ -72,11 +72,13 @@ def kmeans_wide_norms(d: int = 128, arch: str = "sm_80"):
     return kb.build()
 
 
-def _declare_assign_io(kb, copies: int = 1) -> None:
+def _declare_assign_io(kb, d: int, copies: int = 1) -> None:
     """The assignment kernels' interface (every form): scalars, points, centroids and their norms, the
     assignments, and the per-cluster sums and counts they add into (`copies` of them, zeroed again by the
     finalize)."""
     kb.const(P=copies)
+    if copies > 1:
+        kb.const(FR=finalize_rows(d))
     kb.scalar("B", min=1)
     kb.scalar("N", min=1)
     kb.scalar("K", min=1, max=K_MAX)
@@ -84,12 +86,13 @@ def _declare_assign_io(kb, copies: int = 1) -> None:
     kb.tensor("C", "f16", ["B * K", "D"])
     kb.tensor("CN", "f32", [1, "B * K"])
     kb.tensor("A", "i32", ["B", "N"], access="write")
-    kb.tensor("WS", "f32", ["P * B * K", "D"], access="readwrite")
-    kb.tensor("WC", "f32", ["P * B * K", 1], access="readwrite")
+    rows = f"P * ({COPY_ROWS})" if copies > 1 else "B * K"
+    kb.tensor("WS", "f32", [rows, "D"], access="readwrite")
+    kb.tensor("WC", "f32", [rows, 1], access="readwrite")
 
 
 def _declare_assign(kb, d: int, bm: int, bn: int, dc: int, stages: int, copies: int) -> None:
-    _declare_assign_io(kb, copies)
+    _declare_assign_io(kb, d, copies)
     kb.buffer("sX", "smem", "f16", [bm, padded(d, dc)], pad=8)
     kb.buffer("sC", "smem", "f16", [bn, dc], pad=8, stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
@@ -124,11 +127,23 @@ def slice_of(red: int) -> int:
 COPIES = (1, 2, 4, 8)
 
 
+# Rows per copy of the sums: B K rounded up to the finalize's rows per CTA (FR), so that no finalize CTA's
+# block reaches into the next copy (its zeroing would race with that copy's reader).
+COPY_ROWS = "cdiv(B * K, FR) * FR"
+
+
 def sums_row(copies: int) -> str:
     """The first row of the sums a CTA adds into: its batch's block of copy bid.x % P (copies of the sums
-    [P * B * K, D] spread a cluster's adds over P addresses: with few clusters, the same-address reds
-    serialize in L2)."""
-    return "b * K" if copies == 1 else "((bid.x % P) * B + b) * K"
+    spread a cluster's adds over P addresses: with few clusters, the same-address reds serialize in L2)."""
+    return "b * K" if copies == 1 else f"(bid.x % P) * ({COPY_ROWS}) + b * K"
+
+
+def copy_rows(r: int, d: int, copies: int) -> int:
+    """Rows of the sums workspace for r = B K clusters at D = d (COPY_ROWS per copy)."""
+    if copies == 1:
+        return r
+    fr = finalize_rows(d)
+    return copies * (-(-r // fr) * fr)
 
 
 def check_copies(copies: int) -> None:
@@ -237,8 +252,9 @@ def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80", copies: int = 1):
     kb.const(D=d, RB=rows, P=copies)
     kb.scalar("R", min=1)
     kb.tensor("C", "f16", ["R", "D"])
-    kb.tensor("WS", "f32", ["P * R", "D"], access="readwrite")
-    kb.tensor("WC", "f32", ["P * R", 1], access="readwrite")
+    rows_all = "P * (cdiv(R, RB) * RB)" if copies > 1 else "R"      # copy_rows: a copy every cdiv(R, RB) RB rows
+    kb.tensor("WS", "f32", [rows_all, "D"], access="readwrite")
+    kb.tensor("WC", "f32", [rows_all, 1], access="readwrite")
     kb.tensor("Cnew", "f32", ["R", "D"], access="write")
     kb.tensor("C16", "f16", ["R", "D"], access="write")
     kb.buffer("fs", "reg", "f32", [rows, d], layout="blocked", vec=1, scope="cta")
@@ -249,11 +265,13 @@ def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80", copies: int = 1):
         kb.buffer("ftc", "reg", "f32", [rows, 1])
     with kb.role("main", warps=(0, threads // 32)) as r:
         r.let("k0", "bid.x * RB")
+        if copies > 1:
+            r.let("rp", "cdiv(R, RB) * RB")
         r.ldg(tile("WS", ["k0", 0], [rows, d]), tile("fs"), oob="zfill", vec_bytes=4)
         r.ldg(tile("WC", ["k0", 0], [rows, 1]), tile("fc"), oob="zfill", vec_bytes=4)
         for c in range(1, copies):
-            r.ldg(tile("WS", [f"{c} * R + k0", 0], [rows, d]), tile("ft"), oob="zfill", vec_bytes=4)
-            r.ldg(tile("WC", [f"{c} * R + k0", 0], [rows, 1]), tile("ftc"), oob="zfill", vec_bytes=4)
+            r.ldg(tile("WS", [f"{c} * rp + k0", 0], [rows, d]), tile("ft"), oob="zfill", vec_bytes=4)
+            r.ldg(tile("WC", [f"{c} * rp + k0", 0], [rows, 1]), tile("ftc"), oob="zfill", vec_bytes=4)
             r.map("fs", "fs + ft")
             r.map("fc", "fc + ftc")
         r.ldg(tile("C", ["k0", 0], [rows, d]), tile("fo"), oob="zfill", vec_bytes=2)
@@ -265,9 +283,9 @@ def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80", copies: int = 1):
         r.fill("fs", 0.0)
         r.fill("fc", 0.0)
         for c in range(copies):
-            r.stg(tile("fs"), tile("WS", [f"{c} * R + k0", 0], [rows, d]), oob="mask", vec_bytes=4,
-                  id="zero_sums" if c == 0 else None)
-            r.stg(tile("fc"), tile("WC", [f"{c} * R + k0", 0], [rows, 1]), oob="mask", vec_bytes=4,
+            row = f"{c} * rp + k0" if c else "k0"
+            r.stg(tile("fs"), tile("WS", [row, 0], [rows, d]), oob="mask", vec_bytes=4, id="zero_sums" if c == 0 else None)
+            r.stg(tile("fc"), tile("WC", [row, 0], [rows, 1]), oob="mask", vec_bytes=4,
                   id="zero_counts" if c == 0 else None)
     return kb.build()
 
@@ -308,7 +326,7 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
                        grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: streamed centroid atoms, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms)
-    _declare_assign_wgmma(kb, bm, bn, atoms, stages, copies)
+    _declare_assign_wgmma(kb, d, bm, bn, atoms, stages, copies)
     steps = "cdiv(K, BN) * NCH"
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
@@ -365,8 +383,8 @@ def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int) -> None:
           row0="n0 + wm0", row_limit="N")
 
 
-def _declare_assign_wgmma(kb, bm: int, bn: int, atoms: int, stages: int, copies: int) -> None:
-    _declare_assign_io(kb, copies)
+def _declare_assign_wgmma(kb, d: int, bm: int, bn: int, atoms: int, stages: int, copies: int) -> None:
+    _declare_assign_io(kb, d, copies)
     kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B")
     kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)

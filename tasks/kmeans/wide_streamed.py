@@ -61,7 +61,7 @@ def kmeans_wide_assign_streamed(d: int = 1024, bm: int = 128, bn: int = 128, sta
                        grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: points and centroids streamed, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=nch)
-    _declare_assign_io(kb, copies)
+    _declare_assign_io(kb, d, copies)
     kb.buffer("sX", "smem", "f16", [bm, ATOM], layout="swizzle_128B", stages=stages)
     kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
