@@ -70,6 +70,7 @@ TEST_SHAPES = [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030), (1
                (1, 20011, 128, 2048)]
 TEST_STREAMED = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "bm": 128, "bn": 128, "stages": 4,
                  "red": 4}
+TEST_TMA = {"kind": "wide", "mma": "wgmma", "points": "tma", "dc": 64, "bm": 128, "bn": 256, "stages": 4, "red": 4}
 
 
 def variants_used() -> list:
@@ -83,7 +84,8 @@ def variants_used() -> list:
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
         pick = kmeans_wide_params(s)
         out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1}), (D, TEST_STREAMED),
-                (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else [])
+                (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else []) \
+            + ([(D, TEST_TMA), (D, {**TEST_TMA, "bn": 128, "stages": 6, "copies": 4})] if D >= 64 else [])
     return out
 
 

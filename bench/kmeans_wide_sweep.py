@@ -1,7 +1,7 @@
 """The wide k-means forms side by side on the training shapes where the rule is weakest: per shape, the rule's
-pick, the pick with vector reds (red 2 / 4 floats per instruction, sm_90a), and at D >= 256 the streamed form
-(tasks/kmeans/wide_streamed.py: points streamed with the centroids, 128-point tiles at any D). Each form is
-checked against float64 (kmeans_wide_bench.check_step) before it is timed; flashlib is timed in the same run.
+pick and at D >= 256 the streamed form (tasks/kmeans/wide_streamed.py: points streamed with the centroids by the
+MMA warps) and the warp-specialized TMA form (tasks/kmeans/wide_tma.py). Each form is checked against float64
+(kmeans_wide_bench.check_step) before it is timed; flashlib is timed in the same run.
 
     python bench/kmeans_wide_sweep.py precompile --procs 14
     python bench/kmeans_wide_sweep.py sweep --out DIR/sweep.json --deadline-s 240
@@ -19,22 +19,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kmeans_wide_bench import ITERS, M, check_step, guarded, make_inputs  # noqa: E402
 
-# weakest first (bench/results/kmeans-wide-h200.json): D >= 768, D = 64 at small K, D = 128 at K 1024-4096
-SHAPES = [(1, 262144, 1024, 16384), (1, M, 1024, 1024), (1, M, 768, 1024), (1, M, 64, 256), (1, M, 128, 1024),
-          (1, M, 128, 4096), (2, 131072, 512, 4096), (1, 500000, 256, 4096), (1, M, 32, 1024), (1, M, 64, 512)]
+# weakest first (bench/results/kmeans-wide-h200.json): D >= 768, then the other D >= 256 shapes, D = 64 at small K,
+# D = 128 at K 1024-4096
+SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (2, 131072, 512, 4096),
+          (1, 500000, 256, 4096), (1, M, 64, 256), (1, M, 128, 1024), (1, M, 128, 4096), (1, M, 32, 1024),
+          (1, M, 64, 512)]
 
 
 def forms(D: int) -> dict:
-    """name -> variant: the rule's pick, with red 2 / 4, and (D >= 256) the streamed form's candidates."""
+    """name -> variant: the rule's pick, and from D = 256 the streamed form (tasks/kmeans/wide_streamed.py) and the
+    warp-specialized TMA form's candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds."""
     from cakelib.variants import kmeans_wide_params
     pick = kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": D, "arch": "sm_90a"})
-    out = {"pick": pick, "pick_r2": {**pick, "red": 2}, "pick_r4": {**pick, "red": 4}}
+    out = {"pick": pick}
     if D >= 256:
-        st = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64}
-        out.update({"st128_s4_r4": {**st, "bm": 128, "bn": 128, "stages": 4, "red": 4},
-                    "st128_s3_b2_r4": {**st, "bm": 128, "bn": 128, "stages": 3, "minb": 2, "red": 4},
-                    "st256_s3_r4": {**st, "bm": 128, "bn": 256, "stages": 3, "red": 4},
-                    "st128_s4": {**st, "bm": 128, "bn": 128, "stages": 4}})
+        st = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "red": 4}
+        tma = {**st, "points": "tma"}
+        out.update({"st256_s3": {**st, "bm": 128, "bn": 256, "stages": 3},
+                    "tma256_s4": {**tma, "bm": 128, "bn": 256, "stages": 4},
+                    "tma128_s6": {**tma, "bm": 128, "bn": 128, "stages": 6},
+                    "tma256_s4_bm64": {**tma, "bm": 64, "bn": 256, "stages": 4}})
     return out
 
 

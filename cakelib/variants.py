@@ -445,6 +445,10 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
         from tasks.kmeans.wide_streamed import streamed_smem_bytes
         return (mma == "wgmma" and p["bm"] in (64, 128) and p["stages"] >= 3 and p.get("red", 1) in (1, 2, 4)
                 and p.get("minb", 1) * streamed_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
+    if p.get("points") == "tma":
+        from tasks.kmeans.wide_tma import TMA_D_MIN, tma_smem_bytes
+        return (mma == "wgmma" and D >= TMA_D_MIN and p["bm"] in (64, 128) and 2 <= p["stages"] <= 8 and p.get("red", 1) in (1, 2, 4)
+                and tma_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
     if p.get("red", 1) not in (1, 2, 4) or (p.get("red", 1) > 1 and arch != "sm_90a"):
         return False
     if mma == "sync" and D % p["dc"]:
@@ -454,7 +458,7 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
 
 
 def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
-    """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync, wgmma or streamed),
+    """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync, wgmma, streamed or TMA),
     finalize (summing the variant's copies of the sums)."""
     from tasks.kmeans import wide
     red, copies = p.get("red", 1), p.get("copies", 1)
@@ -464,6 +468,12 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
         def assign():
             return kmeans_wide_assign_streamed(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red,
                                                minb=p.get("minb", 1), arch=arch, copies=copies)
+    elif p.get("points") == "tma":
+        from tasks.kmeans.wide_tma import kmeans_wide_assign_tma
+
+        def assign():
+            return kmeans_wide_assign_tma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red, arch=arch,
+                                          copies=copies)
     elif p.get("mma", "sync") == "wgmma":
         def assign():
             return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
@@ -478,7 +488,7 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
 
 def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
-    tasks/kmeans/wide_streamed.py), `_b{minb}`, `_r{red}` (vector reds of `red` floats), `_p{copies}` (copies of
+    tasks/kmeans/wide_streamed.py) or `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py), `_b{minb}`, `_r{red}` (vector reds of `red` floats), `_p{copies}` (copies of
     the sums, tasks/kmeans/wide.sums_row). Table family:
     `update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
@@ -491,7 +501,7 @@ def kmeans_name(p: dict) -> str:
     sequence, `_a2u`), `chains: c` (the argmin's running bests per row, topk `chains`) `_ch{c}`."""
     if p.get("kind") == "wide":
         return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
-            + ("_st" if p.get("points") == "streamed" else "") + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") \
+            + {"streamed": "_st", "tma": "_tma"}.get(p.get("points"), "") + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""

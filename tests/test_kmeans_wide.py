@@ -92,6 +92,32 @@ def test_streamed_and_vector_red_forms_verify_and_compile(D, form):
     assert ("cake::red_add_global_v4(" in r.cuda_source) == (form.get("red", 1) == 4)
 
 
+TMA = {"kind": "wide", "mma": "wgmma", "points": "tma", "dc": 64, "bm": 128, "bn": 256, "stages": 4, "red": 4}
+
+
+@pytest.mark.parametrize("D", [64, 96, 768, 1024])
+@pytest.mark.parametrize("form", [TMA, {**TMA, "bn": 128, "stages": 6, "copies": 4}, {**TMA, "bm": 64, "red": 1}])
+def test_tma_form_verifies_and_compiles(D, form):
+    """The warp-specialized form (tasks/kmeans/wide_tma.py): a TMA producer warpgroup, bm / 64 consumer
+    warpgroups synchronising the norms on their own named barrier; no spills at any D, sm_90a only, and a
+    ring that does not fit is refused with the shared memory it needs."""
+    name = kmeans_name(form)
+    assert name.endswith("_tma" + (f"_r{form['red']}" if form["red"] > 1 else "")
+                         + (f"_p{form['copies']}" if form.get("copies", 1) > 1 else ""))
+    assert kmeans_wide_supports(form, {"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": "sm_90a"})
+    assert not kmeans_wide_supports(form, {"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": "sm_80"})
+    k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    assert k.launch.threads == 128 + 2 * form["bm"]
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    assert "0 B spill stores" in next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
+    assert "cake::tma_load_2d(" in r.cuda_source and f"cake::bar_sync(1, {2 * form['bm']})" in r.cuda_source
+    assert not kmeans_wide_supports({**form, "stages": 8, "bn": 256}, {"B": 1, "N": 4096, "K": 512, "D": D})
+    with pytest.raises(ValueError, match="shared memory"):
+        kmeans_wide_kernels({**form, "stages": 8, "bn": 256}, D, "sm_90a")["assign"]()
+
+
 def test_vector_reds_need_sm_90a():
     p = {**kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 1024, "D": 128, "arch": "sm_80"}), "red": 4}
     assert not kmeans_wide_supports(p, {"B": 1, "N": 1 << 20, "K": 1024, "D": 128, "arch": "sm_80"})
@@ -241,7 +267,7 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048)])
 def test_wide_kmeans_matches_float64(B, N, D, K, mma):
@@ -253,9 +279,12 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
         pytest.skip("wgmma and vector reds need sm_90a")
     if mma == "b2" and D > 256:
         pytest.skip("two CTAs per SM fit up to D = 256")
+    if mma.startswith("tma") and D < 64:
+        pytest.skip("the TMA form runs from D = 64 (a 64-dim box)")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
     variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
-               "copies": {**pick, "copies": 8 if D < 768 else 4}}.get(mma, pick)
+               "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
+               "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}}.get(mma, pick)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()

@@ -72,18 +72,19 @@ def kmeans_wide_norms(d: int = 128, arch: str = "sm_80"):
     return kb.build()
 
 
-def _declare_assign_io(kb, d: int, copies: int = 1) -> None:
+def _declare_assign_io(kb, d: int, copies: int = 1, tma: dict | None = None) -> None:
     """The assignment kernels' interface (every form): scalars, points, centroids and their norms, the
     assignments, and the per-cluster sums and counts they add into (`copies` of them, zeroed again by the
-    finalize)."""
+    finalize). tma: "X" / "C" -> the TMA box of a form that loads them by TMA."""
+    tma = tma or {}
     kb.const(P=copies)
     if copies > 1:
         kb.const(FR=finalize_rows(d))
     kb.scalar("B", min=1)
     kb.scalar("N", min=1)
     kb.scalar("K", min=1, max=K_MAX)
-    kb.tensor("X", "f16", ["B * N", "D"])
-    kb.tensor("C", "f16", ["B * K", "D"])
+    kb.tensor("X", "f16", ["B * N", "D"], tma=tma.get("X"))
+    kb.tensor("C", "f16", ["B * K", "D"], tma=tma.get("C"))
     kb.tensor("CN", "f32", [1, "B * K"])
     kb.tensor("A", "i32", ["B", "N"], access="write")
     rows = f"P * ({COPY_ROWS})" if copies > 1 else "B * K"
