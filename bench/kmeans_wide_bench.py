@@ -47,13 +47,13 @@ def shapes():
     return out + [(s, True) for s in held]
 
 
-def precompile(procs: int) -> None:
-    """Every wide kernel the bench and the GPU tests launch (variants_used), compiled in parallel into the
-    NVRTC cubin cache ($CAKE_CACHE_DIR) that the library's runtime reads."""
+def precompile(procs: int, tests_only: bool = False) -> None:
+    """Every wide kernel the bench and the GPU tests launch (variants_used; tests_only: the GPU tests'),
+    compiled in parallel into the NVRTC cubin cache ($CAKE_CACHE_DIR) that the library's runtime reads."""
     from concurrent.futures import ProcessPoolExecutor
     from cakelib.variants import kmeans_name
     jobs = {}
-    for d, p in variants_used():
+    for d, p in variants_used(tests_only):
         for part in ("norms", "assign", "finalize"):
             key = (d, part, kmeans_name(p) if part == "assign" else p.get("copies", 1) if part == "finalize" else 0)
             jobs.setdefault(key, (d, part, p))
@@ -73,11 +73,11 @@ TEST_STREAMED = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64,
 TEST_TMA = {"kind": "wide", "mma": "wgmma", "points": "tma", "dc": 64, "bm": 128, "bn": 256, "stages": 4, "red": 4}
 
 
-def variants_used() -> list:
+def variants_used(tests_only: bool = False) -> list:
     """(D, variant) of every assignment the bench (pick, alt_forms) and the GPU tests run."""
     from cakelib.variants import kmeans_wide_params
     out = []
-    for (B, N, D, K), _ in shapes():
+    for (B, N, D, K), _ in ([] if tests_only else shapes()):
         pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
         out += [(D, pick), (D, {**pick, "copies": 1}), (D, previous_pick(D))] + ([(D, B2_FORM)] if pick["bm"] == 256 else [])
     for B, N, D, K in TEST_SHAPES:
@@ -344,9 +344,10 @@ def main():
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--deadline-s", type=float, default=150)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--tests-only", action="store_true", help="precompile: the GPU tests' kernels only")
     a = ap.parse_args()
     if a.mode == "precompile":
-        precompile(a.procs)
+        precompile(a.procs, a.tests_only)
     elif a.mode == "bench":
         bench(a.out, a.deadline_s, a.resume)
     else:

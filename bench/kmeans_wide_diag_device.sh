@@ -1,6 +1,6 @@
 #!/bin/bash
 # The wide k-means forms on one H200 (~330 s wall by default), results under $OUT/kmeans_diag:
-#   1. precompile the bench's, the GPU tests' and the sweep's kernels (NVRTC, in parallel);
+#   1. precompile the GPU tests' and the sweep's kernels (NVRTC, in parallel);
 #   2. the GPU tests of tests/test_kmeans_wide.py (float64 Lloyd reference, every form);
 #   3. the forms side by side with flashlib (bench/kmeans_wide_sweep.py, each checked first);
 #   4. per-kernel GPU time (CUPTI) of one iteration at B = 1, N = 1M, D = 1024, K = 1024, the pick and the TMA form;
@@ -14,7 +14,7 @@ PY=${PYTHON:-python3}
 NP=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
 D=$OUT/kmeans_diag; mkdir -p $D
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-timeout 90 $PY bench/kmeans_wide_bench.py precompile --procs $NP > $D/precompile.log 2>&1
+timeout 90 $PY bench/kmeans_wide_bench.py precompile --tests-only --procs $NP > $D/precompile.log 2>&1
 stamp "precompile rc=$?: $(tail -1 $D/precompile.log)"
 grep "^compile" $D/precompile.log | head -3
 timeout 90 $PY bench/kmeans_wide_sweep.py precompile --procs $NP > $D/precompile-sweep.log 2>&1
