@@ -32,6 +32,7 @@ TRAIN = [(1, M, 128, 1024), (1, 4 * M, 128, 4096), (16, 262144, 128, 1024), (1, 
          (32, 32768, 64, 512), (1, M, 128, 2048)]
 HELD = [(1, 3 * M, 128, 2048), (1, 400000, 384, 8192), (4, 500000, 64, 1024), (1, 131072, 768, 32768),
         (2, M, 160, 4096)]
+MIN_D = int(os.environ.get("KMEANS_MIN_D", "0"))   # a run of the shapes from this D only (a rule change there)
 TORCH_MAX_BYTES = 48 << 30      # torch's baseline materialises the [B, N, K] distances in fp16 and fp32
 CHECK_POINTS = 4096
 
@@ -77,7 +78,7 @@ def variants_used(tests_only: bool = False) -> list:
     """(D, variant) of every assignment the bench (pick, alt_forms) and the GPU tests run."""
     from cakelib.variants import kmeans_wide_params
     out = []
-    for (B, N, D, K), _ in ([] if tests_only else shapes()):
+    for (B, N, D, K), _ in ([] if tests_only else [s for s in shapes() if s[0][2] >= MIN_D]):
         pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
         out += [(D, pick), (D, {**pick, "copies": 1}), (D, previous_pick(D))] + ([(D, B2_FORM)] if pick["bm"] == 256 else [])
     for B, N, D, K in TEST_SHAPES:
@@ -90,12 +91,13 @@ def variants_used(tests_only: bool = False) -> list:
 
 
 def previous_pick(D: int) -> dict:
-    """The rule before vector reds and the streamed form: the resident point tile (the largest of 256 / 128 / 64
-    rows that fits), centroid tiles of 128 (64 past D = 768), scalar reds; timed beside the pick as the A/B."""
-    from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes
-    bn = 128 if D <= 768 else 64
-    bm = next((m for m in (256, 128, 64) if assign_smem_bytes(D, m, bn, ATOM, 4, "wgmma") <= SMEM_BYTES["sm_90a"]), 64)
-    return {"kind": "wide", "mma": "wgmma", "bm": bm, "bn": bn, "dc": ATOM, "stages": 4}
+    """The rule before the TMA form: from D = 768 the streamed form (128 x 256 centroids, 3 stages, cp.async
+    by the MMA warps), below it the resident form (the rule's own there); timed beside the pick as the A/B."""
+    from cakelib.variants import kmeans_wide_params
+    pick = kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": D, "arch": "sm_90a"})
+    if pick.get("points") != "tma":
+        return pick
+    return {**pick, "points": "streamed", "stages": 3}
 
 
 def _compile_one(job) -> str:
@@ -280,6 +282,8 @@ def bench(out: Path, deadline_s: float, resume: bool) -> None:
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}; {len(done)} shapes done, crashed: "
           f"{sorted(crashed)}", flush=True)
     for shape, held in shapes():
+        if shape[2] < MIN_D:
+            continue
         if shape in done:
             continue
         if time.time() > t_end:

@@ -373,7 +373,7 @@ KMEANS_FALLBACK = {"kind": "resident", "kmax": 256, "bm": 32, "bn": 64, "ctas": 
 KMEANS_WIDE_D = (32, 1024)
 KMEANS_WIDE_K_MAX = 65536
 KMEANS_TABLE_K_MAX = 256
-KMEANS_STREAMED_D = 768   # from this D the wgmma rule streams the points too (kmeans_wide_params)
+KMEANS_STREAMED_D = 768   # from this D the wgmma rule streams the points too, by TMA (kmeans_wide_params)
 KMEANS_ADDS_PER_COPY = 512   # points per cluster row of one copy of the sums (kmeans_wide_copies) ...
 KMEANS_COPIES_FROM = 4096    # ... from this many points per cluster on
 
@@ -399,10 +399,11 @@ def kmeans_wide_domain_error(shape: dict) -> str:
 def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     """The wide family's rule. mma "wgmma" (the default on sm_90a): below D = 768 the resident form, a point
     tile holding all of D (the largest of 256 / 128 / 64 rows whose shared memory fits) with centroid tiles of
-    128 streamed past it through a 4-stage ring of 64-dim swizzle atoms; from D = 768 the streamed form
-    (tasks/kmeans/wide_streamed.py: 128 points by 256 centroids, both streamed as atoms through a 3-stage
-    ring), since a resident tile of all of D leaves room for only 64 rows; both scatter the sums with
-    4-float vector reds (red.global.add.v4.f32). "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
+    128 streamed past it through a 4-stage ring of 64-dim swizzle atoms; from D = 768 the warp-specialized TMA
+    form (tasks/kmeans/wide_tma.py: 128 points by 256 centroids, both streamed as atoms by a TMA producer
+    through a 4-stage mbarrier ring), since a resident tile of all of D leaves room for only 64 rows (at
+    D = 256 / 512 the resident form stays ahead of it: 18.6 vs 19.9 ms, 19.0 vs 20.1); both scatter the sums
+    with 4-float vector reds (red.global.add.v4.f32). "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
     (tasks/kmeans/wide.chunk_of), largest point tile of 128 / 64 / 32, scalar reds. The forms side by side on
     the H200: bench/kmeans_wide_sweep.py, docs/perf-log.md."""
     from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes, chunk_of
@@ -410,7 +411,7 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
     copies = kmeans_wide_copies(shape)
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
-        return {"kind": "wide", "mma": mma, "points": "streamed", "bm": 128, "bn": 256, "dc": ATOM, "stages": 3,
+        return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
                 "red": 4, "copies": copies}
     if mma == "wgmma":
         dc, bn, stages, tiles = ATOM, 128, 4, (256, 128, 64)

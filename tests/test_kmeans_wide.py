@@ -133,8 +133,10 @@ def test_rule_fits_shared_memory_per_arch():
         return kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": D, "arch": arch}, mma)
     assert rule(128, "sm_90a")["mma"] == "wgmma" and rule(128, "sm_80")["mma"] == "sync"
     assert rule(512, "sm_90a").get("points") is None and rule(512, "sm_90a")["red"] == 4
-    for D in (768, 1024):       # a resident tile of all of D would leave 64 rows: the points stream too
-        assert rule(D, "sm_90a")["points"] == "streamed" and (rule(D, "sm_90a")["bm"], rule(D, "sm_90a")["bn"]) == (128, 256)
+    for D in (768, 1024):       # a resident tile of all of D would leave 64 rows: the points stream too, by TMA
+        p = rule(D, "sm_90a")
+        assert p["points"] == "tma" and (p["bm"], p["bn"], p["stages"]) == (128, 256, 4)
+        assert kmeans_wide_supports(p, {"B": 1, "N": 10, "K": 8, "D": D, "arch": "sm_90a"})
     assert rule(1024, "sm_90a", "sync").get("red", 1) == 1 and rule(128, "sm_80").get("red", 1) == 1
     assert rule(1024, "sm_90a", "sync")["bm"] == 64
     assert rule(1024, "sm_80")["bm"] == 32
