@@ -448,8 +448,8 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
                 and p.get("minb", 1) * streamed_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
     if p.get("points") == "tma":
         from tasks.kmeans.wide_tma import TMA_D_MIN, tma_smem_bytes
-        return (mma == "wgmma" and D >= TMA_D_MIN and p["bm"] in (64, 128) and 2 <= p["stages"] <= 8 and p.get("red", 1) in (1, 2, 4)
-                and tma_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
+        return (mma == "wgmma" and D >= TMA_D_MIN and p["bm"] in (64, 128) and 2 <= p["stages"] <= 8
+                and p.get("red", 1) in (1, 2, 4) and tma_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
     if p.get("red", 1) not in (1, 2, 4) or (p.get("red", 1) > 1 and arch != "sm_90a"):
         return False
     if mma == "sync" and D % p["dc"]:
@@ -489,8 +489,8 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
 
 def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
-    tasks/kmeans/wide_streamed.py) or `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py), `_b{minb}`, `_r{red}` (vector reds of `red` floats), `_p{copies}` (copies of
-    the sums, tasks/kmeans/wide.sums_row). Table family:
+    tasks/kmeans/wide_streamed.py) or `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py), `_b{minb}`, `_r{red}`
+    (vector reds of `red` floats), `_p{copies}` (copies of the sums, tasks/kmeans/wide.sums_row). Table family:
     `update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
@@ -502,7 +502,8 @@ def kmeans_name(p: dict) -> str:
     sequence, `_a2u`), `chains: c` (the argmin's running bests per row, topk `chains`) `_ch{c}`."""
     if p.get("kind") == "wide":
         return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
-            + {"streamed": "_st", "tma": "_tma"}.get(p.get("points"), "") + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") \
+            + {"streamed": "_st", "tma": "_tma"}.get(p.get("points"), "") \
+            + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
