@@ -2,7 +2,7 @@
 finalize) from CUPTI (torch.profiler), per shape, for the rule's pick and any variants given as JSON.
 
     python bench/kmeans_wide_parts.py --shape 1 1048576 1024 1024 [--variant '{"kind": "wide", ...}'] [--reps 5]
-    python bench/kmeans_wide_parts.py --shape ... --ncu      # one checked-free warm call then one iteration, for ncu
+    python bench/kmeans_wide_parts.py --shape ... --ncu      # two one-iteration calls only (ncu skips the first)
 """
 from __future__ import annotations
 

@@ -154,8 +154,9 @@ def _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters) -> list:
             for part in build}
     stream = arrays.stream_of(xa)
     R = B * k
+    rows = copy_rows(R, D, copies)
     ws = {n: rt.workspace(f"kmeans_wide.{n}", shape, dt, stream) for n, shape, dt in (
-        ("WS", (copy_rows(R, D, copies), D), "f32"), ("WC", (copy_rows(R, D, copies), 1), "f32"), ("CN", (1, R), "f32"))}
+        ("WS", (rows, D), "f32"), ("WC", (rows, 1), "f32"), ("CN", (1, R), "f32"))}
     c16 = [arrays.empty_like_kind(xa, (R, D), "f16") for _ in range(2)]
     a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((R, D))
     X = xa.reshaped((B * N, D))

@@ -128,9 +128,14 @@ def slice_of(red: int) -> int:
 COPIES = (1, 2, 4, 8)
 
 
-# Rows per copy of the sums: B K rounded up to the finalize's rows per CTA (FR), so that no finalize CTA's
-# block reaches into the next copy (its zeroing would race with that copy's reader).
-COPY_ROWS = "cdiv(B * K, FR) * FR"
+def copy_stride(rows: str, per_cta: str) -> str:
+    """Rows per copy of the sums (an index expression): `rows` clusters rounded up to the finalize's rows per
+    CTA, so that no finalize CTA's block reaches into the next copy (its zeroing would race with that copy's
+    reader). `copy_rows` is the same count on the host."""
+    return f"cdiv({rows}, {per_cta}) * {per_cta}"
+
+
+COPY_ROWS = copy_stride("B * K", "FR")      # in the assignment kernels (FR = finalize_rows(D))
 
 
 def sums_row(copies: int) -> str:
@@ -140,7 +145,7 @@ def sums_row(copies: int) -> str:
 
 
 def copy_rows(r: int, d: int, copies: int) -> int:
-    """Rows of the sums workspace for r = B K clusters at D = d (COPY_ROWS per copy)."""
+    """Rows of the sums workspace for r = B K clusters at D = d (copy_stride per copy)."""
     if copies == 1:
         return r
     fr = finalize_rows(d)
@@ -253,7 +258,7 @@ def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80", copies: int = 1):
     kb.const(D=d, RB=rows, P=copies)
     kb.scalar("R", min=1)
     kb.tensor("C", "f16", ["R", "D"])
-    rows_all = "P * (cdiv(R, RB) * RB)" if copies > 1 else "R"      # copy_rows: a copy every cdiv(R, RB) RB rows
+    rows_all = f"P * ({copy_stride('R', 'RB')})" if copies > 1 else "R"
     kb.tensor("WS", "f32", [rows_all, "D"], access="readwrite")
     kb.tensor("WC", "f32", [rows_all, 1], access="readwrite")
     kb.tensor("Cnew", "f32", ["R", "D"], access="write")
@@ -267,7 +272,7 @@ def kmeans_wide_finalize(d: int = 128, arch: str = "sm_80", copies: int = 1):
     with kb.role("main", warps=(0, threads // 32)) as r:
         r.let("k0", "bid.x * RB")
         if copies > 1:
-            r.let("rp", "cdiv(R, RB) * RB")
+            r.let("rp", copy_stride("R", "RB"))
         r.ldg(tile("WS", ["k0", 0], [rows, d]), tile("fs"), oob="zfill", vec_bytes=4)
         r.ldg(tile("WC", ["k0", 0], [rows, 1]), tile("fc"), oob="zfill", vec_bytes=4)
         for c in range(1, copies):
