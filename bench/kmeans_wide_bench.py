@@ -68,7 +68,7 @@ def precompile(procs: int, tests_only: bool = False) -> None:
 
 # tests/test_kmeans_wide.py test_wide_kmeans_matches_float64's shapes and forms (what its GPU run compiles)
 TEST_SHAPES = [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030), (1, 2000, 1024, 129), (3, 999, 64, 77),
-               (1, 20011, 128, 2048)]
+               (1, 20011, 128, 2048), (1, 9001, 64, 2500)]
 TEST_STREAMED = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "bm": 128, "bn": 128, "stages": 4,
                  "red": 4}
 TEST_TMA = {"kind": "wide", "mma": "wgmma", "points": "tma", "dc": 64, "bm": 128, "bn": 256, "stages": 4, "red": 4}
@@ -80,7 +80,8 @@ def variants_used(tests_only: bool = False) -> list:
     out = []
     for (B, N, D, K), _ in ([] if tests_only else [s for s in shapes() if s[0][2] >= MIN_D]):
         pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
-        out += [(D, pick), (D, {**pick, "copies": 1}), (D, previous_pick(D))] + ([(D, B2_FORM)] if pick["bm"] == 256 else [])
+        out += [(D, pick), (D, {**pick, "copies": 1}), (D, previous_pick(B, N, D, K))] \
+            + ([(D, paired_form(pick))] if pick["bm"] == 256 and D <= 128 else [])
     for B, N, D, K in TEST_SHAPES:
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
         pick = kmeans_wide_params(s)
@@ -90,14 +91,23 @@ def variants_used(tests_only: bool = False) -> list:
     return out
 
 
-def previous_pick(D: int) -> dict:
-    """The rule before the TMA form: from D = 768 the streamed form (128 x 256 centroids, 3 stages, cp.async
-    by the MMA warps), below it the resident form (the rule's own there); timed beside the pick as the A/B."""
+def previous_pick(B: int, N: int, D: int, K: int) -> dict:
+    """The rule of the last grid (bench/results/kmeans-wide-h200.json), timed beside the pick as the A/B: from
+    D = 768 the streamed form (128 x 256 centroids, 3 stages, cp.async by the MMA warps), below it the resident
+    form with one CTA of the largest tile per SM (no pairing at small D and K)."""
     from cakelib.variants import kmeans_wide_params
-    pick = kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": D, "arch": "sm_90a"})
-    if pick.get("points") != "tma":
-        return pick
-    return {**pick, "points": "streamed", "stages": 3}
+    pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
+    if pick.get("points") == "tma":
+        return {**pick, "points": "streamed", "stages": 3}
+    if pick.get("minb", 1) > 1:
+        return {**kmeans_wide_params({"B": B, "N": N, "K": 1 << 16, "D": D, "arch": "sm_90a"}),
+                "copies": pick["copies"]}
+    return pick
+
+
+def paired_form(pick: dict) -> dict:
+    """The resident form at two CTAs of 128 points per SM (the rule's pick up to D = 128 and K = 2048)."""
+    return {**pick, "bm": 128, "bn": 128, "stages": 4, "minb": 2}
 
 
 def _compile_one(job) -> str:
@@ -156,7 +166,7 @@ def check_step(x, c0, A, Cn) -> str:
     return ""
 
 
-B2_FORM = {"kind": "wide", "mma": "wgmma", "bm": 128, "bn": 128, "dc": 64, "stages": 2, "minb": 2}
+B2_FORM = {"kind": "wide", "mma": "wgmma", "bm": 128, "bn": 128, "dc": 64, "stages": 2, "minb": 2}   # the GPU tests' "b2"
 
 
 def guarded(fn) -> str:
@@ -186,8 +196,8 @@ def context_or_exit() -> None:
 
 def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
     """On training shapes of the wide family while time allows: the previous rule's pick (previous_pick), the
-    pick with one copy of the sums where it takes more, and where the pick takes 256-point tiles, two CTAs of
-    128 points per SM, each checked like the pick ->
+    pick with one copy of the sums where it takes more, and where the pick takes 256-point tiles up to D = 128,
+    two CTAs of 128 points per SM (paired_form), each checked like the pick ->
     {name: variant} of those that pass (row["check_alt"] records every check)."""
     from cakelib import kmeans
     from cakelib.variants import kmeans_name, kmeans_wide_params
@@ -196,11 +206,11 @@ def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
     B, N, D = x.shape
     K = c0.shape[1]
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
-    forms = {"cakelib-prev": previous_pick(D)}
+    forms = {"cakelib-prev": previous_pick(B, N, D, K)}
     if pick["copies"] > 1:      # the copies' A/B: the pick with one copy of the sums
         forms["cakelib-p1"] = {**pick, "copies": 1}
-    if pick["bm"] == 256:
-        forms["cakelib-b2"] = B2_FORM       # a CTA's scatter runs under the other's wgmma
+    if pick["bm"] == 256 and D <= 128:
+        forms["cakelib-b2"] = paired_form(pick)     # a CTA's scatter runs under the other's wgmma
     out, row["check_alt"] = {}, {}
     for name, p in forms.items():
         row["check_alt"][name] = (kmeans_name(p), guarded(

@@ -23,15 +23,22 @@ from kmeans_wide_bench import ITERS, M, check_step, guarded, make_inputs  # noqa
 # D = 128 at K 1024-4096
 SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (2, 131072, 512, 4096),
           (1, 500000, 256, 4096), (1, M, 64, 256), (1, M, 128, 1024), (1, M, 128, 4096), (1, M, 32, 1024),
-          (1, M, 64, 512)]
+          (1, M, 64, 512), (16, 262144, 128, 1024), (1, M, 128, 2048), (1, 262144, 128, 16384),
+          (1, 2 * M, 64, 8192), (4, 262144, 96, 2048)]
 
 
-def forms(D: int) -> dict:
-    """name -> variant: the rule's pick, and from D = 256 the streamed form (tasks/kmeans/wide_streamed.py) and the
-    warp-specialized TMA form's candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds."""
+def forms(D: int, N: int = M, K: int = 1024, B: int = 1) -> dict:
+    """name -> variant: the rule's pick; up to D = 128 the resident form at two CTAs per SM (minb 2: one CTA's
+    point load, argmin and scatter under the other's wgmma); from D = 256 the streamed form
+    (tasks/kmeans/wide_streamed.py) and the warp-specialized TMA form's candidates (tasks/kmeans/wide_tma.py),
+    all with 4-float vector reds."""
     from cakelib.variants import kmeans_wide_params
-    pick = kmeans_wide_params({"B": 1, "N": M, "K": 1024, "D": D, "arch": "sm_90a"})
+    pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
     out = {"pick": pick}
+    if D <= 128:
+        b2 = {"kind": "wide", "mma": "wgmma", "dc": 64, "stages": 4, "minb": 2, "red": 4, "copies": pick["copies"]}
+        out.update({"b2_256x64": {**b2, "bm": 256, "bn": 64}, "b2_128x128": {**b2, "bm": 128, "bn": 128},
+                    "b2_128x64": {**b2, "bm": 128, "bn": 64}, "b2_64x128": {**b2, "bm": 64, "bn": 128}})
     if D >= 256:
         st = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "red": 4}
         tma = {**st, "points": "tma"}
@@ -42,22 +49,34 @@ def forms(D: int) -> dict:
     return out
 
 
-def precompile(procs: int) -> None:
+def shapes(max_d: int) -> list:
+    return [s for s in SHAPES if s[2] <= max_d]
+
+
+def precompile(procs: int, max_d: int) -> None:
     from concurrent.futures import ProcessPoolExecutor
-    jobs = [(D, name) for D in sorted({s[2] for s in SHAPES}) for name in forms(D)]
+    from cakelib.variants import kmeans_name
+    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d) for name, p in forms(*_dnkb(s)).items()}
+    jobs = list(unique.values())
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
-        for (D, name), err in zip(jobs, ex.map(_compile_one, jobs)):
-            print(f"compile D={D} {name}: {err or 'ok'}", flush=True)
+        for (shape, name), err in zip(jobs, ex.map(_compile_one, jobs)):
+            print(f"compile {shape} {name}: {err or 'ok'}", flush=True)
     print(f"precompiled {len(jobs)} forms in {time.time() - t0:.1f} s", flush=True)
 
 
+def _dnkb(shape) -> tuple:
+    B, N, D, K = shape
+    return D, N, K, B
+
+
 def _compile_one(job) -> str:
-    D, name = job
+    shape, name = job
+    D = shape[2]
     try:
         from cake_ir.compiler import compile_ir
         from cakelib.variants import kmeans_wide_kernels
-        kern = kmeans_wide_kernels(forms(D)[name], D, "sm_90a")
+        kern = kmeans_wide_kernels(forms(*_dnkb(shape))[name], D, "sm_90a")
         errs = []
         for part in ("assign", "norms", "finalize"):
             r = compile_ir(kern[part](), arch="sm_90a")
@@ -82,7 +101,7 @@ def sweep_shape(shape, deadline: float) -> dict:
     fl = kmeans_baselines().get("flashlib")
     if fl is not None:
         row["ms"]["flashlib"] = timed(lambda: fl(x, c0, ITERS), flush, reps=3, warmup=1)["ms_median"]
-    for name, p in forms(D).items():
+    for name, p in forms(*_dnkb(shape)).items():
         if time.time() > deadline:
             row["ms"][name] = "skipped: deadline"
             continue
@@ -96,12 +115,12 @@ def sweep_shape(shape, deadline: float) -> dict:
     return row
 
 
-def sweep(out: Path, deadline_s: float) -> None:
+def sweep(out: Path, deadline_s: float, max_d: int) -> None:
     import torch
     t_end = time.time() + deadline_s
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "command": " ".join(sys.argv),
            "timing": "CUDA events, median of 3 after a warm call, L2 flushed + spin kernel", "rows": []}
-    for shape in SHAPES:
+    for shape in shapes(max_d):
         if time.time() > t_end:
             break
         doc["rows"].append(sweep_shape(shape, t_end))
@@ -126,11 +145,12 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("/tmp/kmeans-wide-sweep.json"))
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--deadline-s", type=float, default=240)
+    ap.add_argument("--max-d", type=int, default=1024, help="only the shapes with D up to this")
     a = ap.parse_args()
     if a.mode == "precompile":
-        precompile(a.procs)
+        precompile(a.procs, a.max_d)
     else:
-        sweep(a.out, a.deadline_s)
+        sweep(a.out, a.deadline_s, a.max_d)
 
 
 if __name__ == "__main__":

@@ -376,6 +376,8 @@ KMEANS_TABLE_K_MAX = 256
 KMEANS_STREAMED_D = 768   # from this D the wgmma rule streams the points too, by TMA (kmeans_wide_params)
 KMEANS_ADDS_PER_COPY = 512   # points per cluster row of one copy of the sums (kmeans_wide_copies) ...
 KMEANS_COPIES_FROM = 4096    # ... from this many points per cluster on
+KMEANS_PAIRED_MAX_D = 128    # up to this D and ...
+KMEANS_PAIRED_MAX_K = 2048   # ... this K the wgmma rule runs two CTAs of 128 points per SM (kmeans_wide_params)
 
 
 def kmeans_family(shape: dict) -> str:
@@ -405,7 +407,10 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     D = 256 / 512 the resident form stays ahead of it: 18.6 vs 19.9 ms, 19.0 vs 20.1); both scatter the sums
     with 4-float vector reds (red.global.add.v4.f32). "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
     (tasks/kmeans/wide.chunk_of), largest point tile of 128 / 64 / 32, scalar reds. The forms side by side on
-    the H200: bench/kmeans_wide_sweep.py, docs/perf-log.md."""
+    the H200: bench/kmeans_wide_sweep.py, docs/perf-log.md. Up to D = 128 and K = 2048 the resident form runs
+    two CTAs of 128 points per SM (minb 2), so one CTA's point load, argmin and scatter run under the other's
+    wgmma (H100: 6.75 vs 7.52 ms at N = 1M, D = 128, K = 1024; 1.98 vs 2.42 at D = 64, K = 256); from K = 4096
+    the doubled centroid reads from L2 cost as much as that buys (25.5 vs 25.4 ms at D = 128, K = 4096)."""
     from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes, chunk_of
     D, arch = shape.get("D", 128), shape.get("arch", "sm_90a")
     mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
@@ -413,6 +418,9 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
         return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
                 "red": 4, "copies": copies}
+    if mma == "wgmma" and D <= KMEANS_PAIRED_MAX_D and shape.get("K", 1024) <= KMEANS_PAIRED_MAX_K:
+        return {"kind": "wide", "mma": mma, "bm": 128, "bn": 128, "dc": ATOM, "stages": 4, "minb": 2, "red": 4,
+                "copies": copies}
     if mma == "wgmma":
         dc, bn, stages, tiles = ATOM, 128, 4, (256, 128, 64)
     else:

@@ -38,8 +38,8 @@ def test_wide_kernels_verify_and_compile(D, arch, mma):
         assert not kmeans_wide_supports(kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": "sm_90a"}),
                                         {"B": 1, "N": 1 << 20, "K": 1024, "D": D, "arch": arch})
         return
-    picks = [kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, mma) for K in (1024, 65536)]
-    assert picks[0] == picks[1]     # K enters the rule only through the copies (from N / K = 4096)
+    picks = [kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, mma) for K in (4096, 65536)]
+    assert picks[0] == picks[1]     # K enters the rule through the copies (from N / K = 4096) and up to K = 2048
     p = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": arch}, mma)
     assert p["mma"] == mma
     for K in (1024, 65536):
@@ -148,6 +148,21 @@ def test_rule_fits_shared_memory_per_arch():
         wide.kmeans_wide_assign_wgmma(768, bm=128)
     assert not kmeans_wide_supports({"kind": "wide", "bm": 128, "bn": 64, "dc": 128, "stages": 3},
                                     {"B": 1, "N": 1 << 20, "K": 4096, "D": 1024, "arch": "sm_90a"})
+
+
+def test_rule_pairs_ctas_at_small_d_and_k():
+    """Up to D = 128 and K = 2048 two CTAs of 128 points per SM (one's scatter under the other's wgmma); from
+    K = 4096, or past D = 128, one CTA of the largest tile; never on sm_80's mma.sync form."""
+    def rule(D, K, arch="sm_90a"):
+        return kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch})
+    for D, K in ((32, 1024), (64, 256), (128, 2048)):
+        p = rule(D, K)
+        assert (p["bm"], p["bn"], p["stages"], p.get("minb"), p["red"]) == (128, 128, 4, 2, 4), (D, K, p)
+        assert kmeans_wide_supports(p, {"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": "sm_90a"})
+    assert rule(64, 256)["copies"] == 8          # the copies of the sums ride along
+    for D, K in ((128, 4096), (256, 1024), (64, 8192)):
+        assert rule(D, K).get("minb", 1) == 1 and rule(D, K)["bm"] == 256, (D, K)
+    assert rule(64, 256, "sm_80").get("minb", 1) == 1
 
 
 def test_family_rule_and_domain_errors():
@@ -271,7 +286,8 @@ def _gpu():
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
-                                     (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048)])
+                                     (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
+                                     (1, 9001, 64, 2500)])
 def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     import torch
     from cakelib import kmeans
