@@ -315,7 +315,7 @@ def bench(out: Path, deadline_s: float, resume: bool) -> None:
 
 
 def summary(out: Path) -> None:
-    """rows.jsonl -> kmeans-wide-h200.json (GPU, versions, command, rows) and the table, printed last."""
+    """rows.jsonl -> kmeans-wide.json (GPU, versions, command, rows) and the table, printed last."""
     import math
     rows = [json.loads(ln) for ln in (out / "rows.jsonl").read_text().splitlines()] if (out / "rows.jsonl").exists() else []
     vers = {}
@@ -331,7 +331,7 @@ def summary(out: Path) -> None:
         gpu = None
     doc = {"gpu": gpu, "versions": vers,
            "command": "bash bench/kmeans_wide_device.sh", "iters": ITERS, "rows": rows}
-    (out / "kmeans-wide-h200.json").write_text(json.dumps(doc, indent=1))
+    (out / "kmeans-wide.json").write_text(json.dumps(doc, indent=1))
 
     def fmt(v):
         return f"{v:9.2f}" if isinstance(v, float) else f"{str(v)[:9]:>9}"

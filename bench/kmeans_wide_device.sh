@@ -1,11 +1,11 @@
 #!/bin/bash
-# The wide k-means family on one H200 (200 s wall by default, deadline-guarded), results under $OUT/kmeans_wide:
+# The wide k-means family on one GPU (H100 / H200) (200 s wall by default, deadline-guarded), results under $OUT/kmeans_wide:
 #   1. precompile the family's kernels for every benchmarked D (NVRTC, in parallel, into $CAKE_CACHE_DIR);
 #   2. correctness: the GPU-marked tests of tests/test_kmeans_wide.py (float64 numpy Lloyd reference) in a child;
 #   3. per shape (20 training + 5 held-out): one checked iteration (float64 on the GPU), then 10 Lloyd
 #      iterations from the same centroids timed for cakelib, flashlib, flash-kmeans and torch (tol=-1); rows
 #      appended to rows.jsonl as they finish; a faulting run is resumed without cakelib on the shape it crashed;
-#   4. kmeans-wide-h200.json (GPU, versions, command, rows) and the table, printed last.
+#   4. kmeans-wide.json (GPU, versions, command, rows) and the table, printed last.
 #     OUT=/some/dir bash bench/kmeans_wide_device.sh [TOTAL_S=200]
 set -u
 T0=$(date +%s)
