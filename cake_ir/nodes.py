@@ -556,6 +556,10 @@ class ScatterAdd(Node):
         default=1, description="f32 columns per global red instruction (red.global.add.v2/.v4.f32, sm_90 and "
                                "later): each lane adds vec consecutive columns of a row at once, the row's start "
                                "provably 4 vec-byte aligned (E-ATOM-02)")
+    load_vec: bool = Field(
+        default=False, description="vec 4 with an f16 / bf16 src: each group's four src elements read by one 8-byte "
+                                   "load where they are contiguous and 8-byte aligned (checked per group at run time, "
+                                   "else one by one)")
 
 
 class OneHot(Node):

@@ -417,10 +417,10 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     copies = kmeans_wide_copies(shape)
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
         return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
-                "red": 4, "copies": copies}
+                "red": 4, "copies": copies, "lv": True}
     if mma == "wgmma" and D <= KMEANS_PAIRED_MAX_D and shape.get("K", 1024) <= KMEANS_PAIRED_MAX_K:
         return {"kind": "wide", "mma": mma, "bm": 128, "bn": 128, "dc": ATOM, "stages": 4, "minb": 2, "red": 4,
-                "copies": copies}
+                "copies": copies, "lv": True}
     if mma == "wgmma":
         dc, bn, stages, tiles = ATOM, 128, 4, (256, 128, 64)
     else:
@@ -428,7 +428,7 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
     bm = next((m for m in tiles if assign_smem_bytes(D, m, bn, dc, stages, mma) <= cap), tiles[-1])
     p = {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages, "copies": copies}
-    return {**p, "red": 4} if mma == "wgmma" else p
+    return {**p, "red": 4, "lv": True} if mma == "wgmma" else p
 
 
 def kmeans_wide_copies(shape: dict) -> int:
@@ -448,7 +448,7 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
     D, arch, mma = shape.get("D", 128), shape.get("arch", "sm_90a"), p.get("mma", "sync")
     if kmeans_wide_domain_error(shape) or shape["B"] < 1 or (mma == "wgmma" and arch != "sm_90a"):
         return False
-    if p.get("copies", 1) not in (1, 2, 4, 8):
+    if p.get("copies", 1) not in (1, 2, 4, 8) or (p.get("lv") and p.get("red", 1) != 4):
         return False
     if p.get("points") == "streamed":
         from tasks.kmeans.wide_streamed import streamed_smem_bytes
@@ -470,27 +470,27 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
     """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync, wgmma, streamed or TMA),
     finalize (summing the variant's copies of the sums)."""
     from tasks.kmeans import wide
-    red, copies = p.get("red", 1), p.get("copies", 1)
+    red, copies, lv = p.get("red", 1), p.get("copies", 1), p.get("lv", False)
     if p.get("points") == "streamed":
         from tasks.kmeans.wide_streamed import kmeans_wide_assign_streamed
 
         def assign():
             return kmeans_wide_assign_streamed(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red,
-                                               minb=p.get("minb", 1), arch=arch, copies=copies)
+                                               minb=p.get("minb", 1), arch=arch, copies=copies, lv=lv)
     elif p.get("points") == "tma":
         from tasks.kmeans.wide_tma import kmeans_wide_assign_tma
 
         def assign():
             return kmeans_wide_assign_tma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red, arch=arch,
-                                          copies=copies)
+                                          copies=copies, lv=lv)
     elif p.get("mma", "sync") == "wgmma":
         def assign():
             return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
-                                                 arch=arch, red=red, copies=copies)
+                                                 arch=arch, red=red, copies=copies, lv=lv)
     else:
         def assign():
             return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch,
-                                           red=red, copies=copies)
+                                           red=red, copies=copies, lv=lv)
     return {"norms": lambda: wide.kmeans_wide_norms(d, arch=arch), "assign": assign,
             "finalize": lambda: wide.kmeans_wide_finalize(d, arch=arch, copies=copies)}
 
@@ -498,7 +498,8 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
 def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
     tasks/kmeans/wide_streamed.py) or `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py), `_b{minb}`, `_r{red}`
-    (vector reds of `red` floats), `_p{copies}` (copies of the sums, tasks/kmeans/wide.sums_row). Table family:
+    (vector reds of `red` floats), `_p{copies}` (copies of the sums, tasks/kmeans/wide.sums_row), `_lv` (`lv`: the
+    scatter reads its points 4 halves per load). Table family:
     `update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
@@ -512,7 +513,8 @@ def kmeans_name(p: dict) -> str:
         return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
             + {"streamed": "_st", "tma": "_tma"}.get(p.get("points"), "") \
             + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") \
-            + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "")
+            + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "") \
+            + ("_lv" if p.get("lv") else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

@@ -128,6 +128,29 @@ def test_vector_reds_need_sm_90a():
     assert "cake::red_add_global_v2(" in compile_ir(k, arch="sm_90a").cuda_source
 
 
+@pytest.mark.parametrize("form", ["sync", "wgmma", "paired", "streamed", "tma"])
+def test_scatter_vector_loads_verify_and_compile(form):
+    """lv: the scatter reads each red.v4's four halves with one 8-byte load where they are contiguous and aligned
+    (cake::ld_u16x4 tests the addresses), from the smem tile (sync / wgmma / paired) or global memory (streamed,
+    tma); the same registers as without it, no spill beyond the form's own."""
+    D = 768 if form in ("streamed", "tma") else 128
+    base = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 4096 if form == "wgmma" else 1024, "D": D,
+                               "arch": "sm_90a"}, "sync" if form == "sync" else "")
+    p = {**base, "red": 4, "lv": True, **({"points": "streamed", "bm": 128, "bn": 256, "stages": 3}
+                                           if form == "streamed" else {})}
+    assert kmeans_name(p).endswith("_lv") and kmeans_wide_supports(p, {"B": 1, "N": 10, "K": 8, "D": D, "arch": "sm_90a"})
+    k = kmeans_wide_kernels(p, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok and "cake::ld_u16x4(" in r.cuda_source
+    r0 = compile_ir(kmeans_wide_kernels({**p, "lv": False}, D, "sm_90a")["assign"](), arch="sm_90a")
+    assert "cake::ld_u16x4(" not in r0.cuda_source
+    assert r.resources["spill_store_bytes"] <= r0.resources["spill_store_bytes"]
+    assert not kmeans_wide_supports({**p, "red": 2}, {"B": 1, "N": 10, "K": 8, "D": D, "arch": "sm_90a"})
+    with pytest.raises(ValueError, match="lv"):
+        wide.kmeans_wide_assign_wgmma(128, red=2, lv=True)
+
+
 def test_rule_fits_shared_memory_per_arch():
     def rule(D, arch, mma=""):
         return kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": D, "arch": arch}, mma)
@@ -284,7 +307,7 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "nolv"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -300,9 +323,9 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     if mma.startswith("tma") and D < 64:
         pytest.skip("the TMA form runs from D = 64 (a 64-dim box)")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
-    variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
+    variant = {"b2": B2, "red1": {**pick, "red": 1, "lv": False}, "streamed": STREAMED,          # red1: scalar reds
                "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
-               "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}}.get(mma, pick)
+               "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "nolv": {**pick, "lv": False}}.get(mma, pick)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()

@@ -2103,15 +2103,23 @@ class Emitter:
         w.open(f"for (int cake_i = 0; cake_i < {G}; ++cake_i)")
         rot = f"(cake_i + cake_lane) & {G - 1}" if G & (G - 1) == 0 else f"(cake_i + cake_lane) % {G}"
         w.line(f"const int cake_c = cake_q * {CQ} + {V} * ({rot});")
-        xs = []
-        for j in range(V):
-            ssp, sptr = self.elem_ptr(src, "cake_r", f"cake_c + {j}", path)
-            x = f"(*{sptr})" if ssp == "global" else \
-                f"(*reinterpret_cast<const {STORAGE[src.dtype]}*>(cake_smem + ({sptr} - cake_smem_base)))"
-            xs.append(self.from_storage(src.dtype, x))
+        ptrs = [self.src_elem(src, j, path) for j in range(V)]
+        if st.load_vec and V == 4 and src.dtype in ("f16", "bf16"):
+            w.line("unsigned short cake_h[4];")
+            w.line(f"cake::ld_u16x4({', '.join(ptrs)}, cake_h[0], cake_h[1], cake_h[2], cake_h[3]);", path)
+            xs = [self.from_storage(src.dtype, f"cake_h[{j}]") for j in range(V)]
+        else:
+            xs = [self.from_storage(src.dtype, f"(*{p})") for p in ptrs]
         _, dptr = self.elem_ptr(dst, "cake_t", "cake_c", path)
         w.line(f"cake::red_add_global_v{V}({dptr}, {', '.join(xs)});", path)
         w.close()
+
+    def src_elem(self, src, j: int, path) -> str:
+        """A typed pointer to column cake_c + j of scatter_add's src row cake_r (global, or smem by its offset)."""
+        ssp, sptr = self.elem_ptr(src, "cake_r", f"cake_c + {j}", path)
+        if ssp == "global":
+            return f"({sptr})"
+        return f"reinterpret_cast<const {STORAGE[src.dtype]}*>(cake_smem + ({sptr} - cake_smem_base))"
 
     @_robust
     def s_RedAdd(self, st: RedAdd, path):

@@ -456,6 +456,18 @@ __device__ __forceinline__ void red_add_global_v4(float* p, float a, float b, fl
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 #endif
+// Four 16-bit elements (f16 / bf16 storage) by one 8-byte load where they are contiguous and 8-byte aligned,
+// else one by one: the test is on the addresses, so any layout reads right (scatter_add load_vec).
+__device__ __forceinline__ void ld_u16x4(const unsigned short* p0, const unsigned short* p1, const unsigned short* p2,
+                                         const unsigned short* p3, unsigned short& a, unsigned short& b,
+                                         unsigned short& c, unsigned short& d) {
+  if (p1 == p0 + 1 && p2 == p0 + 2 && p3 == p0 + 3 && (reinterpret_cast<unsigned long long>(p0) & 7ull) == 0) {
+    const unsigned long long u = *reinterpret_cast<const unsigned long long*>(p0);
+    a = (unsigned short)u; b = (unsigned short)(u >> 16); c = (unsigned short)(u >> 32); d = (unsigned short)(u >> 48);
+  } else {
+    a = *p0; b = *p1; c = *p2; d = *p3;
+  }
+}
 __device__ __forceinline__ void red_add_global(int* p, int v) {
   asm volatile("red.global.add.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }

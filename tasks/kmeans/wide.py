@@ -114,9 +114,10 @@ def _load_step(r, g: str, bn: int, dc: int, stages: int) -> None:
                tile("cn", slot=f"(({g}) / NCH) % {stages}"), oob="zfill", vec_bytes=4)
 
 
-def suffix(red: int, copies: int) -> str:
-    """The assignment kernels' name suffix: vector reds `_r{red}`, copies of the sums `_p{copies}`."""
-    return (f"_r{red}" if red > 1 else "") + (f"_p{copies}" if copies > 1 else "")
+def suffix(red: int, copies: int, lv: bool = False) -> str:
+    """The assignment kernels' name suffix: vector reds `_r{red}`, copies of the sums `_p{copies}`, the
+    scatter's points read 4 halves per load `_lv`."""
+    return (f"_r{red}" if red > 1 else "") + (f"_p{copies}" if copies > 1 else "") + ("_lv" if lv else "")
 
 
 def slice_of(red: int) -> int:
@@ -157,12 +158,14 @@ def check_copies(copies: int) -> None:
         raise ValueError(f"kmeans (wide): copies of the sums is one of {COPIES} (got {copies})")
 
 
-def check_red(red: int, arch: str) -> None:
+def check_red(red: int, arch: str, lv: bool = False) -> None:
     if red not in (1, 2, 4) or (red > 1 and arch != "sm_90a"):
         raise ValueError(f"kmeans (wide): red is 1, or 2 / 4 floats per vector red on sm_90a (got {red} on {arch})")
+    if lv and red != 4:
+        raise ValueError(f"kmeans (wide): lv (the scatter's 4 halves per load) goes with red 4 (got red {red})")
 
 
-def _scatter_points(r, d: int, red: int, copies: int) -> None:
+def _scatter_points(r, d: int, red: int, copies: int, lv: bool = False) -> None:
     """WS[a_j] += X[j], WC[a_j] += 1 for the warp's 16 points (skipping rows past N): slices of 8 dims
     (red 4: 16), a quad's 4 lanes adding into one row's consecutive floats per instruction."""
     w = slice_of(red)
@@ -170,18 +173,19 @@ def _scatter_points(r, d: int, red: int, copies: int) -> None:
     with r.for_("sc", 0, d // w, id="scatter_slices"):
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="n0 + wm0", row_limit="N",
-              vec=red)
+              vec=red, load_vec=lv)
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")
 
 
 def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, stages: int = 3,
-                       arch: str = "sm_80", red: int = 1, copies: int = 1):
+                       arch: str = "sm_80", red: int = 1, copies: int = 1, lv: bool = False):
     """Assignment (streamed centroid tiles, D in chunks) + global scatter of the sums; grid
     (cdiv(N, BM), B), a CTA per point tile. dc = 0: `chunk_of(d)`; red: floats per global red (2 / 4:
-    vector reds, sm_90a); copies: of the sums (sums_row)."""
+    vector reds, sm_90a); copies: of the sums (sums_row); lv: the scatter reads its points 4 halves per load
+    (scatter_add load_vec, red 4)."""
     check_d(d)
-    check_red(red, arch)
+    check_red(red, arch, lv)
     check_copies(copies)
     dc = dc or chunk_of(d)
     if bm % 16 or not 16 <= bm <= 256 or bn % 16 or not 16 <= bn <= 128 or dc not in (32, 64, 128) or stages < 2:
@@ -193,7 +197,7 @@ def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, s
                          f"stages={stages} exceed {arch}'s {SMEM_BYTES.get(arch, SMEM_BYTES['sm_80'])}")
     nch = padded(d, dc) // dc
     warps = bm // 16
-    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_c{dc}_s{stages}" + suffix(red, copies), arch=arch, grid=["cdiv(N, BM)", "B"],
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_c{dc}_s{stages}" + suffix(red, copies, lv), arch=arch, grid=["cdiv(N, BM)", "B"],
                        threads=32 * warps,
                        note="wide k-means assignment: streamed centroid chunks, mma.sync argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=dc, NCH=nch)
@@ -231,7 +235,7 @@ def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, s
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points(r, d, red, copies)
+        _scatter_points(r, d, red, copies, lv)
     return kb.build()
 
 
@@ -300,7 +304,7 @@ ATOM = 64   # f16 elements per 128-byte swizzle row: the wgmma form's D chunk
 
 
 def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages: int = 4, minb: int = 1,
-                             arch: str = "sm_90a", red: int = 1, copies: int = 1):
+                             arch: str = "sm_90a", red: int = 1, copies: int = 1, lv: bool = False):
     """The assignment of `kmeans_wide_assign` on Hopper's warpgroup MMA: the point tile is stored as D / 64
     swizzle atoms (atom a: dims [64 a, 64 a + 64) of the bm points; D zero-filled to a multiple of 64) and
     each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
@@ -308,10 +312,10 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     memory; within a tile one chain stays in flight across the next step's barrier (stages >= 3: the ring then
     loads stages - 2 steps ahead, into a slot whose chain has retired). The argmin and scatter are the
     mma.sync form's (the scatter reads the points from the swizzled tile). minb: CTAs per SM the registers
-    and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma). red, copies: as
-    in `kmeans_wide_assign`."""
+    and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma). red, copies, lv:
+    as in `kmeans_wide_assign`."""
     check_d(d)
-    check_red(red, arch)
+    check_red(red, arch, lv)
     check_copies(copies)
     if minb not in (1, 2) or minb * assign_smem_bytes(d, bm, bn, ATOM, stages, "wgmma") > SMEM_BYTES["sm_90a"]:
         raise ValueError(f"kmeans_wide_assign_wgmma: minb is 1 or 2, and minb CTAs' shared memory fits sm_90a "
@@ -328,7 +332,7 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     atoms = padded(d, ATOM) // ATOM
     warps = bm // 16
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg" + (f"_b{minb}" if minb > 1 else "")
-                       + suffix(red, copies), arch=arch,
+                       + suffix(red, copies, lv), arch=arch,
                        grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: streamed centroid atoms, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms)
@@ -371,11 +375,11 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points_atoms(r, d, bm, red, copies)
+        _scatter_points_atoms(r, d, bm, red, copies, lv)
     return kb.build()
 
 
-def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int) -> None:
+def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int, lv: bool = False) -> None:
     """`_scatter_points` from the swizzled point tile: atom by atom, each a rolled loop over its slices
     (the sums' columns 64 a + w sc)."""
     w = slice_of(red)
@@ -384,7 +388,7 @@ def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int) -> None:
             r.add("scatter_add", id="sum_points" if a == 0 else None, index=tile("bi"),
                   src=tile("sX", [f"{a * bm} + wm0", f"sc{a} * {w}"], [16, w]),
                   dst=tile("WS", [sums_row(copies), f"{a * ATOM} + sc{a} * {w}"], [K_MAX, w]), row0="n0 + wm0",
-                  row_limit="N", vec=red)
+                  row_limit="N", vec=red, load_vec=lv)
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")
 

@@ -44,20 +44,20 @@ def _step(r, g: str, bm: int, bn: int, stages: int) -> None:
 
 
 def kmeans_wide_assign_streamed(d: int = 1024, bm: int = 128, bn: int = 128, stages: int = 4, red: int = 1,
-                                minb: int = 1, arch: str = "sm_90a", copies: int = 1):
+                                minb: int = 1, arch: str = "sm_90a", copies: int = 1, lv: bool = False):
     """Assignment + global scatter with points and centroids streamed as 64-dim swizzle atoms; grid
     (cdiv(N, BM), B). One wgmma chain stays in flight across the next step's barrier (the ring loads
     stages - 2 steps ahead, into a slot whose chain has retired). minb: CTAs per SM the registers and shared
-    memory must allow (2: one CTA's argmin and scatter run under the other's main loop). red, copies: as in
-    `tasks.kmeans.wide.kmeans_wide_assign`."""
+    memory must allow (2: one CTA's argmin and scatter run under the other's main loop). red, copies, lv: as
+    in `tasks.kmeans.wide.kmeans_wide_assign`."""
     check_d(d)
-    check_red(red, arch)
+    check_red(red, arch, lv)
     check_copies(copies)
     _check(d, bm, bn, stages, minb, arch)
     nch = padded(d, ATOM) // ATOM
     warps = bm // 16
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_st" + (f"_b{minb}" if minb > 1 else "")
-                       + suffix(red, copies), arch=arch,
+                       + suffix(red, copies, lv), arch=arch,
                        grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: points and centroids streamed, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=nch)
@@ -101,17 +101,17 @@ def kmeans_wide_assign_streamed(d: int = 1024, bm: int = 128, bn: int = 128, sta
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points_global(r, d, red, copies)
+        _scatter_points_global(r, d, red, copies, lv)
     return kb.build()
 
 
-def _scatter_points_global(r, d: int, red: int, copies: int) -> None:
+def _scatter_points_global(r, d: int, red: int, copies: int, lv: bool = False) -> None:
     """WS[a_j] += X[j] (rows read from global memory), WC[a_j] += 1, for the warp's 16 points (rows past N
     skipped)."""
     w = slice_of(red)
     with r.for_("sc", 0, d // w, id="scatter_slices"):
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("X", ["b * N + n0 + wm0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="n0 + wm0", row_limit="N",
-              vec=red)
+              vec=red, load_vec=lv)
     r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
           row0="n0 + wm0", row_limit="N")

@@ -42,16 +42,16 @@ def _check(d: int, bm: int, bn: int, stages: int, arch: str) -> None:
 
 
 def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: int = 4, red: int = 4,
-                           arch: str = "sm_90a", copies: int = 1):
+                           arch: str = "sm_90a", copies: int = 1, lv: bool = False):
     """Assignment + global scatter, grid (cdiv(N, BM), B): a producer warpgroup (one elected thread issues the
-    TMA loads) and bm / 64 consumer warpgroups of 64 point rows each. red, copies: as in
+    TMA loads) and bm / 64 consumer warpgroups of 64 point rows each. red, copies, lv: as in
     `tasks.kmeans.wide.kmeans_wide_assign`."""
     check_d(d)
-    check_red(red, arch)
+    check_red(red, arch, lv)
     check_copies(copies)
     _check(d, bm, bn, stages, arch)
     cons = bm // 16                                             # consumer warps
-    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_tma" + suffix(red, copies), arch=arch,
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_tma" + suffix(red, copies, lv), arch=arch,
                        grid=["cdiv(N, BM)", "B"], threads=128 + 32 * cons,
                        note="wide k-means assignment: TMA producer, wgmma consumers, argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=padded(d, ATOM) // ATOM, NS=stages)
@@ -69,7 +69,7 @@ def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: 
     with kb.role("producer", warps=(0, 4), regs=40) as r:
         _produce(r, bm, bn)
     with kb.role("consumer", warps=(4, cons), regs=232) as r:
-        _consume(r, d, bn, red, copies)
+        _consume(r, d, bn, red, copies, lv)
     return kb.build()
 
 
@@ -87,7 +87,7 @@ def _produce(r, bm: int, bn: int) -> None:
             r.pipe("commit", "ring", "g")
 
 
-def _consume(r, d: int, bn: int, red: int, copies: int) -> None:
+def _consume(r, d: int, bn: int, red: int, copies: int, lv: bool = False) -> None:
     """Per centroid tile: the distances' wgmma chains over the NCH atoms, then the running argmin; at the
     end the assignments and the scatter of the points into the sums."""
     r.let("b", "bid.y")
@@ -117,4 +117,4 @@ def _consume(r, d: int, bn: int, red: int, copies: int) -> None:
               col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", [0, 0], [1, bn], slot=f"t % {NORM_SLOTS}"))
     r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
     r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-    _scatter_points_global(r, d, red, copies)
+    _scatter_points_global(r, d, red, copies, lv)
