@@ -80,7 +80,7 @@ def variants_used(tests_only: bool = False) -> list:
     out = []
     for (B, N, D, K), _ in ([] if tests_only else [s for s in shapes() if s[0][2] >= MIN_D]):
         pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
-        out += [(D, pick), (D, {**pick, "copies": 1}), (D, previous_pick(B, N, D, K)), (D, {**pick, "lv": False})] \
+        out += [(D, pick), (D, {**pick, "copies": 1}), (D, previous_pick(B, N, D, K))] \
             + ([(D, paired_form(pick))] if pick["bm"] == 256 and D <= 128 else [])
     for B, N, D, K in TEST_SHAPES:
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
@@ -88,12 +88,12 @@ def variants_used(tests_only: bool = False) -> list:
         out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1, "lv": False}), (D, TEST_STREAMED),
                 (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else []) \
             + ([(D, TEST_TMA), (D, {**TEST_TMA, "bn": 128, "stages": 6, "copies": 4})] if D >= 64 else []) \
-            + [(D, {**pick, "lv": False})]
+            + ([(D, {**pick, "lv": True})] if pick.get("red", 1) == 4 else [])
     return out
 
 
 def previous_pick(B: int, N: int, D: int, K: int) -> dict:
-    """The rule of the last grid (bench/results/kmeans-wide-h200.json), timed beside the pick as the A/B: from
+    """The rule of the H200 grid (bench/results/kmeans-wide-h200.json), timed beside the pick as the A/B: from
     D = 768 the streamed form (128 x 256 centroids, 3 stages, cp.async by the MMA warps), below it the resident
     form with one CTA of the largest tile per SM (no pairing at small D and K)."""
     from cakelib.variants import kmeans_wide_params
@@ -208,8 +208,6 @@ def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
     K = c0.shape[1]
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
     forms = {"cakelib-prev": previous_pick(B, N, D, K)}
-    if pick.get("lv"):          # the scatter's vector loads' A/B: the pick with 2-byte loads
-        forms["cakelib-nolv"] = {**pick, "lv": False}
     if pick["copies"] > 1:      # the copies' A/B: the pick with one copy of the sums
         forms["cakelib-p1"] = {**pick, "copies": 1}
     if pick["bm"] == 256 and D <= 128:
@@ -338,12 +336,12 @@ def summary(out: Path) -> None:
 
     def fmt(v):
         return f"{v:9.2f}" if isinstance(v, float) else f"{str(v)[:9]:>9}"
-    print(f"{'B':>3} {'N':>8} {'D':>5} {'K':>6} {'check':>6} {'cakelib':>9} {'cake-prev':>9} {'cake-nolv':>9} {'cake-b2':>9} {'flashlib':>9} "
+    print(f"{'B':>3} {'N':>8} {'D':>5} {'K':>6} {'check':>6} {'cakelib':>9} {'cake-prev':>9} {'cake-b2':>9} {'flashlib':>9} "
           f"{'flash-km':>9} {'torch':>9} {'speedup':>8}  large held")
     for r in rows:
         ms = r["ms"]
         print(f"{r['B']:>3} {r['N']:>8} {r['D']:>5} {r['K']:>6} {str(r.get('check', '-'))[:6]:>6} "
-              + " ".join(fmt(ms.get(m, "-")) for m in ("cakelib", "cakelib-prev", "cakelib-nolv", "cakelib-b2", "flashlib", "flash-kmeans", "torch"))
+              + " ".join(fmt(ms.get(m, "-")) for m in ("cakelib", "cakelib-prev", "cakelib-b2", "flashlib", "flash-kmeans", "torch"))
               + f" {fmt(r['speedup']) if r['speedup'] else '        -'}  {'L' if r['large'] else ' '}     "
               + ("H" if r["held_out"] else " "))
     for held in (False, True):

@@ -417,10 +417,10 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     copies = kmeans_wide_copies(shape)
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
         return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
-                "red": 4, "copies": copies, "lv": True}
+                "red": 4, "copies": copies}
     if mma == "wgmma" and D <= KMEANS_PAIRED_MAX_D and shape.get("K", 1024) <= KMEANS_PAIRED_MAX_K:
         return {"kind": "wide", "mma": mma, "bm": 128, "bn": 128, "dc": ATOM, "stages": 4, "minb": 2, "red": 4,
-                "copies": copies, "lv": True}
+                "copies": copies}
     if mma == "wgmma":
         dc, bn, stages, tiles = ATOM, 128, 4, (256, 128, 64)
     else:
@@ -428,7 +428,7 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     cap = SMEM_BYTES.get(arch, SMEM_BYTES["sm_80"])
     bm = next((m for m in tiles if assign_smem_bytes(D, m, bn, dc, stages, mma) <= cap), tiles[-1])
     p = {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages, "copies": copies}
-    return {**p, "red": 4, "lv": True} if mma == "wgmma" else p
+    return {**p, "red": 4} if mma == "wgmma" else p
 
 
 def kmeans_wide_copies(shape: dict) -> int:

@@ -307,7 +307,7 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "nolv"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -323,9 +323,9 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     if mma.startswith("tma") and D < 64:
         pytest.skip("the TMA form runs from D = 64 (a 64-dim box)")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
-    variant = {"b2": B2, "red1": {**pick, "red": 1, "lv": False}, "streamed": STREAMED,          # red1: scalar reds
+    variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
                "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
-               "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "nolv": {**pick, "lv": False}}.get(mma, pick)
+               "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True}}.get(mma, pick)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()
