@@ -28,23 +28,25 @@ SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (2, 1
 
 
 def forms(D: int, N: int = M, K: int = 1024, B: int = 1) -> dict:
-    """name -> variant: the rule's pick; up to D = 128 the resident form at two CTAs of 128 points per SM (minb 2:
-    one CTA's point load, argmin and scatter under the other's wgmma), at 128 x 256 and at 256 x 128 with 6
-    stages, and the TMA form; from D = 256 the streamed form (tasks/kmeans/wide_streamed.py) and the
-    warp-specialized TMA form's candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds."""
+    """name -> variant: the rule's pick; up to D = 512 the resident form with two distance accumulators (acc2: a
+    tile's argmin under the next tile's wgmma) at 128 x 128, 256 x 64 and, up to D = 128, 128 x 64 at two CTAs
+    per SM; from D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and the warp-specialized TMA form's
+    candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds. (Lost at D <= 128 on the H100,
+    bench/results/kmeans-wide-small-d-forms-h100.json: 128 x 256 tiles, 256 x 128 at 6 stages, the TMA form.)"""
     from cakelib.variants import kmeans_wide_params
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
     out = {"pick": pick}
     res = {"kind": "wide", "mma": "wgmma", "dc": 64, "red": 4, "copies": pick["copies"]}
     st = {**res, "points": "streamed"}
     tma = {**res, "points": "tma"}
-    if D <= 128:
-        out.update({"b2_128x128": {**res, "bm": 128, "bn": 128, "stages": 4, "minb": 2},
-                    "r_128x256_s4": {**res, "bm": 128, "bn": 256, "stages": 4},
-                    "r_256x128_s6": {**res, "bm": 256, "bn": 128, "stages": 6}})
-        if D >= 64:
-            out["tma256_s4"] = {**tma, "bm": 128, "bn": 256, "stages": 4}
-    if D >= 256:
+    if D <= 512:
+        a2 = {**res, "stages": 4, "acc2": True}
+        out["a2_128x128"] = {**a2, "bm": 128, "bn": 128}
+        if D <= 256:
+            out["a2_256x64"] = {**a2, "bm": 256, "bn": 64}
+        if D <= 128:
+            out["a2_b2_128x64"] = {**a2, "bm": 128, "bn": 64, "minb": 2}
+    if D >= 768:
         out.update({"st256_s3": {**st, "bm": 128, "bn": 256, "stages": 3},
                     "tma256_s4": {**tma, "bm": 128, "bn": 256, "stages": 4},
                     "tma128_s6": {**tma, "bm": 128, "bn": 128, "stages": 6},

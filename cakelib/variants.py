@@ -450,6 +450,9 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
         return False
     if p.get("copies", 1) not in (1, 2, 4, 8) or (p.get("lv") and p.get("red", 1) != 4):
         return False
+    if p.get("acc2") and (mma != "wgmma" or p.get("points") or p["stages"] < 3
+                          or p["bn"] + 20 > min(255, 65536 // (2 * p["bm"] * p.get("minb", 1)))):
+        return False        # two [64, bn] accumulators (bn registers a thread): the resident wgmma form
     if p.get("points") == "streamed":
         from tasks.kmeans.wide_streamed import streamed_smem_bytes
         return (mma == "wgmma" and p["bm"] in (64, 128) and p["stages"] >= 3 and p.get("red", 1) in (1, 2, 4)
@@ -486,7 +489,7 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
     elif p.get("mma", "sync") == "wgmma":
         def assign():
             return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
-                                                 arch=arch, red=red, copies=copies, lv=lv)
+                                                 arch=arch, red=red, copies=copies, lv=lv, acc2=p.get("acc2", False))
     else:
         def assign():
             return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch,
@@ -499,7 +502,8 @@ def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
     tasks/kmeans/wide_streamed.py) or `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py), `_b{minb}`, `_r{red}`
     (vector reds of `red` floats), `_p{copies}` (copies of the sums, tasks/kmeans/wide.sums_row), `_lv` (`lv`: the
-    scatter reads its points 4 halves per load). Table family:
+    scatter reads its points 4 halves per load), `_a2` (`acc2`: two distance accumulators, a tile's argmin under
+    the next tile's wgmma). Table family:
     `update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
@@ -512,7 +516,7 @@ def kmeans_name(p: dict) -> str:
     if p.get("kind") == "wide":
         return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
             + {"streamed": "_st", "tma": "_tma"}.get(p.get("points"), "") \
-            + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") \
+            + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") + ("_a2" if p.get("acc2") else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "") \
             + ("_lv" if p.get("lv") else "")
     extra = f"_f{p['big']}" if "big" in p else ""

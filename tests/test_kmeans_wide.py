@@ -151,6 +151,26 @@ def test_scatter_vector_loads_verify_and_compile(form):
         wide.kmeans_wide_assign_wgmma(128, red=2, lv=True)
 
 
+@pytest.mark.parametrize("bm,bn,minb", [(128, 128, 1), (256, 64, 1), (128, 64, 2)])
+def test_two_accumulator_form_verifies_and_compiles(bm, bn, minb):
+    """acc2: tiles in pairs on two accumulators, a tile's argmin after the next tile's first chain is issued; ptxas
+    keeps the wgmma asynchronous (no chain across the loop's back edge, none conditional), no spill; the pair's
+    second tile past K is masked by topk's limit. Two [64, bn] accumulators must fit the thread's registers."""
+    p = {"kind": "wide", "mma": "wgmma", "bm": bm, "bn": bn, "dc": 64, "stages": 4, "minb": minb, "red": 4,
+         "acc2": True}
+    shape = {"B": 1, "N": 1 << 20, "K": 300, "D": 128, "arch": "sm_90a"}
+    assert kmeans_wide_supports(p, shape) and kmeans_name(p).endswith("_a2_r4")
+    k = kmeans_wide_kernels(p, 128, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok and r.resources["spill_store_bytes"] == 0, r.resources
+    assert not [d for d in r.diagnostics if d.code == "W-BACKEND-WGMMA-SERIAL"]
+    assert not kmeans_wide_supports({**p, "bm": 256, "bn": 128, "minb": 1}, shape)    # 128 accumulator registers
+    assert not kmeans_wide_supports({**p, "stages": 2}, shape)
+    with pytest.raises(ValueError, match="acc2"):
+        wide.kmeans_wide_assign_wgmma(128, stages=2, acc2=True)
+
+
 def test_rule_fits_shared_memory_per_arch():
     def rule(D, arch, mma=""):
         return kmeans_wide_params({"B": 1, "N": 10, "K": 8, "D": D, "arch": arch}, mma)
@@ -307,7 +327,7 @@ def _gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv", "acc2"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -320,12 +340,16 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
         pytest.skip("wgmma and vector reds need sm_90a")
     if mma == "b2" and D > 256:
         pytest.skip("two CTAs per SM fit up to D = 256")
+    if mma == "acc2" and D >= 768:
+        pytest.skip("two distance accumulators are a resident-form option (the TMA form from D = 768)")
     if mma.startswith("tma") and D < 64:
         pytest.skip("the TMA form runs from D = 64 (a 64-dim box)")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
     variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
                "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
-               "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True}}.get(mma, pick)
+               "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True},
+               "acc2": {**pick, "acc2": True, "stages": 4, "bn": 64 if pick.get("bm") == 256 else pick.get("bn")}
+               }.get(mma, pick)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()

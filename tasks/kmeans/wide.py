@@ -304,7 +304,8 @@ ATOM = 64   # f16 elements per 128-byte swizzle row: the wgmma form's D chunk
 
 
 def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages: int = 4, minb: int = 1,
-                             arch: str = "sm_90a", red: int = 1, copies: int = 1, lv: bool = False):
+                             arch: str = "sm_90a", red: int = 1, copies: int = 1, lv: bool = False,
+                             acc2: bool = False):
     """The assignment of `kmeans_wide_assign` on Hopper's warpgroup MMA: the point tile is stored as D / 64
     swizzle atoms (atom a: dims [64 a, 64 a + 64) of the bm points; D zero-filled to a multiple of 64) and
     each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
@@ -313,7 +314,8 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     loads stages - 2 steps ahead, into a slot whose chain has retired). The argmin and scatter are the
     mma.sync form's (the scatter reads the points from the swizzled tile). minb: CTAs per SM the registers
     and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma). red, copies, lv:
-    as in `kmeans_wide_assign`."""
+    as in `kmeans_wide_assign`. acc2: two distance accumulators, a tile's argmin under the next tile's first
+    chain (`_centroid_pairs`; stages >= 3)."""
     check_d(d)
     check_red(red, arch, lv)
     check_copies(copies)
@@ -329,15 +331,19 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     if smem > SMEM_BYTES["sm_90a"]:
         raise ValueError(f"kmeans_wide_assign_wgmma: {smem} B of shared memory at d={d}, bm={bm}, bn={bn}, "
                          f"stages={stages} exceed sm_90a's {SMEM_BYTES['sm_90a']}")
+    if acc2 and stages < 3:
+        raise ValueError(f"kmeans_wide_assign_wgmma: acc2 keeps a chain in flight at every step: stages >= 3 "
+                         f"(got {stages})")
     atoms = padded(d, ATOM) // ATOM
     warps = bm // 16
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg" + (f"_b{minb}" if minb > 1 else "")
-                       + suffix(red, copies, lv), arch=arch,
+                       + ("_a2" if acc2 else "") + suffix(red, copies, lv), arch=arch,
                        grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: streamed centroid atoms, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms)
-    _declare_assign_wgmma(kb, d, bm, bn, atoms, stages, copies)
-    steps = "cdiv(K, BN) * NCH"
+    _declare_assign_wgmma(kb, d, bm, bn, atoms, stages, copies, 2 if acc2 else 1)
+    # acc2: the tiles in pairs, the second of a pair past K scored against zero-filled centroids and masked
+    steps = "cdiv(K, 2 * BN) * 2 * NCH" if acc2 else "cdiv(K, BN) * NCH"
     with kb.role("main", warps=(0, warps)) as r:
         r.let("b", "bid.y")
         r.let("n0", "bid.x * BM")
@@ -355,28 +361,63 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
             r.sync("cp_async_commit")
         r.fill("bv", BIG)
         r.fill("bi", -1)
-        with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
-            for a in range(atoms):
-                g = f"t * NCH + {a}"
-                r.sync("cp_async_wait", n=ahead - 1)    # step g has landed (this thread's copies) ...
-                r.fence("proxy_async")                  # ... visible to the tensor cores' async proxy
-                r.sync("syncthreads")                   # everyone's copies; step g - 1 - lag's wgmma has retired
-                with r.if_(f"{g} + {ahead} < {steps}"):
-                    _load_step(r, f"{g} + {ahead}", bn, ATOM, stages)
-                r.sync("cp_async_commit")
-                r.sync("wgmma_fence")
-                r.wgmma([64, bn, 16], tile("sX", [f"{a * bm} + 64 * wg", 0], [64, ATOM]),
-                        tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % {stages}"), tile("acc"), accumulate=a > 0,
-                        id="distances" if a == 0 else None)
-                r.sync("wgmma_commit")
-                r.sync("wgmma_wait", n=lag if a + 1 < atoms else 0)   # the tile's last step: the argmin reads acc
-            r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
-                  col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", [0, 0], [1, bn], slot=f"t % {stages}"))
+        if acc2:
+            _centroid_pairs(r, atoms, bm, bn, stages, ahead, steps)
+        else:
+            _centroid_tiles(r, atoms, bm, bn, stages, lag, ahead, steps)
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
         _scatter_points_atoms(r, d, bm, red, copies, lv)
     return kb.build()
+
+
+def _ring_step(r, g: str, a: int, bm: int, bn: int, stages: int, ahead: int, steps: str, acc: str,
+               wait: int) -> None:
+    """Ring step g (atom a of a centroid tile): wait for its slot, refill the ring `ahead` steps on, issue the
+    warpgroup's m64 n{bn} k64 chain into `acc` and leave `wait` chains in flight."""
+    r.sync("cp_async_wait", n=ahead - 1)    # step g has landed (this thread's copies) ...
+    r.fence("proxy_async")                  # ... visible to the tensor cores' async proxy
+    r.sync("syncthreads")                   # everyone's copies; step g - 1 - lag's wgmma has retired
+    with r.if_(f"{g} + {ahead} < {steps}"):
+        _load_step(r, f"{g} + {ahead}", bn, ATOM, stages)
+    r.sync("cp_async_commit")
+    r.sync("wgmma_fence")
+    r.wgmma([64, bn, 16], tile("sX", [f"{a * bm} + 64 * wg", 0], [64, ATOM]),
+            tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % {stages}"), tile(acc), accumulate=a > 0,
+            id="distances" if a == 0 and acc in ("acc", "acc0") else None)
+    r.sync("wgmma_commit")
+    r.sync("wgmma_wait", n=wait)
+
+
+def _argmin(r, acc: str, t: str, bn: int, stages: int, first: bool) -> None:
+    """The running argmin over centroid tile t's distances in `acc` (norms from slot t % stages)."""
+    r.add("topk", id="argmin" if first else None, kind="min", k=1, src=tile(acc), vals=tile("bv"), idx=tile("bi"),
+          col=f"({t}) * BN", limit="K", scale=-2.0, col_bias=tile("cn", [0, 0], [1, bn], slot=f"({t}) % {stages}"))
+
+
+def _centroid_tiles(r, atoms: int, bm: int, bn: int, stages: int, lag: int, ahead: int, steps: str) -> None:
+    """One accumulator: a tile's chains, then (nothing in flight) its argmin."""
+    with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+        for a in range(atoms):      # the tile's last step: the argmin reads acc
+            _ring_step(r, f"t * NCH + {a}", a, bm, bn, stages, ahead, steps, "acc", lag if a + 1 < atoms else 0)
+        _argmin(r, "acc", "t", bn, stages, True)
+
+
+def _centroid_pairs(r, atoms: int, bm: int, bn: int, stages: int, ahead: int, steps: str) -> None:
+    """Two accumulators, tiles 2u (acc0) and 2u + 1 (acc1) per iteration: tile 2u's argmin runs after tile
+    2u + 1's first chain is issued (its wait leaves that chain in flight), under it; tile 2u + 1's after the
+    pair's last wait. No chain crosses the loop's back edge and no wgmma is conditional (ptxas keeps them
+    asynchronous: W-BACKEND-WGMMA-SERIAL)."""
+    with r.for_("u", 0, "cdiv(K, 2 * BN)", id="centroid_loop"):
+        for h in (0, 1):
+            for a in range(atoms):
+                last = h == 1 and a + 1 == atoms
+                _ring_step(r, f"(2 * u + {h}) * NCH + {a}", a, bm, bn, stages, ahead, steps, f"acc{h}",
+                           0 if last else 1)
+                if h == 1 and a == 0:
+                    _argmin(r, "acc0", "2 * u", bn, stages, True)
+        _argmin(r, "acc1", "2 * u + 1", bn, stages, False)
 
 
 def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int, lv: bool = False) -> None:
@@ -393,11 +434,13 @@ def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int, lv: bool = 
           row0="n0 + wm0", row_limit="N")
 
 
-def _declare_assign_wgmma(kb, d: int, bm: int, bn: int, atoms: int, stages: int, copies: int) -> None:
+def _declare_assign_wgmma(kb, d: int, bm: int, bn: int, atoms: int, stages: int, copies: int,
+                          accs: int = 1) -> None:
     _declare_assign_io(kb, d, copies)
     kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B")
     kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=stages)
-    kb.buffer("acc", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
+    for name in (["acc"] if accs == 1 else ["acc0", "acc1"]):
+        kb.buffer(name, "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup")
     kb.buffer("bv", "reg", "f32", [16, 1], layout="mma_rows", scope="warp")
     kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp")
