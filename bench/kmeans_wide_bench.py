@@ -89,7 +89,8 @@ def variants_used(tests_only: bool = False) -> list:
                 (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else []) \
             + ([(D, TEST_TMA), (D, {**TEST_TMA, "bn": 128, "stages": 6, "copies": 4})] if D >= 64 else []) \
             + ([(D, {**pick, "lv": True})] if pick.get("red", 1) == 4 else []) \
-            + ([(D, {**pick, "acc2": True, "stages": 4, "bn": 64 if pick["bm"] == 256 else pick["bn"]})]
+            + ([(D, {**pick, "acc2": True, "stages": 4,
+                     "bn": 64 if pick["bm"] == 256 or pick.get("minb", 1) > 1 else pick["bn"]})]
                if pick.get("mma") == "wgmma" and D < 768 else [])
     return out
 

@@ -348,7 +348,8 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
                "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
                "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True},
-               "acc2": {**pick, "acc2": True, "stages": 4, "bn": 64 if pick.get("bm") == 256 else pick.get("bn")}
+               "acc2": {**pick, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
+                        "bn": 64 if pick.get("bm") == 256 or pick.get("minb", 1) > 1 else pick.get("bn")}
                }.get(mma, pick)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
