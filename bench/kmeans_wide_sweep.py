@@ -27,13 +27,14 @@ SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (2, 1
           (1, 2 * M, 64, 8192), (4, 262144, 96, 2048)]
 
 
-def forms(D: int, N: int = M, K: int = 1024, B: int = 1) -> dict:
+def forms(shape: tuple) -> dict:
     """name -> variant: the rule's pick; up to D = 512 the resident form with two distance accumulators (acc2: a
     tile's argmin under the next tile's wgmma) at 128 x 128, 256 x 64 and, up to D = 128, 128 x 64 at two CTAs
     per SM; from D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and the warp-specialized TMA form's
     candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds. (Lost at D <= 128 on the H100,
     bench/results/kmeans-wide-small-d-forms-h100.json: 128 x 256 tiles, 256 x 128 at 6 stages, the TMA form.)"""
     from cakelib.variants import kmeans_wide_params
+    B, N, D, K = shape
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
     out = {"pick": pick}
     res = {"kind": "wide", "mma": "wgmma", "dc": 64, "red": 4, "copies": pick["copies"]}
@@ -61,7 +62,7 @@ def shapes(max_d: int) -> list:
 def precompile(procs: int, max_d: int) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from cakelib.variants import kmeans_name
-    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d) for name, p in forms(*_dnkb(s)).items()}
+    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d) for name, p in forms(s).items()}
     jobs = list(unique.values())
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
@@ -70,18 +71,13 @@ def precompile(procs: int, max_d: int) -> None:
     print(f"precompiled {len(jobs)} forms in {time.time() - t0:.1f} s", flush=True)
 
 
-def _dnkb(shape) -> tuple:
-    B, N, D, K = shape
-    return D, N, K, B
-
-
 def _compile_one(job) -> str:
     shape, name = job
     D = shape[2]
     try:
         from cake_ir.compiler import compile_ir
         from cakelib.variants import kmeans_wide_kernels
-        kern = kmeans_wide_kernels(forms(*_dnkb(shape))[name], D, "sm_90a")
+        kern = kmeans_wide_kernels(forms(shape)[name], D, "sm_90a")
         errs = []
         for part in ("assign", "norms", "finalize"):
             r = compile_ir(kern[part](), arch="sm_90a")
@@ -106,7 +102,7 @@ def sweep_shape(shape, deadline: float) -> dict:
     fl = kmeans_baselines().get("flashlib")
     if fl is not None:
         row["ms"]["flashlib"] = timed(lambda: fl(x, c0, ITERS), flush, reps=3, warmup=1)["ms_median"]
-    for name, p in forms(*_dnkb(shape)).items():
+    for name, p in forms(shape).items():
         if time.time() > deadline:
             row["ms"][name] = "skipped: deadline"
             continue

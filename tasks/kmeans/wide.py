@@ -372,16 +372,22 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     return kb.build()
 
 
-def _ring_step(r, g: str, a: int, bm: int, bn: int, stages: int, ahead: int, steps: str, acc: str,
-               wait: int) -> None:
-    """Ring step g (atom a of a centroid tile): wait for its slot, refill the ring `ahead` steps on, issue the
-    warpgroup's m64 n{bn} k64 chain into `acc` and leave `wait` chains in flight."""
+def await_and_refill(r, g: str, ahead: int, steps: str, load) -> None:
+    """The cp.async ring's step g on wgmma: wait until its slot has landed and is visible to the tensor cores,
+    then refill the ring `ahead` steps on (load(step)), the slot of a step whose chain has retired."""
     r.sync("cp_async_wait", n=ahead - 1)    # step g has landed (this thread's copies) ...
     r.fence("proxy_async")                  # ... visible to the tensor cores' async proxy
     r.sync("syncthreads")                   # everyone's copies; step g - 1 - lag's wgmma has retired
     with r.if_(f"{g} + {ahead} < {steps}"):
-        _load_step(r, f"{g} + {ahead}", bn, ATOM, stages)
+        load(f"{g} + {ahead}")
     r.sync("cp_async_commit")
+
+
+def _ring_step(r, g: str, a: int, bm: int, bn: int, stages: int, ahead: int, steps: str, acc: str,
+               wait: int) -> None:
+    """Ring step g (atom a of a centroid tile): wait for its slot, refill the ring `ahead` steps on, issue the
+    warpgroup's m64 n{bn} k64 chain into `acc` and leave `wait` chains in flight."""
+    await_and_refill(r, g, ahead, steps, lambda step: _load_step(r, step, bn, ATOM, stages))
     r.sync("wgmma_fence")
     r.wgmma([64, bn, 16], tile("sX", [f"{a * bm} + 64 * wg", 0], [64, ATOM]),
             tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % {stages}"), tile(acc), accumulate=a > 0,
@@ -390,10 +396,11 @@ def _ring_step(r, g: str, a: int, bm: int, bn: int, stages: int, ahead: int, ste
     r.sync("wgmma_wait", n=wait)
 
 
-def _argmin(r, acc: str, t: str, bn: int, stages: int, first: bool) -> None:
+def argmin_tile(r, acc: str, t: str, bn: int, stages: int, first: bool = True) -> None:
     """The running argmin over centroid tile t's distances in `acc` (norms from slot t % stages)."""
+    t = t if t.isidentifier() else f"({t})"
     r.add("topk", id="argmin" if first else None, kind="min", k=1, src=tile(acc), vals=tile("bv"), idx=tile("bi"),
-          col=f"({t}) * BN", limit="K", scale=-2.0, col_bias=tile("cn", [0, 0], [1, bn], slot=f"({t}) % {stages}"))
+          col=f"{t} * BN", limit="K", scale=-2.0, col_bias=tile("cn", [0, 0], [1, bn], slot=f"{t} % {stages}"))
 
 
 def _centroid_tiles(r, atoms: int, bm: int, bn: int, stages: int, lag: int, ahead: int, steps: str) -> None:
@@ -401,7 +408,7 @@ def _centroid_tiles(r, atoms: int, bm: int, bn: int, stages: int, lag: int, ahea
     with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
         for a in range(atoms):      # the tile's last step: the argmin reads acc
             _ring_step(r, f"t * NCH + {a}", a, bm, bn, stages, ahead, steps, "acc", lag if a + 1 < atoms else 0)
-        _argmin(r, "acc", "t", bn, stages, True)
+        argmin_tile(r, "acc", "t", bn, stages)
 
 
 def _centroid_pairs(r, atoms: int, bm: int, bn: int, stages: int, ahead: int, steps: str) -> None:
@@ -416,8 +423,8 @@ def _centroid_pairs(r, atoms: int, bm: int, bn: int, stages: int, ahead: int, st
                 _ring_step(r, f"(2 * u + {h}) * NCH + {a}", a, bm, bn, stages, ahead, steps, f"acc{h}",
                            0 if last else 1)
                 if h == 1 and a == 0:
-                    _argmin(r, "acc0", "2 * u", bn, stages, True)
-        _argmin(r, "acc1", "2 * u + 1", bn, stages, False)
+                    argmin_tile(r, "acc0", "2 * u", bn, stages)
+        argmin_tile(r, "acc1", "2 * u + 1", bn, stages, first=False)
 
 
 def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int, lv: bool = False) -> None:

@@ -10,8 +10,8 @@ just streamed: L2 hits). Tensors and the finalize are `tasks.kmeans.wide`'s.
 """
 from cake_ir.builder import KernelBuilder, tile
 
-from .wide import (ATOM, BIG, SMEM_BYTES, K_MAX, _declare_assign_io, _load_step, check_copies, check_d, check_red,
-                   padded, slice_of, suffix, sums_row)
+from .wide import (ATOM, BIG, SMEM_BYTES, K_MAX, _declare_assign_io, _load_step, argmin_tile, await_and_refill,
+                   check_copies, check_d, check_red, padded, slice_of, suffix, sums_row)
 
 
 def streamed_smem_bytes(bm: int, bn: int, stages: int) -> int:
@@ -83,12 +83,7 @@ def kmeans_wide_assign_streamed(d: int = 1024, bm: int = 128, bn: int = 128, sta
         with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
             with r.for_("a", 0, "NCH", id="atom_loop"):
                 g = "t * NCH + a"
-                r.sync("cp_async_wait", n=ahead - 1)    # step g has landed (this thread's copies) ...
-                r.fence("proxy_async")                  # ... visible to the tensor cores' async proxy
-                r.sync("syncthreads")                   # everyone's copies; step g - 2's chain has retired
-                with r.if_(f"{g} + {ahead} < {steps}"):
-                    _step(r, f"{g} + {ahead}", bm, bn, stages)
-                r.sync("cp_async_commit")
+                await_and_refill(r, g, ahead, steps, lambda step: _step(r, step, bm, bn, stages))
                 r.sync("wgmma_fence")
                 r.wgmma([64, bn, 16], tile("sX", ["64 * wg", 0], [64, ATOM], slot=f"({g}) % {stages}"),
                         tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % {stages}"), tile("acc"), accumulate="a > 0",
@@ -96,8 +91,7 @@ def kmeans_wide_assign_streamed(d: int = 1024, bm: int = 128, bn: int = 128, sta
                 r.sync("wgmma_commit")
                 r.sync("wgmma_wait", n=1)
             r.sync("wgmma_wait", n=0)                   # the argmin reads acc
-            r.add("topk", id="argmin", kind="min", k=1, src=tile("acc"), vals=tile("bv"), idx=tile("bi"),
-                  col="t * BN", limit="K", scale=-2.0, col_bias=tile("cn", [0, 0], [1, bn], slot=f"t % {stages}"))
+            argmin_tile(r, "acc", "t", bn, stages)
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
