@@ -85,7 +85,7 @@ def variants_used(tests_only: bool = False) -> list:
     for B, N, D, K in TEST_SHAPES:
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
         pick = kmeans_wide_params(s)
-        out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1, "lv": False}), (D, TEST_STREAMED),
+        out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1}), (D, TEST_STREAMED),
                 (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else []) \
             + ([(D, TEST_TMA), (D, {**TEST_TMA, "bn": 128, "stages": 6, "copies": 4})] if D >= 64 else []) \
             + ([(D, {**pick, "lv": True})] if pick.get("red", 1) == 4 else []) \
@@ -100,12 +100,12 @@ def previous_pick(B: int, N: int, D: int, K: int) -> dict:
     D = 768 the streamed form (128 x 256 centroids, 3 stages, cp.async by the MMA warps), below it the resident
     form with one CTA of the largest tile per SM (no pairing at small D and K)."""
     from cakelib.variants import kmeans_wide_params
-    pick = {**kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}), "lv": False}
+    pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
     if pick.get("points") == "tma":
         return {**pick, "points": "streamed", "stages": 3}
-    if pick.get("minb", 1) > 1:
+    if pick.get("minb", 1) > 1:     # the rule's unpaired tile (K past KMEANS_PAIRED_MAX_K), the shape's copies
         return {**kmeans_wide_params({"B": B, "N": N, "K": 1 << 16, "D": D, "arch": "sm_90a"}),
-                "copies": pick["copies"], "lv": False}
+                "copies": pick["copies"]}
     return pick
 
 

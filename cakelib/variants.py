@@ -451,8 +451,10 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
     if p.get("copies", 1) not in (1, 2, 4, 8) or (p.get("lv") and p.get("red", 1) != 4):
         return False
     if p.get("acc2") and (mma != "wgmma" or p.get("points") or p["stages"] < 3
-                          or p["bn"] + 20 > min(255, 65536 // (2 * p["bm"] * p.get("minb", 1)))):
-        return False        # two [64, bn] accumulators (bn registers a thread): the resident wgmma form
+                          or p["bn"] + 4 + 16 > min(255, 65536 // (2 * p["bm"] * p.get("minb", 1)))):
+        # the resident wgmma form; two [64, bn] accumulators (bn registers a thread), bv / bi (4) and E-RES-05's
+        # 16 of overhead within the thread's share of the SM's 64K registers
+        return False
     if p.get("points") == "streamed":
         from tasks.kmeans.wide_streamed import streamed_smem_bytes
         return (mma == "wgmma" and p["bm"] in (64, 128) and p["stages"] >= 3 and p.get("red", 1) in (1, 2, 4)
