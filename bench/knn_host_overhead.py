@@ -9,7 +9,8 @@ path, forced by passing the variant the table picks) against flashlib, side by s
 `check` runs each cakelib form (general path, planned, planned with out=, planned with fresh input
 tensors) against float64 references (bench/lib_grid.py knn_check / kmeans_check; k-means at iters=10 against
 the general path). `time` times only what passed, per implementation:
-  host_us  perf_counter over N back-to-back calls, no synchronisation (the host's cost of a call)
+  host_us  perf_counter over N back-to-back calls, no synchronisation (the host's cost of a call), the
+           median of HOST_REPEATS such loops
   loop_us  CUDA events around the same loop (throughput: the larger of host and GPU time per call)
   gpu_us   CUDA events around N calls enqueued behind torch.cuda._sleep (the GPU busy while the host
            enqueues): the device's own time per call, back to back, warm L2
@@ -118,6 +119,21 @@ def _guarded(op, shape, fn) -> dict:
 
 
 # ------------------------------------------------------------------------------------ timing
+HOST_REPEATS = 7   # host_us: the median of this many loops (one loop of 100 calls swings ~30% on a VM)
+
+
+def host_loop_us(fn, calls: int) -> float:
+    """perf_counter over `calls` back-to-back calls, from an idle GPU (us per call)."""
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    dt = (time.perf_counter() - t0) * 1e6 / calls
+    torch.cuda.synchronize()
+    return dt
+
+
 def times(fn, calls: int, cycles_per_us: float) -> dict:
     import torch
     fn()
@@ -127,10 +143,11 @@ def times(fn, calls: int, cycles_per_us: float) -> dict:
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
-    host = (time.perf_counter() - t0) * 1e6 / calls
+    first = (time.perf_counter() - t0) * 1e6 / calls
     end.record()
     torch.cuda.synchronize()
     loop = start.elapsed_time(end) * 1e3 / calls
+    host = statistics.median([first] + [host_loop_us(fn, calls) for _ in range(HOST_REPEATS - 1)])
     torch.cuda._sleep(int(min(2e9, 2.0 * host * calls * cycles_per_us + 1e5)))   # busy while the host enqueues
     start.record()
     for _ in range(calls):
@@ -211,13 +228,7 @@ def knn_breakdown(Q, M, D, k, calls: int) -> dict:
 
     def per_call(fn):
         fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        dt = (time.perf_counter() - t) * 1e6 / calls
-        torch.cuda.synchronize()
-        return dt
+        return statistics.median(host_loop_us(fn, calls) for _ in range(HOST_REPEATS))
     dev = xq.device
     try:
         ctypes_fire = _ctypes_fire(plan.launch.calls)
@@ -230,8 +241,41 @@ def knn_breakdown(Q, M, D, k, calls: int) -> dict:
             "two_empty_us": per_call(lambda: (torch.empty((Q, k), dtype=torch.int32, device=dev),
                                               torch.empty((Q, k), dtype=torch.float32, device=dev))),
             "paired_empty_us": per_call(lambda: _paired_outputs((Q, k), dev)),
+            **alloc_forms((Q, k), dev, per_call),
             "raw_stream_us": per_call(lambda: Torch.raw_stream(0)),
-            "call_out_us": per_call(lambda: knn(xq, xb, k, out=out))}
+            "call_out_us": per_call(lambda: knn(xq, xb, k, out=out)),
+            "call_us": per_call(lambda: knn(xq, xb, k)),
+            "empty_loop_us": per_call(lambda: None)}
+
+
+def alloc_forms(shape, dev, per_call) -> dict:
+    """Other ways to make the two fresh results (host us per pair): new_empty of a template of each dtype,
+    empty_like of a template of the results' shape (dense, and the library's one element expanded), torch.empty with the device as an index, and torch.empty
+    positional (an A/B of the library's torch.empty(shape, dtype=, device=torch.device)); views of one
+    allocation of 32 results per dtype (unbind), handed out in turn."""
+    import torch
+    ti, tf = torch.empty(0, dtype=torch.int32, device=dev), torch.empty(0, dtype=torch.float32, device=dev)
+    li, lf = torch.empty(shape, dtype=torch.int32, device=dev), torch.empty(shape, dtype=torch.float32, device=dev)
+    one = (1,) * len(shape)   # the library's templates: one element expanded to the shape
+    ei = torch.empty(one, dtype=torch.int32, device=dev).expand(*shape)
+    ef = torch.empty(one, dtype=torch.float32, device=dev).expand(*shape)
+    i32, f32, idx = torch.int32, torch.float32, dev.index
+    empty, empty_like = torch.empty, torch.empty_like
+    pool = []
+
+    def pooled(R=32):   # R results of each dtype per allocation, handed out one view each
+        if not pool:
+            pool.extend(zip(empty((R,) + shape, dtype=i32, device=dev).unbind(0),
+                            empty((R,) + shape, dtype=f32, device=dev).unbind(0)))
+        return pool.pop()
+    return {"pooled_views_us": per_call(pooled),
+            "two_new_empty_us": per_call(lambda: (ti.new_empty(shape), tf.new_empty(shape))),
+            "two_empty_like_us": per_call(lambda: (empty_like(li), empty_like(lf))),
+            "two_empty_like_expanded_us": per_call(lambda: (empty_like(ei), empty_like(ef))),
+            "two_empty_index_us": per_call(lambda: (empty(shape, dtype=i32, device=idx),
+                                                    empty(shape, dtype=f32, device=idx))),
+            "one_empty_us": per_call(lambda: empty(shape, dtype=i32, device=dev)),
+            "one_new_empty_us": per_call(lambda: ti.new_empty(shape))}
 
 
 def _paired_outputs(shape, device):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from .launch_plan import PlannedLaunch, Torch, plan_launch, remember, set_context
+from .launch_plan import PlannedLaunch, Torch, plan_launch, remember, result_template, set_context
 from .runtime import _RUNTIMES, table
 from .variants import region_table
 
@@ -19,19 +19,25 @@ from .variants import region_table
 class KnnPlan:
     # lock: a plan's pointer cells are shared; binding and launching are one step per call (two threads
     # repeating one call on one stream would otherwise launch each other's pointers)
-    __slots__ = ("launch", "table", "out_shape", "device", "lock")
+    # table_name: the table the plan's pick came from (the database's region's): one lookup per call
+    # i_like, d_like: the results' templates (launch_plan.result_template)
+    __slots__ = ("launch", "table", "table_name", "out_shape", "i_like", "d_like", "lock")
 
-    def __init__(self, launch, tbl, out_shape, device):
-        self.launch, self.table, self.out_shape, self.device = launch, tbl, out_shape, device
+    def __init__(self, launch, tbl, table_name, out_shape, device):
+        self.launch, self.table, self.table_name, self.out_shape = launch, tbl, table_name, out_shape
+        self.i_like = result_template(out_shape, Torch.i32, device)
+        self.d_like = result_template(out_shape, Torch.f32, device)
         self.lock = threading.Lock()
 
 
 class KmeansPlan:
-    __slots__ = ("first", "cast", "loop", "table", "c_shape", "a_shape", "device", "scratch", "lock")
+    __slots__ = ("first", "cast", "loop", "table", "c_shape", "a_shape", "c_like", "a_like", "scratch", "lock")
 
     def __init__(self, first, cast, loop, tbl, c_shape, a_shape, device, scratch):
         self.first, self.cast, self.loop, self.table = first, cast, loop, tbl
-        self.c_shape, self.a_shape, self.device, self.scratch = c_shape, a_shape, device, scratch
+        self.c_shape, self.a_shape, self.scratch = c_shape, a_shape, scratch
+        self.c_like = result_template(c_shape, Torch.f32, device)
+        self.a_like = result_template(a_shape, Torch.i32, device)
         self.lock = threading.Lock()
 
 
@@ -44,8 +50,11 @@ def _kmeans_key(x, init, k, iters, out, stream):
 
 
 def _knn_table(database):
-    """The dispatch table in force for this database (its region's, else kNN's own: runtime.choose)."""
-    return table(region_table("knn", {"M": database.shape[0]})) or table("knn")
+    """The dispatch table in force for this database and its name (its region's, else kNN's own:
+    runtime.choose)."""
+    name = region_table("knn", {"M": database.shape[0]})
+    tbl = table(name)
+    return (tbl, name) if tbl is not None else (table("knn"), "knn")
 
 
 def _f16(t):
@@ -69,7 +78,8 @@ def knn(queries, database, k, metric, out):
     if rt is None:
         return None
     plan = rt.plans.get(_knn_key(queries, database, k, metric, out, Torch.raw_stream(dev)))
-    if plan is None or plan.launch is None or plan.table is not _knn_table(database) or database.get_device() != dev:
+    # (the key holds the database's shape, so its region, and table_name, are the plan's)
+    if plan is None or plan.launch is None or table(plan.table_name) is not plan.table or database.get_device() != dev:
         return None
     shape = plan.out_shape
     if out is not None:
@@ -77,8 +87,7 @@ def knn(queries, database, k, metric, out):
         if not (_output_ok(I, shape, Torch.i32, dev) and _output_ok(Dist, shape, Torch.f32, dev)):
             return None
     else:
-        I = Torch.empty(shape, dtype=Torch.i32, device=plan.device)
-        Dist = Torch.empty(shape, dtype=Torch.f32, device=plan.device)
+        I, Dist = Torch.empty_like(plan.i_like), Torch.empty_like(plan.d_like)
     q, db = _f16(queries), _f16(database)
     ptrs = (q.data_ptr(), db.data_ptr(), I.data_ptr(), Dist.data_ptr())
     set_context(rt)
@@ -94,12 +103,12 @@ def record_knn(rt, queries, database, k, metric, out, kern, tensors: dict, scala
     if type(queries) is not Torch.tensor or type(database) is not Torch.tensor:
         return
     key = _knn_key(queries, database, k, metric, out, stream)
-    tbl = _knn_table(database)
+    tbl, name = _knn_table(database)
     old = rt.plans.get(key)
     if old is not None and old.table is tbl:
         return
     launch = plan_launch(rt, kern, tensors, scalars, stream, ("Xq", "Xb", "I", "Dist"))
-    remember(rt, key, KnnPlan(launch, tbl, (int(queries.shape[0]), int(k)), queries.device))
+    remember(rt, key, KnnPlan(launch, tbl, name, (int(queries.shape[0]), int(k)), queries.device))
 
 
 def kmeans(x, k, iters, init, out):
@@ -119,8 +128,7 @@ def kmeans(x, k, iters, init, out):
         if not (_output_ok(C, plan.c_shape, Torch.f32, dev) and _output_ok(A, plan.a_shape, Torch.i32, dev)):
             return None
     else:
-        C = Torch.empty(plan.c_shape, dtype=Torch.f32, device=plan.device)
-        A = Torch.empty(plan.a_shape, dtype=Torch.i32, device=plan.device)
+        C, A = Torch.empty_like(plan.c_like), Torch.empty_like(plan.a_like)
     xs, c0 = _f16(x), _f16(init)
     ptrs = (xs.data_ptr(), c0.data_ptr(), A.data_ptr(), C.data_ptr())
     set_context(rt)

@@ -23,11 +23,11 @@ MAX_PLANS = 256   # per device; a caller cycling through more shapes re-plans (l
 
 class Torch:
     """torch's pieces the fast paths read, bound once: the tensor type (exact type: a subclass takes the
-    general path), dtypes, the current raw stream (an int, no Stream object) and empty()."""
+    general path), dtypes, the current raw stream (an int, no Stream object), empty() and empty_like()."""
     tensor = None          # None until load(): no call has been planned for torch tensors
     f16 = f32 = i32 = None
     raw_stream = None
-    empty = None
+    empty = empty_like = None
 
     @classmethod
     def load(cls) -> None:
@@ -37,8 +37,16 @@ class Torch:
         cls.f16, cls.f32, cls.i32 = torch.float16, torch.float32, torch.int32
         cls.raw_stream = (getattr(torch._C, "_cuda_getCurrentRawStream", None)
                           or (lambda device: torch.cuda.current_stream(device).cuda_stream))
-        cls.empty = torch.empty
+        cls.empty, cls.empty_like = torch.empty, torch.empty_like
         cls.tensor = torch.Tensor
+
+
+def result_template(shape, dtype, device):
+    """What a planned call's fresh result is made from: `Torch.empty_like(template)` is a new contiguous
+    tensor of this shape, dtype and device, and costs half a `torch.empty(shape, dtype=, device=)` (no
+    keyword parsing; bench/results/host-overhead-h100.json). One element expanded, so a plan holds no
+    result-sized memory (empty_like of a tensor that is not dense returns a contiguous one)."""
+    return Torch.empty((1,) * len(shape), dtype=dtype, device=device).expand(*shape)
 
 
 def current_stream(device: int) -> int:
@@ -67,12 +75,21 @@ class PlannedLaunch:
         for args in self.calls:
             err = launch(*args)[0]
             if err:
-                from gpu_backend.driver import CudaError
-                raise CudaError("cuLaunchKernel", err)
+                _launch_failed(err)
 
     def run(self, ptrs: Sequence[int]) -> None:
-        self.bind(ptrs)
-        self.fire()
+        """bind + fire in one frame (a small call's host time is a few microseconds of Python)."""
+        self.cells[:] = ptrs
+        launch = _driver_launch()
+        for args in self.calls:
+            err = launch(*args)[0]
+            if err:
+                _launch_failed(err)
+
+
+def _launch_failed(err) -> None:
+    from gpu_backend.driver import CudaError
+    raise CudaError("cuLaunchKernel", err)
 
 
 def plan_launch(rt, kern, tensors: dict, scalars: dict, stream: int, names: Sequence[str]) -> Optional[PlannedLaunch]:
@@ -113,7 +130,7 @@ def remember(rt, key, plan) -> None:
 
 def set_context(rt) -> None:
     """Make the runtime's context current on this thread (what `cakelib.runtime.runtime` does per call)."""
-    err = _driver().cuCtxSetCurrent(rt.ctx)[0]
+    err = (_DRIVER or _driver()).cuCtxSetCurrent(rt.ctx)[0]
     if err:
         from gpu_backend.driver import CudaError
         raise CudaError("cuCtxSetCurrent", err)

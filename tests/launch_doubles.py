@@ -58,6 +58,9 @@ class FakeTensor:
     def reshape(self, shape):
         return FakeTensor(shape, self.dtype, self.ptr)
 
+    def expand(self, *shape):
+        return FakeTensor(shape, self.dtype, self.ptr)
+
 
 FakeTensor.__module__ = "torch"     # what cakelib.arrays recognises a torch tensor by
 
@@ -70,12 +73,13 @@ def fake_torch(setattr, setitem):
     torch.current = 5                                     # the current stream's raw handle
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda dev: torch.current)
     torch.empty = lambda shape, dtype, device: FakeTensor(shape, dtype)
+    torch.empty_like = lambda t: FakeTensor(t.shape, t.dtype)
     torch.as_tensor = None
     torch.cuda = types.SimpleNamespace(current_stream=lambda device=None: types.SimpleNamespace(
         cuda_stream=torch.current), current_device=lambda: 0)
     setitem(sys.modules, "torch", torch)
     if launch_plan is not None:
-        for name in ("tensor", "f16", "f32", "i32", "raw_stream", "empty"):
+        for name in ("tensor", "f16", "f32", "i32", "raw_stream", "empty", "empty_like"):
             setattr(launch_plan.Torch, name, None)
     return torch
 

@@ -447,3 +447,29 @@ def test_knn_on_two_streams_at_once_matches_float64(variant):
         got = {"I": I.cpu().numpy(), "Dist": Dv.cpu().numpy()}
         checks = task.check(got, task.reference(inp, shape), inp, shape)
         assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
+def test_planned_calls_return_fresh_contiguous_results():
+    """A repeat call (its launch plan) makes its results from the plan's one-element templates: each call's
+    are new contiguous tensors of their own, equal to the general path's."""
+    torch = pytest.importorskip("torch")
+    from cakelib import kmeans, knn
+    g = torch.Generator(device="cuda").manual_seed(3)
+    xq = torch.randn(5, 128, device="cuda", generator=g).half()
+    xb = torch.randn(3000, 128, device="cuda", generator=g).half()
+    first = knn(xq, xb, 10)                                   # the general path; plans the call
+    runs = [knn(xq, xb, 10) for _ in range(2)]
+    ptrs = {t.data_ptr() for run in runs + [first] for t in run}
+    assert len(ptrs) == 6
+    for I, D in runs:
+        assert I.is_contiguous() and D.is_contiguous() and I.shape == (5, 10) and D.dtype == torch.float32
+        assert torch.equal(I, first[0]) and torch.equal(D, first[1])
+    x = torch.randn(1, 4000, 128, device="cuda", generator=g).half()
+    c0 = x[:, :16].clone()
+    C1, A1 = kmeans(x, 16, 2, init=c0)
+    C2, A2 = kmeans(x, 16, 2, init=c0)
+    assert C2.data_ptr() != C1.data_ptr() and C2.is_contiguous() and A2.is_contiguous()
+    assert C2.shape == (1, 16, 128) and A2.shape == (1, 4000)
+    assert torch.equal(A1, A2) and torch.allclose(C1, C2, rtol=1e-5, atol=1e-5)
