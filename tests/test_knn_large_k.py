@@ -125,6 +125,16 @@ def _cases():
     idx = np.sort(rng.choice(10**6, size=3000, replace=False)).astype(np.int32)
     yield "src_idx", 1024, rng.integers(1, 50, size=3000).astype(np.float32), idx, None
     yield "bias", 100, rng.normal(size=n).astype(np.float32), None, rng.normal(size=n).astype(np.float32)
+    # segments of CAKE_SEL_SAMPLE_MIN_N keys or more take the sample-first threshold (sel_by_sample)
+    n2 = 40000
+    yield "long_spread", 1024, rng.normal(size=n2).astype(np.float32), None, None
+    yield "long_k33_bias", 33, rng.normal(size=n2).astype(np.float32), None, rng.normal(size=n2).astype(np.float32)
+    yield "long_clustered", 100, (100 + rng.normal(size=n2) * 1e-3).astype(np.float32), None, None
+    yield "long_ties", 1024, np.full(n2, 1.5, np.float32), None, None        # the gather overflows: radix path
+    yield "long_few_values", 33, rng.integers(1, 4, size=n2).astype(np.float32), None, None
+    fooled = (10 + rng.normal(size=n2)).astype(np.float32)   # the sampled keys (stride 19) alone are good:
+    fooled[::n2 // 2048] = -5 + 0.1 * rng.normal(size=len(fooled[::n2 // 2048]))   # too few gathered, radix path
+    yield "long_sample_fooled", 1024, fooled, None, None
 
 
 @pytest.mark.parametrize("kind", ["min", "max"])

@@ -672,9 +672,63 @@ template <int T> __device__ void sel_sort(u64* cand, int p) {
     }
   }
 }
+// Sample-first threshold for long segments: CAKE_SEL_SAMPLE keys at a fixed stride stand for the segment; two
+// 12-bit histogram passes over the sample alone find the sample key whose rank scales to about `target` keys of
+// the segment (to 24 bits), and one gather takes every key up to that prefix. Exact when the gather holds at
+// least kk keys and fits the buffer (every key it leaves out is worse than all it holds); otherwise the caller
+// runs the full radix selection. One pass over the segment instead of two or three.
+#define CAKE_SEL_SAMPLE 2048
+#define CAKE_SEL_SAMPLE_MIN_N (16 * CAKE_SEL_SAMPLE)
+template <int T, bool MN> __device__ void sel_sample_histogram(const SelRow& r, unsigned* hist, int stride,
+                                                               int shift, int done, unsigned prefix) {
+  for (int i = threadIdx.x; i < 4096; i += T) hist[i] = 0;
+  __syncthreads();
+  for (int base = 0; base < CAKE_SEL_SAMPLE; base += T) {   // warp-uniform trips (sel_count's __match_any_sync)
+    const int i = base + (int)threadIdx.x;
+    const bool ok = i < CAKE_SEL_SAMPLE;
+    const unsigned key = ok ? sel_key<MN>(r.score(i * stride)) : 0u;
+    sel_count(hist, (key >> shift) & 4095u, ok && (done == 0 || (key >> (32 - done)) == prefix));
+  }
+  __syncthreads();
+}
+// Appends (key << 32 | index) of every key <= hi while the buffer has room; ctl[3] counts them all.
+template <int T, bool MN> __device__ void sel_gather_capped(const SelRow& r, unsigned hi, u64* cand, unsigned* ctl) {
+  sel_scan<T, MN>(r, [&](int j, unsigned key, bool ok) {
+    if (ok && key <= hi) {
+      const unsigned at = atomicAdd(&ctl[3], 1u);
+      if (at < CAKE_SEL_CAP) cand[at] = ((u64)key << 32) | r.index(j);
+    }
+  });
+  __syncthreads();
+}
+// True when cand[0, ctl[3]) holds every key up to a threshold and at least kk of them; false with ctl[3] = 0.
+template <int T, bool MN> __device__ bool sel_by_sample(const SelRow& r, unsigned kk, u64* cand, unsigned* hist,
+                                                        unsigned* ctl) {
+  const int stride = r.n / CAKE_SEL_SAMPLE;
+  const unsigned target = min((unsigned)CAKE_SEL_CAP / 2, max(4u * kk, kk + 512u));
+  unsigned rem = (unsigned)(((unsigned long long)target * CAKE_SEL_SAMPLE + r.n - 1) / r.n);   // >= 1
+  unsigned prefix = 0;
+  for (int done = 0; done < 24; done += 12) {
+    sel_sample_histogram<T, MN>(r, hist, stride, 20 - done, done, prefix);
+    sel_find_bin(hist, 4096, rem, ctl);
+    prefix = (prefix << 12) | ctl[0];
+    rem -= ctl[1];
+    __syncthreads();   // ctl is rewritten by the next pass
+  }
+  sel_gather_capped<T, MN>(r, (prefix << 8) | 0xffu, cand, ctl);
+  const unsigned cnt = ctl[3];
+  __syncthreads();
+  const bool ok = cnt >= kk && cnt <= CAKE_SEL_CAP;
+  if (!ok) {
+    if (threadIdx.x == 0) ctl[3] = 0;
+    __syncthreads();
+  }
+  return ok;
+}
 // The K best scores of a row segment (best first, ties to the smaller index), by all T threads of the CTA:
+// on a long segment a sample-first threshold and one gather (sel_by_sample); else, or where that misses,
 // radix selection of the K-th key over 12 + 12 + 8 bit digits (a histogram pass over the segment each,
-// stopping once the keys up to the K-th key's bin fit the candidate buffer), a gather of those keys, a
+// stopping once the keys up to the K-th key's bin fit the candidate buffer), a gather of those keys; then a
 // bitonic sort in shared memory. Entries past the segment's length get the worst value and index -1.
 template <int K, int T, bool MN>
 __device__ void row_select(const SelRow& r, float* ov, int* oi, unsigned* sm) {
@@ -687,7 +741,8 @@ __device__ void row_select(const SelRow& r, float* ov, int* oi, unsigned* sm) {
   __syncthreads();
   unsigned prefix = 0, rem = kk, less = 0, inbin = 0;
   int done = 0;
-  if (kk > 0) {
+  const bool sampled = kk > 0 && r.n >= CAKE_SEL_SAMPLE_MIN_N && sel_by_sample<T, MN>(r, kk, cand, hist, ctl);
+  if (kk > 0 && !sampled) {
     for (int pass = 0; pass < 3; ++pass) {
       const int width = pass < 2 ? 12 : 8, nb = 1 << width;
       sel_histogram<T, MN>(r, hist, nb, 32 - done - width, done, prefix);

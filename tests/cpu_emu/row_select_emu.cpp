@@ -51,6 +51,7 @@ static unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return
 static float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 template <class X> static X __ldg(const X* p) { return *p; }
 using std::min;
+using std::max;
 namespace cake {
 typedef unsigned long long u64;
 
