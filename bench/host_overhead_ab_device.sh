@@ -3,12 +3,8 @@
 # first, then bench/knn_host_overhead.py `time` for PREV (a tree holding the earlier cakelib, default .prev)
 # and for this tree, alternated twice so drift in the VM's CPU shows. Results: $OUT/host-{prev,new}-{1,2}.json.
 #   PREV=.prev OUT=DIR bash bench/host_overhead_ab_device.sh
-set -u
-export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
-PY=${PYTHON:-python3}
+. "$(dirname "$0")/device_env.sh"
 PREV=${PREV:-.prev}
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 timeout 60 $PY bench/knn_host_overhead.py check --out $OUT/host-check.json > $OUT/host-check.log 2>&1
 stamp "check rc=$?"
 grep -E "^check|Error" $OUT/host-check.log | cut -c1-300 | head -12

@@ -250,9 +250,9 @@ def knn_breakdown(Q, M, D, k, calls: int) -> dict:
 
 def alloc_forms(shape, dev, per_call) -> dict:
     """Other ways to make the two fresh results (host us per pair): new_empty of a template of each dtype,
-    empty_like of a template of the results' shape (dense, and the library's one element expanded), torch.empty with the device as an index, and torch.empty
-    positional (an A/B of the library's torch.empty(shape, dtype=, device=torch.device)); views of one
-    allocation of 32 results per dtype (unbind), handed out in turn."""
+    empty_like of a template of the results' shape (dense, and the library's one element expanded),
+    torch.empty with the device as an index; views of one allocation of 32 results per dtype (unbind),
+    handed out in turn; one result alone by torch.empty and by new_empty."""
     import torch
     ti, tf = torch.empty(0, dtype=torch.int32, device=dev), torch.empty(0, dtype=torch.float32, device=dev)
     li, lf = torch.empty(shape, dtype=torch.int32, device=dev), torch.empty(shape, dtype=torch.float32, device=dev)

@@ -1,5 +1,5 @@
 """Where a large-k kNN call's time goes: the GPU time of each kernel (distance tile, selection, merge,
-norms) from CUPTI (torch.profiler), per shape, next to the call's wall time (CUDA events, median).
+norms) from CUPTI (torch.profiler), per shape, next to the call's time (bench/examples.py `timed`: median of CUDA events, L2 flushed).
 
     python bench/knn_large_k_parts.py --shape 1000 1048576 384 50 --shape 10000 1048576 768 1024 [--out F]
 """
@@ -29,20 +29,6 @@ def kernel_times(call, reps: int) -> dict:
     return out
 
 
-def call_ms(call, reps: int) -> float:
-    """Median wall time of one call between CUDA events."""
-    import torch
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        call()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", type=int, nargs=4, action="append", required=True, metavar=("Q", "M", "D", "k"))
@@ -50,15 +36,14 @@ def main():
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     import torch
+    from bench.examples import l2_flusher, timed
     from bench.lib_grid import knn_inputs
     from cakelib import knn
-    rows = []
+    rows, flush = [], l2_flusher()
     for Q, M, D, k in a.shape:
         xq, xb = knn_inputs({"Q": Q, "M": M, "k": k}, d=D)
         call = lambda: knn(xq, xb, k)   # noqa: E731
-        call()
-        torch.cuda.synchronize()
-        ms = call_ms(call, a.reps)
+        ms = timed(call, flush, a.reps, warmup=1)["ms_median"]
         times = kernel_times(call, a.reps)
         rows.append({"shape": {"Q": Q, "M": M, "D": D, "k": k}, "call_ms": round(ms, 3), "kernels": times})
         gemm_ms = 2 * Q * M * D / 650e12 * 1e3
