@@ -72,6 +72,7 @@ TEST_SHAPES = [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030), (1
 TEST_STREAMED = {"kind": "wide", "mma": "wgmma", "points": "streamed", "dc": 64, "bm": 128, "bn": 128, "stages": 4,
                  "red": 4}
 TEST_TMA = {"kind": "wide", "mma": "wgmma", "points": "tma", "dc": 64, "bm": 128, "bn": 256, "stages": 4, "red": 4}
+TEST_PP = {"kind": "wide", "mma": "wgmma", "points": "pingpong", "dc": 64, "bm": 256, "bn": 128, "stages": 8, "red": 4}
 
 
 def variants_used(tests_only: bool = False) -> list:
@@ -81,13 +82,14 @@ def variants_used(tests_only: bool = False) -> list:
     for (B, N, D, K), _ in ([] if tests_only else [s for s in shapes() if s[0][2] >= MIN_D]):
         pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
         out += [(D, pick), (D, {**pick, "copies": 1}), (D, previous_pick(B, N, D, K))] \
-            + ([(D, paired_form(pick))] if pick["bm"] == 256 and D <= 128 else [])
+            + ([(D, paired_form(pick))] if pick["bm"] == 256 and D <= 128 and not pick.get("points") else [])
     for B, N, D, K in TEST_SHAPES:
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
         pick = kmeans_wide_params(s)
         out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1}), (D, TEST_STREAMED),
                 (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else []) \
             + ([(D, TEST_TMA), (D, {**TEST_TMA, "bn": 128, "stages": 6, "copies": 4})] if D >= 64 else []) \
+            + ([(D, TEST_PP), (D, {**TEST_PP, "bm": 128, "bn": 256, "stages": 4, "copies": 2})] if D <= 512 else []) \
             + ([(D, {**pick, "lv": True})] if pick.get("red", 1) == 4 else []) \
             + ([(D, {**pick, "acc2": True, "stages": 4,
                      "bn": 64 if pick["bm"] == 256 or pick.get("minb", 1) > 1 else pick["bn"]})]
@@ -96,17 +98,10 @@ def variants_used(tests_only: bool = False) -> list:
 
 
 def previous_pick(B: int, N: int, D: int, K: int) -> dict:
-    """The rule of the H200 grid (bench/results/kmeans-wide-h200.json), timed beside the pick as the A/B: from
-    D = 768 the streamed form (128 x 256 centroids, 3 stages, cp.async by the MMA warps), below it the resident
-    form with one CTA of the largest tile per SM (no pairing at small D and K)."""
+    """The rule before the ping-pong form (kmeans_wide_params(pingpong=False)), timed beside the pick as the A/B
+    where they differ."""
     from cakelib.variants import kmeans_wide_params
-    pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
-    if pick.get("points") == "tma":
-        return {**pick, "points": "streamed", "stages": 3}
-    if pick.get("minb", 1) > 1:     # the rule's unpaired tile (K past KMEANS_PAIRED_MAX_K), the shape's copies
-        return {**kmeans_wide_params({"B": B, "N": N, "K": 1 << 16, "D": D, "arch": "sm_90a"}),
-                "copies": pick["copies"]}
-    return pick
+    return kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}, pingpong=False)
 
 
 def paired_form(pick: dict) -> dict:
@@ -210,10 +205,11 @@ def alt_forms(x, c0, row: dict, held: bool, deadline: float) -> dict:
     B, N, D = x.shape
     K = c0.shape[1]
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
-    forms = {"cakelib-prev": previous_pick(B, N, D, K)}
+    prev = previous_pick(B, N, D, K)
+    forms = {"cakelib-prev": prev} if prev != pick else {}
     if pick["copies"] > 1:      # the copies' A/B: the pick with one copy of the sums
         forms["cakelib-p1"] = {**pick, "copies": 1}
-    if pick["bm"] == 256 and D <= 128:
+    if pick["bm"] == 256 and D <= 128 and not pick.get("points"):
         forms["cakelib-b2"] = paired_form(pick)     # a CTA's scatter runs under the other's wgmma
     out, row["check_alt"] = {}, {}
     for name, p in forms.items():

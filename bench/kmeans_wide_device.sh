@@ -17,7 +17,7 @@ D=$OUT/kmeans_wide; mkdir -p $D
 left() { echo $(( TOTAL - ($(date +%s) - T0) )); }
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 
-timeout 60 $PY bench/kmeans_wide_bench.py precompile --procs $NP > $D/precompile.log 2>&1
+timeout 150 $PY bench/kmeans_wide_bench.py precompile --procs $NP > $D/precompile.log 2>&1
 stamp "precompile rc=$?: $(tail -1 $D/precompile.log)"
 grep "^compile" $D/precompile.log | head -3
 

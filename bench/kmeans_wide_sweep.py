@@ -28,11 +28,12 @@ SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (2, 1
 
 
 def forms(shape: tuple) -> dict:
-    """name -> variant: the rule's pick; up to D = 512 the resident form with two distance accumulators (acc2: a
-    tile's argmin under the next tile's wgmma) at 128 x 128, 256 x 64 and, up to D = 128, 128 x 64 at two CTAs
-    per SM; from D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and the warp-specialized TMA form's
-    candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds. (Lost at D <= 128 on the H100,
-    bench/results/kmeans-wide-small-d-forms-h100.json: 128 x 256 tiles, 256 x 128 at 6 stages, the TMA form.)"""
+    """name -> variant: the rule's pick; up to D = 512 the ping-pong form (tasks/kmeans/wide_pingpong.py: resident
+    points, two consumer warpgroups taking turns) at 256 x 128, 128 x 256 and 128 x 128 points by centroids, each
+    at the most ring stages (up to 8) that fit; from D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and
+    the warp-specialized TMA form's candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds. (Lost
+    before, bench/results/kmeans-wide-acc2-h100.json, kmeans-wide-small-d-forms-h100.json: two distance
+    accumulators; at D <= 128 128 x 256 tiles, 256 x 128 at 6 stages, the TMA form.)"""
     from cakelib.variants import kmeans_wide_params
     B, N, D, K = shape
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
@@ -41,18 +42,25 @@ def forms(shape: tuple) -> dict:
     st = {**res, "points": "streamed"}
     tma = {**res, "points": "tma"}
     if D <= 512:
-        a2 = {**res, "stages": 4, "acc2": True}
-        out["a2_128x128"] = {**a2, "bm": 128, "bn": 128}
-        if D <= 256:
-            out["a2_256x64"] = {**a2, "bm": 256, "bn": 64}
-        if D <= 128:
-            out["a2_b2_128x64"] = {**a2, "bm": 128, "bn": 64, "minb": 2}
+        for bm, bn in ((256, 128), (128, 256), (128, 128)):
+            stages = pingpong_stages(D, bm, bn)
+            if stages:
+                out[f"pp{bm}x{bn}_s{stages}"] = {**res, "points": "pingpong", "bm": bm, "bn": bn, "stages": stages}
     if D >= 768:
         out.update({"st256_s3": {**st, "bm": 128, "bn": 256, "stages": 3},
                     "tma256_s4": {**tma, "bm": 128, "bn": 256, "stages": 4},
                     "tma128_s6": {**tma, "bm": 128, "bn": 128, "stages": 6},
                     "tma256_s4_bm64": {**tma, "bm": 64, "bn": 256, "stages": 4}})
     return out
+
+
+def pingpong_stages(d: int, bm: int, bn: int, most: int = 8) -> int:
+    """The most ring stages (up to `most`) of the ping-pong form whose shared memory fits, 0 if fewer than two
+    tiles' atoms (2 D / 64: below it the turns do not overlap)."""
+    from tasks.kmeans.wide import SMEM_BYTES
+    from tasks.kmeans.wide_pingpong import pingpong_smem_bytes
+    return next((s for s in range(most, 2 * (-(-d // 64)) - 1, -1)
+                 if pingpong_smem_bytes(d, bm // 2, bn, s) <= SMEM_BYTES["sm_90a"]), 0)
 
 
 def shapes(max_d: int) -> list:

@@ -453,9 +453,33 @@ def _poly(node: Node) -> dict[tuple, int] | None:
                     k = tuple(sorted(ka + kb))
                     out[k] = out.get(k, 0) + va * vb
         return {k: v for k, v in out.items() if v}
+    if isinstance(node, Bin) and node.op in "/%":
+        folded = _fold_div(node)
+        if folded is not None:
+            return folded
     # Opaque atom: / % calls comparisons, canonicalised recursively.
     atom = _atom(node)
     return None if atom is None else {(atom,): 1}
+
+
+def _fold_div(node: Bin) -> dict[tuple, int] | None:
+    """x % 1 = 0, x / 1 = x, and constant / constant with C's truncation (a pipeline's slot `(0) % 1` is 0)."""
+    pb = _poly(node.b)
+    if pb is None or set(pb) - {()} or not pb:
+        return None
+    d = pb[()]
+    if abs(d) == 1:
+        if node.op == "%":
+            return {}
+        pa = _poly(node.a)
+        return None if pa is None else {k: v * d for k, v in pa.items()}
+    pa = _poly(node.a)
+    if pa is None or set(pa) - {()}:
+        return None
+    n = pa.get((), 0)
+    q = (abs(n) // abs(d)) * (1 if (n >= 0) == (d > 0) else -1)
+    v = q if node.op == "/" else n - q * d
+    return {(): v} if v else {}
 
 
 def _atom(node: Node) -> str | None:

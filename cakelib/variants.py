@@ -378,6 +378,8 @@ KMEANS_ADDS_PER_COPY = 512   # points per cluster row of one copy of the sums (k
 KMEANS_COPIES_FROM = 4096    # ... from this many points per cluster on
 KMEANS_PAIRED_MAX_D = 128    # up to this D and ...
 KMEANS_PAIRED_MAX_K = 2048   # ... this K the wgmma rule runs two CTAs of 128 points per SM (kmeans_wide_params)
+KMEANS_PINGPONG_D = (96, 256)     # D in this range and ...
+KMEANS_PINGPONG_MIN_K = 2048      # ... K from this: the ping-pong form (kmeans_wide_params)
 
 
 def kmeans_family(shape: dict) -> str:
@@ -398,7 +400,7 @@ def kmeans_wide_domain_error(shape: dict) -> str:
     return ""
 
 
-def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
+def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True) -> dict:
     """The wide family's rule. mma "wgmma" (the default on sm_90a): below D = 768 the resident form, a point
     tile holding all of D (the largest of 256 / 128 / 64 rows whose shared memory fits) with centroid tiles of
     128 streamed past it through a 4-stage ring of 64-dim swizzle atoms; from D = 768 the warp-specialized TMA
@@ -410,7 +412,11 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     the H200: bench/kmeans_wide_sweep.py, docs/perf-log.md. Up to D = 128 and K = 2048 the resident form runs
     two CTAs of 128 points per SM (minb 2), so one CTA's point load, argmin and scatter run under the other's
     wgmma (H100: 6.75 vs 7.52 ms at N = 1M, D = 128, K = 1024; 1.98 vs 2.42 at D = 64, K = 256); from K = 4096
-    the doubled centroid reads from L2 cost as much as that buys (25.5 vs 25.4 ms at D = 128, K = 4096)."""
+    the doubled centroid reads from L2 cost as much as that buys (25.5 vs 25.4 ms at D = 128, K = 4096). For D in
+    KMEANS_PINGPONG_D from K = KMEANS_PINGPONG_MIN_K (`pingpong`) the ping-pong form (tasks/kmeans/wide_pingpong.py:
+    two consumer warpgroups taking turns on the tensor cores, one's argmin under the other's chains), 256 x 128
+    where its ring holds two tiles at 8 stages, else 128 x 128 (H100: 20.5 vs 24.7 ms at N = 1M, D = 128,
+    K = 4096; 16.7 vs 18.7 at N = 500K, D = 256; bench/results/kmeans-wide-pp-sweep-h100.json)."""
     from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes, chunk_of
     D, arch = shape.get("D", 128), shape.get("arch", "sm_90a")
     mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
@@ -418,6 +424,9 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
         return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
                 "red": 4, "copies": copies}
+    lo, hi = KMEANS_PINGPONG_D
+    if pingpong and mma == "wgmma" and lo <= D <= hi and shape.get("K", 1024) >= KMEANS_PINGPONG_MIN_K:
+        return _kmeans_pingpong_params(D, copies)
     if mma == "wgmma" and D <= KMEANS_PAIRED_MAX_D and shape.get("K", 1024) <= KMEANS_PAIRED_MAX_K:
         return {"kind": "wide", "mma": mma, "bm": 128, "bn": 128, "dc": ATOM, "stages": 4, "minb": 2, "red": 4,
                 "copies": copies}
@@ -429,6 +438,17 @@ def kmeans_wide_params(shape: dict, mma: str = "") -> dict:
     bm = next((m for m in tiles if assign_smem_bytes(D, m, bn, dc, stages, mma) <= cap), tiles[-1])
     p = {"kind": "wide", "mma": mma, "bm": bm, "bn": bn, "dc": dc, "stages": stages, "copies": copies}
     return {**p, "red": 4} if mma == "wgmma" else p
+
+
+def _kmeans_pingpong_params(D: int, copies: int) -> dict:
+    """The ping-pong form at 8 ring stages: 256 x 128 (128 points a warpgroup) where the ring then holds two
+    tiles' atoms beside the resident points, else 128 x 128."""
+    from tasks.kmeans.wide import ATOM, SMEM_BYTES
+    from tasks.kmeans.wide_pingpong import pingpong_smem_bytes
+    stages = 8
+    bm = 256 if stages >= 2 * -(-D // ATOM) and pingpong_smem_bytes(D, 128, 128, stages) <= SMEM_BYTES["sm_90a"] else 128
+    return {"kind": "wide", "mma": "wgmma", "points": "pingpong", "bm": bm, "bn": 128, "dc": ATOM, "stages": stages,
+            "red": 4, "copies": copies}
 
 
 def kmeans_wide_copies(shape: dict) -> int:
@@ -459,6 +479,12 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
         from tasks.kmeans.wide_streamed import streamed_smem_bytes
         return (mma == "wgmma" and p["bm"] in (64, 128) and p["stages"] >= 3 and p.get("red", 1) in (1, 2, 4)
                 and p.get("minb", 1) * streamed_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
+    if p.get("points") == "pingpong":
+        from tasks.kmeans.wide_pingpong import PP_D_MAX, pingpong_smem_bytes
+        wr = p["bm"] // 2
+        return (mma == "wgmma" and D <= PP_D_MAX and wr in (64, 128) and wr * p["bn"] <= 128 * 256
+                and -(-D // 64) <= p["stages"] <= 16 and p.get("red", 1) in (1, 2, 4)
+                and pingpong_smem_bytes(D, wr, p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
     if p.get("points") == "tma":
         from tasks.kmeans.wide_tma import TMA_D_MIN, tma_smem_bytes
         return (mma == "wgmma" and D >= TMA_D_MIN and p["bm"] in (64, 128) and 2 <= p["stages"] <= 8
@@ -482,6 +508,12 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
         def assign():
             return kmeans_wide_assign_streamed(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red,
                                                minb=p.get("minb", 1), arch=arch, copies=copies, lv=lv)
+    elif p.get("points") == "pingpong":
+        from tasks.kmeans.wide_pingpong import kmeans_wide_assign_pingpong
+
+        def assign():
+            return kmeans_wide_assign_pingpong(d, wr=p["bm"] // 2, bn=p["bn"], stages=p["stages"], red=red, arch=arch,
+                                               copies=copies, lv=lv)
     elif p.get("points") == "tma":
         from tasks.kmeans.wide_tma import kmeans_wide_assign_tma
 
@@ -502,7 +534,8 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
 
 def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
-    tasks/kmeans/wide_streamed.py) or `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py), `_b{minb}`, `_r{red}`
+    tasks/kmeans/wide_streamed.py), `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py) or `_pp` (`points: "pingpong"`,
+    tasks/kmeans/wide_pingpong.py: bm / 2 points a consumer warpgroup), `_b{minb}`, `_r{red}`
     (vector reds of `red` floats), `_p{copies}` (copies of the sums, tasks/kmeans/wide.sums_row), `_lv` (`lv`: the
     scatter reads its points 4 halves per load), `_a2` (`acc2`: two distance accumulators, a tile's argmin under
     the next tile's wgmma). Table family:
@@ -517,7 +550,7 @@ def kmeans_name(p: dict) -> str:
     sequence, `_a2u`), `chains: c` (the argmin's running bests per row, topk `chains`) `_ch{c}`."""
     if p.get("kind") == "wide":
         return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
-            + {"streamed": "_st", "tma": "_tma"}.get(p.get("points"), "") \
+            + {"streamed": "_st", "tma": "_tma", "pingpong": "_pp"}.get(p.get("points"), "") \
             + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") + ("_a2" if p.get("acc2") else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "") \
             + ("_lv" if p.get("lv") else "")

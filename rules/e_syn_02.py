@@ -17,6 +17,8 @@ a stage still being read), and the surplus arrivals spill into the next phase, s
 out of step: wrong results, then a hang. A named barrier with the wrong thread count either hangs or
 releases before all participants arrived.
 """
+import numpy as np
+
 from cake_ir.analysis import sync
 from cake_ir.nodes import CpAsyncArrive, MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, NamedBarSync, NamedBarrier
 
@@ -64,9 +66,11 @@ def check(ctx):
                 if m is None:
                     named.setdefault(n.barrier, {})["?"] = None
                 else:
-                    cnt = ks.space(s.role_index).warps_of(m) * 32
+                    sp = ks.space(s.role_index)
+                    cnt = sp.warps_of(m) * 32
                     if cnt:
-                        named.setdefault(n.barrier, {}).setdefault(s.role_index, []).append((s, cnt))
+                        warps = frozenset(int(w) for w in np.unique(sp.gwarp[m]))
+                        named.setdefault(n.barrier, {}).setdefault(s.role_index, []).append((s, cnt, warps))
             continue
         if not isinstance(n, ARRIVERS + (MbarWait,)):
             continue
@@ -138,7 +142,7 @@ def check(ctx):
         bi = bidx[name]
         roles = list(per_role)
         if len(roles) == 1:
-            for s, c in per_role[roles[0]]:
+            for s, c in _role_instances(per_role[roles[0]]):
                 if c != decl.threads:
                     fix = [{"op": "replace", "path": f"/barriers/{bi}/threads", "value": c}] \
                         if barrier_in_source(ctx, bi) else None
@@ -148,7 +152,7 @@ def check(ctx):
                                         "it completes before every participant arrived"),
                                      legal=c, fix=fix, related=[f"/barriers/{bi}"])
         else:
-            total = sum(max(c for _, c in lst) for lst in per_role.values())
+            total = sum(max(c for _, c in _role_instances(lst)) for lst in per_role.values())
             if total != decl.threads:
                 s0 = per_role[roles[0]][0][0]
                 fix = [{"op": "replace", "path": f"/barriers/{bi}/threads", "value": total}] \
@@ -156,3 +160,18 @@ def check(ctx):
                 yield ctx.report(s0.path, f"named barrier {name!r} is reached by {total} threads per instance across "
                                  f"roles but expects {decl.threads}", legal=total, fix=fix,
                                  related=[f"/barriers/{bi}"] + [lst[0][0].path for lst in per_role.values()][1:])
+
+
+def _role_instances(sites: list) -> list:
+    """(site, threads per instance) for one role's sites on a named barrier. Sites reached by disjoint warp
+    sets (e.g. `if wg == 0: bar_sync` / `else: bar_arrive`, warpgroups taking turns) meet in one instance, so
+    each counts the warps of every such set (the largest site per set); sites of overlapping sets count alone."""
+    sets: dict = {}
+    for _, c, warps in sites:
+        sets[warps] = max(c, sets.get(warps, 0))
+    keys = list(sets)
+    disjoint = all(not (a & b) for i, a in enumerate(keys) for b in keys[i + 1:])
+    if len(keys) > 1 and disjoint:
+        total = sum(sets.values())
+        return [(s, total) for s, _, _ in sites]
+    return [(s, c) for s, c, _ in sites]

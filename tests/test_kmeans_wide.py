@@ -194,18 +194,35 @@ def test_rule_fits_shared_memory_per_arch():
 
 
 def test_rule_pairs_ctas_at_small_d_and_k():
-    """Up to D = 128 and K = 2048 two CTAs of 128 points per SM (one's scatter under the other's wgmma); from
-    K = 4096, or past D = 128, one CTA of the largest tile; never on sm_80's mma.sync form."""
-    def rule(D, K, arch="sm_90a"):
-        return kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch})
-    for D, K in ((32, 1024), (64, 256), (128, 2048)):
-        p = rule(D, K)
+    """Up to D = 128 and K = 2048 two CTAs of 128 points per SM (one's scatter under the other's wgmma), except
+    where the ping-pong form takes over (D 96 .. 256 from K = 2048); from K = 4096, or past D = 128, one CTA of the
+    largest tile; never on sm_80's mma.sync form."""
+    def rule(D, K, arch="sm_90a", **kw):
+        return kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, **kw)
+    for D, K, kw in ((32, 1024, {}), (64, 256, {}), (64, 2048, {}), (128, 1024, {}), (128, 2048, {"pingpong": False})):
+        p = rule(D, K, **kw)
         assert (p["bm"], p["bn"], p["stages"], p.get("minb"), p["red"]) == (128, 128, 4, 2, 4), (D, K, p)
         assert kmeans_wide_supports(p, {"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": "sm_90a"})
     assert rule(64, 256)["copies"] == 8          # the copies of the sums ride along
     for D, K in ((128, 4096), (256, 1024), (64, 8192)):
-        assert rule(D, K).get("minb", 1) == 1 and rule(D, K)["bm"] == 256, (D, K)
+        p = rule(D, K, pingpong=False)
+        assert p.get("minb", 1) == 1 and p["bm"] == 256 and not p.get("points"), (D, K)
     assert rule(64, 256, "sm_80").get("minb", 1) == 1
+
+
+def test_rule_takes_the_pingpong_form_at_mid_d_and_large_k():
+    """D 96 .. 256 from K = 2048: the ping-pong form, 256 x 128 while its 8-stage ring holds two tiles beside the
+    resident points (D <= 192 here), else 128 x 128; not at D = 64 or 384, nor below K = 2048, nor on sm_80."""
+    def rule(D, K, arch="sm_90a"):
+        return kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch})
+    for (D, K), bm in (((96, 2048), 256), ((128, 4096), 256), ((160, 4096), 256), ((192, 65536), 256),
+                       ((256, 4096), 128)):
+        p = rule(D, K)
+        assert (p.get("points"), p["bm"], p["bn"], p["stages"]) == ("pingpong", bm, 128, 8), (D, K, p)
+        assert kmeans_wide_supports(p, {"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": "sm_90a"})
+    for D, K in ((64, 8192), (384, 8192), (128, 1024), (1024, 4096)):
+        assert rule(D, K).get("points") != "pingpong", (D, K)
+    assert rule(128, 4096, "sm_80").get("points") is None
 
 
 def test_family_rule_and_domain_errors():
@@ -325,9 +342,46 @@ def _gpu():
         return False
 
 
+PP = {"kind": "wide", "mma": "wgmma", "points": "pingpong", "dc": 64, "bm": 256, "bn": 128, "stages": 8, "red": 4}
+
+
+@pytest.mark.parametrize("D", [32, 96, 128, 256, 512])
+@pytest.mark.parametrize("form", [PP, {**PP, "bm": 128, "bn": 256, "stages": 4, "copies": 4},
+                                  {**PP, "bm": 128, "bn": 128, "stages": 6, "red": 1}])
+def test_pingpong_form_verifies_and_compiles(D, form):
+    """The ping-pong form (tasks/kmeans/wide_pingpong.py): resident points by TMA, a TMA centroid ring, two
+    consumer warpgroups taking turns on named barriers; no spills, sm_90a only, a tile that does not fit is
+    refused with the shared memory it needs."""
+    shape = {"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": "sm_90a"}
+    fits = kmeans_wide_supports(form, shape)
+    if not fits:
+        with pytest.raises(ValueError, match="shared memory|stages >= D / 64"):
+            kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
+        assert D >= 256
+        return
+    assert kmeans_name(form).startswith(f"kmeans_wide_bm{form['bm']}_bn{form['bn']}_c64_s{form['stages']}_wg_pp")
+    assert not kmeans_wide_supports(form, {**shape, "arch": "sm_80"})
+    k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    assert k.launch.threads == 128 + 256
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    assert "0 B spill stores" in next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
+    src = r.cuda_source
+    assert "cake::tma_load_2d(" in src and "cake::bar_arrive(3, 256)" in src and "cake::bar_sync(4, 256)" in src
+    assert not any(d.code == "W-BACKEND-WGMMA-SERIAL" for d in r.diagnostics)
+
+
+def test_pingpong_form_refuses_d_beyond_its_tile():
+    assert not kmeans_wide_supports(PP, {"B": 1, "N": 4096, "K": 512, "D": 768, "arch": "sm_90a"})
+    with pytest.raises(ValueError, match="D <= 512"):
+        kmeans_wide_kernels(PP, 768, "sm_90a")["assign"]()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv", "acc2"])
+@pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv", "acc2",
+                                 "pp", "pp_wr64"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -344,10 +398,13 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
         pytest.skip("two distance accumulators are a resident-form option (the TMA form from D = 768)")
     if mma.startswith("tma") and D < 64:
         pytest.skip("the TMA form runs from D = 64 (a 64-dim box)")
+    if mma.startswith("pp") and D > 512:
+        pytest.skip("the ping-pong form holds the point tile: D <= 512")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
     variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
                "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
                "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True},
+               "pp": PP, "pp_wr64": {**PP, "bm": 128, "bn": 256, "stages": 4, "copies": 2},
                "acc2": {**pick, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
                         "bn": 64 if pick.get("bm") == 256 or pick.get("minb", 1) > 1 else pick.get("bn")}
                }.get(mma, pick)

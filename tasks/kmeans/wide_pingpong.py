@@ -1,0 +1,184 @@
+"""The wide k-means assignment with its point tile resident and two consumer warpgroups taking turns on the
+tensor cores (ping-pong), for D up to 512 on Hopper.
+
+In the resident form (`tasks.kmeans.wide.kmeans_wide_assign_wgmma`) every warpgroup of a CTA meets the others
+at a barrier per 64-dim step, so each centroid tile's argmin runs with no wgmma in flight: at D = 128 the
+argmin of a [64, 128] accumulator costs about half as many issue slots as its chain takes on the tensor cores.
+Here a TMA producer warp loads the CTA's points once (D / 64 swizzle atoms of `bm` rows) and then streams the
+centroid atoms through an mbarrier ring; consumer warpgroup w owns `wr` point rows (wr / 64 accumulators of
+[64, bn]) and issues its chains for tile t only in its turn: warpgroup 0 issues tile t, lets warpgroup 1 issue
+tile t, and runs tile t's argmin while warpgroup 1's chains run, and so on (two named barriers, one per turn).
+A ring slot is freed once both warpgroups' chains on it retired, so the ring must hold a whole tile (stages
+>= D / 64) and overlaps the turns only from two tiles (2 D / 64) on. Each warpgroup loads its own tile's centroid
+norms by cp.async into its own pair of slots (waited on its own named barrier), so the two never meet after
+the start. Tensors and the finalize are `tasks.kmeans.wide`'s.
+"""
+from cake_ir.builder import KernelBuilder, bar, tile
+
+from .wide import (ATOM, BIG, K_MAX, SMEM_BYTES, _declare_assign_io, check_copies, check_d, check_red, padded,
+                   slice_of, suffix, sums_row)
+
+PP_D_MAX = 512          # the resident tile of all of D leaves no ring for more
+NORM_SLOTS = 2          # per warpgroup: tile t's norms land while tile t - 1's argmin may still read its slot
+WARPGROUPS = 2          # consumers taking turns
+
+
+def pingpong_smem_bytes(d: int, wr: int, bn: int, stages: int) -> int:
+    """The resident points (2 wr rows by all of D in 64-dim atoms), the centroid ring (one [bn, 64] atom a
+    stage), both warpgroups' norm slots, and 1 KB of alignment for the swizzled atoms (the mbarriers fit in it)."""
+    return WARPGROUPS * wr * padded(d, ATOM) * 2 + stages * bn * ATOM * 2 + WARPGROUPS * NORM_SLOTS * 4 * bn + 1024
+
+
+def _check(d: int, wr: int, bn: int, stages: int, arch: str) -> None:
+    if arch != "sm_90a":
+        raise ValueError("kmeans_wide_assign_pingpong needs sm_90a (TMA, wgmma)")
+    if d > PP_D_MAX:
+        raise ValueError(f"kmeans_wide_assign_pingpong: D <= {PP_D_MAX} (the resident point tile), got {d}")
+    if wr not in (64, 128) or bn % 16 or not 16 <= bn <= 256 or not 2 <= stages <= 16:
+        raise ValueError(f"kmeans_wide_assign_pingpong: wr 64 or 128, bn a multiple of 16 up to 256, stages 2..16 "
+                         f"(got wr={wr}, bn={bn}, stages={stages})")
+    if wr * bn > 128 * 256:
+        raise ValueError(f"kmeans_wide_assign_pingpong: a warpgroup's accumulators (wr x bn = {wr * bn}) exceed "
+                         f"128 x 256 (128 registers a thread)")
+    if stages < padded(d, ATOM) // ATOM:
+        raise ValueError(f"kmeans_wide_assign_pingpong: stages >= D / 64 = {padded(d, ATOM) // ATOM} (a warpgroup "
+                         f"issues a whole tile in its turn: a smaller ring deadlocks), got {stages}")
+    smem = pingpong_smem_bytes(d, wr, bn, stages)
+    if smem > SMEM_BYTES["sm_90a"]:
+        raise ValueError(f"kmeans_wide_assign_pingpong: {smem} B of shared memory at d={d}, wr={wr}, bn={bn}, "
+                         f"stages={stages} exceed sm_90a's {SMEM_BYTES['sm_90a']}")
+
+
+def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stages: int = 8, red: int = 4,
+                                arch: str = "sm_90a", copies: int = 1, lv: bool = False):
+    """Assignment + global scatter, grid (cdiv(N, BM), B) with BM = 2 wr: a producer warpgroup (one elected
+    thread issues the TMA loads) and two consumer warpgroups of wr point rows each, taking turns. red, copies,
+    lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
+    check_d(d)
+    check_red(red, arch, lv)
+    check_copies(copies)
+    _check(d, wr, bn, stages, arch)
+    bm, atoms, blocks = WARPGROUPS * wr, padded(d, ATOM) // ATOM, wr // 64
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_pp" + suffix(red, copies, lv), arch=arch,
+                       grid=["cdiv(N, BM)", "B"], threads=128 + 128 * WARPGROUPS,
+                       note="wide k-means assignment: resident points, TMA centroid ring, ping-pong wgmma consumers")
+    kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms, NS=stages)
+    _declare_assign_io(kb, d, copies, tma={"X": {"box": [bm, ATOM], "swizzle": "128B"},
+                                           "C": {"box": [bn, ATOM], "swizzle": "128B"}})
+    kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B")
+    kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
+    kb.buffer("cn", "smem", "f32", [1, bn], stages=WARPGROUPS * NORM_SLOTS)
+    for h in range(blocks):
+        kb.buffer(f"acc{h}", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup", role="consumer")
+        kb.buffer(f"bv{h}", "reg", "f32", [16, 1], layout="mma_rows", scope="warp", role="consumer")
+        kb.buffer(f"bi{h}", "reg", "i32", [16, 1], layout="mma_rows", scope="warp", role="consumer")
+    for w in range(WARPGROUPS):
+        kb.named_barrier(f"norms{w}", 1 + w, 128)           # warpgroup w's share of its norms has landed
+        kb.named_barrier(f"turn{w}", 1 + WARPGROUPS + w, 128 * WARPGROUPS)   # warpgroup w may issue
+    kb.pipeline("points", stages=1, mechanism="tma", producer="producer", consumers=["consumer"], buffers=["sX"])
+    kb.pipeline("ring", stages=stages, mechanism="tma", producer="producer", consumers=["consumer"],
+                buffers=["sC"])
+    with kb.role("producer", warps=(0, 4), regs=40) as r:
+        _produce(r, bm, bn, atoms)
+    with kb.role("consumer", warps=(4, 4 * WARPGROUPS), regs=232) as r:
+        _consume(r, d, wr, bn, blocks, red, copies, lv)
+    return kb.build()
+
+
+def _produce(r, bm: int, bn: int, atoms: int) -> None:
+    """The CTA's points once (atom a: dims [64 a, 64 a + 64)), then ring step g: centroid tile g / NCH at dims
+    (g % NCH) * 64."""
+    r.let("b", "bid.y")
+    r.let("n0", "bid.x * BM")
+    with r.if_("role_warp == 0 && elect_one()"):
+        r.pipe("acquire", "points", 0)
+        for a in range(atoms):
+            r.copy("tma_load", tile("X", ["b * N + n0", a * ATOM], [bm, ATOM]), tile("sX", [a * bm, 0], [bm, ATOM]),
+                   barrier=bar("points_full", 0), scope="thread", id="tma_points" if a == 0 else None)
+        r.pipe("commit", "points", 0)
+        with r.for_("g", 0, "cdiv(K, BN) * NCH", id="load_loop"):
+            r.pipe("acquire", "ring", "g")
+            r.copy("tma_load", tile("C", ["b * K + (g / NCH) * BN", "(g % NCH) * DC"], [bn, ATOM]),
+                   tile("sC", slot="g % NS"), barrier=bar("ring_full", "g % NS"), scope="thread", id="tma_centroids")
+            r.pipe("commit", "ring", "g")
+
+
+def _by_warpgroup(r, op: str, name: str) -> None:
+    """`op` on warpgroup w's own barrier `{name}{w}` (a named barrier's id is static)."""
+    with r.if_("wg == 0"):
+        r.add(op, barrier=f"{name}0")
+    with r.else_():
+        r.add(op, barrier=f"{name}1")
+
+
+def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int) -> None:
+    """Warpgroup wg's chains for centroid tile t: per atom, wait for its ring slot and issue one m64 n{bn} k64
+    chain per accumulator block (rows wr wg + 64 h of the resident points)."""
+    for a in range(atoms):
+        g = f"t * NCH + {a}"
+        r.pipe("wait", "ring", g)
+        r.sync("wgmma_fence")
+        for h in range(blocks):
+            r.wgmma([64, bn, 16], tile("sX", [f"{a} * BM + {wr} * wg + {64 * h}", 0], [64, ATOM]),
+                    tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % NS"), tile(f"acc{h}"), accumulate=a > 0,
+                    id="distances" if a == 0 and h == 0 else None)
+        r.sync("wgmma_commit")
+
+
+def _consume(r, d: int, wr: int, bn: int, blocks: int, red: int, copies: int, lv: bool) -> None:
+    """Per centroid tile: the norms' load, the warpgroup's turn, its chains, the other's turn, then (under the
+    other's chains) the wait, the ring slots' release and the running argmin; at the end the assignments and
+    the scatter of the warpgroup's points into the sums."""
+    atoms = padded(d, ATOM) // ATOM
+    r.let("b", "bid.y")
+    r.let("n0", "bid.x * BM")
+    r.let("wq", "role_warp % 4")
+    for h in range(blocks):
+        r.fill(f"bv{h}", BIG)
+        r.fill(f"bi{h}", -1)
+    r.pipe("wait", "points", 0)
+    with r.if_("wg == 1"):
+        r.add("bar_arrive", barrier="turn0")                 # warpgroup 0 takes the first turn
+    with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+        slot = f"wg * {NORM_SLOTS} + t % {NORM_SLOTS}"
+        r.copy("cp_async", tile("CN", [0, "b * K + t * BN"], [1, bn]), tile("cn", slot=slot), oob="zfill",
+               vec_bytes=4, scope="warpgroup", id="load_norms")
+        r.sync("cp_async_commit")
+        _by_warpgroup(r, "bar_sync", "turn")
+        _issue_tile(r, wr, bn, atoms, blocks)
+        with r.if_("wg == 0"):
+            r.add("bar_arrive", barrier="turn1")
+        with r.else_():
+            with r.if_("t + 1 < cdiv(K, BN)"):               # warpgroup 0 takes no turn after the last tile
+                r.add("bar_arrive", barrier="turn0")
+        r.sync("wgmma_wait", n=0)                           # the argmin reads the accumulators
+        for a in range(atoms):
+            r.pipe("release", "ring", f"t * NCH + {a}")
+        r.sync("cp_async_wait", n=0)
+        _by_warpgroup(r, "bar_sync", "norms")               # the warpgroup's share of the norms has landed
+        for h in range(blocks):
+            r.add("topk", id="argmin" if h == 0 else None, kind="min", k=1, src=tile(f"acc{h}"), vals=tile(f"bv{h}"),
+                  idx=tile(f"bi{h}"), col="t * BN", limit="K", scale=-2.0,
+                  col_bias=tile("cn", [0, 0], [1, bn], slot=slot))
+    for h in range(blocks):
+        rows = f"{wr} * wg + {64 * h} + 16 * wq"
+        r.add("topk_merge", kind="min", vals=tile(f"bv{h}"), idx=tile(f"bi{h}"))
+        r.stg(tile(f"bi{h}"), tile("A", ["b", f"n0 + {rows}"], [1, 16]), oob="mask", vec_bytes=4,
+              id="store_assign" if h == 0 else None)
+        _scatter_rows(r, d, rows, f"bi{h}", red, copies, lv, first=h == 0)
+    r.pipe("release", "points", 0)                          # (the protocol's balance: the tile is never reloaded)
+
+
+def _scatter_rows(r, d: int, rows: str, idx: str, red: int, copies: int, lv: bool, first: bool) -> None:
+    """WS[a_j] += X[j], WC[a_j] += 1 for the warp's 16 points at tile row `rows` (read from the swizzled
+    resident atoms; rows past N skipped)."""
+    w = slice_of(red)
+    for a in range(padded(d, ATOM) // ATOM):
+        loop = f"sc{a}"
+        with r.for_(loop, 0, min(ATOM, d - a * ATOM) // w, id="scatter_slices" if first and a == 0 else None):
+            r.add("scatter_add", id="sum_points" if first and a == 0 else None, index=tile(idx),
+                  src=tile("sX", [f"{a} * BM + {rows}", f"{loop} * {w}"], [16, w]),
+                  dst=tile("WS", [sums_row(copies), f"{a * ATOM} + {loop} * {w}"], [K_MAX, w]),
+                  row0=f"n0 + {rows}", row_limit="N", vec=red, load_vec=lv)
+    r.add("scatter_add", id="count_points" if first else None, index=tile(idx),
+          dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]), row0=f"n0 + {rows}", row_limit="N")
