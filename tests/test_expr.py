@@ -31,6 +31,12 @@ def test_canonical_equality_is_symbolic():
     assert not E.same("kt % 4", "(kt + 1) % 4")
 
 
+def test_canonical_form_folds_constant_division():
+    assert E.same("(0) % 1", "0") and E.same("(g + 1) % 1", "0") and E.same("g / 1", "g")
+    assert E.same("7 / 2", "3") and E.same("-7 / 2", "-3") and E.same("-7 % 2", "-1")   # C's truncation
+    assert not E.same("g % 2", "0") and not E.same("g / 2", "g")
+
+
 def test_cond_and_value_contexts():
     assert E.free_vars(E.parse_cond("role_warp == 0 && elect_one()")) == {"role_warp"}
     v = E.parse_value("exp2((x - m) * 1.4426950408889634)")
