@@ -1,7 +1,8 @@
 #!/bin/bash
 # The wide k-means family on one GPU (H100 / H200) (200 s wall by default, deadline-guarded), results under $OUT/kmeans_wide:
 #   1. precompile the family's kernels for every benchmarked D (NVRTC, in parallel, into $CAKE_CACHE_DIR);
-#   2. correctness: the GPU-marked tests of tests/test_kmeans_wide.py (float64 numpy Lloyd reference) in a child;
+#   2. correctness: the GPU-marked tests of tests/test_kmeans_wide.py (float64 numpy Lloyd reference; TESTS_K: a
+#      pytest -k selection of them) in a child;
 #   3. per shape (20 training + 5 held-out): one checked iteration (float64 on the GPU), then 10 Lloyd
 #      iterations from the same centroids timed for cakelib, flashlib, flash-kmeans and torch (tol=-1); rows
 #      appended to rows.jsonl as they finish; a faulting run is resumed without cakelib on the shape it crashed;
@@ -21,7 +22,8 @@ timeout 150 $PY bench/kmeans_wide_bench.py precompile --procs $NP > $D/precompil
 stamp "precompile rc=$?: $(tail -1 $D/precompile.log)"
 grep "^compile" $D/precompile.log | head -3
 
-timeout 120 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_kmeans_wide.py > $D/pytest.log 2>&1
+timeout 120 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_kmeans_wide.py ${TESTS_K:+-k "$TESTS_K"} \
+  > $D/pytest.log 2>&1
 stamp "gpu tests rc=$?: $(tail -1 $D/pytest.log)"
 grep -E "^FAILED|Error" $D/pytest.log | head -5
 
