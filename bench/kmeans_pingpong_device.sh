@@ -8,7 +8,7 @@ K=$OUT/kmeans_wide; mkdir -p $K
 timeout 120 $PY bench/kmeans_wide_sweep.py precompile --procs $NP --max-d 512 > $K/precompile.log 2>&1
 stamp "precompile rc=$?: $(tail -1 $K/precompile.log)"
 grep -v ": ok$" $K/precompile.log | head -5
-timeout 240 $PY -m pytest -q -x -p no:cacheprovider -m gpu tests/test_kmeans_wide.py -k "pp or tma" \
+timeout 240 $PY -m pytest -q -x -p no:cacheprovider -m gpu tests/test_kmeans_wide.py -k "${TESTS_K:-pp}" \
   > $K/pytest.log 2>&1
 stamp "gpu tests rc=$?: $(tail -1 $K/pytest.log)"
 grep -E "^FAILED|Error" $K/pytest.log | head -5

@@ -347,7 +347,8 @@ PP = {"kind": "wide", "mma": "wgmma", "points": "pingpong", "dc": 64, "bm": 256,
 
 @pytest.mark.parametrize("D", [32, 96, 128, 256, 512])
 @pytest.mark.parametrize("form", [PP, {**PP, "bm": 128, "bn": 256, "stages": 4, "copies": 4},
-                                  {**PP, "bm": 128, "bn": 128, "stages": 6, "red": 1}])
+                                  {**PP, "bm": 128, "bn": 128, "stages": 6, "red": 1},
+                                  {**PP, "wgs": 3, "bm": 192}, {**PP, "wgs": 4}])
 def test_pingpong_form_verifies_and_compiles(D, form):
     """The ping-pong form (tasks/kmeans/wide_pingpong.py): resident points by TMA, a TMA centroid ring, two
     consumer warpgroups taking turns on named barriers; no spills, sm_90a only, a tile that does not fit is
@@ -359,16 +360,19 @@ def test_pingpong_form_verifies_and_compiles(D, form):
             kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
         assert D >= 256
         return
-    assert kmeans_name(form).startswith(f"kmeans_wide_bm{form['bm']}_bn{form['bn']}_c64_s{form['stages']}_wg_pp")
+    wgs = form.get("wgs", 2)
+    head = f"kmeans_wide_bm{form['bm']}_bn{form['bn']}_c64_s{form['stages']}_wg_pp" + (str(wgs) if wgs != 2 else "")
+    assert kmeans_name(form) == head or kmeans_name(form).startswith(head + "_")
     assert not kmeans_wide_supports(form, {**shape, "arch": "sm_80"})
     k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
     assert not _errors(k), _errors(k)
-    assert k.launch.threads == 128 + 256
+    assert k.launch.threads == 128 + 128 * wgs
     r = compile_ir(k, arch="sm_90a")
     assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
     assert "0 B spill stores" in next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
     src = r.cuda_source
-    assert "cake::tma_load_2d(" in src and "cake::bar_arrive(3, 256)" in src and "cake::bar_sync(4, 256)" in src
+    turns = [f"cake::bar_sync({1 + wgs + w}, 256)" for w in range(wgs)] + [f"cake::bar_arrive({1 + wgs}, 256)"]
+    assert "cake::tma_load_2d(" in src and all(t in src for t in turns)
     assert not any(d.code == "W-BACKEND-WGMMA-SERIAL" for d in r.diagnostics)
 
 
@@ -381,7 +385,7 @@ def test_pingpong_form_refuses_d_beyond_its_tile():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv", "acc2",
-                                 "pp", "pp_wr64"])
+                                 "pp", "pp_wr64", "pp3", "pp4"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -405,6 +409,7 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
                "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
                "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True},
                "pp": PP, "pp_wr64": {**PP, "bm": 128, "bn": 256, "stages": 4, "copies": 2},
+               "pp3": {**PP, "wgs": 3, "bm": 192}, "pp4": {**PP, "wgs": 4, "copies": 2},
                "acc2": {**pick, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
                         "bn": 64 if pick.get("bm") == 256 or pick.get("minb", 1) > 1 else pick.get("bn")}
                }.get(mma, pick)

@@ -1,14 +1,14 @@
-"""The wide k-means assignment with its point tile resident and two consumer warpgroups taking turns on the
+"""The wide k-means assignment with its point tile resident and consumer warpgroups taking turns on the
 tensor cores (ping-pong), for D up to 512 on Hopper.
 
 In the resident form (`tasks.kmeans.wide.kmeans_wide_assign_wgmma`) every warpgroup of a CTA meets the others
 at a barrier per 64-dim step, so each centroid tile's argmin runs with no wgmma in flight: at D = 128 the
 argmin of a [64, 128] accumulator costs about half as many issue slots as its chain takes on the tensor cores.
 Here a TMA producer warp loads the CTA's points once (D / 64 swizzle atoms of `bm` rows) and then streams the
-centroid atoms through an mbarrier ring; consumer warpgroup w owns `wr` point rows (wr / 64 accumulators of
-[64, bn]) and issues its chains for tile t only in its turn: warpgroup 0 issues tile t, lets warpgroup 1 issue
-tile t, and runs tile t's argmin while warpgroup 1's chains run, and so on (two named barriers, one per turn).
-A ring slot is freed once both warpgroups' chains on it retired, so the ring must hold a whole tile (stages
+centroid atoms through an mbarrier ring; consumer warpgroup w of `wgs` owns `wr` point rows (wr / 64
+accumulators of [64, bn]) and issues its chains for tile t only in its turn: warpgroup 0 issues tile t, lets
+warpgroup 1 issue tile t, and runs tile t's argmin while the others' chains run, and so on in a cycle (a named
+barrier per warpgroup's turn). A ring slot is freed once every warpgroup's chains on it retired, so the ring must hold a whole tile (stages
 >= D / 64) and overlaps the turns only from two tiles (2 D / 64) on. Each warpgroup loads its own tile's centroid
 norms by cp.async into its own pair of slots (waited on its own named barrier), so the two never meet after
 the start. Tensors and the finalize are `tasks.kmeans.wide`'s.
@@ -20,16 +20,26 @@ from .wide import (ATOM, BIG, K_MAX, SMEM_BYTES, _declare_assign_io, check_copie
 
 PP_D_MAX = 512          # the resident tile of all of D leaves no ring for more
 NORM_SLOTS = 2          # per warpgroup: tile t's norms land while tile t - 1's argmin may still read its slot
-WARPGROUPS = 2          # consumers taking turns
+WGS = (2, 3, 4)         # consumer warpgroups taking turns
+PRODUCER_REGS = 40
 
 
-def pingpong_smem_bytes(d: int, wr: int, bn: int, stages: int) -> int:
-    """The resident points (2 wr rows by all of D in 64-dim atoms), the centroid ring (one [bn, 64] atom a
-    stage), both warpgroups' norm slots, and 1 KB of alignment for the swizzled atoms (the mbarriers fit in it)."""
-    return WARPGROUPS * wr * padded(d, ATOM) * 2 + stages * bn * ATOM * 2 + WARPGROUPS * NORM_SLOTS * 4 * bn + 1024
+def pingpong_smem_bytes(d: int, wr: int, bn: int, stages: int, wgs: int = 2) -> int:
+    """The resident points (wgs wr rows by all of D in 64-dim atoms), the centroid ring (one [bn, 64] atom a
+    stage), every warpgroup's norm slots, and 1 KB of alignment for the swizzled atoms (the mbarriers fit in it)."""
+    return wgs * wr * padded(d, ATOM) * 2 + stages * bn * ATOM * 2 + wgs * NORM_SLOTS * 4 * bn + 1024
 
 
-def _check(d: int, wr: int, bn: int, stages: int, arch: str) -> None:
+def consumer_regs(wgs: int) -> int:
+    """Registers a consumer thread may take (setmaxnreg, a multiple of 8): the block's allocation at launch
+    (its threads at 64K / threads, rounded down to 8) less the producer warpgroup's, shared by wgs warpgroups,
+    at most 232."""
+    threads = 128 * (1 + wgs)
+    pool = threads * (65536 // threads // 8 * 8)
+    return min(232, (pool - 128 * PRODUCER_REGS) // (128 * wgs) // 8 * 8)
+
+
+def _check(d: int, wr: int, bn: int, stages: int, wgs: int, arch: str) -> None:
     if arch != "sm_90a":
         raise ValueError("kmeans_wide_assign_pingpong needs sm_90a (TMA, wgmma)")
     if d > PP_D_MAX:
@@ -37,51 +47,53 @@ def _check(d: int, wr: int, bn: int, stages: int, arch: str) -> None:
     if wr not in (64, 128) or bn % 16 or not 16 <= bn <= 256 or not 2 <= stages <= 16:
         raise ValueError(f"kmeans_wide_assign_pingpong: wr 64 or 128, bn a multiple of 16 up to 256, stages 2..16 "
                          f"(got wr={wr}, bn={bn}, stages={stages})")
-    if wr * bn > 128 * 256:
-        raise ValueError(f"kmeans_wide_assign_pingpong: a warpgroup's accumulators (wr x bn = {wr * bn}) exceed "
-                         f"128 x 256 (128 registers a thread)")
+    if wgs not in WGS or wr * bn // 128 + 40 > consumer_regs(wgs):
+        raise ValueError(f"kmeans_wide_assign_pingpong: wgs in {WGS}, and a warpgroup's accumulators (wr x bn / 128 "
+                         f"= {wr * bn // 128} registers a thread) with ~40 more within {consumer_regs(wgs)} "
+                         f"(got wgs={wgs}, wr={wr}, bn={bn})")
     if stages < padded(d, ATOM) // ATOM:
         raise ValueError(f"kmeans_wide_assign_pingpong: stages >= D / 64 = {padded(d, ATOM) // ATOM} (a warpgroup "
                          f"issues a whole tile in its turn: a smaller ring deadlocks), got {stages}")
-    smem = pingpong_smem_bytes(d, wr, bn, stages)
+    smem = pingpong_smem_bytes(d, wr, bn, stages, wgs)
     if smem > SMEM_BYTES["sm_90a"]:
         raise ValueError(f"kmeans_wide_assign_pingpong: {smem} B of shared memory at d={d}, wr={wr}, bn={bn}, "
-                         f"stages={stages} exceed sm_90a's {SMEM_BYTES['sm_90a']}")
+                         f"stages={stages}, wgs={wgs} exceed sm_90a's {SMEM_BYTES['sm_90a']}")
 
 
 def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stages: int = 8, red: int = 4,
-                                arch: str = "sm_90a", copies: int = 1, lv: bool = False):
-    """Assignment + global scatter, grid (cdiv(N, BM), B) with BM = 2 wr: a producer warpgroup (one elected
-    thread issues the TMA loads) and two consumer warpgroups of wr point rows each, taking turns. red, copies,
+                                arch: str = "sm_90a", copies: int = 1, lv: bool = False, wgs: int = 2):
+    """Assignment + global scatter, grid (cdiv(N, BM), B) with BM = wgs wr: a producer warpgroup (one elected
+    thread issues the TMA loads) and wgs consumer warpgroups of wr point rows each, taking turns. red, copies,
     lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
     check_d(d)
     check_red(red, arch, lv)
     check_copies(copies)
-    _check(d, wr, bn, stages, arch)
-    bm, atoms, blocks = WARPGROUPS * wr, padded(d, ATOM) // ATOM, wr // 64
-    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_pp" + suffix(red, copies, lv), arch=arch,
-                       grid=["cdiv(N, BM)", "B"], threads=128 + 128 * WARPGROUPS,
+    _check(d, wr, bn, stages, wgs, arch)
+    bm, atoms, blocks = wgs * wr, padded(d, ATOM) // ATOM, wr // 64
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_pp" + (f"{wgs}" if wgs != 2 else "")
+                       + suffix(red, copies, lv), arch=arch,
+                       grid=["cdiv(N, BM)", "B"], threads=128 + 128 * wgs,
                        note="wide k-means assignment: resident points, TMA centroid ring, ping-pong wgmma consumers")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms, NS=stages)
     _declare_assign_io(kb, d, copies, tma={"X": {"box": [bm, ATOM], "swizzle": "128B"},
                                            "C": {"box": [bn, ATOM], "swizzle": "128B"}})
     kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B")
     kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
-    kb.buffer("cn", "smem", "f32", [1, bn], stages=WARPGROUPS * NORM_SLOTS)
+    kb.buffer("cn", "smem", "f32", [1, bn], stages=wgs * NORM_SLOTS)
     for h in range(blocks):
         kb.buffer(f"acc{h}", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup", role="consumer")
         kb.buffer(f"bv{h}", "reg", "f32", [16, 1], layout="mma_rows", scope="warp", role="consumer")
         kb.buffer(f"bi{h}", "reg", "i32", [16, 1], layout="mma_rows", scope="warp", role="consumer")
-    for w in range(WARPGROUPS):
+    for w in range(wgs):
         kb.named_barrier(f"norms{w}", 1 + w, 128)           # warpgroup w's share of its norms has landed
-        kb.named_barrier(f"turn{w}", 1 + WARPGROUPS + w, 128 * WARPGROUPS)   # warpgroup w may issue
+        kb.named_barrier(f"turn{w}", 1 + wgs + w, 256)      # warpgroup w may issue (the one before it arrives)
     kb.pipeline("points", stages=1, mechanism="tma", producer="producer", consumers=["consumer"], buffers=["sX"])
     kb.pipeline("ring", stages=stages, mechanism="tma", producer="producer", consumers=["consumer"],
                 buffers=["sC"])
-    with kb.role("producer", warps=(0, 4), regs=40) as r:
+    with kb.role("producer", warps=(0, 4), regs=PRODUCER_REGS) as r:
         _produce(r, bm, bn, atoms)
-    with kb.role("consumer", warps=(4, 4 * WARPGROUPS), regs=232) as r:
-        _consume(r, d, wr, bn, blocks, red, copies, lv)
+    with kb.role("consumer", warps=(4, 4 * wgs), regs=consumer_regs(wgs)) as r:
+        _consume(r, d, wr, bn, blocks, wgs, red, copies, lv)
     return kb.build()
 
 
@@ -103,12 +115,16 @@ def _produce(r, bm: int, bn: int, atoms: int) -> None:
             r.pipe("commit", "ring", "g")
 
 
-def _by_warpgroup(r, op: str, name: str) -> None:
-    """`op` on warpgroup w's own barrier `{name}{w}` (a named barrier's id is static)."""
-    with r.if_("wg == 0"):
-        r.add(op, barrier=f"{name}0")
-    with r.else_():
-        r.add(op, barrier=f"{name}1")
+def _by_warpgroup(r, wgs: int, op: str, name: str, step: int = 0, last_cond: str = "") -> None:
+    """Warpgroup w runs `op` on barrier `{name}{(w + step) % wgs}` (a named barrier's id is static); the last
+    warpgroup only where `last_cond` holds ("": always)."""
+    for w in range(wgs):
+        with r.if_(f"wg == {w}"):
+            if w == wgs - 1 and last_cond:
+                with r.if_(last_cond):
+                    r.add(op, barrier=f"{name}{(w + step) % wgs}")
+            else:
+                r.add(op, barrier=f"{name}{(w + step) % wgs}")
 
 
 def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int) -> None:
@@ -125,10 +141,10 @@ def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int) -> None:
         r.sync("wgmma_commit")
 
 
-def _consume(r, d: int, wr: int, bn: int, blocks: int, red: int, copies: int, lv: bool) -> None:
-    """Per centroid tile: the norms' load, the warpgroup's turn, its chains, the other's turn, then (under the
-    other's chains) the wait, the ring slots' release and the running argmin; at the end the assignments and
-    the scatter of the warpgroup's points into the sums."""
+def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, red: int, copies: int, lv: bool) -> None:
+    """Per centroid tile: the norms' load, the warpgroup's turn, its chains, the next one's turn, then (under
+    the others' chains) the wait, the ring slots' release and the running argmin; at the end the assignments
+    and the scatter of the warpgroup's points into the sums."""
     atoms = padded(d, ATOM) // ATOM
     r.let("b", "bid.y")
     r.let("n0", "bid.x * BM")
@@ -137,25 +153,22 @@ def _consume(r, d: int, wr: int, bn: int, blocks: int, red: int, copies: int, lv
         r.fill(f"bv{h}", BIG)
         r.fill(f"bi{h}", -1)
     r.pipe("wait", "points", 0)
-    with r.if_("wg == 1"):
+    with r.if_(f"wg == {wgs - 1}"):
         r.add("bar_arrive", barrier="turn0")                 # warpgroup 0 takes the first turn
     with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
         slot = f"wg * {NORM_SLOTS} + t % {NORM_SLOTS}"
         r.copy("cp_async", tile("CN", [0, "b * K + t * BN"], [1, bn]), tile("cn", slot=slot), oob="zfill",
                vec_bytes=4, scope="warpgroup", id="load_norms")
         r.sync("cp_async_commit")
-        _by_warpgroup(r, "bar_sync", "turn")
+        _by_warpgroup(r, wgs, "bar_sync", "turn")
         _issue_tile(r, wr, bn, atoms, blocks)
-        with r.if_("wg == 0"):
-            r.add("bar_arrive", barrier="turn1")
-        with r.else_():
-            with r.if_("t + 1 < cdiv(K, BN)"):               # warpgroup 0 takes no turn after the last tile
-                r.add("bar_arrive", barrier="turn0")
+        # the next warpgroup's turn (warpgroup 0 takes none after the last tile)
+        _by_warpgroup(r, wgs, "bar_arrive", "turn", step=1, last_cond="t + 1 < cdiv(K, BN)")
         r.sync("wgmma_wait", n=0)                           # the argmin reads the accumulators
         for a in range(atoms):
             r.pipe("release", "ring", f"t * NCH + {a}")
         r.sync("cp_async_wait", n=0)
-        _by_warpgroup(r, "bar_sync", "norms")               # the warpgroup's share of the norms has landed
+        _by_warpgroup(r, wgs, "bar_sync", "norms")          # the warpgroup's share of the norms has landed
         for h in range(blocks):
             r.add("topk", id="argmin" if h == 0 else None, kind="min", k=1, src=tile(f"acc{h}"), vals=tile(f"bv{h}"),
                   idx=tile(f"bi{h}"), col="t * BN", limit="K", scale=-2.0,
