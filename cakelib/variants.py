@@ -378,8 +378,10 @@ KMEANS_ADDS_PER_COPY = 512   # points per cluster row of one copy of the sums (k
 KMEANS_COPIES_FROM = 4096    # ... from this many points per cluster on
 KMEANS_PAIRED_MAX_D = 128    # up to this D and ...
 KMEANS_PAIRED_MAX_K = 2048   # ... this K the wgmma rule runs two CTAs of 128 points per SM (kmeans_wide_params)
-KMEANS_PINGPONG_D = (96, 256)     # D in this range and ...
-KMEANS_PINGPONG_MIN_K = 2048      # ... K from this: the ping-pong form (kmeans_wide_params)
+KMEANS_PP4_D = (64, 128)          # D in this range and ...
+KMEANS_PP4_MIN_K = 1024           # ... K from this: the ping-pong form of four warpgroups (kmeans_wide_params);
+KMEANS_PP2_D = (129, 256)         # D in this range and ...
+KMEANS_PP2_MIN_K = 2048           # ... K from this: the ping-pong form of two
 
 
 def kmeans_family(shape: dict) -> str:
@@ -413,10 +415,12 @@ def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True) -> dic
     two CTAs of 128 points per SM (minb 2), so one CTA's point load, argmin and scatter run under the other's
     wgmma (H100: 6.75 vs 7.52 ms at N = 1M, D = 128, K = 1024; 1.98 vs 2.42 at D = 64, K = 256); from K = 4096
     the doubled centroid reads from L2 cost as much as that buys (25.5 vs 25.4 ms at D = 128, K = 4096). For D in
-    KMEANS_PINGPONG_D from K = KMEANS_PINGPONG_MIN_K (`pingpong`) the ping-pong form (tasks/kmeans/wide_pingpong.py:
-    two consumer warpgroups taking turns on the tensor cores, one's argmin under the other's chains), 256 x 128
-    where its ring holds two tiles at 8 stages, else 128 x 128 (H100: 20.5 vs 24.7 ms at N = 1M, D = 128,
-    K = 4096; 16.7 vs 18.7 at N = 500K, D = 256; bench/results/kmeans-wide-pp-sweep-h100.json)."""
+    KMEANS_PP4_D from K = KMEANS_PP4_MIN_K, and in KMEANS_PP2_D from K = KMEANS_PP2_MIN_K (`pingpong`), the ping-pong
+    form (tasks/kmeans/wide_pingpong.py: consumer warpgroups taking turns on the tensor cores, one's argmin under
+    the others' chains): four of 64 points by 128 centroids up to D = 128, else two, 256 x 128 where the ring
+    then holds two tiles at 8 stages, else 128 x 128 (H100, same runs: 21.4 vs 23.1-24.7 ms at N = 1M, D = 128,
+    K = 4096; 6.3 vs 6.7 at K = 1024; 16.5-16.7 vs 18.7 at N = 500K, D = 256, K = 4096;
+    bench/results/kmeans-wide-pp-sweep-h100.json)."""
     from tasks.kmeans.wide import ATOM, SMEM_BYTES, assign_smem_bytes, chunk_of
     D, arch = shape.get("D", 128), shape.get("arch", "sm_90a")
     mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
@@ -424,9 +428,10 @@ def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True) -> dic
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
         return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
                 "red": 4, "copies": copies}
-    lo, hi = KMEANS_PINGPONG_D
-    if pingpong and mma == "wgmma" and lo <= D <= hi and shape.get("K", 1024) >= KMEANS_PINGPONG_MIN_K:
-        return _kmeans_pingpong_params(D, copies)
+    if pingpong and mma == "wgmma":
+        pp = _kmeans_pingpong_params(D, shape.get("K", 1024), copies)
+        if pp:
+            return pp
     if mma == "wgmma" and D <= KMEANS_PAIRED_MAX_D and shape.get("K", 1024) <= KMEANS_PAIRED_MAX_K:
         return {"kind": "wide", "mma": mma, "bm": 128, "bn": 128, "dc": ATOM, "stages": 4, "minb": 2, "red": 4,
                 "copies": copies}
@@ -440,15 +445,20 @@ def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True) -> dic
     return {**p, "red": 4} if mma == "wgmma" else p
 
 
-def _kmeans_pingpong_params(D: int, copies: int) -> dict:
-    """The ping-pong form at 8 ring stages: 256 x 128 (128 points a warpgroup) where the ring then holds two
-    tiles' atoms beside the resident points, else 128 x 128."""
+def _kmeans_pingpong_params(D: int, K: int, copies: int) -> dict:
+    """The ping-pong form the rule takes at (D, K), {} where none: at 8 ring stages, four warpgroups of 64
+    points in KMEANS_PP4_D from K = KMEANS_PP4_MIN_K; two in KMEANS_PP2_D from K = KMEANS_PP2_MIN_K, of 128
+    points where the ring then holds two tiles' atoms beside the resident points, else of 64."""
     from tasks.kmeans.wide import ATOM, SMEM_BYTES
     from tasks.kmeans.wide_pingpong import pingpong_smem_bytes
-    stages = 8
-    bm = 256 if stages >= 2 * -(-D // ATOM) and pingpong_smem_bytes(D, 128, 128, stages) <= SMEM_BYTES["sm_90a"] else 128
-    return {"kind": "wide", "mma": "wgmma", "points": "pingpong", "bm": bm, "bn": 128, "dc": ATOM, "stages": stages,
-            "red": 4, "copies": copies}
+    base = {"kind": "wide", "mma": "wgmma", "points": "pingpong", "bn": 128, "dc": ATOM, "stages": 8, "red": 4,
+            "copies": copies}
+    if KMEANS_PP4_D[0] <= D <= KMEANS_PP4_D[1] and K >= KMEANS_PP4_MIN_K:
+        return {**base, "bm": 256, "wgs": 4}
+    if not (KMEANS_PP2_D[0] <= D <= KMEANS_PP2_D[1] and K >= KMEANS_PP2_MIN_K):
+        return {}
+    two_tiles = 8 >= 2 * -(-D // ATOM) and pingpong_smem_bytes(D, 128, 128, 8) <= SMEM_BYTES["sm_90a"]
+    return {**base, "bm": 256 if two_tiles else 128, "wgs": 2}
 
 
 def kmeans_wide_copies(shape: dict) -> int:

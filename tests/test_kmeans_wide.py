@@ -195,11 +195,12 @@ def test_rule_fits_shared_memory_per_arch():
 
 def test_rule_pairs_ctas_at_small_d_and_k():
     """Up to D = 128 and K = 2048 two CTAs of 128 points per SM (one's scatter under the other's wgmma), except
-    where the ping-pong form takes over (D 96 .. 256 from K = 2048); from K = 4096, or past D = 128, one CTA of the
-    largest tile; never on sm_80's mma.sync form."""
+    where the ping-pong form takes over (from K = 1024 at D 64 .. 128); from K = 4096, or past D = 128, one CTA
+    of the largest tile; never on sm_80's mma.sync form."""
     def rule(D, K, arch="sm_90a", **kw):
         return kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch}, **kw)
-    for D, K, kw in ((32, 1024, {}), (64, 256, {}), (64, 2048, {}), (128, 1024, {}), (128, 2048, {"pingpong": False})):
+    for D, K, kw in ((32, 1024, {}), (64, 256, {}), (64, 512, {}), (128, 1024, {"pingpong": False}),
+                     (128, 2048, {"pingpong": False})):
         p = rule(D, K, **kw)
         assert (p["bm"], p["bn"], p["stages"], p.get("minb"), p["red"]) == (128, 128, 4, 2, 4), (D, K, p)
         assert kmeans_wide_supports(p, {"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": "sm_90a"})
@@ -211,16 +212,18 @@ def test_rule_pairs_ctas_at_small_d_and_k():
 
 
 def test_rule_takes_the_pingpong_form_at_mid_d_and_large_k():
-    """D 96 .. 256 from K = 2048: the ping-pong form, 256 x 128 while its 8-stage ring holds two tiles beside the
-    resident points (D <= 192 here), else 128 x 128; not at D = 64 or 384, nor below K = 2048, nor on sm_80."""
+    """Four warpgroups of 64 points from K = 1024 at D 64 .. 128; two from K = 2048 at D 160 .. 256, of 128 points
+    while the 8-stage ring holds two tiles beside the resident points (D <= 192 here), else of 64; not at D = 32
+    or 384, nor below those K, nor on sm_80."""
     def rule(D, K, arch="sm_90a"):
         return kmeans_wide_params({"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": arch})
-    for (D, K), bm in (((96, 2048), 256), ((128, 4096), 256), ((160, 4096), 256), ((192, 65536), 256),
-                       ((256, 4096), 128)):
+    for (D, K), bm, wgs in (((64, 1024), 256, 4), ((96, 2048), 256, 4), ((128, 65536), 256, 4),
+                            ((160, 4096), 256, 2), ((192, 65536), 256, 2), ((256, 4096), 128, 2)):
         p = rule(D, K)
-        assert (p.get("points"), p["bm"], p["bn"], p["stages"]) == ("pingpong", bm, 128, 8), (D, K, p)
+        assert (p.get("points"), p["bm"], p["bn"], p["stages"], p.get("wgs")) == ("pingpong", bm, 128, 8, wgs), \
+            (D, K, p)
         assert kmeans_wide_supports(p, {"B": 1, "N": 1 << 20, "K": K, "D": D, "arch": "sm_90a"})
-    for D, K in ((64, 8192), (384, 8192), (128, 1024), (1024, 4096)):
+    for D, K in ((32, 8192), (64, 512), (160, 1024), (384, 8192), (1024, 4096)):
         assert rule(D, K).get("points") != "pingpong", (D, K)
     assert rule(128, 4096, "sm_80").get("points") is None
 
