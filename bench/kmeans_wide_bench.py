@@ -90,7 +90,8 @@ def variants_used(tests_only: bool = False) -> list:
                 (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else []) \
             + ([(D, TEST_TMA), (D, {**TEST_TMA, "bn": 128, "stages": 6, "copies": 4})] if D >= 64 else []) \
             + ([(D, TEST_PP), (D, {**TEST_PP, "bm": 128, "bn": 256, "stages": 4, "copies": 2}),
-                (D, {**TEST_PP, "wgs": 3, "bm": 192}), (D, {**TEST_PP, "wgs": 4, "copies": 2})] if D <= 512 else []) \
+                (D, {**TEST_PP, "wgs": 3, "bm": 192}), (D, {**TEST_PP, "wgs": 4, "copies": 2}),
+                (D, {**TEST_PP, "wgs": 4, "pt": 4}), (D, {**TEST_PP, "bm": 128, "pt": 2})] if D <= 512 else []) \
             + ([(D, {**pick, "lv": True})] if pick.get("red", 1) == 4 else []) \
             + ([(D, {**pick, "acc2": True, "stages": 4,
                      "bn": 64 if pick["bm"] == 256 or pick.get("minb", 1) > 1 else pick["bn"]})]

@@ -61,20 +61,23 @@ def _check(d: int, wr: int, bn: int, stages: int, wgs: int, arch: str) -> None:
 
 
 def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stages: int = 8, red: int = 4,
-                                arch: str = "sm_90a", copies: int = 1, lv: bool = False, wgs: int = 2):
-    """Assignment + global scatter, grid (cdiv(N, BM), B) with BM = wgs wr: a producer warpgroup (one elected
-    thread issues the TMA loads) and wgs consumer warpgroups of wr point rows each, taking turns. red, copies,
+                                arch: str = "sm_90a", copies: int = 1, lv: bool = False, wgs: int = 2, pt: int = 1):
+    """Assignment + global scatter, grid (cdiv(N, BM PT), B) with BM = wgs wr: a producer warpgroup (one elected
+    thread issues the TMA loads) and wgs consumer warpgroups of wr point rows each, taking turns, over pt point
+    tiles a CTA (pt > 1: one tile's last argmin and scatter run while the next one's points load). red, copies,
     lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
+    if pt not in (1, 2, 4, 8):
+        raise ValueError(f"kmeans_wide_assign_pingpong: pt (point tiles a CTA) 1, 2, 4 or 8, got {pt}")
     check_d(d)
     check_red(red, arch, lv)
     check_copies(copies)
     _check(d, wr, bn, stages, wgs, arch)
     bm, atoms, blocks = wgs * wr, padded(d, ATOM) // ATOM, wr // 64
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_pp" + (f"{wgs}" if wgs != 2 else "")
-                       + suffix(red, copies, lv), arch=arch,
-                       grid=["cdiv(N, BM)", "B"], threads=128 + 128 * wgs,
+                       + (f"_t{pt}" if pt > 1 else "") + suffix(red, copies, lv), arch=arch,
+                       grid=["cdiv(N, BM * PT)", "B"], threads=128 + 128 * wgs,
                        note="wide k-means assignment: resident points, TMA centroid ring, ping-pong wgmma consumers")
-    kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms, NS=stages)
+    kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms, NS=stages, PT=pt)
     _declare_assign_io(kb, d, copies, tma={"X": {"box": [bm, ATOM], "swizzle": "128B"},
                                            "C": {"box": [bn, ATOM], "swizzle": "128B"}})
     kb.buffer("sX", "smem", "f16", [atoms * bm, ATOM], layout="swizzle_128B")
@@ -93,26 +96,29 @@ def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stag
     with kb.role("producer", warps=(0, 4), regs=PRODUCER_REGS) as r:
         _produce(r, bm, bn, atoms)
     with kb.role("consumer", warps=(4, 4 * wgs), regs=consumer_regs(wgs)) as r:
-        _consume(r, d, wr, bn, blocks, wgs, red, copies, lv)
+        _consume(r, d, wr, bn, blocks, wgs, pt, red, copies, lv)
     return kb.build()
 
 
 def _produce(r, bm: int, bn: int, atoms: int) -> None:
-    """The CTA's points once (atom a: dims [64 a, 64 a + 64)), then ring step g: centroid tile g / NCH at dims
-    (g % NCH) * 64."""
+    """Per point tile p of the CTA: its points (atom a: dims [64 a, 64 a + 64)) once the previous tile's chains
+    retired, then ring step g: centroid tile g / NCH at dims (g % NCH) * 64 (ring steps numbered across p)."""
     r.let("b", "bid.y")
-    r.let("n0", "bid.x * BM")
     with r.if_("role_warp == 0 && elect_one()"):
-        r.pipe("acquire", "points", 0)
-        for a in range(atoms):
-            r.copy("tma_load", tile("X", ["b * N + n0", a * ATOM], [bm, ATOM]), tile("sX", [a * bm, 0], [bm, ATOM]),
-                   barrier=bar("points_full", 0), scope="thread", id="tma_points" if a == 0 else None)
-        r.pipe("commit", "points", 0)
-        with r.for_("g", 0, "cdiv(K, BN) * NCH", id="load_loop"):
-            r.pipe("acquire", "ring", "g")
-            r.copy("tma_load", tile("C", ["b * K + (g / NCH) * BN", "(g % NCH) * DC"], [bn, ATOM]),
-                   tile("sC", slot="g % NS"), barrier=bar("ring_full", "g % NS"), scope="thread", id="tma_centroids")
-            r.pipe("commit", "ring", "g")
+        with r.for_("p", 0, "PT", id="point_tiles"):
+            r.let("n0", "(bid.x * PT + p) * BM")
+            r.pipe("acquire", "points", "p")
+            for a in range(atoms):
+                r.copy("tma_load", tile("X", ["b * N + n0", a * ATOM], [bm, ATOM]), tile("sX", [a * bm, 0], [bm, ATOM]),
+                       barrier=bar("points_full", "p % 1"), scope="thread", id="tma_points" if a == 0 else None)
+            r.pipe("commit", "points", "p")
+            with r.for_("g", 0, "cdiv(K, BN) * NCH", id="load_loop"):
+                gs = "p * cdiv(K, BN) * NCH + g"
+                r.pipe("acquire", "ring", gs)
+                r.copy("tma_load", tile("C", ["b * K + (g / NCH) * BN", "(g % NCH) * DC"], [bn, ATOM]),
+                       tile("sC", slot=f"({gs}) % NS"), barrier=bar("ring_full", f"({gs}) % NS"), scope="thread",
+                       id="tma_centroids")
+                r.pipe("commit", "ring", gs)
 
 
 def _by_warpgroup(r, wgs: int, op: str, name: str, step: int = 0, last_cond: str = "") -> None:
@@ -128,10 +134,10 @@ def _by_warpgroup(r, wgs: int, op: str, name: str, step: int = 0, last_cond: str
 
 
 def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int) -> None:
-    """Warpgroup wg's chains for centroid tile t: per atom, wait for its ring slot and issue one m64 n{bn} k64
-    chain per accumulator block (rows wr wg + 64 h of the resident points)."""
+    """Warpgroup wg's chains for the CTA's tile tt (centroid tile t): per atom, wait for its ring slot and issue
+    one m64 n{bn} k64 chain per accumulator block (rows wr wg + 64 h of the resident points)."""
     for a in range(atoms):
-        g = f"t * NCH + {a}"
+        g = f"tt * NCH + {a}"
         r.pipe("wait", "ring", g)
         r.sync("wgmma_fence")
         for h in range(blocks):
@@ -141,56 +147,71 @@ def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int) -> None:
         r.sync("wgmma_commit")
 
 
-def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, red: int, copies: int, lv: bool) -> None:
-    """Per centroid tile: the norms' load, the warpgroup's turn, its chains, the next one's turn, then (under
-    the others' chains) the wait, the ring slots' release and the running argmin; at the end the assignments
-    and the scatter of the warpgroup's points into the sums."""
-    atoms = padded(d, ATOM) // ATOM
+def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, red: int, copies: int,
+             lv: bool) -> None:
+    """Per point tile p of the CTA: per centroid tile the norms' load, the warpgroup's turn, its chains, the next
+    one's turn, then (under the others' chains) the wait, the ring slots' release and the running argmin; then
+    the assignments and the scatter of the warpgroup's points into the sums (pt > 1: the points read from global
+    memory, so the next tile's points load during the last argmin and the scatter)."""
     r.let("b", "bid.y")
-    r.let("n0", "bid.x * BM")
     r.let("wq", "role_warp % 4")
-    for h in range(blocks):
-        r.fill(f"bv{h}", BIG)
-        r.fill(f"bi{h}", -1)
-    r.pipe("wait", "points", 0)
-    with r.if_(f"wg == {wgs - 1}"):
-        r.add("bar_arrive", barrier="turn0")                 # warpgroup 0 takes the first turn
-    with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
-        slot = f"wg * {NORM_SLOTS} + t % {NORM_SLOTS}"
-        r.copy("cp_async", tile("CN", [0, "b * K + t * BN"], [1, bn]), tile("cn", slot=slot), oob="zfill",
-               vec_bytes=4, scope="warpgroup", id="load_norms")
-        r.sync("cp_async_commit")
-        _by_warpgroup(r, wgs, "bar_sync", "turn")
-        _issue_tile(r, wr, bn, atoms, blocks)
-        # the next warpgroup's turn (warpgroup 0 takes none after the last tile)
-        _by_warpgroup(r, wgs, "bar_arrive", "turn", step=1, last_cond="t + 1 < cdiv(K, BN)")
-        r.sync("wgmma_wait", n=0)                           # the argmin reads the accumulators
-        for a in range(atoms):
-            r.pipe("release", "ring", f"t * NCH + {a}")
-        r.sync("cp_async_wait", n=0)
-        _by_warpgroup(r, wgs, "bar_sync", "norms")          # the warpgroup's share of the norms has landed
+    with r.for_("p", 0, "PT", id="point_tiles"):
+        r.let("n0", "(bid.x * PT + p) * BM")
         for h in range(blocks):
-            r.add("topk", id="argmin" if h == 0 else None, kind="min", k=1, src=tile(f"acc{h}"), vals=tile(f"bv{h}"),
-                  idx=tile(f"bi{h}"), col="t * BN", limit="K", scale=-2.0,
-                  col_bias=tile("cn", [0, 0], [1, bn], slot=slot))
+            r.fill(f"bv{h}", BIG)
+            r.fill(f"bi{h}", -1)
+        r.pipe("wait", "points", "p")
+        with r.if_(f"wg == {wgs - 1}"):
+            r.add("bar_arrive", barrier="turn0")             # warpgroup 0 takes the first turn
+        with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
+            _centroid_tile(r, d, wr, bn, blocks, wgs)
+        if pt > 1:
+            r.pipe("release", "points", "p")                # every chain on the points has retired
+        for h in range(blocks):
+            rows = f"{wr} * wg + {64 * h} + 16 * wq"
+            r.add("topk_merge", kind="min", vals=tile(f"bv{h}"), idx=tile(f"bi{h}"))
+            r.stg(tile(f"bi{h}"), tile("A", ["b", f"n0 + {rows}"], [1, 16]), oob="mask", vec_bytes=4,
+                  id="store_assign" if h == 0 else None)
+            _scatter_rows(r, d, rows, f"bi{h}", red, copies, lv, first=h == 0, from_global=pt > 1)
+        if pt == 1:
+            r.pipe("release", "points", "p")                # (the protocol's balance: the tile is not reloaded)
+
+
+def _centroid_tile(r, d: int, wr: int, bn: int, blocks: int, wgs: int) -> None:
+    """Centroid tile t of point tile p (the CTA's tile tt): norms, turn, chains, the next turn, wait, release,
+    argmin."""
+    atoms = padded(d, ATOM) // ATOM
+    r.let("tt", "p * cdiv(K, BN) + t")
+    slot = f"wg * {NORM_SLOTS} + tt % {NORM_SLOTS}"
+    r.copy("cp_async", tile("CN", [0, "b * K + t * BN"], [1, bn]), tile("cn", slot=slot), oob="zfill",
+           vec_bytes=4, scope="warpgroup", id="load_norms")
+    r.sync("cp_async_commit")
+    _by_warpgroup(r, wgs, "bar_sync", "turn")
+    _issue_tile(r, wr, bn, atoms, blocks)
+    # the next warpgroup's turn (warpgroup 0 takes none after the last tile)
+    _by_warpgroup(r, wgs, "bar_arrive", "turn", step=1, last_cond="t + 1 < cdiv(K, BN)")
+    r.sync("wgmma_wait", n=0)                               # the argmin reads the accumulators
+    for a in range(atoms):
+        r.pipe("release", "ring", f"tt * NCH + {a}")
+    r.sync("cp_async_wait", n=0)
+    _by_warpgroup(r, wgs, "bar_sync", "norms")              # the warpgroup's share of the norms has landed
     for h in range(blocks):
-        rows = f"{wr} * wg + {64 * h} + 16 * wq"
-        r.add("topk_merge", kind="min", vals=tile(f"bv{h}"), idx=tile(f"bi{h}"))
-        r.stg(tile(f"bi{h}"), tile("A", ["b", f"n0 + {rows}"], [1, 16]), oob="mask", vec_bytes=4,
-              id="store_assign" if h == 0 else None)
-        _scatter_rows(r, d, rows, f"bi{h}", red, copies, lv, first=h == 0)
-    r.pipe("release", "points", 0)                          # (the protocol's balance: the tile is never reloaded)
+        r.add("topk", id="argmin" if h == 0 else None, kind="min", k=1, src=tile(f"acc{h}"), vals=tile(f"bv{h}"),
+              idx=tile(f"bi{h}"), col="t * BN", limit="K", scale=-2.0,
+              col_bias=tile("cn", [0, 0], [1, bn], slot=slot))
 
 
-def _scatter_rows(r, d: int, rows: str, idx: str, red: int, copies: int, lv: bool, first: bool) -> None:
+def _scatter_rows(r, d: int, rows: str, idx: str, red: int, copies: int, lv: bool, first: bool,
+                  from_global: bool = False) -> None:
     """WS[a_j] += X[j], WC[a_j] += 1 for the warp's 16 points at tile row `rows` (read from the swizzled
-    resident atoms; rows past N skipped)."""
+    resident atoms, or from global memory; rows past N skipped)."""
     w = slice_of(red)
     for a in range(padded(d, ATOM) // ATOM):
         loop = f"sc{a}"
+        src = (tile("X", [f"b * N + n0 + {rows}", f"{a * ATOM} + {loop} * {w}"], [16, w]) if from_global else
+               tile("sX", [f"{a} * BM + {rows}", f"{loop} * {w}"], [16, w]))
         with r.for_(loop, 0, min(ATOM, d - a * ATOM) // w, id="scatter_slices" if first and a == 0 else None):
-            r.add("scatter_add", id="sum_points" if first and a == 0 else None, index=tile(idx),
-                  src=tile("sX", [f"{a} * BM + {rows}", f"{loop} * {w}"], [16, w]),
+            r.add("scatter_add", id="sum_points" if first and a == 0 else None, index=tile(idx), src=src,
                   dst=tile("WS", [sums_row(copies), f"{a * ATOM} + {loop} * {w}"], [K_MAX, w]),
                   row0=f"n0 + {rows}", row_limit="N", vec=red, load_vec=lv)
     r.add("scatter_add", id="count_points" if first else None, index=tile(idx),
