@@ -7,7 +7,9 @@ unguarded arrive in a 128-thread role is 128 arrivals; `if lane == 0` makes it o
 complete transaction bytes. A phase is one iteration of the loop that indexes the barrier (arrivals
 inside deeper constant loops are multiplied by their trip counts), and arrivals of different roles on
 the same (normalised) index add up. Named barriers likewise: the warps reaching `bar_sync`/`bar_arrive`
-(counted as 32 threads each, as the hardware does) must equal the barrier's `threads`. A barrier that
+(counted as 32 threads each, as the hardware does) must equal the barrier's `threads`; sites of one role
+reached by disjoint warp sets (`if wg == 0: bar_sync` beside `if wg == 1: bar_arrive`, warpgroups taking
+turns) meet in one instance, so their warps add up. A barrier that
 is waited on but never arrived on is reported too. `legal` is the count the code actually issues.
 
 What goes wrong on hardware: too few arrivals and the phase never completes -- the waiting role spins
