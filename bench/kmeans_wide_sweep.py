@@ -30,7 +30,8 @@ SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (2, 1
 def forms(shape: tuple) -> dict:
     """name -> variant: the rule's pick; up to D = 512 the ping-pong form (tasks/kmeans/wide_pingpong.py: resident
     points, consumer warpgroups taking turns): two warpgroups at 256 x 128 and 128 x 128 points by centroids, four
-    of 64 points at 256 x 128, with 1, 2 or 4 point tiles a CTA, each at the most ring stages (up to 8) that fit; from D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and
+    of 64 points at 256 x 128, with the turn passed once a warpgroup's chains are issued, once its first atom's
+    are, or before any, each at the most ring stages (up to 8) that fit; from D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and
     the warp-specialized TMA form's candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds. (Lost
     before, bench/results/kmeans-wide-acc2-h100.json, kmeans-wide-small-d-forms-h100.json: two distance
     accumulators; at D <= 128 128 x 256 tiles, 256 x 128 at 6 stages, the TMA form.)"""
@@ -42,12 +43,12 @@ def forms(shape: tuple) -> dict:
     st = {**res, "points": "streamed"}
     tma = {**res, "points": "tma"}
     if D <= 512:
-        for wgs, bm, bn, pt in ((2, 256, 128, 1), (2, 128, 128, 1), (2, 128, 128, 4), (4, 256, 128, 1),
-                                (4, 256, 128, 2), (4, 256, 128, 4)):
+        for wgs, bm, bn, ho in ((2, 256, 128, "issued"), (2, 256, 128, "first"), (2, 128, 128, "first"),
+                                (4, 256, 128, "issued"), (4, 256, 128, "first"), (4, 256, 128, "before")):
             stages = pingpong_stages(D, bm, bn, wgs)
-            form = {**res, "points": "pingpong", "bm": bm, "bn": bn, "stages": stages, "wgs": wgs, "pt": pt}
-            if stages and {"wgs": 2, "pt": 1, **pick} != form:      # (the pick is timed once)
-                out[f"pp{wgs}_{bm}x{bn}_s{stages}_t{pt}"] = form
+            form = {**res, "points": "pingpong", "bm": bm, "bn": bn, "stages": stages, "wgs": wgs, "handoff": ho}
+            if stages and {"wgs": 2, "handoff": "issued", **pick} != form:      # (the pick is timed once)
+                out[f"pp{wgs}_{bm}x{bn}_s{stages}_{ho}"] = form
     if D >= 768:
         out.update({"st256_s3": {**st, "bm": 128, "bn": 256, "stages": 3},
                     "tma256_s4": {**tma, "bm": 128, "bn": 256, "stages": 4},

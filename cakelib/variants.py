@@ -496,6 +496,7 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
         return (mma == "wgmma" and D <= PP_D_MAX and wgs in WGS and wr in (64, 128) and p["bm"] == wgs * wr
                 and wr * p["bn"] // 128 + 40 <= consumer_regs(wgs)
                 and -(-D // 64) <= p["stages"] <= 16 and p.get("red", 1) in (1, 2, 4) and p.get("pt", 1) in (1, 2, 4, 8)
+                and p.get("handoff", "issued") in ("issued", "first", "before")
                 and pingpong_smem_bytes(D, wr, p["bn"], p["stages"], wgs) <= SMEM_BYTES["sm_90a"])
     if p.get("points") == "tma":
         from tasks.kmeans.wide_tma import TMA_D_MIN, tma_smem_bytes
@@ -526,7 +527,8 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
         def assign():
             wgs = p.get("wgs", 2)
             return kmeans_wide_assign_pingpong(d, wr=p["bm"] // wgs, bn=p["bn"], stages=p["stages"], red=red, arch=arch,
-                                               copies=copies, lv=lv, wgs=wgs, pt=p.get("pt", 1))
+                                               copies=copies, lv=lv, wgs=wgs, pt=p.get("pt", 1),
+                                               handoff=p.get("handoff", "issued"))
     elif p.get("points") == "tma":
         from tasks.kmeans.wide_tma import kmeans_wide_assign_tma
 
@@ -549,7 +551,7 @@ def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
     tasks/kmeans/wide_streamed.py), `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py) or `_pp` (`points: "pingpong"`,
     tasks/kmeans/wide_pingpong.py: `wgs` consumer warpgroups (2 by default; `_pp{wgs}` otherwise) of bm / wgs
-    points; `_t{pt}`: `pt` point tiles a CTA), `_b{minb}`, `_r{red}`
+    points; `_t{pt}`: `pt` point tiles a CTA; `_hf` / `_hb`: `handoff` "first" / "before"), `_b{minb}`, `_r{red}`
     (vector reds of `red` floats), `_p{copies}` (copies of the sums, tasks/kmeans/wide.sums_row), `_lv` (`lv`: the
     scatter reads its points 4 halves per load), `_a2` (`acc2`: two distance accumulators, a tile's argmin under
     the next tile's wgmma). Table family:
@@ -567,6 +569,8 @@ def kmeans_name(p: dict) -> str:
             + {"streamed": "_st", "tma": "_tma", "pingpong": "_pp"}.get(p.get("points"), "") \
             + (f"{p['wgs']}" if p.get("points") == "pingpong" and p.get("wgs", 2) != 2 else "") \
             + (f"_t{p['pt']}" if p.get("points") == "pingpong" and p.get("pt", 1) > 1 else "") \
+            + (f"_h{p['handoff'][0]}" if p.get("points") == "pingpong" and p.get("handoff", "issued") != "issued"
+               else "") \
             + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") + ("_a2" if p.get("acc2") else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "") \
             + ("_lv" if p.get("lv") else "")

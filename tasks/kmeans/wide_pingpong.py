@@ -61,20 +61,23 @@ def _check(d: int, wr: int, bn: int, stages: int, wgs: int, arch: str) -> None:
 
 
 def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stages: int = 8, red: int = 4,
-                                arch: str = "sm_90a", copies: int = 1, lv: bool = False, wgs: int = 2, pt: int = 1):
+                                arch: str = "sm_90a", copies: int = 1, lv: bool = False, wgs: int = 2, pt: int = 1,
+                                handoff: str = "issued"):
     """Assignment + global scatter, grid (cdiv(N, BM PT), B) with BM = wgs wr: a producer warpgroup (one elected
     thread issues the TMA loads) and wgs consumer warpgroups of wr point rows each, taking turns, over pt point
-    tiles a CTA (pt > 1: one tile's last argmin and scatter run while the next one's points load). red, copies,
-    lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
-    if pt not in (1, 2, 4, 8):
-        raise ValueError(f"kmeans_wide_assign_pingpong: pt (point tiles a CTA) 1, 2, 4 or 8, got {pt}")
+    tiles a CTA (pt > 1: one tile's last argmin and scatter run while the next one's points load); handoff: when
+    a warpgroup passes the turn (`_issue_tile`). red, copies, lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
+    if pt not in (1, 2, 4, 8) or handoff not in HANDOFFS:
+        raise ValueError(f"kmeans_wide_assign_pingpong: pt (point tiles a CTA) 1, 2, 4 or 8, handoff one of {HANDOFFS} "
+                         f"(got pt={pt}, handoff={handoff!r})")
     check_d(d)
     check_red(red, arch, lv)
     check_copies(copies)
     _check(d, wr, bn, stages, wgs, arch)
     bm, atoms, blocks = wgs * wr, padded(d, ATOM) // ATOM, wr // 64
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_pp" + (f"{wgs}" if wgs != 2 else "")
-                       + (f"_t{pt}" if pt > 1 else "") + suffix(red, copies, lv), arch=arch,
+                       + (f"_t{pt}" if pt > 1 else "") + ("" if handoff == "issued" else f"_h{handoff[0]}")
+                       + suffix(red, copies, lv), arch=arch,
                        grid=["cdiv(N, BM * PT)", "B"], threads=128 + 128 * wgs,
                        note="wide k-means assignment: resident points, TMA centroid ring, ping-pong wgmma consumers")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms, NS=stages, PT=pt)
@@ -96,7 +99,7 @@ def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stag
     with kb.role("producer", warps=(0, 4), regs=PRODUCER_REGS) as r:
         _produce(r, bm, bn, atoms)
     with kb.role("consumer", warps=(4, 4 * wgs), regs=consumer_regs(wgs)) as r:
-        _consume(r, d, wr, bn, blocks, wgs, pt, red, copies, lv)
+        _consume(r, d, wr, bn, blocks, wgs, pt, handoff, red, copies, lv)
     return kb.build()
 
 
@@ -133,21 +136,34 @@ def _by_warpgroup(r, wgs: int, op: str, name: str, step: int = 0, last_cond: str
                 r.add(op, barrier=f"{name}{(w + step) % wgs}")
 
 
-def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int) -> None:
+HANDOFFS = ("issued", "first", "before")
+
+
+def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int, wgs: int, handoff: str) -> None:
     """Warpgroup wg's chains for the CTA's tile tt (centroid tile t): per atom, wait for its ring slot and issue
-    one m64 n{bn} k64 chain per accumulator block (rows wr wg + 64 h of the resident points)."""
+    one m64 n{bn} k64 chain per accumulator block (rows wr wg + 64 h of the resident points). The next
+    warpgroup's turn is passed (warpgroup 0 takes none after the last tile) once every chain is issued
+    (`handoff` "issued"), once the first atom's are ("first"), or once the first slot has landed, before any
+    chain ("before"): the earlier, the less the tensor cores wait for the next warpgroup to wake and issue,
+    the more its chains mix with this one's."""
+    def pass_turn():
+        _by_warpgroup(r, wgs, "bar_arrive", "turn", step=1, last_cond="t + 1 < cdiv(K, BN)")
     for a in range(atoms):
         g = f"tt * NCH + {a}"
         r.pipe("wait", "ring", g)
+        if a == 0 and handoff == "before":
+            pass_turn()
         r.sync("wgmma_fence")
         for h in range(blocks):
             r.wgmma([64, bn, 16], tile("sX", [f"{a} * BM + {wr} * wg + {64 * h}", 0], [64, ATOM]),
                     tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % NS"), tile(f"acc{h}"), accumulate=a > 0,
                     id="distances" if a == 0 and h == 0 else None)
         r.sync("wgmma_commit")
+        if (a == 0 and handoff == "first") or (a == atoms - 1 and handoff == "issued"):
+            pass_turn()
 
 
-def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, red: int, copies: int,
+def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, handoff: str, red: int, copies: int,
              lv: bool) -> None:
     """Per point tile p of the CTA: per centroid tile the norms' load, the warpgroup's turn, its chains, the next
     one's turn, then (under the others' chains) the wait, the ring slots' release and the running argmin; then
@@ -164,7 +180,7 @@ def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, red: i
         with r.if_(f"wg == {wgs - 1}"):
             r.add("bar_arrive", barrier="turn0")             # warpgroup 0 takes the first turn
         with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
-            _centroid_tile(r, d, wr, bn, blocks, wgs)
+            _centroid_tile(r, d, wr, bn, blocks, wgs, handoff)
         if pt > 1:
             r.pipe("release", "points", "p")                # every chain on the points has retired
         for h in range(blocks):
@@ -177,7 +193,7 @@ def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, red: i
             r.pipe("release", "points", "p")                # (the protocol's balance: the tile is not reloaded)
 
 
-def _centroid_tile(r, d: int, wr: int, bn: int, blocks: int, wgs: int) -> None:
+def _centroid_tile(r, d: int, wr: int, bn: int, blocks: int, wgs: int, handoff: str) -> None:
     """Centroid tile t of point tile p (the CTA's tile tt): norms, turn, chains, the next turn, wait, release,
     argmin."""
     atoms = padded(d, ATOM) // ATOM
@@ -187,9 +203,7 @@ def _centroid_tile(r, d: int, wr: int, bn: int, blocks: int, wgs: int) -> None:
            vec_bytes=4, scope="warpgroup", id="load_norms")
     r.sync("cp_async_commit")
     _by_warpgroup(r, wgs, "bar_sync", "turn")
-    _issue_tile(r, wr, bn, atoms, blocks)
-    # the next warpgroup's turn (warpgroup 0 takes none after the last tile)
-    _by_warpgroup(r, wgs, "bar_arrive", "turn", step=1, last_cond="t + 1 < cdiv(K, BN)")
+    _issue_tile(r, wr, bn, atoms, blocks, wgs, handoff)
     r.sync("wgmma_wait", n=0)                               # the argmin reads the accumulators
     for a in range(atoms):
         r.pipe("release", "ring", f"tt * NCH + {a}")
