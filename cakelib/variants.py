@@ -490,11 +490,11 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
         return (mma == "wgmma" and p["bm"] in (64, 128) and p["stages"] >= 3 and p.get("red", 1) in (1, 2, 4)
                 and p.get("minb", 1) * streamed_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
     if p.get("points") == "pingpong":
-        from tasks.kmeans.wide_pingpong import PP_D_MAX, WGS, consumer_regs, pingpong_smem_bytes
+        from tasks.kmeans.wide_pingpong import PP_D_MAX, WGS, consumer_regs, consumer_regs_needed, pingpong_smem_bytes
         wgs = p.get("wgs", 2)
         wr = p["bm"] // wgs
         return (mma == "wgmma" and D <= PP_D_MAX and wgs in WGS and wr in (64, 128) and p["bm"] == wgs * wr
-                and wr * p["bn"] // 128 + 40 <= consumer_regs(wgs)
+                and consumer_regs_needed(D, wr, p["bn"], p.get("a_regs", False)) <= consumer_regs(wgs)
                 and -(-D // 64) <= p["stages"] <= 16 and p.get("red", 1) in (1, 2, 4) and p.get("pt", 1) in (1, 2, 4, 8)
                 and p.get("handoff", "issued") in ("issued", "first", "before")
                 and pingpong_smem_bytes(D, wr, p["bn"], p["stages"], wgs) <= SMEM_BYTES["sm_90a"])
@@ -528,7 +528,7 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
             wgs = p.get("wgs", 2)
             return kmeans_wide_assign_pingpong(d, wr=p["bm"] // wgs, bn=p["bn"], stages=p["stages"], red=red, arch=arch,
                                                copies=copies, lv=lv, wgs=wgs, pt=p.get("pt", 1),
-                                               handoff=p.get("handoff", "issued"))
+                                               handoff=p.get("handoff", "issued"), a_regs=p.get("a_regs", False))
     elif p.get("points") == "tma":
         from tasks.kmeans.wide_tma import kmeans_wide_assign_tma
 
@@ -551,7 +551,8 @@ def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
     tasks/kmeans/wide_streamed.py), `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py) or `_pp` (`points: "pingpong"`,
     tasks/kmeans/wide_pingpong.py: `wgs` consumer warpgroups (2 by default; `_pp{wgs}` otherwise) of bm / wgs
-    points; `_t{pt}`: `pt` point tiles a CTA; `_hf` / `_hb`: `handoff` "first" / "before"), `_b{minb}`, `_r{red}`
+    points; `_t{pt}`: `pt` point tiles a CTA; `_hf` / `_hb`: `handoff` "first" / "before"; `_ra`: `a_regs`, the
+    points as wgmma A fragments in registers), `_b{minb}`, `_r{red}`
     (vector reds of `red` floats), `_p{copies}` (copies of the sums, tasks/kmeans/wide.sums_row), `_lv` (`lv`: the
     scatter reads its points 4 halves per load), `_a2` (`acc2`: two distance accumulators, a tile's argmin under
     the next tile's wgmma). Table family:
@@ -570,7 +571,7 @@ def kmeans_name(p: dict) -> str:
             + (f"{p['wgs']}" if p.get("points") == "pingpong" and p.get("wgs", 2) != 2 else "") \
             + (f"_t{p['pt']}" if p.get("points") == "pingpong" and p.get("pt", 1) > 1 else "") \
             + (f"_h{p['handoff'][0]}" if p.get("points") == "pingpong" and p.get("handoff", "issued") != "issued"
-               else "") \
+               else "") + ("_ra" if p.get("points") == "pingpong" and p.get("a_regs") else "") \
             + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") + ("_a2" if p.get("acc2") else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "") \
             + ("_lv" if p.get("lv") else "")

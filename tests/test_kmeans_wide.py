@@ -352,7 +352,9 @@ PP = {"kind": "wide", "mma": "wgmma", "points": "pingpong", "dc": 64, "bm": 256,
 @pytest.mark.parametrize("form", [PP, {**PP, "bm": 128, "bn": 256, "stages": 4, "copies": 4},
                                   {**PP, "bm": 128, "bn": 128, "stages": 6, "red": 1},
                                   {**PP, "wgs": 3, "bm": 192}, {**PP, "wgs": 4}, {**PP, "wgs": 4, "pt": 4},
-                                  {**PP, "wgs": 4, "handoff": "first"}, {**PP, "handoff": "before"}])
+                                  {**PP, "wgs": 4, "handoff": "first"}, {**PP, "handoff": "before"},
+                                  {**PP, "wgs": 3, "bm": 192, "a_regs": True}, {**PP, "bm": 128, "a_regs": True},
+                                  {**PP, "wgs": 4, "bn": 64, "a_regs": True}])
 def test_pingpong_form_verifies_and_compiles(D, form):
     """The ping-pong form (tasks/kmeans/wide_pingpong.py): resident points by TMA, a TMA centroid ring, two
     consumer warpgroups taking turns on named barriers; no spills, sm_90a only, a tile that does not fit is
@@ -360,14 +362,15 @@ def test_pingpong_form_verifies_and_compiles(D, form):
     shape = {"B": 1, "N": 1 << 20, "K": 65536, "D": D, "arch": "sm_90a"}
     fits = kmeans_wide_supports(form, shape)
     if not fits:
-        with pytest.raises(ValueError, match="shared memory|stages >= D / 64"):
+        with pytest.raises(ValueError, match="shared memory|stages >= D / 64|registers"):
             kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
-        assert D >= 256
+        assert D >= 256 or form.get("a_regs")
         return
     wgs = form.get("wgs", 2)
     head = f"kmeans_wide_bm{form['bm']}_bn{form['bn']}_c64_s{form['stages']}_wg_pp" + (str(wgs) if wgs != 2 else "") \
         + (f"_t{form['pt']}" if form.get("pt", 1) > 1 else "") \
-        + (f"_h{form['handoff'][0]}" if form.get("handoff", "issued") != "issued" else "")
+        + (f"_h{form['handoff'][0]}" if form.get("handoff", "issued") != "issued" else "") \
+        + ("_ra" if form.get("a_regs") else "")
     assert kmeans_name(form) == head or kmeans_name(form).startswith(head + "_")
     assert not kmeans_wide_supports(form, {**shape, "arch": "sm_80"})
     k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
@@ -380,6 +383,7 @@ def test_pingpong_form_verifies_and_compiles(D, form):
     turns = [f"cake::bar_sync({1 + wgs + w}, 256)" for w in range(wgs)] + [f"cake::bar_arrive({1 + wgs}, 256)"]
     assert "cake::tma_load_2d(" in src and all(t in src for t in turns)
     assert not any(d.code == "W-BACKEND-WGMMA-SERIAL" for d in r.diagnostics)
+    assert ("cake::ldmatrix_x4(" in src) == bool(form.get("a_regs"))   # A fragments: loaded once a point tile
 
 
 def test_pingpong_form_refuses_d_beyond_its_tile():
@@ -391,7 +395,7 @@ def test_pingpong_form_refuses_d_beyond_its_tile():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv", "acc2",
-                                 "pp", "pp_wr64", "pp3", "pp4", "pp4_t4", "pp_t2", "pp4_hf", "pp_hb"])
+                                 "pp", "pp_wr64", "pp3", "pp4", "pp4_t4", "pp_t2", "pp4_hf", "pp_hb", "pp3_ra", "pp_ra"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -418,6 +422,7 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
                "pp3": {**PP, "wgs": 3, "bm": 192}, "pp4": {**PP, "wgs": 4, "copies": 2},
                "pp4_t4": {**PP, "wgs": 4, "pt": 4}, "pp_t2": {**PP, "bm": 128, "pt": 2},
                "pp4_hf": {**PP, "wgs": 4, "handoff": "first"}, "pp_hb": {**PP, "handoff": "before"},
+               "pp3_ra": {**PP, "wgs": 3, "bm": 192, "a_regs": True}, "pp_ra": {**PP, "bm": 128, "a_regs": True},
                "acc2": {**pick, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
                         "bn": 64 if pick.get("bm") == 256 or pick.get("minb", 1) > 1 else pick.get("bn")}
                }.get(mma, pick)

@@ -39,7 +39,13 @@ def consumer_regs(wgs: int) -> int:
     return min(232, (pool - 128 * PRODUCER_REGS) // (128 * wgs) // 8 * 8)
 
 
-def _check(d: int, wr: int, bn: int, stages: int, wgs: int, arch: str) -> None:
+def consumer_regs_needed(d: int, wr: int, bn: int, a_regs: bool = False) -> int:
+    """A consumer thread's registers, estimated: its warpgroup's accumulators (wr x bn / 128), with a_regs the
+    A fragments of its wr / 64 blocks (D / 4 each), and ~40 for indices, bests and addresses."""
+    return wr * bn // 128 + (wr // 64 * padded(d, ATOM) // 4 if a_regs else 0) + 40
+
+
+def _check(d: int, wr: int, bn: int, stages: int, wgs: int, arch: str, a_regs: bool = False) -> None:
     if arch != "sm_90a":
         raise ValueError("kmeans_wide_assign_pingpong needs sm_90a (TMA, wgmma)")
     if d > PP_D_MAX:
@@ -47,10 +53,11 @@ def _check(d: int, wr: int, bn: int, stages: int, wgs: int, arch: str) -> None:
     if wr not in (64, 128) or bn % 16 or not 16 <= bn <= 256 or not 2 <= stages <= 16:
         raise ValueError(f"kmeans_wide_assign_pingpong: wr 64 or 128, bn a multiple of 16 up to 256, stages 2..16 "
                          f"(got wr={wr}, bn={bn}, stages={stages})")
-    if wgs not in WGS or wr * bn // 128 + 40 > consumer_regs(wgs):
-        raise ValueError(f"kmeans_wide_assign_pingpong: wgs in {WGS}, and a warpgroup's accumulators (wr x bn / 128 "
-                         f"= {wr * bn // 128} registers a thread) with ~40 more within {consumer_regs(wgs)} "
-                         f"(got wgs={wgs}, wr={wr}, bn={bn})")
+    if wgs not in WGS or consumer_regs_needed(d, wr, bn, a_regs) > consumer_regs(wgs):
+        raise ValueError(f"kmeans_wide_assign_pingpong: wgs in {WGS}, and a consumer thread's registers (accumulators "
+                         f"wr x bn / 128 = {wr * bn // 128}, A fragments {'wr D / 256' if a_regs else '0'}, ~40 more: "
+                         f"{consumer_regs_needed(d, wr, bn, a_regs)}) within {consumer_regs(wgs)} "
+                         f"(got wgs={wgs}, wr={wr}, bn={bn}, a_regs={a_regs})")
     if stages < padded(d, ATOM) // ATOM:
         raise ValueError(f"kmeans_wide_assign_pingpong: stages >= D / 64 = {padded(d, ATOM) // ATOM} (a warpgroup "
                          f"issues a whole tile in its turn: a smaller ring deadlocks), got {stages}")
@@ -62,21 +69,24 @@ def _check(d: int, wr: int, bn: int, stages: int, wgs: int, arch: str) -> None:
 
 def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stages: int = 8, red: int = 4,
                                 arch: str = "sm_90a", copies: int = 1, lv: bool = False, wgs: int = 2, pt: int = 1,
-                                handoff: str = "issued"):
+                                handoff: str = "issued", a_regs: bool = False):
     """Assignment + global scatter, grid (cdiv(N, BM PT), B) with BM = wgs wr: a producer warpgroup (one elected
     thread issues the TMA loads) and wgs consumer warpgroups of wr point rows each, taking turns, over pt point
     tiles a CTA (pt > 1: one tile's last argmin and scatter run while the next one's points load); handoff: when
-    a warpgroup passes the turn (`_issue_tile`). red, copies, lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
+    a warpgroup passes the turn (`_issue_tile`); a_regs: each warp's points held in registers as wgmma A
+    fragments (loaded once per point tile by ldmatrix), so a chain reads only the centroids from shared memory.
+    red, copies, lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
     if pt not in (1, 2, 4, 8) or handoff not in HANDOFFS:
         raise ValueError(f"kmeans_wide_assign_pingpong: pt (point tiles a CTA) 1, 2, 4 or 8, handoff one of {HANDOFFS} "
                          f"(got pt={pt}, handoff={handoff!r})")
     check_d(d)
     check_red(red, arch, lv)
     check_copies(copies)
-    _check(d, wr, bn, stages, wgs, arch)
+    _check(d, wr, bn, stages, wgs, arch, a_regs)
     bm, atoms, blocks = wgs * wr, padded(d, ATOM) // ATOM, wr // 64
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_pp" + (f"{wgs}" if wgs != 2 else "")
                        + (f"_t{pt}" if pt > 1 else "") + ("" if handoff == "issued" else f"_h{handoff[0]}")
+                       + ("_ra" if a_regs else "")
                        + suffix(red, copies, lv), arch=arch,
                        grid=["cdiv(N, BM * PT)", "B"], threads=128 + 128 * wgs,
                        note="wide k-means assignment: resident points, TMA centroid ring, ping-pong wgmma consumers")
@@ -90,6 +100,8 @@ def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stag
         kb.buffer(f"acc{h}", "reg", "f32", [64, bn], layout="wgmma_acc", scope="warpgroup", role="consumer")
         kb.buffer(f"bv{h}", "reg", "f32", [16, 1], layout="mma_rows", scope="warp", role="consumer")
         kb.buffer(f"bi{h}", "reg", "i32", [16, 1], layout="mma_rows", scope="warp", role="consumer")
+        if a_regs:
+            kb.buffer(f"fa{h}", "reg", "f16", [16, atoms * ATOM], layout="mma_a", scope="warp", role="consumer")
     for w in range(wgs):
         kb.named_barrier(f"norms{w}", 1 + w, 128)           # warpgroup w's share of its norms has landed
         kb.named_barrier(f"turn{w}", 1 + wgs + w, 256)      # warpgroup w may issue (the one before it arrives)
@@ -99,7 +111,7 @@ def kmeans_wide_assign_pingpong(d: int = 128, wr: int = 128, bn: int = 128, stag
     with kb.role("producer", warps=(0, 4), regs=PRODUCER_REGS) as r:
         _produce(r, bm, bn, atoms)
     with kb.role("consumer", warps=(4, 4 * wgs), regs=consumer_regs(wgs)) as r:
-        _consume(r, d, wr, bn, blocks, wgs, pt, handoff, red, copies, lv)
+        _consume(r, d, wr, bn, blocks, wgs, pt, handoff, a_regs, red, copies, lv)
     return kb.build()
 
 
@@ -139,7 +151,7 @@ def _by_warpgroup(r, wgs: int, op: str, name: str, step: int = 0, last_cond: str
 HANDOFFS = ("issued", "first", "before")
 
 
-def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int, wgs: int, handoff: str) -> None:
+def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int, wgs: int, handoff: str, a_regs: bool) -> None:
     """Warpgroup wg's chains for the CTA's tile tt (centroid tile t): per atom, wait for its ring slot and issue
     one m64 n{bn} k64 chain per accumulator block (rows wr wg + 64 h of the resident points). The next
     warpgroup's turn is passed (warpgroup 0 takes none after the last tile) once every chain is issued
@@ -155,6 +167,9 @@ def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int, wgs: int, handoff:
             pass_turn()
         r.sync("wgmma_fence")
         for h in range(blocks):
+            if a_regs:
+                _chain_from_registers(r, a, h, bn, g)
+                continue
             r.wgmma([64, bn, 16], tile("sX", [f"{a} * BM + {wr} * wg + {64 * h}", 0], [64, ATOM]),
                     tile("sC", [0, 0], [bn, ATOM], slot=f"({g}) % NS"), tile(f"acc{h}"), accumulate=a > 0,
                     id="distances" if a == 0 and h == 0 else None)
@@ -163,8 +178,16 @@ def _issue_tile(r, wr: int, bn: int, atoms: int, blocks: int, wgs: int, handoff:
             pass_turn()
 
 
-def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, handoff: str, red: int, copies: int,
-             lv: bool) -> None:
+def _chain_from_registers(r, a: int, h: int, bn: int, g: str) -> None:
+    """Block h's chain over atom a with A from the warps' fragments: one k16 wgmma per 16 dims."""
+    for kk in range(ATOM // 16):
+        r.wgmma([64, bn, 16], tile(f"fa{h}", [0, a * ATOM + kk * 16], [16, 16]),
+                tile("sC", [0, kk * 16], [bn, 16], slot=f"({g}) % NS"), tile(f"acc{h}"),
+                accumulate=a > 0 or kk > 0, id="distances" if a == 0 and h == 0 and kk == 0 else None)
+
+
+def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, handoff: str, a_regs: bool, red: int,
+             copies: int, lv: bool) -> None:
     """Per point tile p of the CTA: per centroid tile the norms' load, the warpgroup's turn, its chains, the next
     one's turn, then (under the others' chains) the wait, the ring slots' release and the running argmin; then
     the assignments and the scatter of the warpgroup's points into the sums (pt > 1: the points read from global
@@ -177,10 +200,15 @@ def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, handof
             r.fill(f"bv{h}", BIG)
             r.fill(f"bi{h}", -1)
         r.pipe("wait", "points", "p")
+        if a_regs:
+            for h in range(blocks):
+                for a in range(padded(d, ATOM) // ATOM):
+                    r.ldmatrix(tile("sX", [f"{a} * BM + {wr} * wg + {64 * h} + 16 * wq", 0], [16, ATOM]),
+                               tile(f"fa{h}", [0, a * ATOM], [16, ATOM]), id="load_fragments" if a + h == 0 else None)
         with r.if_(f"wg == {wgs - 1}"):
             r.add("bar_arrive", barrier="turn0")             # warpgroup 0 takes the first turn
         with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
-            _centroid_tile(r, d, wr, bn, blocks, wgs, handoff)
+            _centroid_tile(r, d, wr, bn, blocks, wgs, handoff, a_regs)
         if pt > 1:
             r.pipe("release", "points", "p")                # every chain on the points has retired
         for h in range(blocks):
@@ -193,7 +221,7 @@ def _consume(r, d: int, wr: int, bn: int, blocks: int, wgs: int, pt: int, handof
             r.pipe("release", "points", "p")                # (the protocol's balance: the tile is not reloaded)
 
 
-def _centroid_tile(r, d: int, wr: int, bn: int, blocks: int, wgs: int, handoff: str) -> None:
+def _centroid_tile(r, d: int, wr: int, bn: int, blocks: int, wgs: int, handoff: str, a_regs: bool) -> None:
     """Centroid tile t of point tile p (the CTA's tile tt): norms, turn, chains, the next turn, wait, release,
     argmin."""
     atoms = padded(d, ATOM) // ATOM
@@ -203,7 +231,7 @@ def _centroid_tile(r, d: int, wr: int, bn: int, blocks: int, wgs: int, handoff: 
            vec_bytes=4, scope="warpgroup", id="load_norms")
     r.sync("cp_async_commit")
     _by_warpgroup(r, wgs, "bar_sync", "turn")
-    _issue_tile(r, wr, bn, atoms, blocks, wgs, handoff)
+    _issue_tile(r, wr, bn, atoms, blocks, wgs, handoff, a_regs)
     r.sync("wgmma_wait", n=0)                               # the argmin reads the accumulators
     for a in range(atoms):
         r.pipe("release", "ring", f"tt * NCH + {a}")
