@@ -29,14 +29,14 @@ SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (2, 1
 
 def forms(shape: tuple) -> dict:
     """name -> variant: the rule's pick; up to D = 512 the ping-pong form (tasks/kmeans/wide_pingpong.py: resident
-    points, consumer warpgroups taking turns): two warpgroups at 256 x 128 and 128 x 128 points by centroids, four
-    three of 64 points at 192 x 128, and with the points as wgmma A fragments in registers (`a_regs`: the chains
-    read only the centroids from shared memory) three at 192 x 128, two of 64 points at 128 x 128 and four at
-    256 x 64, each at the most ring stages (up to 8) that fit and where its registers fit; from D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and
-    the warp-specialized TMA form's candidates (tasks/kmeans/wide_tma.py), all with 4-float vector reds. (Lost
-    before, bench/results/kmeans-wide-acc2-h100.json, kmeans-wide-small-d-forms-h100.json,
-    kmeans-wide-pp-sweep-h100.json: two distance accumulators; at D <= 128 128 x 256 tiles, 256 x 128 at 6
-    stages, the TMA form; point tiles a CTA, the turn passed early.)"""
+    points, consumer warpgroups taking turns): two warpgroups at 256 x 128 points by centroids, four of 64 points
+    at 256 x 128, three at 192 x 128, two of 64 at 128 x 256, and with the points as wgmma A fragments in
+    registers (`a_regs`: the chains read only the centroids from shared memory) three at 192 x 128, two at 128 x
+    128 and 128 x 256, four at 256 x 64; each at the most ring stages (up to 8) that fit, where its registers fit.
+    From D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and the warp-specialized TMA form's candidates
+    (tasks/kmeans/wide_tma.py). All with 4-float vector reds. (Lost before, bench/results/kmeans-wide-acc2-h100.json,
+    kmeans-wide-small-d-forms-h100.json, kmeans-wide-pp-sweep-h100.json: two distance accumulators; at D <= 128
+    128 x 256 tiles, 256 x 128 at 6 stages, the TMA form; point tiles a CTA, the turn passed early.)"""
     from cakelib.variants import kmeans_wide_params, kmeans_wide_supports
     B, N, D, K = shape
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
@@ -46,7 +46,8 @@ def forms(shape: tuple) -> dict:
     tma = {**res, "points": "tma"}
     if D <= 512:
         for wgs, bm, bn, ra in ((2, 256, 128, False), (4, 256, 128, False), (3, 192, 128, False),
-                                (3, 192, 128, True), (2, 128, 128, True), (4, 256, 64, True)):
+                                (3, 192, 128, True), (2, 128, 128, True), (4, 256, 64, True),
+                                (2, 128, 256, False), (2, 128, 256, True)):
             stages = pingpong_stages(D, bm, bn, wgs)
             form = {**res, "points": "pingpong", "bm": bm, "bn": bn, "stages": stages, "wgs": wgs, "a_regs": ra}
             if stages and kmeans_wide_supports(form, {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}) \
