@@ -33,16 +33,16 @@ def forms(shape: tuple) -> dict:
     at 256 x 128, three at 192 x 128, two of 64 at 128 x 256, and with the points as wgmma A fragments in
     registers (`a_regs`: the chains read only the centroids from shared memory) three at 192 x 128, two at 128 x
     128 and 128 x 256, four at 256 x 64; each at the most ring stages (up to 8) that fit, where its registers fit.
-    From D = 768 the streamed form (tasks/kmeans/wide_streamed.py) and the warp-specialized TMA form's candidates
-    (tasks/kmeans/wide_tma.py). All with 4-float vector reds. (Lost before, bench/results/kmeans-wide-acc2-h100.json,
-    kmeans-wide-small-d-forms-h100.json, kmeans-wide-pp-sweep-h100.json: two distance accumulators; at D <= 128
-    128 x 256 tiles, 256 x 128 at 6 stages, the TMA form; point tiles a CTA, the turn passed early.)"""
+    From D = 256 the warp-specialized TMA form (tasks/kmeans/wide_tma.py) at 128 x 256, and in CTA pairs sharing
+    the centroid atoms by multicast (`cluster` 2) at 128 x 256, 64 x 256 and 128 x 128. All with 4-float vector
+    reds. (Lost before, bench/results/kmeans-wide-acc2-h100.json, kmeans-wide-small-d-forms-h100.json,
+    kmeans-wide-pp-sweep-h100.json: two distance accumulators; the streamed form; at D <= 128 128 x 256 tiles,
+    256 x 128 at 6 stages, the TMA form; point tiles a CTA, the turn passed early, the points in registers.)"""
     from cakelib.variants import kmeans_wide_params, kmeans_wide_supports
     B, N, D, K = shape
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
     out = {"pick": pick}
     res = {"kind": "wide", "mma": "wgmma", "dc": 64, "red": 4, "copies": pick["copies"]}
-    st = {**res, "points": "streamed"}
     tma = {**res, "points": "tma"}
     if D <= 512:
         for wgs, bm, bn, ra in ((2, 256, 128, False), (4, 256, 128, False), (3, 192, 128, False),
@@ -53,11 +53,12 @@ def forms(shape: tuple) -> dict:
             if stages and kmeans_wide_supports(form, {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}) \
                     and {"wgs": 2, "a_regs": False, **pick} != form:      # (the pick is timed once)
                 out[f"pp{wgs}_{bm}x{bn}_s{stages}" + ("_ra" if ra else "")] = form
-    if D >= 768:
-        out.update({"st256_s3": {**st, "bm": 128, "bn": 256, "stages": 3},
-                    "tma256_s4": {**tma, "bm": 128, "bn": 256, "stages": 4},
-                    "tma128_s6": {**tma, "bm": 128, "bn": 128, "stages": 6},
-                    "tma256_s4_bm64": {**tma, "bm": 64, "bn": 256, "stages": 4}})
+    if D >= 256:
+        cands = {"tma256_s4": {**tma, "bm": 128, "bn": 256, "stages": 4},
+                 "tma256_s4_cl2": {**tma, "bm": 128, "bn": 256, "stages": 4, "cluster": 2},
+                 "tma256_s4_bm64_cl2": {**tma, "bm": 64, "bn": 256, "stages": 4, "cluster": 2},
+                 "tma128_s6_cl2": {**tma, "bm": 128, "bn": 128, "stages": 6, "cluster": 2}}
+        out.update({n: f for n, f in cands.items() if f != pick})
     return out
 
 
@@ -70,14 +71,14 @@ def pingpong_stages(d: int, bm: int, bn: int, wgs: int = 2, most: int = 8) -> in
                  if pingpong_smem_bytes(d, bm // wgs, bn, s, wgs) <= SMEM_BYTES["sm_90a"]), 0)
 
 
-def shapes(max_d: int) -> list:
-    return [s for s in SHAPES if s[2] <= max_d]
+def shapes(max_d: int, min_d: int = 0) -> list:
+    return [s for s in SHAPES if min_d <= s[2] <= max_d]
 
 
-def precompile(procs: int, max_d: int) -> None:
+def precompile(procs: int, max_d: int, min_d: int = 0) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from cakelib.variants import kmeans_name
-    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d) for name, p in forms(s).items()}
+    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d, min_d) for name, p in forms(s).items()}
     jobs = list(unique.values())
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
@@ -131,12 +132,12 @@ def sweep_shape(shape, deadline: float) -> dict:
     return row
 
 
-def sweep(out: Path, deadline_s: float, max_d: int) -> None:
+def sweep(out: Path, deadline_s: float, max_d: int, min_d: int = 0) -> None:
     import torch
     t_end = time.time() + deadline_s
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "command": " ".join(sys.argv),
            "timing": "CUDA events, median of 3 after a warm call, L2 flushed + spin kernel", "rows": []}
-    for shape in shapes(max_d):
+    for shape in shapes(max_d, min_d):
         if time.time() > t_end:
             break
         doc["rows"].append(sweep_shape(shape, t_end))
@@ -162,11 +163,12 @@ def main():
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--deadline-s", type=float, default=240)
     ap.add_argument("--max-d", type=int, default=1024, help="only the shapes with D up to this")
+    ap.add_argument("--min-d", type=int, default=0, help="only the shapes with D from this")
     a = ap.parse_args()
     if a.mode == "precompile":
-        precompile(a.procs, a.max_d)
+        precompile(a.procs, a.max_d, a.min_d)
     else:
-        sweep(a.out, a.deadline_s, a.max_d)
+        sweep(a.out, a.deadline_s, a.max_d, a.min_d)
 
 
 if __name__ == "__main__":

@@ -83,9 +83,9 @@ class _Body:
 
     # ---- memory
     def copy(self, kind: str, src: dict, dst: dict, barrier: dict | None = None, vec_bytes: int | None = None,
-             scope: str | None = None, oob: str | None = None, id: str | None = None):
+             scope: str | None = None, oob: str | None = None, id: str | None = None, multicast: bool | None = None):
         return self.add("copy", kind=kind, src=src, dst=dst, barrier=barrier, vec_bytes=vec_bytes, scope=scope,
-                        oob=oob, id=id)
+                        oob=oob, id=id, multicast=multicast or None)
 
     def access(self, op: str, src: dict, dst: dict, vec_bytes: int | None = None, trans: bool | None = None,
                oob: str | None = None, row_limit=None, id: str | None = None):
@@ -242,9 +242,10 @@ class KernelBuilder:
         return name
 
     def pipeline(self, name: str, stages: int, mechanism: str, producer: str, consumers: Sequence[str],
-                 buffers: Sequence[str]) -> str:
+                 buffers: Sequence[str], cluster: bool = False) -> str:
         self.doc["pipelines"].append({"name": name, "stages": stages, "mechanism": mechanism, "producer": producer,
-                                      "consumers": list(consumers), "buffers": list(buffers)})
+                                      "consumers": list(consumers), "buffers": list(buffers),
+                                      **({"cluster": True} if cluster else {})})
         return name
 
     @contextmanager

@@ -181,6 +181,10 @@ class Pipeline(Node):
     producer: Ident
     consumers: list[Ident] = Field(min_length=1)
     buffers: list[Ident] = Field(min_length=1, description="staged smem buffers filled per stage")
+    cluster: bool = Field(default=False, description=(
+        "slots filled across the thread block cluster (multicast tma_load): a slot is free once every CTA's "
+        "consumers released it, so pipe_release arrives on the slot's empty barrier in every CTA of the cluster "
+        "and the empty barriers count the whole cluster's consumer warps; needs launch.cluster"))
 
 
 # --------------------------------------------------------------------------------- operands
@@ -253,6 +257,9 @@ class Copy(Node):
     vec_bytes: Literal[4, 8, 16] = 16
     scope: Scope = "role"
     oob: Literal["none", "zfill"] = Field(default="none", description="none: proved in bounds; zfill: predicated")
+    multicast: bool = Field(default=False, description=(
+        "tma_load only: the tile lands at the same shared-memory offset in every CTA of the cluster and "
+        "completes its bytes on the barrier at the same offset in each (.multicast::cluster, every CTA's mask bit)"))
 
 
 class Access(Node):
@@ -304,10 +311,12 @@ class MbarInit(Node):
 
 
 class MbarArrive(Node):
-    """Every executing thread arrives once; guard with an `if` for one arrival per warp/role."""
+    """Every executing thread arrives once; guard with an `if` for one arrival per warp/role. cluster: once on
+    the barrier at the same offset in every CTA of the cluster (mapa + a release.cluster remote arrive)."""
 
     op: Literal["mbar_arrive"] = "mbar_arrive"
     barrier: BarRef
+    cluster: bool = False
 
 
 class MbarExpectTx(Node):
@@ -332,7 +341,9 @@ class CpAsyncArrive(Node):
 
 
 class SimpleSync(Node):
-    op: Literal["cp_async_commit", "wgmma_fence", "wgmma_commit", "syncthreads", "syncwarp", "tma_store_commit"]
+    """cluster_sync: every thread of every CTA of the cluster arrives (release) and waits (acquire)."""
+    op: Literal["cp_async_commit", "wgmma_fence", "wgmma_commit", "syncthreads", "syncwarp", "tma_store_commit",
+                "cluster_sync"]
 
 
 class WaitGroup(Node):

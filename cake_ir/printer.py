@@ -119,6 +119,8 @@ def stmt_text(st, kernel=None) -> str:
             extra += f"  scope {st.scope}"
         if st.oob != "none":
             extra += f"  oob {st.oob}"
+        if st.multicast:
+            extra += "  multicast"
         return f"copy.{st.kind} {t(st.dst)} <- {t(st.src)}{extra}"
     if op in ("ldg", "stg", "lds", "sts", "ldmatrix"):
         extra = f"  vec {st.vec_bytes}B" if op != "ldmatrix" else ""
@@ -143,7 +145,7 @@ def stmt_text(st, kernel=None) -> str:
     if op == "mbar_init":
         return f"mbar_init {_bar(st.barrier)} arrivals={st.arrivals}"
     if op in ("mbar_arrive", "cp_async_arrive"):
-        return f"{op} {_bar(st.barrier)}"
+        return f"{op} {_bar(st.barrier)}" + ("  cluster" if getattr(st, "cluster", False) else "")
     if op == "mbar_expect_tx":
         return f"mbar_expect_tx {_bar(st.barrier)} bytes={st.bytes}"
     if op == "mbar_wait":
@@ -251,7 +253,7 @@ def _kernel_lines(kernel, out: Optional[list[Line]] = None, index: Optional[int]
         add(f"/barriers/{i}", 1, s + _suffix(b), top)
     for i, p in enumerate(k.pipelines):
         s = (f"pipeline {p.name}: {p.mechanism} x{p.stages} stages  {p.producer} -> "
-             f"{', '.join(p.consumers)}  buffers {', '.join(p.buffers)}")
+             f"{', '.join(p.consumers)}  buffers {', '.join(p.buffers)}" + ("  cluster" if p.cluster else ""))
         add(f"/pipelines/{i}", 1, s + _suffix(p), top)
 
     def body(stmts, path, depth, parents):

@@ -155,8 +155,6 @@ class CompiledKernel:
                 raise RuntimeError("kernel did not compile: " + "; ".join(d.short() for d in result.diagnostics[:5]))
             spec = spec_from_kernel(kernel, result)
         self.kernel, self.result, self.spec = kernel, result, spec
-        if spec.cluster and any(c > 1 for c in spec.cluster):
-            raise NotImplementedError("cluster launches are not supported by this runner yet")
         self.loaded = LoadedKernel.load(spec.cubin, spec.kernel_name, spec.smem_bytes, spec.threads,
                                         spec.signature, device)
 
@@ -176,6 +174,9 @@ class CompiledKernel:
         spec = self.spec
         env = spec.env(scalars)
         grid = [eval_index(g, env) for g in spec.grid]
+        for i, c in enumerate(spec.cluster or []):   # compiled in (__cluster_dims__): the grid must tile by it
+            if c > 1 and (i >= len(grid) or grid[i] % c):
+                raise ShapeMismatch(f"grid {grid} is not a multiple of the cluster {spec.cluster} along dim {i}")
         ptrs, shapes = {}, {}
         for name, t in tensors.items():
             ptrs[name], shapes[name] = _ptr_shape(t)

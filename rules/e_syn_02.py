@@ -92,7 +92,7 @@ def check(ctx):
             continue
         if cnt == 0:
             continue
-        groups.setdefault(key, []).append((s, cnt * mult))
+        groups.setdefault(key, []).append((s, cnt * mult * sync.cluster_weight(k, n)))
     # mbarriers
     for key, items in groups.items():
         if key in unknown:

@@ -118,6 +118,31 @@ def test_tma_form_verifies_and_compiles(D, form):
         kmeans_wide_kernels({**form, "stages": 8, "bn": 256}, D, "sm_90a")["assign"]()
 
 
+@pytest.mark.parametrize("D", [96, 1024])
+@pytest.mark.parametrize("form", [{**TMA, "cluster": 2}, {**TMA, "bm": 64, "cluster": 2},
+                                  {**TMA, "bn": 128, "stages": 6, "cluster": 2}])
+def test_tma_form_in_cta_pairs_multicasts_the_centroids(D, form):
+    """cluster 2: CTA pairs (__cluster_dims__(2, 1, 1), the grid rounded up to even), each CTA's producer loads
+    half of the centroid atom's rows multicast into both CTAs, a consumer warp's release arrives on the slot's
+    empty barrier in both (which count both CTAs' consumer warps), the barriers initialised before a cluster
+    barrier and a cluster barrier before exit. The verifier's symmetric-cluster model balances the bytes and
+    arrivals (no E-SYN errors)."""
+    assert kmeans_name(form).endswith("_tma_cl2_r4") and kmeans_wide_supports(form, {"B": 1, "N": 10, "K": 8, "D": D})
+    k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    assert k.launch.cluster == [2, 1] and k.launch.grid[0] == "cdiv(N, BM * 2) * 2"
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    assert "0 B spill stores" in next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
+    src = r.cuda_source.split('extern "C"')[-1]
+    assert "__cluster_dims__(2, 1, 1)" in src and src.count("cake::cluster_sync();") == 2
+    assert "cake::tma_load_2d_mc(" in src and "(unsigned short)3u" in src and "cake::tma_load_2d(" in src
+    assert "cake_cta < 2u; ++cake_cta) cake::mbar_arrive_cluster(" in src
+    assert f"), {2 * form['bm'] // 16}u);" in src    # the empty barriers: both CTAs' consumer warps
+    with pytest.raises(ValueError, match="cluster 1 or 2"):
+        kmeans_wide_kernels({**form, "cluster": 4}, D, "sm_90a")["assign"]()
+
+
 def test_vector_reds_need_sm_90a():
     p = {**kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 1024, "D": 128, "arch": "sm_80"}), "red": 4}
     assert not kmeans_wide_supports(p, {"B": 1, "N": 1 << 20, "K": 1024, "D": 128, "arch": "sm_80"})
@@ -395,7 +420,7 @@ def test_pingpong_form_refuses_d_beyond_its_tile():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv", "acc2",
-                                 "pp", "pp_wr64", "pp3", "pp4", "pp4_t4", "pp_t2", "pp4_hf", "pp_hb", "pp3_ra", "pp_ra"])
+                                 "pp", "pp_wr64", "pp3", "pp4", "pp4_t4", "pp_t2", "pp4_hf", "pp_hb", "pp3_ra", "pp_ra", "tma_cl2", "tma_cl2_bm64"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -423,6 +448,7 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
                "pp4_t4": {**PP, "wgs": 4, "pt": 4}, "pp_t2": {**PP, "bm": 128, "pt": 2},
                "pp4_hf": {**PP, "wgs": 4, "handoff": "first"}, "pp_hb": {**PP, "handoff": "before"},
                "pp3_ra": {**PP, "wgs": 3, "bm": 192, "a_regs": True}, "pp_ra": {**PP, "bm": 128, "a_regs": True},
+               "tma_cl2": {**TMA, "cluster": 2}, "tma_cl2_bm64": {**TMA, "bm": 64, "cluster": 2, "copies": 2},
                "acc2": {**pick, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
                         "bn": 64 if pick.get("bm") == 256 or pick.get("minb", 1) > 1 else pick.get("bn")}
                }.get(mma, pick)

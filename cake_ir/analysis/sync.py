@@ -567,8 +567,21 @@ def inner_multiplicity(site: Site, depth: int, consts) -> Optional[int]:
     return m
 
 
+def cluster_size(kernel: Kernel) -> int:
+    """CTAs per thread block cluster (1 without launch.cluster)."""
+    return int(np.prod(kernel.launch.cluster)) if kernel.launch.cluster else 1
+
+
+def cluster_weight(kernel: Kernel, node) -> int:
+    """How many times one CTA's barrier sees a cluster-wide operation, in the symmetric-cluster model (every
+    CTA of the cluster runs the same statements): a multicast tma_load lands in this CTA from each CTA's issue,
+    a cluster arrive arrives here from each CTA; 1 for anything else."""
+    return cluster_size(kernel) if getattr(node, "multicast", False) or getattr(node, "cluster", False) else 1
+
+
 def tile_bytes_of_tma(kernel: Kernel, copy: Copy) -> Optional[int]:
-    """Bytes one TMA copy moves: the box (src tile shape / tensor map box / dst tile)."""
+    """Bytes one TMA copy delivers to one CTA's barrier: the box (src tile shape / tensor map box / dst tile),
+    times the cluster size for a multicast (`cluster_weight`)."""
     ref = copy.src if copy.kind == "tma_load" else copy.dst
     p = kernel.param(ref.buf)
     if not isinstance(p, TensorParam):
@@ -580,7 +593,7 @@ def tile_bytes_of_tma(kernel: Kernel, copy: Copy) -> Optional[int]:
         shape = other.shape or (b.shape if b else None)
     if not shape:
         return None
-    return int(np.prod(shape)) * SIZE.get(p.dtype, 0)
+    return int(np.prod(shape)) * SIZE.get(p.dtype, 0) * cluster_weight(kernel, copy)
 
 
 _SCOPE_INDEX = {"warp": "lane", "warpgroup": "wg_tid", "role": "role_tid", "cta": "tid"}
@@ -1643,7 +1656,7 @@ class Simulator:
                 mb.contrib.append(n)
                 if isinstance(st, MbarExpectTx):
                     mb.tx += st.bytes * sub.bit_count()
-                mb.pending -= sub.bit_count()
+                mb.pending -= sub.bit_count() * cluster_weight(k, st)
                 self._mb_check(mb, path)
             return
         if isinstance(st, MbarInit):

@@ -236,6 +236,9 @@ class Emitter:
             body.close()
         for ri, role in enumerate(k.roles):
             self.emit_role(ri, role)
+        if any(p.cluster for p in k.pipelines):
+            # the peers' multicasts and remote arrivals target this CTA's shared memory until they are done
+            body.line("cake::cluster_sync();", "/pipelines")
         self.w = w
         # wgmma wrappers needed by the body
         for n, ty in sorted(self.wgmma_ns):
@@ -244,6 +247,8 @@ class Emitter:
             self.emit_wgmma_rs_wrapper(n, ty, tb)
         params, sig = self.signature()
         lb = f"__launch_bounds__({k.launch.threads}, {k.launch.min_blocks_per_sm})"
+        if k.launch.cluster:   # compile-time cluster dims: a plain cuLaunchKernel launches clusters
+            lb += f" __cluster_dims__({', '.join(str(c) for c in (list(k.launch.cluster) + [1, 1])[:3])})"
         w.line(f'extern "C" __global__ void {lb} {k.name}(', "/")
         for i, p in enumerate(params):
             w.line(f"    {p}{',' if i < len(params) - 1 else ') {'}")
@@ -371,7 +376,17 @@ class Emitter:
         self.w.line(f"cake::mbar_init({self.bar_addr(st.barrier, path)}, {st.arrivals}u);", path)
 
     def s_MbarArrive(self, st: MbarArrive, path):
+        if st.cluster:
+            self.w.line(f"for (unsigned cake_cta = 0; cake_cta < {self.cluster_size()}u; ++cake_cta) "
+                        f"cake::mbar_arrive_cluster({self.bar_addr(st.barrier, path)}, cake_cta);", path)
+            return
         self.w.line(f"cake::mbar_arrive({self.bar_addr(st.barrier, path)});", path)
+
+    def cluster_size(self) -> int:
+        n = 1
+        for c in self.k.launch.cluster or [1]:
+            n *= c
+        return n
 
     def s_MbarExpectTx(self, st: MbarExpectTx, path):
         self.w.line(f"cake::mbar_expect_tx({self.bar_addr(st.barrier, path)}, {st.bytes}u);", path)
@@ -385,7 +400,8 @@ class Emitter:
     def s_SimpleSync(self, st: SimpleSync, path):
         c = {"cp_async_commit": "cake::cp_async_commit();", "wgmma_fence": "cake::wgmma_fence();",
              "wgmma_commit": "cake::wgmma_commit();", "syncthreads": "__syncthreads();",
-             "syncwarp": "__syncwarp();", "tma_store_commit": "cake::tma_store_commit();"}[st.op]
+             "syncwarp": "__syncwarp();", "tma_store_commit": "cake::tma_store_commit();",
+             "cluster_sync": "cake::cluster_sync();"}[st.op]
         if st.op == "wgmma_fence":
             self.fence_accumulators(path)
         self.w.line(c, path)
@@ -437,6 +453,11 @@ class Emitter:
             addr = self.smem_addr(b, st.dst.slot, row, col)
             if st.barrier is None:
                 self.fail(path, "tma_load needs a barrier")
+            if st.multicast:
+                mask = (1 << self.cluster_size()) - 1
+                self.w.line(f"cake::tma_load_{rank}d_mc({addr}, &cake_tmap_{p.name}, {', '.join(coords)}, "
+                            f"{self.bar_addr(st.barrier, path)}, (unsigned short){mask}u);", path)
+                return
             self.w.line(f"cake::tma_load_{rank}d({addr}, &cake_tmap_{p.name}, {', '.join(coords)}, "
                         f"{self.bar_addr(st.barrier, path)});", path)
             return

@@ -2,12 +2,13 @@
 
 For pipeline P with S stages, mechanism m, producer role and consumer roles:
   barriers  P_full[S]  arrivals: tma -> 1 (the producer's arrive.expect_tx), cp_async -> producer threads
-            P_empty[S] arrivals: total warps of the consumer roles (one lane per warp releases)
-  prologue  if tid == 0 { init all }; fence.mbarrier_init; __syncthreads()
+            P_empty[S] arrivals: total warps of the consumer roles (one lane per warp releases), times the
+                       cluster size for a `cluster` pipeline (each release arrives in every CTA)
+  prologue  if tid == 0 { init all }; fence.mbarrier_init; __syncthreads() [+ cluster pipeline: cluster_sync]
   pipe_acquire(it)  -> mbar_wait(P_empty[it%S], parity ((it/S)+1)%2) [+ tma: expect_tx(P_full[it%S], stage bytes)]
   pipe_commit(it)   -> cp_async: cp_async_arrive(P_full[it%S]); tma: nothing (copies complete the tx)
   pipe_wait(it)     -> mbar_wait(P_full[it%S], parity (it/S)%2)
-  pipe_release(it)  -> syncwarp; if lane == 0: mbar_arrive(P_empty[it%S])
+  pipe_release(it)  -> syncwarp; if lane == 0: mbar_arrive(P_empty[it%S]) (cluster pipeline: in every CTA)
 The producer's first S waits on `empty` pass at once (parity 1 of a fresh barrier is complete).
 
 Sugar that cannot be expanded into valid nodes (a pipeline name too long for `<name>_empty`, an `iter`
@@ -62,7 +63,7 @@ def _expand_op(kernel: Kernel, op: PipeOp, path: str):
         body.append(MbarWait(barrier=full, parity=f"(({it}) / {S}) % 2"))
     elif op.op == "pipe_release":
         body.append(SimpleSync(op="syncwarp"))
-        body.append(If(cond="lane == 0", then=[MbarArrive(barrier=empty)]))
+        body.append(If(cond="lane == 0", then=[MbarArrive(barrier=empty, cluster=pipe.cluster)]))
     return Block(origin=path, body=body, id=op.id)
 
 
@@ -89,6 +90,13 @@ def _rewrite(kernel: Kernel, body: list, path: str, diags: list) -> list:
     return out
 
 
+def _cluster_size(kernel: Kernel) -> int:
+    n = 1
+    for c in kernel.launch.cluster or [1]:
+        n *= c
+    return n
+
+
 def expand_pipelines(kernel: Kernel) -> tuple[Kernel, list[Diagnostic]]:
     if not kernel.pipelines:
         return kernel, []
@@ -100,7 +108,7 @@ def expand_pipelines(kernel: Kernel) -> tuple[Kernel, list[Diagnostic]]:
         prod = kernel.role(pipe.producer)
         cons = [kernel.role(c) for c in pipe.consumers]
         full_arr = 1 if pipe.mechanism == "tma" else (prod.threads if prod else 1)
-        empty_arr = sum(r.num_warps for r in cons if r is not None) or 1
+        empty_arr = (sum(r.num_warps for r in cons if r is not None) or 1) * (_cluster_size(kernel) if pipe.cluster else 1)
         for name, arr in ((f"{pipe.name}_full", full_arr), (f"{pipe.name}_empty", empty_arr)):
             if name in existing:
                 continue
@@ -114,8 +122,11 @@ def expand_pipelines(kernel: Kernel) -> tuple[Kernel, list[Diagnostic]]:
             inits.extend(new_inits)
     prologue = list(kernel.prologue)
     if inits:
+        # a cluster pipeline's peers multicast into this CTA's slots and arrive on its barriers: none may
+        # start before every CTA of the cluster initialised its barriers
+        peers = [SimpleSync(op="cluster_sync")] if any(p.cluster for p in kernel.pipelines) else []
         prologue.append(Block(origin="/pipelines", body=[
-            If(cond="tid == 0", then=inits), Fence(kind="mbarrier_init"), SimpleSync(op="syncthreads")]))
+            If(cond="tid == 0", then=inits), Fence(kind="mbarrier_init"), SimpleSync(op="syncthreads")] + peers))
     roles = []
     for ri, role in enumerate(kernel.roles):
         roles.append(role.model_copy(update={"body": _rewrite(kernel, role.body, f"/roles/{ri}/body", diags)}))

@@ -139,6 +139,19 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
       " @!p bra WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
 #endif
 }
+// arrive once on the mbarrier at shared offset `bar` of cluster CTA `cta` (this CTA's own included)
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
+               " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" :: "r"(bar), "r"(cta) : "memory");
+#endif
+}
+// every thread of every CTA of the cluster: arrive (release), then wait (acquire)
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_arrive(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(bar) : "memory");
 }
@@ -170,6 +183,22 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TensorMap* m, in
 __device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap* m, int c0, int c1, int c2, unsigned bar) {
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
                :: "r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
+// multicast: the box lands at `dst` and completes on `bar` (same offsets) in every CTA whose bit is in `mask`
+__device__ __forceinline__ void tma_load_1d_mc(unsigned dst, const TensorMap* m, int c0, unsigned bar, unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2}], [%3], %4;" :: "r"(dst), "l"(m), "r"(c0), "r"(bar), "h"(mask) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d_mc(unsigned dst, const TensorMap* m, int c0, int c1, unsigned bar,
+                                               unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;" :: "r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+__device__ __forceinline__ void tma_load_3d_mc(unsigned dst, const TensorMap* m, int c0, int c1, int c2, unsigned bar,
+                                               unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3, %4}], [%5], %6;"
+               :: "r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask) : "memory");
 }
 // the non-tensor bulk copy: `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to
 // shared memory, completing as transaction bytes on the mbarrier at `bar` (copy kind bulk_load)

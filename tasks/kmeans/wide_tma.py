@@ -42,21 +42,27 @@ def _check(d: int, bm: int, bn: int, stages: int, arch: str) -> None:
 
 
 def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: int = 4, red: int = 4,
-                           arch: str = "sm_90a", copies: int = 1, lv: bool = False):
+                           arch: str = "sm_90a", copies: int = 1, lv: bool = False, cluster: int = 1):
     """Assignment + global scatter, grid (cdiv(N, BM), B): a producer warpgroup (one elected thread issues the
-    TMA loads) and bm / 64 consumer warpgroups of 64 point rows each. red, copies, lv: as in
-    `tasks.kmeans.wide.kmeans_wide_assign`."""
+    TMA loads) and bm / 64 consumer warpgroups of 64 point rows each. cluster 2: CTA pairs (consecutive point
+    tiles, the grid rounded up to even) share each centroid atom, each CTA loading half of its rows multicast
+    into both, so the centroids cross from L2 once per pair (`Pipeline.cluster`: a slot is refilled once both
+    CTAs released it). red, copies, lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
     check_d(d)
     check_red(red, arch, lv)
     check_copies(copies)
     _check(d, bm, bn, stages, arch)
+    if cluster not in (1, 2):
+        raise ValueError(f"kmeans_wide_assign_tma: cluster 1 or 2 CTAs, got {cluster}")
     cons = bm // 16                                             # consumer warps
-    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_tma" + suffix(red, copies, lv), arch=arch,
-                       grid=["cdiv(N, BM)", "B"], threads=128 + 32 * cons,
+    kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_tma" + (f"_cl{cluster}" if cluster > 1 else "")
+                       + suffix(red, copies, lv), arch=arch,
+                       grid=["cdiv(N, BM * 2) * 2" if cluster > 1 else "cdiv(N, BM)", "B"], threads=128 + 32 * cons,
+                       cluster=[cluster, 1] if cluster > 1 else None,
                        note="wide k-means assignment: TMA producer, wgmma consumers, argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=padded(d, ATOM) // ATOM, NS=stages)
     _declare_assign_io(kb, d, copies, tma={"X": {"box": [bm, ATOM], "swizzle": "128B"},
-                                           "C": {"box": [bn, ATOM], "swizzle": "128B"}})
+                                           "C": {"box": [bn // cluster, ATOM], "swizzle": "128B"}})
     kb.buffer("sX", "smem", "f16", [bm, ATOM], layout="swizzle_128B", stages=stages)
     kb.buffer("sC", "smem", "f16", [bn, ATOM], layout="swizzle_128B", stages=stages)
     kb.buffer("cn", "smem", "f32", [1, bn], stages=NORM_SLOTS)
@@ -65,25 +71,30 @@ def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: 
     kb.buffer("bi", "reg", "i32", [16, 1], layout="mma_rows", scope="warp", role="consumer")
     kb.named_barrier("norms_bar", 1, 32 * cons)
     kb.pipeline("ring", stages=stages, mechanism="tma", producer="producer", consumers=["consumer"],
-                buffers=["sX", "sC"])
+                buffers=["sX", "sC"], cluster=cluster > 1)
     with kb.role("producer", warps=(0, 4), regs=40) as r:
-        _produce(r, bm, bn)
+        _produce(r, bm, bn, cluster)
     with kb.role("consumer", warps=(4, cons), regs=232) as r:
         _consume(r, d, bn, red, copies, lv)
     return kb.build()
 
 
-def _produce(r, bm: int, bn: int) -> None:
-    """Ring step g: the CTA's points and centroid tile g / NCH at dims (g % NCH) * 64, one TMA load each."""
+def _produce(r, bm: int, bn: int, cluster: int = 1) -> None:
+    """Ring step g: the CTA's points and centroid tile g / NCH at dims (g % NCH) * 64, one TMA load each; in a
+    pair (cluster 2) the centroid load is this CTA's half of the tile's rows (its rank bid.x % 2), multicast."""
     r.let("b", "bid.y")
     r.let("n0", "bid.x * BM")
+    half = bn // cluster
+    c_row = "b * K + (g / NCH) * BN" + (f" + (bid.x % 2) * {half}" if cluster > 1 else "")
+    c_dst = [f"(bid.x % 2) * {half}", 0] if cluster > 1 else None
     with r.if_("role_warp == 0 && elect_one()"):
         with r.for_("g", 0, "cdiv(K, BN) * NCH", id="load_loop"):
             r.pipe("acquire", "ring", "g")
             r.copy("tma_load", tile("X", ["b * N + n0", "(g % NCH) * DC"], [bm, ATOM]), tile("sX", slot="g % NS"),
                    barrier=bar("ring_full", "g % NS"), scope="thread", id="tma_points")
-            r.copy("tma_load", tile("C", ["b * K + (g / NCH) * BN", "(g % NCH) * DC"], [bn, ATOM]),
-                   tile("sC", slot="g % NS"), barrier=bar("ring_full", "g % NS"), scope="thread", id="tma_centroids")
+            r.copy("tma_load", tile("C", [c_row, "(g % NCH) * DC"], [half, ATOM]),
+                   tile("sC", c_dst, [half, ATOM] if cluster > 1 else None, slot="g % NS"),
+                   barrier=bar("ring_full", "g % NS"), scope="thread", id="tma_centroids", multicast=cluster > 1)
             r.pipe("commit", "ring", "g")
 
 
