@@ -802,7 +802,8 @@ def _estimate(m: _Model, rep: CostReport) -> None:
     rep.threads = cta_threads = k.launch.threads
     genv = m.base_env(grid)
     if k.launch.cluster and math.prod(k.launch.cluster) > 1:
-        m.assume("clusters are not modelled (no multicast savings, no co-scheduling constraint)")
+        m.assume("clusters: a multicast copy counts the bytes its CTA reads (its share of the tile), the "
+                 "co-scheduling of a cluster's CTAs is not modelled")
 
     def nbytes(dtype: str) -> int:
         return SIZE.get(dtype, 4)
