@@ -440,6 +440,7 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     if mma.startswith("pp") and D > 512:
         pytest.skip("the ping-pong form holds the point tile: D <= 512")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
+    resident = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, pingpong=False)  # acc2's form
     variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
                "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
                "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True},
@@ -449,8 +450,8 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
                "pp4_hf": {**PP, "wgs": 4, "handoff": "first"}, "pp_hb": {**PP, "handoff": "before"},
                "pp3_ra": {**PP, "wgs": 3, "bm": 192, "a_regs": True}, "pp_ra": {**PP, "bm": 128, "a_regs": True},
                "tma_cl2": {**TMA, "cluster": 2}, "tma_cl2_bm64": {**TMA, "bm": 64, "cluster": 2, "copies": 2},
-               "acc2": {**pick, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
-                        "bn": 64 if pick.get("bm") == 256 or pick.get("minb", 1) > 1 else pick.get("bn")}
+               "acc2": {**resident, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
+                        "bn": 64 if resident.get("bm") == 256 or resident.get("minb", 1) > 1 else resident.get("bn")}
                }.get(mma, pick)
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
