@@ -431,7 +431,7 @@ def knn_check(xq, xb, I, Dist, k, ref, metric: str = "l2") -> tuple[bool, str]:
 def kmeans_inputs(shape, seed=0):
     import torch
     g = torch.Generator(device="cuda").manual_seed(seed)
-    B, N, K = shape["B"], shape["N"], shape["K"]
+    B, N, K, D = shape["B"], shape["N"], shape["K"], shape.get("D", globals()["D"])
     centers = 2.0 * torch.randn(B, K, D, device="cuda", generator=g)
     lab = torch.randint(0, K, (B, N), device="cuda", generator=g)
     x = torch.gather(centers, 1, lab[..., None].expand(-1, -1, D)) + 0.5 * torch.randn(B, N, D, device="cuda", generator=g)

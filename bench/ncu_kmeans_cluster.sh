@@ -7,7 +7,7 @@ mkdir -p $OUT/ncu
 for form in tma cl2; do
   V='{"kind": "wide", "mma": "wgmma", "points": "tma", "bm": 128, "bn": 256, "dc": 64, "stages": 4, "red": 4, "copies": 1'
   [ $form = cl2 ] && V="$V, \"cluster\": 2"
-  timeout 150 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+  KMEANS_D=1024 timeout 150 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis -k regex:'kmeans_wide_d1024_128x256_s4_tma' \
     --launch-skip 2 --launch-count 1 python3 bench/profile_lib.py kmeans 1 262144 1024 "$V}" \
     > $OUT/ncu/$form-details.txt 2>&1; echo "$form ncu rc=$?"

@@ -2,7 +2,8 @@
 
     ncu --set full -k regex:kmeans --launch-skip 2 --launch-count 1 python bench/profile_lib.py kmeans B N K
     ncu --set full -k regex:knn --launch-skip 1 --launch-count 1 python bench/profile_lib.py knn Q M k
-    (an optional 5th argument: the variant's params as JSON, instead of the dispatch table's pick)
+    (an optional 5th argument: the variant's params as JSON, instead of the dispatch table's pick; k-means at
+    D = $KMEANS_D when set)
 """
 import json
 import os
@@ -18,7 +19,8 @@ def main():
     variant = json.loads(sys.argv[5]) if len(sys.argv) > 5 else None
     if op == "kmeans":
         from cakelib import kmeans
-        x, c0 = kmeans_inputs({"B": a, "N": b, "K": c})
+        shape = {"B": a, "N": b, "K": c, **({"D": int(os.environ["KMEANS_D"])} if "KMEANS_D" in os.environ else {})}
+        x, c0 = kmeans_inputs(shape)
         for _ in range(3):
             kmeans(x, c, 1, init=c0, variant=variant)
     else:
