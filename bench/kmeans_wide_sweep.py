@@ -33,11 +33,13 @@ def forms(shape: tuple) -> dict:
     at 256 x 128, three at 192 x 128, two of 64 at 128 x 256, and with the points as wgmma A fragments in
     registers (`a_regs`: the chains read only the centroids from shared memory) three at 192 x 128, two at 128 x
     128 and 128 x 256, four at 256 x 64; each at the most ring stages (up to 8) that fit, where its registers fit.
-    From D = 256 the warp-specialized TMA form (tasks/kmeans/wide_tma.py) at 128 x 256, and in CTA pairs sharing
-    the centroid atoms by multicast (`cluster` 2) at 128 x 256, 64 x 256 and 128 x 128. All with 4-float vector
-    reds. (Lost before, bench/results/kmeans-wide-acc2-h100.json, kmeans-wide-small-d-forms-h100.json,
-    kmeans-wide-pp-sweep-h100.json: two distance accumulators; the streamed form; at D <= 128 128 x 256 tiles,
-    256 x 128 at 6 stages, the TMA form; point tiles a CTA, the turn passed early, the points in registers.)"""
+    From D = 256 the warp-specialized TMA form (tasks/kmeans/wide_tma.py) at 128 x 256: alone, in CTA pairs
+    sharing the centroid atoms by multicast (`cluster` 2), and over 2, 4 or 8 point tiles a CTA with each tile's
+    scatter under the next one's chains (`pt`). All with 4-float vector reds. (Lost before,
+    bench/results/kmeans-wide-acc2-h100.json, kmeans-wide-small-d-forms-h100.json, kmeans-wide-pp-sweep-h100.json,
+    kmeans-wide-cluster-h100.json: two distance accumulators; the streamed form; at D <= 128 128 x 256 tiles,
+    256 x 128 at 6 stages, the TMA form; point tiles a ping-pong CTA, the turn passed early, the points in
+    registers; CTA pairs of 64 x 256 and 128 x 128.)"""
     from cakelib.variants import kmeans_wide_params, kmeans_wide_supports
     B, N, D, K = shape
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
@@ -54,10 +56,9 @@ def forms(shape: tuple) -> dict:
                     and {"wgs": 2, "a_regs": False, **pick} != form:      # (the pick is timed once)
                 out[f"pp{wgs}_{bm}x{bn}_s{stages}" + ("_ra" if ra else "")] = form
     if D >= 256:
-        cands = {"tma256_s4": {**tma, "bm": 128, "bn": 256, "stages": 4},
-                 "tma256_s4_cl2": {**tma, "bm": 128, "bn": 256, "stages": 4, "cluster": 2},
-                 "tma256_s4_bm64_cl2": {**tma, "bm": 64, "bn": 256, "stages": 4, "cluster": 2},
-                 "tma128_s6_cl2": {**tma, "bm": 128, "bn": 128, "stages": 6, "cluster": 2}}
+        t256 = {**tma, "bm": 128, "bn": 256, "stages": 4}
+        cands = {"tma256_s4": t256, "tma256_s4_cl2": {**t256, "cluster": 2},
+                 **{f"tma256_s4_t{pt}": {**t256, "pt": pt} for pt in (2, 4, 8)}}
         out.update({n: f for n, f in cands.items() if f != pick})
     return out
 

@@ -312,7 +312,7 @@ class MbarInit(Node):
 
 class MbarArrive(Node):
     """Every executing thread arrives once; guard with an `if` for one arrival per warp/role. cluster: once on
-    the barrier at the same offset in every CTA of the cluster (mapa + a release.cluster remote arrive)."""
+    the barrier at the same offset in every CTA of the cluster (mapa + a remote arrive)."""
 
     op: Literal["mbar_arrive"] = "mbar_arrive"
     barrier: BarRef

@@ -501,8 +501,9 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
     if p.get("points") == "tma":
         from tasks.kmeans.wide_tma import TMA_D_MIN, tma_smem_bytes
         return (mma == "wgmma" and D >= TMA_D_MIN and p["bm"] in (64, 128) and 2 <= p["stages"] <= 8
-                and p.get("red", 1) in (1, 2, 4) and p.get("cluster", 1) in (1, 2)
-                and tma_smem_bytes(p["bm"], p["bn"], p["stages"]) <= SMEM_BYTES["sm_90a"])
+                and p.get("red", 1) in (1, 2, 4) and p.get("cluster", 1) in (1, 2) and p.get("pt", 1) in (1, 2, 4, 8)
+                and (p.get("cluster", 1) == 1 or p.get("pt", 1) == 1)
+                and tma_smem_bytes(p["bm"], p["bn"], p["stages"], p.get("pt", 1)) <= SMEM_BYTES["sm_90a"])
     if p.get("red", 1) not in (1, 2, 4) or (p.get("red", 1) > 1 and arch != "sm_90a"):
         return False
     if mma == "sync" and D % p["dc"]:
@@ -535,7 +536,7 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
 
         def assign():
             return kmeans_wide_assign_tma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red, arch=arch,
-                                          copies=copies, lv=lv, cluster=p.get("cluster", 1))
+                                          copies=copies, lv=lv, cluster=p.get("cluster", 1), pt=p.get("pt", 1))
     elif p.get("mma", "sync") == "wgmma":
         def assign():
             return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
@@ -551,7 +552,8 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
 def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
     tasks/kmeans/wide_streamed.py), `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py; `_cl2`: `cluster` 2, CTA
-    pairs sharing the centroid atoms by multicast) or `_pp` (`points: "pingpong"`,
+    pairs sharing the centroid atoms by multicast; `_t{pt}`: `pt` point tiles a CTA, each tile's scatter by the
+    producer warpgroup under the next tile's chains) or `_pp` (`points: "pingpong"`,
     tasks/kmeans/wide_pingpong.py: `wgs` consumer warpgroups (2 by default; `_pp{wgs}` otherwise) of bm / wgs
     points; `_t{pt}`: `pt` point tiles a CTA; `_hf` / `_hb`: `handoff` "first" / "before"; `_ra`: `a_regs`, the
     points as wgmma A fragments in registers), `_b{minb}`, `_r{red}`
@@ -571,7 +573,7 @@ def kmeans_name(p: dict) -> str:
         return f"kmeans_wide_bm{p['bm']}_bn{p['bn']}_c{p['dc']}_s{p['stages']}" + ("_wg" if p.get("mma") == "wgmma" else "") \
             + {"streamed": "_st", "tma": "_tma", "pingpong": "_pp"}.get(p.get("points"), "") \
             + (f"{p['wgs']}" if p.get("points") == "pingpong" and p.get("wgs", 2) != 2 else "") \
-            + (f"_t{p['pt']}" if p.get("points") == "pingpong" and p.get("pt", 1) > 1 else "") \
+            + (f"_t{p['pt']}" if p.get("points") in ("pingpong", "tma") and p.get("pt", 1) > 1 else "") \
             + (f"_h{p['handoff'][0]}" if p.get("points") == "pingpong" and p.get("handoff", "issued") != "issued"
                else "") + ("_ra" if p.get("points") == "pingpong" and p.get("a_regs") else "") \
             + (f"_cl{p['cluster']}" if p.get("points") == "tma" and p.get("cluster", 1) > 1 else "") \

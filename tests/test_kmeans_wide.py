@@ -153,6 +153,30 @@ def test_vector_reds_need_sm_90a():
     assert "cake::red_add_global_v2(" in compile_ir(k, arch="sm_90a").cuda_source
 
 
+@pytest.mark.parametrize("D", [64, 1024])
+@pytest.mark.parametrize("form", [{**TMA, "pt": 4}, {**TMA, "bm": 64, "pt": 2, "copies": 2}])
+def test_tma_form_over_point_tiles_scatters_behind(D, form):
+    """pt > 1: a CTA runs pt consecutive point tiles (grid cdiv(N, BM PT)); the consumers hand each tile's
+    assignments to the producer warpgroup through two smem slots (mbarriers counting the consumer warps and
+    the three scatter warps), whose warps 1-3 scatter the tile while the consumers run the next one."""
+    assert kmeans_name(form).endswith(f"_tma_t{form['pt']}_r4" + ("_p2" if form.get("copies") else ""))
+    assert kmeans_wide_supports(form, {"B": 1, "N": 10, "K": 8, "D": D})
+    assert not kmeans_wide_supports({**form, "cluster": 2}, {"B": 1, "N": 10, "K": 8, "D": D})
+    k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    assert k.launch.grid[0] == "cdiv(N, BM * PT)" and k.consts["PT"] == form["pt"]
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok, [d.short() for d in r.diagnostics if d.severity == "error"]
+    assert "0 B spill stores" in next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
+    src = r.cuda_source.split('extern "C"')[-1]
+    if form["bm"] == 128:          # (at 256 threads the launch cap, 255, leaves nothing to move)
+        assert "setmaxnreg_dec<88>" in src and "setmaxnreg_inc<208>" in src
+    assert src.count("cake::red_add_global_v4(") == 2 and "if (grp % 3 == cake_role_warp - 1)" in src
+    assert src.count("cake::mbar_init(") == 4 + 2 * form["stages"]
+    with pytest.raises(ValueError, match="pt"):
+        kmeans_wide_kernels({**form, "pt": 3}, D, "sm_90a")["assign"]()
+
+
 @pytest.mark.parametrize("form", ["sync", "wgmma", "paired", "streamed", "tma"])
 def test_scatter_vector_loads_verify_and_compile(form):
     """lv: the scatter reads each red.v4's four halves with one 8-byte load where they are contiguous and aligned
@@ -420,7 +444,8 @@ def test_pingpong_form_refuses_d_beyond_its_tile():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv", "acc2",
-                                 "pp", "pp_wr64", "pp3", "pp4", "pp4_t4", "pp_t2", "pp4_hf", "pp_hb", "pp3_ra", "pp_ra", "tma_cl2", "tma_cl2_bm64"])
+                                 "pp", "pp_wr64", "pp3", "pp4", "pp4_t4", "pp_t2", "pp4_hf", "pp_hb", "pp3_ra", "pp_ra", "tma_cl2", "tma_cl2_bm64",
+                                 "tma_t2", "tma_t4_p2", "tma_t8_lv"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -450,6 +475,8 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
                "pp4_hf": {**PP, "wgs": 4, "handoff": "first"}, "pp_hb": {**PP, "handoff": "before"},
                "pp3_ra": {**PP, "wgs": 3, "bm": 192, "a_regs": True}, "pp_ra": {**PP, "bm": 128, "a_regs": True},
                "tma_cl2": {**TMA, "cluster": 2}, "tma_cl2_bm64": {**TMA, "bm": 64, "cluster": 2, "copies": 2},
+               "tma_t2": {**TMA, "pt": 2}, "tma_t4_p2": {**TMA, "pt": 4, "copies": 2},
+               "tma_t8_lv": {**TMA, "pt": 8, "bm": 64, "lv": True},
                "acc2": {**resident, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
                         "bn": 64 if resident.get("bm") == 256 or resident.get("minb", 1) > 1 else resident.get("bn")}
                }.get(mma, pick)

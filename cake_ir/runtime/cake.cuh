@@ -139,11 +139,13 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
       " @!p bra WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
 #endif
 }
-// arrive once on the mbarrier at shared offset `bar` of cluster CTA `cta` (this CTA's own included)
+// arrive once on the mbarrier at shared offset `bar` of cluster CTA `cta` (this CTA's own included). The default
+// (.release.cta) semantics: an explicit .release.cluster fence costs a memory-barrier stall per arrive (ncu, the
+// k-means CTA pairs), and the reads it releases are the consumer's completed wgmma reads of its own shared memory.
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
 #if __CUDA_ARCH__ >= 900
   asm volatile("{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
-               " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" :: "r"(bar), "r"(cta) : "memory");
+               " mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" :: "r"(bar), "r"(cta) : "memory");
 #endif
 }
 // every thread of every CTA of the cluster: arrive (release), then wait (acquire)
