@@ -58,7 +58,8 @@ def forms(shape: tuple) -> dict:
     if D >= 256:
         t256 = {**tma, "bm": 128, "bn": 256, "stages": 4}
         cands = {"tma256_s4": t256, "tma256_s4_cl2": {**t256, "cluster": 2},
-                 **{f"tma256_s4_t{pt}": {**t256, "pt": pt} for pt in (2, 4, 8)}}
+                 **{f"tma256_s4_t{pt}": {**t256, "pt": pt} for pt in (2, 4, 8)},
+                 "tma256_s4_t4_lv": {**t256, "pt": 4, "lv": True}}
         out.update({n: f for n, f in cands.items() if f != pick})
     return out
 

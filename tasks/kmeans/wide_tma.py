@@ -21,6 +21,7 @@ from .wide_streamed import _scatter_points_global
 TMA_D_MIN = 64      # the box is a 64-dim atom wide
 NORM_SLOTS = 2      # tile t's norms land while tile t - 1's argmin may still read its slot
 SCATTER_WARPS = 3   # pt > 1: the producer warpgroup's warps 1-3 scatter (warp 0 issues the TMA loads)
+SCATTER_UNROLL = 8
 # (producer, consumer) setmaxnreg per thread, by pt > 1: the scatter warps need more than a TMA issuer; the
 # consumers' code is compiled under the 384-thread launch cap (168) either way
 REGS = {False: (40, 232), True: (88, 208)}
@@ -244,7 +245,9 @@ def _scatter_group(r, d: int, w: int, red: int, copies: int, lv: bool) -> None:
     read from global memory), WC[a_j] += 1 (rows past N skipped)."""
     r.let("r0", "n0 + grp * 16")
     r.lds(tile("sa", ["grp * 16", 0], [16, 1], slot="p % 2"), tile("si"), vec_bytes=4, id="take_assign")
-    with r.for_("sc", 0, d // w, id="scatter_slices"):
+    # unrolled: the loads of SCATTER_UNROLL slices in flight at once (one warp's rolled loop waits out an L2
+    # round trip per slice, slower than the consumers' tile)
+    with r.for_("sc", 0, d // w, unroll=SCATTER_UNROLL, id="scatter_slices"):
         r.add("scatter_add", id="sum_points", index=tile("si"), src=tile("X", ["b * N + r0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="r0", row_limit="N", vec=red,
               load_vec=lv)
