@@ -100,10 +100,10 @@ def variants_used(tests_only: bool = False) -> list:
 
 
 def previous_pick(B: int, N: int, D: int, K: int) -> dict:
-    """The rule before the ping-pong form (kmeans_wide_params(pingpong=False)), timed beside the pick as the A/B
-    where they differ."""
+    """The rule before the batched scatter (kmeans_wide_params(batched_scatter=False)), timed beside the pick as
+    the A/B where they differ."""
     from cakelib.variants import kmeans_wide_params
-    return kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}, pingpong=False)
+    return kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}, batched_scatter=False)
 
 
 def paired_form(pick: dict) -> dict:

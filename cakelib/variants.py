@@ -402,14 +402,16 @@ def kmeans_wide_domain_error(shape: dict) -> str:
     return ""
 
 
-def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True) -> dict:
+def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True, batched_scatter: bool = True) -> dict:
     """The wide family's rule. mma "wgmma" (the default on sm_90a): below D = 768 the resident form, a point
     tile holding all of D (the largest of 256 / 128 / 64 rows whose shared memory fits) with centroid tiles of
     128 streamed past it through a 4-stage ring of 64-dim swizzle atoms; from D = 768 the warp-specialized TMA
     form (tasks/kmeans/wide_tma.py: 128 points by 256 centroids, both streamed as atoms by a TMA producer
     through a 4-stage mbarrier ring), since a resident tile of all of D leaves room for only 64 rows (at
     D = 256 / 512 the resident form stays ahead of it: 18.6 vs 19.9 ms, 19.0 vs 20.1); both scatter the sums
-    with 4-float vector reds (red.global.add.v4.f32). "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
+    with 4-float vector reds (red.global.add.v4.f32); the TMA form re-reads its points from global memory for
+    the scatter, in slices of up to 8 groups of reds per lane whose loads go out together (`batched_scatter`,
+    `sb`: one L2 round trip per 128 dims of a row pair instead of per 16). "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
     (tasks/kmeans/wide.chunk_of), largest point tile of 128 / 64 / 32, scalar reds. The forms side by side on
     the H200: bench/kmeans_wide_sweep.py, docs/perf-log.md. Up to D = 128 and K = 2048 the resident form runs
     two CTAs of 128 points per SM (minb 2), so one CTA's point load, argmin and scatter run under the other's
@@ -426,8 +428,9 @@ def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True) -> dic
     mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
     copies = kmeans_wide_copies(shape)
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
+        sb = next(b for b in (8, 4, 2, 1) if D % (16 * b) == 0) if batched_scatter else 1
         return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
-                "red": 4, "copies": copies}
+                "red": 4, "copies": copies, **({"sb": sb} if sb > 1 else {})}
     if pingpong and mma == "wgmma":
         pp = _kmeans_pingpong_params(D, shape.get("K", 1024), copies)
         if pp:
@@ -503,6 +506,7 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
         return (mma == "wgmma" and D >= TMA_D_MIN and p["bm"] in (64, 128) and 2 <= p["stages"] <= 8
                 and p.get("red", 1) in (1, 2, 4) and p.get("cluster", 1) in (1, 2) and p.get("pt", 1) in (1, 2, 4, 8)
                 and (p.get("cluster", 1) == 1 or p.get("pt", 1) == 1)
+                and (p.get("sb", 1) == 1 or (p.get("sb") in (2, 4, 8) and p.get("red") == 4 and D % (16 * p["sb"]) == 0))
                 and tma_smem_bytes(p["bm"], p["bn"], p["stages"], p.get("pt", 1)) <= SMEM_BYTES["sm_90a"])
     if p.get("red", 1) not in (1, 2, 4) or (p.get("red", 1) > 1 and arch != "sm_90a"):
         return False
@@ -536,7 +540,8 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
 
         def assign():
             return kmeans_wide_assign_tma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red, arch=arch,
-                                          copies=copies, lv=lv, cluster=p.get("cluster", 1), pt=p.get("pt", 1))
+                                          copies=copies, lv=lv, cluster=p.get("cluster", 1), pt=p.get("pt", 1),
+                                          sb=p.get("sb", 1))
     elif p.get("mma", "sync") == "wgmma":
         def assign():
             return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
@@ -553,7 +558,8 @@ def kmeans_name(p: dict) -> str:
     """Wide family: `kmeans_wide_bm.._bn.._c.._s..`, then `_wg` (wgmma), `_st` (`points: "streamed"`,
     tasks/kmeans/wide_streamed.py), `_tma` (`points: "tma"`, tasks/kmeans/wide_tma.py; `_cl2`: `cluster` 2, CTA
     pairs sharing the centroid atoms by multicast; `_t{pt}`: `pt` point tiles a CTA, each tile's scatter by the
-    producer warpgroup under the next tile's chains) or `_pp` (`points: "pingpong"`,
+    producer warpgroup under the next tile's chains; `_sb{sb}`: `sb` groups of reds per lane in a scatter slice,
+    their point loads issued together) or `_pp` (`points: "pingpong"`,
     tasks/kmeans/wide_pingpong.py: `wgs` consumer warpgroups (2 by default; `_pp{wgs}` otherwise) of bm / wgs
     points; `_t{pt}`: `pt` point tiles a CTA; `_hf` / `_hb`: `handoff` "first" / "before"; `_ra`: `a_regs`, the
     points as wgmma A fragments in registers), `_b{minb}`, `_r{red}`
@@ -579,7 +585,7 @@ def kmeans_name(p: dict) -> str:
             + (f"_cl{p['cluster']}" if p.get("points") == "tma" and p.get("cluster", 1) > 1 else "") \
             + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") + ("_a2" if p.get("acc2") else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "") \
-            + ("_lv" if p.get("lv") else "")
+            + ("_lv" if p.get("lv") else "") + (f"_sb{p['sb']}" if p.get("sb", 1) > 1 else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

@@ -177,6 +177,29 @@ def test_tma_form_over_point_tiles_scatters_behind(D, form):
         kmeans_wide_kernels({**form, "pt": 3}, D, "sm_90a")["assign"]()
 
 
+@pytest.mark.parametrize("D,sb", [(1024, 8), (768, 8), (96, 2), (800, 2)])
+def test_tma_form_batches_the_scatter_loads(D, sb):
+    """sb: a scatter slice of sb groups of 4-float reds per lane, every group's point loads before the first
+    red (the reds are asm with a memory clobber: loads between them would wait out a round trip each); the
+    rule takes the largest of 8 / 4 / 2 that divides D into 16 sb slices."""
+    form = {**TMA, "sb": sb}
+    assert kmeans_name(form).endswith(f"_sb{sb}") and kmeans_wide_supports(form, {"B": 1, "N": 10, "K": 8, "D": D})
+    assert not kmeans_wide_supports({**form, "sb": 16 * sb}, {"B": 1, "N": 10, "K": 8, "D": D})
+    if D >= 768:
+        assert kmeans_wide_params({"B": 1, "N": 4096, "K": 64, "D": D, "arch": "sm_90a"})["sb"] == sb
+        assert "sb" not in kmeans_wide_params({"B": 1, "N": 4096, "K": 64, "D": D, "arch": "sm_90a"},
+                                              batched_scatter=False)
+    k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
+    assert not _errors(k), _errors(k)
+    r = compile_ir(k, arch="sm_90a")
+    assert r.ok and "0 B spill stores" in next(d.message for d in r.diagnostics if d.code == "N-BACKEND-RESOURCES")
+    src = r.cuda_source.split('extern "C"')[-1]
+    body = src[src.index(f"float cake_x[{sb}][4];"):]
+    assert body.index("cake_x[cake_i][3] = ") < body.index("cake::red_add_global_v4(")
+    with pytest.raises(ValueError, match="sb"):
+        kmeans_wide_kernels({**form, "red": 1}, D, "sm_90a")["assign"]()
+
+
 @pytest.mark.parametrize("form", ["sync", "wgmma", "paired", "streamed", "tma"])
 def test_scatter_vector_loads_verify_and_compile(form):
     """lv: the scatter reads each red.v4's four halves with one 8-byte load where they are contiguous and aligned
@@ -445,7 +468,7 @@ def test_pingpong_form_refuses_d_beyond_its_tile():
 @pytest.mark.skipif(not _gpu(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mma", ["sync", "wgmma", "b2", "red1", "streamed", "copies", "tma", "tma_p4", "lv", "acc2",
                                  "pp", "pp_wr64", "pp3", "pp4", "pp4_t4", "pp_t2", "pp4_hf", "pp_hb", "pp3_ra", "pp_ra", "tma_cl2", "tma_cl2_bm64",
-                                 "tma_t2", "tma_t4_p2", "tma_t8_lv"])
+                                 "tma_t2", "tma_t4_p2", "tma_t8_lv", "tma_sb8", "tma_sb2_lv_p4", "tma_t4_sb4"])
 @pytest.mark.parametrize("B,N,D,K", [(1, 5000, 32, 1024), (2, 3001, 96, 300), (1, 4099, 768, 1030),
                                      (1, 2000, 1024, 129), (3, 999, 64, 77), (1, 20011, 128, 2048),
                                      (1, 9001, 64, 2500)])
@@ -462,6 +485,8 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
         pytest.skip("two distance accumulators are a resident-form option (the TMA form from D = 768)")
     if mma.startswith("tma") and D < 64:
         pytest.skip("the TMA form runs from D = 64 (a 64-dim box)")
+    if "_sb" in mma and D % (16 * int(mma.split("_sb")[1][0])):
+        pytest.skip("a scatter slice of sb groups of 16 dims divides D")
     if mma.startswith("pp") and D > 512:
         pytest.skip("the ping-pong form holds the point tile: D <= 512")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
@@ -476,7 +501,8 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
                "pp3_ra": {**PP, "wgs": 3, "bm": 192, "a_regs": True}, "pp_ra": {**PP, "bm": 128, "a_regs": True},
                "tma_cl2": {**TMA, "cluster": 2}, "tma_cl2_bm64": {**TMA, "bm": 64, "cluster": 2, "copies": 2},
                "tma_t2": {**TMA, "pt": 2}, "tma_t4_p2": {**TMA, "pt": 4, "copies": 2},
-               "tma_t8_lv": {**TMA, "pt": 8, "bm": 64, "lv": True},
+               "tma_t8_lv": {**TMA, "pt": 8, "bm": 64, "lv": True}, "tma_sb8": {**TMA, "sb": 8},
+               "tma_sb2_lv_p4": {**TMA, "sb": 2, "lv": True, "copies": 4}, "tma_t4_sb4": {**TMA, "pt": 4, "sb": 4},
                "acc2": {**resident, "acc2": True, "stages": 4,     # two [64, bn] accumulators fit at bn 64 there
                         "bn": 64 if resident.get("bm") == 256 or resident.get("minb", 1) > 1 else resident.get("bn")}
                }.get(mma, pick)

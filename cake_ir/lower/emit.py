@@ -2120,10 +2120,14 @@ class Emitter:
             self.fail(path, f"scatter_add vec={V} adds groups of {V} f32 columns into a global tile: each lane's "
                       f"{CQ} columns must split into them")
         w, G = self.w, CQ // V
+        rot = f"(cake_i + cake_lane) & {G - 1}" if G & (G - 1) == 0 else f"(cake_i + cake_lane) % {G}"
+        col = f"const int cake_c = cake_q * {CQ} + {V} * ({rot});"
+        # every group's loads first (plain C++, free to be scheduled together), then the reds: a red is an asm
+        # statement with a memory clobber, so loads interleaved with them wait out one round trip each
+        w.line(f"float cake_x[{G}][{V}];")
         w.line("#pragma unroll")
         w.open(f"for (int cake_i = 0; cake_i < {G}; ++cake_i)")
-        rot = f"(cake_i + cake_lane) & {G - 1}" if G & (G - 1) == 0 else f"(cake_i + cake_lane) % {G}"
-        w.line(f"const int cake_c = cake_q * {CQ} + {V} * ({rot});")
+        w.line(col)
         ptrs = [self.src_elem(src, j, path) for j in range(V)]
         if st.load_vec and V == 4 and src.dtype in ("f16", "bf16"):
             w.line("unsigned short cake_h[4];")
@@ -2131,8 +2135,13 @@ class Emitter:
             xs = [self.from_storage(src.dtype, f"cake_h[{j}]") for j in range(V)]
         else:
             xs = [self.from_storage(src.dtype, f"(*{p})") for p in ptrs]
+        w.line(" ".join(f"cake_x[cake_i][{j}] = {x};" for j, x in enumerate(xs)))
+        w.close()
+        w.line("#pragma unroll")
+        w.open(f"for (int cake_i = 0; cake_i < {G}; ++cake_i)")
+        w.line(col)
         _, dptr = self.elem_ptr(dst, "cake_t", "cake_c", path)
-        w.line(f"cake::red_add_global_v{V}({dptr}, {', '.join(xs)});", path)
+        w.line(f"cake::red_add_global_v{V}({dptr}, {', '.join(f'cake_x[cake_i][{j}]' for j in range(V))});", path)
         w.close()
 
     def src_elem(self, src, j: int, path) -> str:

@@ -126,6 +126,17 @@ def slice_of(red: int) -> int:
     return 4 * red if red == 4 else 8
 
 
+SCATTER_BATCHES = (1, 2, 4, 8)
+
+
+def check_batch(sb: int, red: int, d: int) -> None:
+    """sb > 1 (a scatter slice of sb groups of 4-float reds per lane: every group's loads issued before its
+    reds) needs red 4 and D a multiple of the slice."""
+    if sb not in SCATTER_BATCHES or (sb > 1 and (red != 4 or d % (slice_of(red) * sb))):
+        raise ValueError(f"kmeans (wide): sb (scatter batch) one of {SCATTER_BATCHES}, above 1 with red 4 and D a "
+                         f"multiple of {slice_of(4)} sb (got sb={sb}, red={red}, D={d})")
+
+
 COPIES = (1, 2, 4, 8)
 
 

@@ -99,10 +99,10 @@ def kmeans_wide_assign_streamed(d: int = 1024, bm: int = 128, bn: int = 128, sta
     return kb.build()
 
 
-def _scatter_points_global(r, d: int, red: int, copies: int, lv: bool = False) -> None:
+def _scatter_points_global(r, d: int, red: int, copies: int, lv: bool = False, sb: int = 1) -> None:
     """WS[a_j] += X[j] (rows read from global memory), WC[a_j] += 1, for the warp's 16 points (rows past N
-    skipped)."""
-    w = slice_of(red)
+    skipped); sb: groups of reds per lane and slice, whose loads are all in flight before the first red."""
+    w = slice_of(red) * sb
     with r.for_("sc", 0, d // w, id="scatter_slices"):
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("X", ["b * N + n0 + wm0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="n0 + wm0", row_limit="N",

@@ -14,8 +14,8 @@ one of two consumer-owned slots and are waited for before that tile's argmin. Te
 """
 from cake_ir.builder import KernelBuilder, bar, tile
 
-from .wide import (ATOM, BIG, K_MAX, SMEM_BYTES, _declare_assign_io, check_copies, check_d, check_red, padded,
-                   slice_of, suffix, sums_row)
+from .wide import (ATOM, BIG, K_MAX, SMEM_BYTES, _declare_assign_io, check_batch, check_copies, check_d, check_red,
+                   padded, slice_of, suffix, sums_row)
 from .wide_streamed import _scatter_points_global
 
 TMA_D_MIN = 64      # the box is a 64-dim atom wide
@@ -48,16 +48,20 @@ def _check(d: int, bm: int, bn: int, stages: int, arch: str, pt: int = 1) -> Non
 
 
 def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: int = 4, red: int = 4,
-                           arch: str = "sm_90a", copies: int = 1, lv: bool = False, cluster: int = 1, pt: int = 1):
+                           arch: str = "sm_90a", copies: int = 1, lv: bool = False, cluster: int = 1, pt: int = 1,
+                           sb: int = 1):
     """Assignment + global scatter, grid (cdiv(N, BM), B): a producer warpgroup (one elected thread issues the
     TMA loads) and bm / 64 consumer warpgroups of 64 point rows each. cluster 2: CTA pairs (consecutive point
     tiles, the grid rounded up to even) share each centroid atom, each CTA loading half of its rows multicast
     into both, so the centroids cross from L2 once per pair (`Pipeline.cluster`: a slot is refilled once both
     CTAs released it). pt > 1: `pt` consecutive point tiles a CTA (grid cdiv(N, BM PT)), the ring running on
     across them, and the scatter of tile p done by the producer warpgroup's warps 1-3 while the consumers run
-    tile p + 1 (`_scatter_behind`). red, copies, lv: as in `tasks.kmeans.wide.kmeans_wide_assign`."""
+    tile p + 1 (`_scatter_behind`). sb: the scatter's groups of 4-float reds per lane and slice, every group's
+    point loads in flight before its reds (sb 1: one L2 round trip per 16 dims of a row pair). red, copies, lv:
+    as in `tasks.kmeans.wide.kmeans_wide_assign`."""
     check_d(d)
     check_red(red, arch, lv)
+    check_batch(sb, red, d)
     check_copies(copies)
     _check(d, bm, bn, stages, arch, pt)
     if cluster not in (1, 2) or pt not in (1, 2, 4, 8) or (cluster > 1 and pt > 1):
@@ -65,7 +69,8 @@ def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: 
                          f"both above 1 (got cluster={cluster}, pt={pt})")
     cons = bm // 16                                             # consumer warps
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_tma" + (f"_cl{cluster}" if cluster > 1 else "")
-                       + (f"_t{pt}" if pt > 1 else "") + suffix(red, copies, lv), arch=arch,
+                       + (f"_t{pt}" if pt > 1 else "") + suffix(red, copies, lv) + (f"_sb{sb}" if sb > 1 else ""),
+                       arch=arch,
                        grid=[_grid_x(cluster, pt), "B"], threads=128 + 32 * cons,
                        cluster=[cluster, 1] if cluster > 1 else None,
                        note="wide k-means assignment: TMA producer, wgmma consumers, argmin, global scatter")
@@ -89,14 +94,14 @@ def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: 
     with kb.role("producer", warps=(0, 4), regs=producer_regs) as r:
         if pt > 1:
             _produce_tiles(r, bm, bn)
-            _scatter_behind(r, d, red, copies, lv)
+            _scatter_behind(r, d, red, copies, lv, sb)
         else:
             _produce(r, bm, bn, cluster)
     with kb.role("consumer", warps=(4, cons), regs=consumer_regs) as r:
         if pt > 1:
             _consume_tiles(r, bn)
         else:
-            _consume(r, d, bn, red, copies, lv)
+            _consume(r, d, bn, red, copies, lv, sb)
     return kb.build()
 
 
@@ -140,7 +145,7 @@ def _produce(r, bm: int, bn: int, cluster: int = 1) -> None:
             r.pipe("commit", "ring", "g")
 
 
-def _consume(r, d: int, bn: int, red: int, copies: int, lv: bool = False) -> None:
+def _consume(r, d: int, bn: int, red: int, copies: int, lv: bool = False, sb: int = 1) -> None:
     """Per centroid tile: the distances' wgmma chains over the NCH atoms, then the running argmin; at the
     end the assignments and the scatter of the points into the sums."""
     r.let("b", "bid.y")
@@ -152,7 +157,7 @@ def _consume(r, d: int, bn: int, red: int, copies: int, lv: bool = False) -> Non
         _centroid_tile(r, bn, "t")
     r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
     r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-    _scatter_points_global(r, d, red, copies, lv)
+    _scatter_points_global(r, d, red, copies, lv, sb)
 
 
 def _centroid_tile(r, bn: int, tt: str) -> None:
@@ -223,11 +228,11 @@ def _consume_tiles(r, bn: int) -> None:
             r.mbar_arrive(bar("asg_full", "p % 2"))
 
 
-def _scatter_behind(r, d: int, red: int, copies: int, lv: bool) -> None:
+def _scatter_behind(r, d: int, red: int, copies: int, lv: bool, sb: int) -> None:
     """pt > 1, the producer warpgroup's warps 1-3: per point tile p, once its assignments are in slot p % 2,
     the scatter of its 16-row groups (warp w: groups w - 1, w + 2, ...) from global memory, then the slot
     released."""
-    w = slice_of(red)
+    w = slice_of(red) * sb
     with r.if_("role_warp > 0"):
         with r.for_("p", 0, "PT", id="scatter_tiles"):
             r.let("n0", "(bid.x * PT + p) * BM")
@@ -247,7 +252,7 @@ def _scatter_group(r, d: int, w: int, red: int, copies: int, lv: bool) -> None:
     r.lds(tile("sa", ["grp * 16", 0], [16, 1], slot="p % 2"), tile("si"), vec_bytes=4, id="take_assign")
     # unrolled: the loads of SCATTER_UNROLL slices in flight at once (one warp's rolled loop waits out an L2
     # round trip per slice, slower than the consumers' tile)
-    with r.for_("sc", 0, d // w, unroll=SCATTER_UNROLL, id="scatter_slices"):
+    with r.for_("sc", 0, d // w, unroll=max(1, SCATTER_UNROLL * slice_of(4) // w), id="scatter_slices"):
         r.add("scatter_add", id="sum_points", index=tile("si"), src=tile("X", ["b * N + r0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="r0", row_limit="N", vec=red,
               load_vec=lv)
