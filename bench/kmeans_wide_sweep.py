@@ -21,7 +21,8 @@ from kmeans_wide_bench import ITERS, M, check_step, guarded, make_inputs  # noqa
 
 # weakest first (bench/results/kmeans-wide-h200.json): D >= 768, then the other D >= 256 shapes, D = 64 at small K,
 # D = 128 at K 1024-4096
-SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (2, 131072, 512, 4096),
+SHAPES = [(1, M, 1024, 1024), (1, 262144, 1024, 16384), (1, M, 768, 1024), (1, 131072, 768, 32768),
+          (2, 131072, 512, 4096),
           (1, 500000, 256, 4096), (1, M, 64, 256), (1, M, 128, 1024), (1, M, 128, 4096), (1, M, 32, 1024),
           (1, M, 64, 512), (16, 262144, 128, 1024), (1, M, 128, 2048), (1, 262144, 128, 16384),
           (1, 2 * M, 64, 8192), (4, 262144, 96, 2048)]
@@ -34,8 +35,10 @@ def forms(shape: tuple) -> dict:
     registers (`a_regs`: the chains read only the centroids from shared memory) three at 192 x 128, two at 128 x
     128 and 128 x 256, four at 256 x 64; each at the most ring stages (up to 8) that fit, where its registers fit.
     From D = 256 the warp-specialized TMA form (tasks/kmeans/wide_tma.py) at 128 x 256: alone, in CTA pairs
-    sharing the centroid atoms by multicast (`cluster` 2), and over 2, 4 or 8 point tiles a CTA with each tile's
-    scatter under the next one's chains (`pt`). All with 4-float vector reds. (Lost before,
+    sharing the centroid atoms by multicast (`cluster` 2), and over 4 point tiles a CTA with each tile's scatter
+    under the next one's chains (`pt`), the last two with the pick's scatter batches (`sb`, from D = 768) where
+    it has them. All with 4-float vector reds. (Lost before, kmeans-wide-pt-sweep-h200.json: pt 2 / 4 / 8 without
+    scatter batches;
     bench/results/kmeans-wide-acc2-h100.json, kmeans-wide-small-d-forms-h100.json, kmeans-wide-pp-sweep-h100.json,
     kmeans-wide-cluster-h100.json: two distance accumulators; the streamed form; at D <= 128 128 x 256 tiles,
     256 x 128 at 6 stages, the TMA form; point tiles a ping-pong CTA, the turn passed early, the points in
@@ -57,9 +60,9 @@ def forms(shape: tuple) -> dict:
                 out[f"pp{wgs}_{bm}x{bn}_s{stages}" + ("_ra" if ra else "")] = form
     if D >= 256:
         t256 = {**tma, "bm": 128, "bn": 256, "stages": 4}
-        cands = {"tma256_s4": t256, "tma256_s4_cl2": {**t256, "cluster": 2},
-                 **{f"tma256_s4_t{pt}": {**t256, "pt": pt} for pt in (2, 4, 8)},
-                 "tma256_s4_t4_lv": {**t256, "pt": 4, "lv": True}}
+        sb = {"sb": pick["sb"]} if pick.get("sb") else {}
+        cands = {"tma256_s4": t256, "tma256_s4_cl2" + ("_sb" if sb else ""): {**t256, **sb, "cluster": 2},
+                 "tma256_s4_t4" + ("_sb" if sb else ""): {**t256, **sb, "pt": 4}}
         out.update({n: f for n, f in cands.items() if f != pick})
     return out
 
