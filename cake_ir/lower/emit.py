@@ -2114,14 +2114,15 @@ class Emitter:
 
     def scatter_add_vec(self, st, src, dst, CQ: int, path) -> None:
         """A lane's CQ columns of one row as CQ / vec vector reds (red.global.add.v2 / .v4.f32) of vec
-        consecutive columns each; the walk over its groups is rotated by lane as in the scalar form."""
+        consecutive columns each, the quad's groups interleaved along the row."""
         V = st.vec
         if dst.space != "global" or dst.dtype != "f32" or CQ % V:
             self.fail(path, f"scatter_add vec={V} adds groups of {V} f32 columns into a global tile: each lane's "
                       f"{CQ} columns must split into them")
         w, G = self.w, CQ // V
-        rot = f"(cake_i + cake_lane) & {G - 1}" if G & (G - 1) == 0 else f"(cake_i + cake_lane) % {G}"
-        col = f"const int cake_c = cake_q * {CQ} + {V} * ({rot});"
+        # group i of the quad's lane q: columns V (4 i + q) .. + V, so each red instruction covers 4 V contiguous
+        # columns of a row (lane-contiguous runs of CQ columns would spread it over 4 half-used sectors)
+        col = f"const int cake_c = {V} * (cake_i * 4 + cake_q);"
         # every group's loads first (plain C++, free to be scheduled together), then the reds: a red is an asm
         # statement with a memory clobber, so loads interleaved with them wait out one round trip each
         w.line(f"float cake_x[{G}][{V}];")
