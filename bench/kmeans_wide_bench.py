@@ -86,7 +86,7 @@ def variants_used(tests_only: bool = False) -> list:
     for B, N, D, K in TEST_SHAPES:
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
         pick = kmeans_wide_params(s)
-        out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1}), (D, TEST_STREAMED),
+        out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1, "sb": 1}), (D, TEST_STREAMED),
                 (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else []) \
             + ([(D, TEST_TMA), (D, {**TEST_TMA, "bn": 128, "stages": 6, "copies": 4})] if D >= 64 else []) \
             + ([(D, TEST_PP), (D, {**TEST_PP, "bm": 128, "bn": 256, "stages": 4, "copies": 2}),

@@ -491,7 +491,7 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
         pytest.skip("the ping-pong form holds the point tile: D <= 512")
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
     resident = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, pingpong=False)  # acc2's form
-    variant = {"b2": B2, "red1": {**pick, "red": 1}, "streamed": STREAMED,          # red1: scalar reds
+    variant = {"b2": B2, "red1": {**pick, "red": 1, "sb": 1}, "streamed": STREAMED,          # red1: scalar reds
                "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
                "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True},
                "pp": PP, "pp_wr64": {**PP, "bm": 128, "bn": 256, "stages": 4, "copies": 2},
