@@ -9,8 +9,11 @@ one of the tile's `bn` centroids into ring slot g % NS, `stages` steps ahead of 
 slot's full barrier, issue one wgmma chain, keep it in flight across the next wait and release a slot once its
 chain retired. TMA zero-fills rows past the tensors' ends (rows of the next batch or past K are computed and
 masked: the argmin's `limit`, the scatter's `row_limit`). The centroid norms of tile t come by cp.async into
-one of two consumer-owned slots and are waited for before that tile's argmin. Tensors and the finalize are
-`tasks.kmeans.wide`'s.
+one of two consumer-owned slots and are waited for before that tile's argmin. After the last centroid tile the
+consumers scatter their points (re-read from global memory) into the sums, `sb` groups of 4-float reds per lane
+and slice with every group's loads issued before its reds. Options measured and left off in the rule
+(docs/perf-log.md): CTA pairs multicasting the centroid atoms (`cluster`), several point tiles a CTA with the
+scatter by the producer warpgroup behind the consumers (`pt`). Tensors and the finalize are `tasks.kmeans.wide`'s.
 """
 from cake_ir.builder import KernelBuilder, bar, tile
 
@@ -250,8 +253,8 @@ def _scatter_group(r, d: int, w: int, red: int, copies: int, lv: bool) -> None:
     read from global memory), WC[a_j] += 1 (rows past N skipped)."""
     r.let("r0", "n0 + grp * 16")
     r.lds(tile("sa", ["grp * 16", 0], [16, 1], slot="p % 2"), tile("si"), vec_bytes=4, id="take_assign")
-    # unrolled: the loads of SCATTER_UNROLL slices in flight at once (one warp's rolled loop waits out an L2
-    # round trip per slice, slower than the consumers' tile)
+    # unrolled to about SCATTER_UNROLL 16-dim slices a step; the reds (asm with a memory clobber) still keep a
+    # slice's loads behind the previous slice's reds: sb is what puts several groups' loads in flight
     with r.for_("sc", 0, d // w, unroll=max(1, SCATTER_UNROLL * slice_of(4) // w), id="scatter_slices"):
         r.add("scatter_add", id="sum_points", index=tile("si"), src=tile("X", ["b * N + r0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="r0", row_limit="N", vec=red,
