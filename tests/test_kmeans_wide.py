@@ -173,6 +173,8 @@ def test_tma_form_over_point_tiles_scatters_behind(D, form):
         assert "setmaxnreg_dec<88>" in src and "setmaxnreg_inc<208>" in src
     assert src.count("cake::red_add_global_v4(") == 2 and "if (grp % 3 == cake_role_warp - 1)" in src
     assert src.count("cake::mbar_init(") == 4 + 2 * form["stages"]
+    # the handed-over assignments load as ints (not through a float, which rounds past 2^24)
+    assert "si[0 + cake_c] = (*reinterpret_cast<const int*>(" in src
     with pytest.raises(ValueError, match="pt"):
         kmeans_wide_kernels({**form, "pt": 3}, D, "sm_90a")["assign"]()
 

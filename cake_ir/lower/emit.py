@@ -1915,18 +1915,26 @@ class Emitter:
                     idx = [ix(o) for o in off[:-1]] + [f"{ix(off[-1])} + {row}"]
                 else:
                     idx = [ix(o) for o in off[:-2]] + [f"{ix(off[-2])} + {row}", f"{ix(off[-1])} + cake_c"]
-                val = self.from_storage(p.dtype, f"{p.name}[{self.gaddr(p, idx)}]") if p.dtype != "f32" \
-                    else f"{p.name}[{self.gaddr(p, idx)}]"
+                val = self.row_value(p.dtype, rb.dtype, f"{p.name}[{self.gaddr(p, idx)}]")
                 if st.oob in ("mask", "zfill"):
                     conds = " && ".join(f"({i}) < ({ix(d)})" for i, d in zip(idx, p.shape))
-                    val = f"(({conds}) ? {val} : 0.0f)"
+                    val = f"(({conds}) ? {val} : {'0' if p.dtype == rb.dtype else '0.0f'})"
             else:
                 r0, c0, _, _ = self.tile_rc(mem, path)
                 r_c, c_c = (r0, f"{c0} + {row}") if along_last else (f"{r0} + {row}", f"{c0} + cake_c")
-                val = self.smem_value(mem.buffer, mem.ref.slot, r_c, c_c)
-            w.line(f"{rb.name}[{slot * K} + cake_c] = {self.to_storage(rb.dtype, val)};", path)
+                b = mem.buffer
+                ptr = f"reinterpret_cast<const {STORAGE[b.dtype]}*>(cake_smem + ({self.smem_byte(b, mem.ref.slot, r_c, c_c)}))"
+                val = self.row_value(b.dtype, rb.dtype, f"(*{ptr})")
+            w.line(f"{rb.name}[{slot * K} + cake_c] = {val};", path)
             w.close()
         w.close()
+
+    def row_value(self, src_dtype: str, dst_dtype: str, x: str) -> str:
+        """A loaded element for a register of dst_dtype: as is where the types match (an i32 through a float
+        would round past 2^24), else converted through float."""
+        if src_dtype == dst_dtype:
+            return x
+        return self.to_storage(dst_dtype, self.from_storage(src_dtype, x))
 
     @_robust
     def reduce_smem(self, st: Reduce, path):

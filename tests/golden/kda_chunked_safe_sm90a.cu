@@ -687,11 +687,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
        {  // /roles/0/body/10/body/106
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          brow[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (52224u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/106
+          brow[0 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (52224u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4))));  // /roles/0/body/10/body/106
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          brow[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (52224u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/10/body/106
+          brow[1 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (52224u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4))));  // /roles/0/body/10/body/106
         }
       }
        {  // /roles/0/body/10/body/107
@@ -1418,67 +1418,67 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_chunk16_ws_vs32(  // /
        {  // /roles/1/body/9/body/59
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[0 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[1 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[2 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[2 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[3 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[3 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[4 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[4 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[5 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[5 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[6 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[6 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[7 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[7 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[8 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[8 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[9 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[9 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[10 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[10 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[11 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[11 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[12 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[12 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[13 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[13 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[14 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[14 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[15 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[15 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (146688u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
       }
       #pragma unroll

@@ -690,11 +690,11 @@ extern "C" __global__ void __launch_bounds__(32, 1) kda_prepare16_safe_w1(  // /
        {  // /roles/0/body/11/body/108
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          brow[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (13056u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/11/body/108
+          brow[0 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (13056u + (unsigned)(p) * 64u + (unsigned)(((0) + 0 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4))));  // /roles/0/body/11/body/108
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          brow[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (13056u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4)))));  // /roles/0/body/11/body/108
+          brow[1 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (13056u + (unsigned)(p) * 64u + (unsigned)(((0) + 8 + (cake_lane >> 2)) * 4 + ((0) + cake_c) * 4))));  // /roles/0/body/11/body/108
         }
       }
        {  // /roles/0/body/11/body/109
@@ -1540,67 +1540,67 @@ extern "C" __global__ void __launch_bounds__(160, 1) kda_recur16_vs32_safe_p2c4(
        {  // /roles/1/body/9/body/59
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[0 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[0 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 0 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[1 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[1 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 8 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[2 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[2 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 16 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[3 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[3 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 24 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[4 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[4 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 32 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[5 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[5 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 40 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[6 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[6 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 48 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[7 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[7 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 56 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[8 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[8 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 64 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[9 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[9 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 72 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[10 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[10 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 80 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[11 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[11 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 88 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[12 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[12 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 96 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[13 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[13 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 104 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[14 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[14 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 112 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
         #pragma unroll
         for (int cake_c = 0; cake_c < 1; ++cake_c) {
-          dec[15 + cake_c] = ((*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4)))));  // /roles/1/body/9/body/59
+          dec[15 + cake_c] = (*reinterpret_cast<const float*>(cake_smem + (29184u + (unsigned)(s) * 512u + (unsigned)(((0)) * 512 + ((0) + 120 + (cake_lane >> 2)) * 4))));  // /roles/1/body/9/body/59
         }
       }
       #pragma unroll
