@@ -484,6 +484,8 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
         return False
     if p.get("copies", 1) not in (1, 2, 4, 8) or (p.get("lv") and p.get("red", 1) != 4):
         return False
+    if p.get("sb", 1) > 1 and p.get("points") != "tma":       # batched scatter slices: the TMA form's option
+        return False
     if p.get("acc2") and (mma != "wgmma" or p.get("points") or p["stages"] < 3
                           or p["bn"] + 4 + 16 > min(255, 65536 // (2 * p["bm"] * p.get("minb", 1)))):
         # the resident wgmma form; two [64, bn] accumulators (bn registers a thread), bv / bi (4) and E-RES-05's
@@ -586,7 +588,8 @@ def kmeans_name(p: dict) -> str:
             + (f"_cl{p['cluster']}" if p.get("points") == "tma" and p.get("cluster", 1) > 1 else "") \
             + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") + ("_a2" if p.get("acc2") else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "") \
-            + ("_lv" if p.get("lv") else "") + (f"_sb{p['sb']}" if p.get("sb", 1) > 1 else "")
+            + ("_lv" if p.get("lv") else "") \
+            + (f"_sb{p['sb']}" if p.get("points") == "tma" and p.get("sb", 1) > 1 else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

@@ -210,9 +210,9 @@ def test_scatter_vector_loads_verify_and_compile(form):
     D = 768 if form in ("streamed", "tma") else 128
     base = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 4096 if form == "wgmma" else 1024, "D": D,
                                "arch": "sm_90a"}, "sync" if form == "sync" else "")
-    p = {**base, "red": 4, "lv": True, **({"points": "streamed", "bm": 128, "bn": 256, "stages": 3}
+    p = {**base, "red": 4, "lv": True, **({"points": "streamed", "bm": 128, "bn": 256, "stages": 3, "sb": 1}
                                            if form == "streamed" else {})}
-    assert kmeans_name(p).endswith("_lv") and kmeans_wide_supports(p, {"B": 1, "N": 10, "K": 8, "D": D, "arch": "sm_90a"})
+    assert kmeans_name(p).endswith("_lv" + (f"_sb{p['sb']}" if p.get("sb", 1) > 1 else "")) and kmeans_wide_supports(p, {"B": 1, "N": 10, "K": 8, "D": D, "arch": "sm_90a"})
     k = kmeans_wide_kernels(p, D, "sm_90a")["assign"]()
     assert not _errors(k), _errors(k)
     r = compile_ir(k, arch="sm_90a")
