@@ -154,19 +154,25 @@ def _consume(r, d: int, bn: int, red: int, copies: int, lv: bool = False, sb: in
     r.let("b", "bid.y")
     r.let("n0", "bid.x * BM")
     r.let("wm0", "role_warp * 16")
+    _assign_tile(r, bn, "t")
+    _scatter_points_global(r, d, red, copies, lv, sb)
+
+
+def _assign_tile(r, bn: int, tt: str) -> None:
+    """The point tile's assignments: the running argmin over every centroid tile (tt: the CTA's centroid-tile
+    counter, see `_centroid_tile`), merged across the quad and stored to A."""
     r.fill("bv", BIG)
     r.fill("bi", -1)
     with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
-        _centroid_tile(r, bn, "t")
+        _centroid_tile(r, bn, tt)
     r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
     r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-    _scatter_points_global(r, d, red, copies, lv, sb)
 
 
 def _centroid_tile(r, bn: int, tt: str) -> None:
     """Centroid tile t (the CTA's tt-th: ring steps and norm slots count across point tiles): its norms, the
     wgmma chains over the NCH atoms, the running argmin."""
-    g = f"{tt} * NCH + a" if tt == "t" else f"({tt}) * NCH + a"
+    g = f"{_par(tt)} * NCH + a"
     r.copy("cp_async", tile("CN", [0, "b * K + t * BN"], [1, bn]), tile("cn", slot=f"{_par(tt)} % {NORM_SLOTS}"),
            oob="zfill", vec_bytes=4, id="load_norms")
     r.sync("cp_async_commit")
@@ -217,12 +223,7 @@ def _consume_tiles(r, bn: int) -> None:
     r.let("wm0", "role_warp * 16")
     with r.for_("p", 0, "PT", id="point_tiles"):
         r.let("n0", "(bid.x * PT + p) * BM")
-        r.fill("bv", BIG)
-        r.fill("bi", -1)
-        with r.for_("t", 0, "cdiv(K, BN)", id="centroid_loop"):
-            _centroid_tile(r, bn, "p * cdiv(K, BN) + t")
-        r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
-        r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
+        _assign_tile(r, bn, "p * cdiv(K, BN) + t")
         with r.if_("p >= 2"):
             r.mbar_wait(bar("asg_empty", "p % 2"), "(p / 2 - 1) % 2")
         r.sts(tile("bi"), tile("sa", ["wm0", 0], [16, 1], slot="p % 2"), vec_bytes=4, id="hand_assign")
