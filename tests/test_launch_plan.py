@@ -107,6 +107,33 @@ def _named_scratch(launches):
     return [launch[:5] + (tuple((n, "C16" if v in scratch else v) for n, v in launch[5]),) for launch in launches]
 
 
+def test_entry_points_launch_a_plan_without_the_general_entry(rt, fake_torch, monkeypatch):
+    """cakelib.knn / cakelib.kmeans launch a repeat call's plan themselves (a small call's host time is
+    microseconds: one frame fewer); a call with options goes to the general entry, which raises what it raises."""
+    import cakelib
+    from cakelib import kmeans_lloyd, knn_search
+    f16 = fake_torch.float16
+    xq, xb = FakeTensor((3, 128), f16), FakeTensor((50, 128), f16)
+    x, c = FakeTensor((1, 1024, 128), f16), FakeTensor((1, 16, 128), f16)
+    cakelib.knn(xq, xb, 10)
+    cakelib.kmeans(x, 16, 2, init=c)
+
+    def general(*a, **kw):
+        raise AssertionError("the general entry ran")
+    monkeypatch.setitem(cakelib._OPS, "knn", general)
+    monkeypatch.setitem(cakelib._OPS, "kmeans", general)
+    I, _ = _planned_launches(rt, lambda: cakelib.knn(xq, xb, 10))[0]
+    assert I.shape == (3, 10)
+    C, _ = _planned_launches(rt, lambda: cakelib.kmeans(x, 16, 2, init=c))[0]
+    assert C.shape == (1, 16, 128)
+    with pytest.raises(AssertionError, match="general entry"):
+        cakelib.knn(xq, xb, 10, variant=None)
+    monkeypatch.setitem(cakelib._OPS, "knn", knn_search.knn)
+    monkeypatch.setitem(cakelib._OPS, "kmeans", kmeans_lloyd.kmeans)
+    with pytest.raises(TypeError, match="metirc"):                       # an unknown option is refused
+        cakelib.knn(xq, xb, 10, metirc="ip")
+
+
 def test_plans_are_dropped_with_the_workspaces(rt, fake_torch):
     from cakelib import knn
     xq, xb = FakeTensor((3, 128), fake_torch.float16), FakeTensor((50, 128), fake_torch.float16)
