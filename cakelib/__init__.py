@@ -17,10 +17,11 @@ Calls on one device share cached workspaces: issue them from one stream at a tim
 
 
 def knn(queries, database, k=10, metric="l2", *, out=None, **options):
-    """cakelib.knn_search.knn. A call with no options besides out= tries the plan of a configuration seen
-    before first (cakelib.fast_calls): a small call's host time is microseconds, a Python frame ~0.3."""
+    """cakelib.knn_search.knn. A repeat call at a configuration seen before launches its plan here
+    (cakelib.fast_calls; a small call's host time is microseconds, a Python frame ~0.3): every call without
+    a variant, a device or rerank."""
     fast = _FAST.get("knn")
-    if fast is not None and not options:
+    if fast is not None and (not options or _defaults_only(options, _KNN_DEFAULTS)):
         hit = fast(queries, database, k, metric, out)
         if hit is not None:
             return hit
@@ -28,13 +29,26 @@ def knn(queries, database, k=10, metric="l2", *, out=None, **options):
 
 
 def kmeans(x, k, iters=10, *, init=None, out=None, **options):
-    """cakelib.kmeans_lloyd.kmeans, the plan first as in `knn` (a plan needs `init`)."""
+    """cakelib.kmeans_lloyd.kmeans, the plan first as in `knn`: every call with `init`, without a variant or a
+    device (a seed picks only the initial centroids, which `init` gives)."""
     fast = _FAST.get("kmeans")
-    if fast is not None and not options and init is not None and iters >= 1:
+    if fast is not None and init is not None and (not options or _defaults_only(options, _KMEANS_DEFAULTS)) \
+            and iters >= 1:
         hit = fast(x, k, iters, init, out)
         if hit is not None:
             return hit
     return (_OPS.get("kmeans") or _load("kmeans_lloyd", "kmeans"))(x, k, iters, init=init, out=out, **options)
+
+
+# the options a planned call may carry, at the values it may carry them (None: any value)
+_KNN_DEFAULTS = {"variant": (None,), "device": (None,), "rerank": (False,)}
+_KMEANS_DEFAULTS = {"variant": (None,), "device": (None,), "seed": None}
+
+
+def _defaults_only(options: dict, allowed: dict) -> bool:
+    """Every option is one a planned call may carry, at a value it may carry (an unknown name goes to the
+    general entry, which refuses it)."""
+    return all(n in allowed and (allowed[n] is None or any(v is a for a in allowed[n])) for n, v in options.items())
 
 
 _OPS: dict = {}    # loaded entry points (an import statement costs ~0.5 us a call)

@@ -1,9 +1,8 @@
 """The repeat-call paths of `knn` and `kmeans` for torch CUDA tensors: a call whose configuration (input
 shapes and dtypes, k / iters, metric, out= or not, device, current stream, the loaded dispatch table)
 ran before through the general path launches that call's plan (cakelib.launch_plan): attribute reads,
-pointer writes and one driver call per kernel. `cakelib.knn` / `cakelib.kmeans` try them before entering the
-general entry points (a call with options besides out= / init= tries them there, as knn_search.knn and
-kmeans_lloyd.kmeans do).
+pointer writes and one driver call per kernel. `cakelib.knn` / `cakelib.kmeans` try them, once, before
+entering the general entry points (which record the plans).
 
 Each fast function returns None wherever it cannot vouch for the call (no plan, other tensor types, an
 out= tensor that is not what the plan writes, an input on another device): the general path then runs

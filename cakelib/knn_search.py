@@ -51,11 +51,8 @@ def knn(queries, database, k: int = 10, metric: str = "l2", *, variant: Optional
         device: Optional[int] = None, out: Optional[tuple] = None, rerank: bool = False):
     """out: optional (indices int32 [Q, k], distances float32 [Q, k]) CUDA torch tensors written in place
     (and returned), for callers that keep their buffers."""
-    planned = variant is None and device is None and not rerank   # a repeat call's plan (cakelib.fast_calls)
-    if planned:
-        hit = fast_calls.knn(queries, database, k, metric, out)
-        if hit is not None:
-            return hit
+    # a call cakelib.knn would launch from its plan (cakelib.fast_calls): recorded after the general path
+    planned = variant is None and device is None and not rerank
     if metric not in ("l2", "ip"):
         raise ValueError(f"metric must be 'l2' or 'ip', not {metric!r}")
     if device is None:   # a torch tensor's own device, else GPU 0

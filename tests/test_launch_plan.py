@@ -109,7 +109,8 @@ def _named_scratch(launches):
 
 def test_entry_points_launch_a_plan_without_the_general_entry(rt, fake_torch, monkeypatch):
     """cakelib.knn / cakelib.kmeans launch a repeat call's plan themselves (a small call's host time is
-    microseconds: one frame fewer); a call with options goes to the general entry, which raises what it raises."""
+    microseconds: one frame fewer), options at their defaults included; a call with other options goes to the
+    general entry, which raises what it raises."""
     import cakelib
     from cakelib import kmeans_lloyd, knn_search
     f16 = fake_torch.float16
@@ -126,8 +127,12 @@ def test_entry_points_launch_a_plan_without_the_general_entry(rt, fake_torch, mo
     assert I.shape == (3, 10)
     C, _ = _planned_launches(rt, lambda: cakelib.kmeans(x, 16, 2, init=c))[0]
     assert C.shape == (1, 16, 128)
-    with pytest.raises(AssertionError, match="general entry"):
-        cakelib.knn(xq, xb, 10, variant=None)
+    _planned_launches(rt, lambda: cakelib.knn(xq, xb, 10, variant=None, device=None, rerank=False))
+    _planned_launches(rt, lambda: cakelib.kmeans(x, 16, 2, init=c, seed=3, variant=None))
+    for call in (lambda: cakelib.knn(xq, xb, 10, rerank=True), lambda: cakelib.knn(xq, xb, 10, device=0),
+                 lambda: cakelib.kmeans(x, 16, 2, init=c, variant={"kind": "wide"})):
+        with pytest.raises(AssertionError, match="general entry"):
+            call()
     monkeypatch.setitem(cakelib._OPS, "knn", knn_search.knn)
     monkeypatch.setitem(cakelib._OPS, "kmeans", kmeans_lloyd.kmeans)
     with pytest.raises(TypeError, match="metirc"):                       # an unknown option is refused
