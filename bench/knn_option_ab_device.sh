@@ -7,7 +7,9 @@
 #   4. (PROFILE=1) ncu: every kernel's duration in one plain and one seeded search at Q = 128, M = 100K,
 #      k = 10 (the grid's worst shape in session 16), and the warp states / stall sources of the plain
 #      search kernel (-> $OUT/knn/ncu-*.txt).
-#     OUT=/some/dir [PROFILE=1] bash bench/knn_option_ab_device.sh seed|merge [AB_DEADLINE_S=240] [VALUES]
+#     OUT=/some/dir [PROFILE=1] [SHAPES='[{"Q": 8, "M": 100000, "k": 10}, ...]'] bash bench/knn_option_ab_device.sh \
+#       seed|merge [AB_DEADLINE_S=240] [VALUES]
+# (SHAPES: the A/B's shapes instead of the option's own list)
 # Session 18: `seed 270 0,8,32` (call 1), `PROFILE=1 ... seed 240 0,4,8,16` (call 3), `merge 240` (call 4,
 # values wide,kernel,kernel_sd8).
 . "$(dirname "$0")/device_env.sh"
@@ -16,6 +18,7 @@ OPT=$1
 VALUES=${3:-$([ "$OPT" = merge ] && echo wide,kernel,kernel_sd8 || echo 0,8,32)}
 TESTS=$([ "$OPT" = merge ] && echo tests/test_knn_merge_kernel.py || echo tests/test_knn_seed.py)
 timeout 200 $PY bench/topk_queue_ab.py --option $OPT --values $VALUES --compile-only --procs $(( NP - 2 )) \
+  ${SHAPES:+--shapes "$SHAPES"} \
   > $D/compile.log 2>&1 &
 CPID=$!
 timeout 240 $PY -m pytest -q -p no:cacheprovider -m gpu $TESTS > $D/tests.log 2>&1
@@ -24,7 +27,7 @@ grep -E "^FAILED|Error" $D/tests.log | head -8
 wait $CPID
 stamp "precompile: $(tail -1 $D/compile.log)"
 timeout $(( ${2:-240} + 60 )) $PY bench/topk_queue_ab.py --option $OPT --values $VALUES --out $D/ab-$OPT.json \
-  --deadline-s ${2:-240} > $D/ab.log 2>&1
+  ${SHAPES:+--shapes "$SHAPES"} --deadline-s ${2:-240} > $D/ab.log 2>&1
 stamp "ab rc=$?"
 if [ "${PROFILE:-0}" = 1 ]; then
   V='{"mma": "wgmma", "bq": 128, "bn": 64, "split": 128, "stages": 4, "merge": "wide"}'
