@@ -78,7 +78,7 @@ def knn_queue_key(p: dict) -> str:
     pays on the unseeded scan loses there (session 20: T = 2 at k = 16 1.07-1.57x unseeded, 0.89-1.0x on most
     seeded picks). The insertion's form (`rolled`) shares it too: session 22's rolled A/B keyed the rolled arm
     apart (`_rl`), so it ran T = 0 where the table fits T = 2 for the unrolled one."""
-    base = {**p, **({"merge": "wide"} if p.get("merge") == "kernel" else {})}   # (names carry no queue)
+    base = {**p, **({"merge": "wide"} if p.get("merge") in ("kernel", "rows") else {})}   # (names carry no queue)
     base.pop("rolled", None)
     if p.get("mma", "sync") == "wgmma":
         base.pop("norms", None)
@@ -90,7 +90,9 @@ def knn_split_options(p: dict, shape: dict) -> dict:
     --fit-merge from a same-run A/B): the merge kernel instead of the last-CTA merge for the k classes it
     lists (session 18: 0.78x the time at k > 1 over 26 split picks, neutral at k = 1), and the sampled
     bound for its family at M >= min_M (0.91x of the merge kernel alone over the wgmma picks; slower on
-    the few-query streams, whose chunks are short). Unsplit variants and explicit options are kept."""
+    the few-query streams, whose chunks are short); then, for a few-query stream pick (ws > 1, unseeded) at
+    Q <= merge_rows.max_Q, the last-CTA merge over the real query rows (`rows`: one launch, where the merge
+    kernel is a second; bench/topk_queue_ab.py --fit-merge-rows). Unsplit variants and explicit options are kept."""
     if p.get("split", 1) <= 1 or p.get("merge") != "wide":
         return p
     opts = _split_table()
@@ -101,6 +103,10 @@ def knn_split_options(p: dict, shape: dict) -> dict:
         if sd and "seed" not in p and k >= sd["min_k"] and shape["M"] >= sd["min_M"] \
                 and p.get("mma", "sync") == sd["mma"]:
             out["seed"] = sd["F"]
+    rows = opts.get("merge_rows")
+    if rows and p.get("ws", 1) > 1 and not out.get("seed") and shape["Q"] <= rows["max_Q"] \
+            and knn_supports({**out, "merge": "rows"}, shape):
+        out["merge"] = "rows"
     return out
 
 
@@ -138,7 +144,8 @@ def knn_name(p: dict) -> str:
     (wgmma: norms other than KNN_WGMMA_NORMS add `_gn` / `_tn`, "tile" the norms reduced per staged tile),
     `minb` (CTAs per SM the registers must allow) `_b{minb}`, `merge: "wide"` (the split path's last-CTA
     merge by all threads, several lists in flight) `_mw`, `merge: "kernel"` (a merge kernel of its own after
-    the search, a warp per query) `_mk`, `qfrag: "smem"` (query fragments re-read per
+    the search, a warp per query) `_mk`, `merge: "rows"` (the last-CTA merge with its threads spread over the
+    tile's real query rows, a tree per row) `_mr`, `qfrag: "smem"` (query fragments re-read per
     k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
     database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
     query's bound of its k-th best; k > 1) `_sd{seed}`, `rolled: False` (an unrolled insertion per column,
@@ -150,7 +157,7 @@ def knn_name(p: dict) -> str:
     else:
         gn = "_gn" if p.get("norms", "tile") == "global" else ""
     gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
-    gn += {"wide": "_mw", "kernel": "_mk"}.get(p.get("merge", "serial"), "") if p["split"] > 1 else ""
+    gn += {"wide": "_mw", "kernel": "_mk", "rows": "_mr"}.get(p.get("merge", "serial"), "") if p["split"] > 1 else ""
     gn += "_qs" if p.get("qfrag", "reg") == "smem" else ""
     gn += f"_w{p['wm']}" if p.get("wm", 16) != 16 else ""
     gn += f"_ws{p['ws']}" if p.get("ws", 1) != 1 else ""
@@ -184,6 +191,10 @@ def knn_supports(p: dict, shape: dict) -> bool:
     tiles = ceil(Q / p["bq"])
     if p.get("merge") == "wide" and p["split"] % (32 * p.get("ws", 1) // p.get("wm", 16)):
         return False                        # the wide merge's thread groups share the lists evenly
+    if p.get("merge") == "rows" and (p.get("mma", "sync") == "wgmma" or p.get("seed", 0)
+                                     or not _verifier_fits(json.dumps(p, sort_keys=True), k, D,
+                                                           shape.get("arch", "sm_90a"))):
+        return False                        # (mma.sync builds, unseeded; its smem lists [threads, k] must fit)
     return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * p["split"] <= WS_ROWS
 
 

@@ -205,13 +205,16 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     seeded = seeded_bound(k, seed) and not sampling
     wide = split > 1 and merge == "wide"
     kmerge = split > 1 and merge == "kernel"     # the merge is a kernel of its own (knn_merge)
-    if ws > 1 and (not (wide or kmerge) or bq != wm):
-        raise ValueError("ws > 1 needs split > 1 with the wide or kernel merge and bq == wm")
+    rmerge = split > 1 and merge == "rows"       # the last CTA's threads spread over the tile's real rows
+    if ws > 1 and (not (wide or kmerge or rmerge) or bq != wm):
+        raise ValueError("ws > 1 needs split > 1 with the wide, rows or kernel merge and bq == wm")
+    if rmerge and seeded_bound(k, seed):
+        raise ValueError("the rows merge stores results, not a sample's bounds: seed needs the wide or kernel merge")
     warps = bq // wm * ws
     l2 = metric == "l2"
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
-        + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "_mk" if kmerge else "") \
+        + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "_mk" if kmerge else "_mr" if rmerge else "") \
         + ("_qs" if qfrag == "smem" else "") \
         + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue else "")
     shared = shares_bound(k, split, ws, share)
@@ -224,7 +227,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                              "bound in TH; " if sampling else "")
                             + f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
                             + (f", database split over {split} CTAs" + (f" x {ws} warps" if ws > 1 else "")
-                               + (" + merge kernel" if kmerge else " + last-CTA merge") if split > 1 else ""))
+                               + (" + merge kernel" if kmerge else " + last-CTA merge over the real query rows"
+                                  if rmerge else " + last-CTA merge") if split > 1 else ""))
     declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
     if gnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
@@ -255,21 +259,21 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if wide and split % halves:   # (the serial merge takes any split)
         raise ValueError(f"the merge deals the {split} partial lists of a query to {halves} thread groups: "
                          f"split must be a multiple of {halves}")
-    unroll = _merge_unroll(split, k, d, bn, wm, qfrag, halves) if wide else 1
+    unroll = _merge_unroll(split, k, d, bn, wm, qfrag, 1 if rmerge else halves) if wide or rmerge else 1
     if kmerge and ws > 1:   # only the CTA's merge of its warps' lists (_merge_warps)
         for n, dt in (("mv", "f32"), ("pv0", "f32"), ("mi", "i32"), ("pi0", "i32")):
             kb.buffer(n, "reg", dt, [1, k], layout="row_major", scope="thread")
         kb.buffer("hmv", "smem", "f32", [ws * bq, k])
         kb.buffer("hmi", "smem", "i32", [ws * bq, k])
     elif split > 1 and not kmerge:
-        for n in ("pv", "mv") + tuple(f"pv{u}" for u in range(unroll) if wide) :
+        for n in ("pv", "mv") + tuple(f"pv{u}" for u in range(unroll) if wide or rmerge):
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
-        for n in ("pi", "mi") + tuple(f"pi{u}" for u in range(unroll) if wide) :
+        for n in ("pi", "mi") + tuple(f"pi{u}" for u in range(unroll) if wide or rmerge):
             kb.buffer(n, "reg", "i32", [1, k], layout="row_major", scope="thread")
         # the other groups' lists, handed to the first through smem (ws > 1: first the warps' lists, for
-        # the CTA's own merge)
-        hrows = max(halves - 1, ws if ws > 1 else 0) * bq
-        if wide and hrows:
+        # the CTA's own merge); rows: every thread's list, for the tree
+        hrows = max(32 * warps, ws * bq) if rmerge else max(halves - 1, ws if ws > 1 else 0) * bq
+        if (wide or rmerge) and hrows:
             kb.buffer("hmv", "smem", "f32", [hrows, k])
             kb.buffer("hmi", "smem", "i32", [hrows, k])
     if (shared or seeded) and not kmerge:   # the reset's word (a merge kernel resets the words itself)
@@ -409,6 +413,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 with r._nest(fin["body"]):
                     if wide:
                         _merge_wide(r, k, kind, worst, unroll, halves, shared or seeded, sampling)
+                    elif rmerge:
+                        _merge_rows(r, k, kind, worst, unroll, 32 * warps, shared)
                     else:
                         _merge_serial(r, k, kind, worst, shared or seeded, sampling)
     search = kb.build()
@@ -643,6 +649,64 @@ def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2
         r.stg(tile("mi"), tile("I", ["q0 + qq", 0], [1, k]), vec_bytes=4, id="store_idx")
 
 
+def _merge_rows(r, k: int, kind: str, worst: float, unroll: int, threads: int, shared: bool) -> None:
+    """The last CTA's merge with its threads spread over the tile's nr = min(BQ, Q - q0) real query rows:
+    tpr = threads / nr threads per row, thread (row, sub) = (tid / tpr, tid % tpr) merges lists sub,
+    sub + tpr, ... (`unroll` loads in flight), then the row's threads halve their lists in a tree through
+    smem (rounds h = threads / 2, ..., 1: a thread sub < h takes the list of sub + h while sub + h < tpr).
+    At Q = 8 of a 16-row tile and 128 threads: 8 lists and 4 tree rounds a thread, where the wide merge's
+    groups of 16 rows (8 of them padding) take 16 lists and 7 more serially. Every partial row is zeroed,
+    the padded rows' too; `shared`: the tile's bound words as well."""
+    vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
+    r.let("nr", "min(BQ, Q - q0)")
+    r.let("tpr", f"{threads} / nr")
+    r.let("row", "tid / tpr")
+    r.let("sub", "tid % tpr")
+    r.fill("mv", worst)
+    r.fill("mi", -1)
+    with r.for_("mm", 0, f"cdiv(SPLIT, tpr * {unroll})", id="merge_loop"):
+        for u in range(unroll):
+            r.let(f"j{u}", f"(mm * {unroll} + {u}) * tpr + sub")
+            r.let(f"rr{u}", f"(bid.x * SPLIT + j{u}) * BQ + row")
+            with r.if_(f"row < nr && j{u} < SPLIT"):
+                r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
+                r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
+        for u in range(unroll):
+            with r.if_(f"row < nr && j{u} < SPLIT"):
+                r.add("topk", kind=kind, k=k, src=tile(f"pv{u}"), src_idx=tile(f"pi{u}"), vals=tile("mv"),
+                      idx=tile("mi"), src_sorted=True)
+                r.fill(f"pv{u}", 0.0)     # leave the workspace zeroed (each row is read by this thread only)
+                r.fill(f"pi{u}", 0)
+                r.stg(tile(f"pv{u}"), tile("PV", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
+                r.stg(tile(f"pi{u}"), tile("PI", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
+    r.fill("pv0", 0.0)
+    r.fill("pi0", 0)
+    r.let("np", "max(BQ - nr, 1)")
+    with r.for_("z", "tid", "SPLIT * (BQ - nr)", step=threads, id="zero_padded_rows"):
+        r.let("zr", "(bid.x * SPLIT + z / np) * BQ + nr + z % np")
+        r.stg(tile("pv0"), tile("PV", ["zr", 0], [1, k]), oob="mask", vec_bytes=vb)
+        r.stg(tile("pi0"), tile("PI", ["zr", 0], [1, k]), oob="mask", vec_bytes=vb)
+    h = threads // 2
+    while h >= 1:
+        with r.if_(f"row < nr && sub >= {h} && sub < {2 * h}"):
+            r.sts(tile("mv"), tile("hmv", ["tid", 0], [1, k]), vec_bytes=4)
+            r.sts(tile("mi"), tile("hmi", ["tid", 0], [1, k]), vec_bytes=4)
+        r.sync("syncthreads")
+        with r.if_(f"row < nr && sub < {h} && sub + {h} < tpr"):   # (the partner, tid + h, is of this row)
+            r.lds(tile("hmv", [f"min(tid + {h}, {threads - 1})", 0], [1, k]), tile("pv0"), vec_bytes=4)
+            r.lds(tile("hmi", [f"min(tid + {h}, {threads - 1})", 0], [1, k]), tile("pi0"), vec_bytes=4)
+            r.add("topk", kind=kind, k=k, src=tile("pv0"), src_idx=tile("pi0"), vals=tile("mv"), idx=tile("mi"),
+                  src_sorted=True)
+        r.sync("syncthreads")   # (the next round's senders write rows this round's readers may still read)
+        h //= 2
+    if shared:
+        with r.if_("tid < BQ"):
+            reset_bounds(r, "tid")
+    with r.if_("row < nr && sub == 0"):   # (row < nr: a real query; the mask, for the verifier)
+        r.stg(tile("mv"), tile("Dist", ["q0 + row", 0], [1, k]), oob="mask", vec_bytes=4, id="store_dist")
+        r.stg(tile("mi"), tile("I", ["q0 + row", 0], [1, k]), oob="mask", vec_bytes=4, id="store_idx")
+
+
 def _merge_groups(r, k: int, kind: str, halves: int) -> None:
     """Group 0's thread of query qq merges the other groups' lists (handed over in hmv / hmi) into mv / mi."""
     if halves == 2:
@@ -668,11 +732,11 @@ FAMILIES = {
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
                   "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"],
-                  "merge": ["serial", "wide", "kernel"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32],
+                  "merge": ["serial", "wide", "kernel", "rows"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32],
                   "rolled": [True, False]},
-        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide or kernel merge
+        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide, rows or kernel merge
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0 and (
-            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") in ("wide", "kernel"))),
+            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") in ("wide", "kernel", "rows"))),
         "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
                 "topk_sampled_bound": ["seed"], "topk_rolled_insertion": ["rolled"]},
     },
