@@ -116,3 +116,12 @@ def test_fit_merge_rows_takes_the_largest_q_range_that_is_not_slower(tmp_path):
     assert json.loads(table.read_text())["merge_rows"] == {"max_Q": 8}
     ab.write_text(json.dumps({"rows": [row(1, 0.040, 0.042)]}))
     assert fit_merge_rows(str(ab), str(table))["merge_rows"] is None
+
+
+def test_family_space_offers_the_rows_merge_only_where_it_builds():
+    from tasks.knn.programs import FAMILIES
+    fam = FAMILIES["knn_l2_mma_sm80"]
+    assert "rows" in fam["space"]["merge"]
+    ok = {**fam["defaults"], **WS4, "k": 10}
+    assert fam["check"](ok) and not fam["check"]({**ok, "seed": 8})
+    fam["make"](**{n: v for n, v in ok.items() if n != "metric"}, metric="l2")   # builds

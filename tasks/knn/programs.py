@@ -734,9 +734,11 @@ FAMILIES = {
                   "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"],
                   "merge": ["serial", "wide", "kernel", "rows"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32],
                   "rolled": [True, False]},
-        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide, rows or kernel merge
+        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide, rows or kernel merge;
+        # the rows merge stores results only (no sampled bound)
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0 and (
-            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") in ("wide", "kernel", "rows"))),
+            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") in ("wide", "kernel", "rows")))
+            and not (p.get("merge") == "rows" and p.get("seed", 0) and p.get("k", 10) > 1),
         "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
                 "topk_sampled_bound": ["seed"], "topk_rolled_insertion": ["rolled"]},
     },
