@@ -1,6 +1,7 @@
 """Seed programs for exact kNN: a distance GEMM on tensor cores (mma.sync, sm_80+) whose epilogue keeps
 a running top-k per query in registers (threshold test, sorted insertion), so the Q x M distance matrix
 is never written. `python -m tasks.export_seeds` writes them to seeds/*.json."""
+from contextlib import nullcontext
 from typing import Callable, Optional
 
 from tasks.base import signature_defaults
@@ -480,7 +481,7 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
     made this kernel 34 us against the search's 45 (ncu, session 20), a serial chain of k shifts of k
     slots per list and 5 tree rounds of one warp."""
     worst = BIG if kind == "min" else -BIG
-    vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4     # (rows of k words: 16-byte aligned at k % 4 == 0)
+    vb = list_vec_bytes(k)
     lanes = min(32, split)            # lanes that hold a list after the first pass
     rounds = [1 << i for i in range(max(lanes - 1, 0).bit_length() - 1, -1, -1)]   # 16, 8, ..., 1
     kb = KernelBuilder(f"knn_merge_k{k}_bq{bq}_s{split}" + ("_bound" if publish else ""), arch=arch,
@@ -596,6 +597,32 @@ def _merge_warps(r, k: int, kind: str, ws: int, bq: int) -> None:
         r.stg(tile("mi"), tile("PI", ["pr", 0], [1, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
 
 
+def list_vec_bytes(k: int) -> int:
+    """The vector width of a stored [1, k] partial list's rows (rows of k words: 16-byte aligned at k % 4 == 0)."""
+    return 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
+
+
+def _load_stored_lists(r, k: int, unroll: int, rows_of: Callable[[int], None], guard: Optional[str] = None) -> None:
+    """A last-CTA merge step's loads: the stored partial lists at PV / PI rows rr0 .. rr{unroll - 1}
+    (`rows_of(u)` emits the lets of rr{u}) into pv{u} / pi{u}, every load issued before the first merge.
+    `guard` ("... {u} ..."): the condition under which list u exists."""
+    vb = list_vec_bytes(k)
+    for u in range(unroll):
+        rows_of(u)
+        with r.if_(guard.format(u=u)) if guard else nullcontext():
+            r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
+            r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
+
+
+def _zero_stored_list(r, k: int, u: int) -> None:
+    """Leave stored list rr{u} zeroed for the next launch (each row is read by one thread only)."""
+    vb = list_vec_bytes(k)
+    r.fill(f"pv{u}", 0.0)
+    r.fill(f"pi{u}", 0)
+    r.stg(tile(f"pv{u}"), tile("PV", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
+    r.stg(tile(f"pi{u}"), tile("PI", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
+
+
 def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2, shared: bool = False,
                 sampling: bool = False) -> None:
     """The last CTA's merge of the SPLIT partial lists of each query (row qq of the tile), by all
@@ -606,24 +633,18 @@ def _merge_wide(r, k: int, kind: str, worst: float, unroll: int, halves: int = 2
     lists of a partition. shared: group 0 also zeroes the tile's shared-bound words (padded rows too).
     sampling (a seeded search's sample): group 0 stores each row's k-th best as its bound instead of
     the results (padded rows too: the search zeroes them all)."""
-    vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
     r.let("qq", "tid % BQ")
     r.let("g", "tid / BQ")
     r.fill("mv", worst)
     r.fill("mi", -1)
     with r.for_("jj", 0, f"SPLIT / {halves * unroll}", id="merge_loop"):
-        for u in range(unroll):
-            r.let(f"rr{u}", f"(bid.x * SPLIT + (jj * {unroll} + {u}) * {halves} + g) * BQ + qq")
-            r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
-            r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
+        _load_stored_lists(r, k, unroll, lambda u: r.let(
+            f"rr{u}", f"(bid.x * SPLIT + (jj * {unroll} + {u}) * {halves} + g) * BQ + qq"))
         for u in range(unroll):
             r.add("topk", kind=kind, k=k, src=tile(f"pv{u}"), src_idx=tile(f"pi{u}"), vals=tile("mv"), idx=tile("mi"),
                   src_sorted=True)
-        for u in range(unroll):   # leave the workspace zeroed (each row is read by this thread only)
-            r.fill(f"pv{u}", 0.0)
-            r.fill(f"pi{u}", 0)
-            r.stg(tile(f"pv{u}"), tile("PV", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
-            r.stg(tile(f"pi{u}"), tile("PI", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
+        for u in range(unroll):
+            _zero_stored_list(r, k, u)
     if halves == 2:
         with r.if_("g == 1"):
             r.sts(tile("mv"), tile("hmv", ["qq", 0], [1, k]), vec_bytes=4)
@@ -657,7 +678,7 @@ def _merge_rows(r, k: int, kind: str, worst: float, unroll: int, threads: int, s
     At Q = 8 of a 16-row tile and 128 threads: 8 lists and 4 tree rounds a thread, where the wide merge's
     groups of 16 rows (8 of them padding) take 16 lists and 7 more serially. Every partial row is zeroed,
     the padded rows' too; `shared`: the tile's bound words as well."""
-    vb = 16 if k % 4 == 0 else 8 if k % 2 == 0 else 4
+    vb = list_vec_bytes(k)
     r.let("nr", "min(BQ, Q - q0)")
     r.let("tpr", f"{threads} / nr")
     r.let("row", "tid / tpr")
@@ -665,20 +686,15 @@ def _merge_rows(r, k: int, kind: str, worst: float, unroll: int, threads: int, s
     r.fill("mv", worst)
     r.fill("mi", -1)
     with r.for_("mm", 0, f"cdiv(SPLIT, tpr * {unroll})", id="merge_loop"):
-        for u in range(unroll):
+        def rows_of(u):
             r.let(f"j{u}", f"(mm * {unroll} + {u}) * tpr + sub")
             r.let(f"rr{u}", f"(bid.x * SPLIT + j{u}) * BQ + row")
-            with r.if_(f"row < nr && j{u} < SPLIT"):
-                r.ldg(tile("PV", [f"rr{u}", 0], [1, k]), tile(f"pv{u}"), oob="zfill", vec_bytes=vb)
-                r.ldg(tile("PI", [f"rr{u}", 0], [1, k]), tile(f"pi{u}"), oob="zfill", vec_bytes=vb)
+        _load_stored_lists(r, k, unroll, rows_of, guard="row < nr && j{u} < SPLIT")
         for u in range(unroll):
             with r.if_(f"row < nr && j{u} < SPLIT"):
                 r.add("topk", kind=kind, k=k, src=tile(f"pv{u}"), src_idx=tile(f"pi{u}"), vals=tile("mv"),
                       idx=tile("mi"), src_sorted=True)
-                r.fill(f"pv{u}", 0.0)     # leave the workspace zeroed (each row is read by this thread only)
-                r.fill(f"pi{u}", 0)
-                r.stg(tile(f"pv{u}"), tile("PV", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
-                r.stg(tile(f"pi{u}"), tile("PI", [f"rr{u}", 0], [1, k]), oob="mask", vec_bytes=vb)
+                _zero_stored_list(r, k, u)
     r.fill("pv0", 0.0)
     r.fill("pi0", 0)
     r.let("np", "max(BQ - nr, 1)")
