@@ -42,7 +42,8 @@ def forms(shape: tuple) -> dict:
     bench/results/kmeans-wide-acc2-h100.json, kmeans-wide-small-d-forms-h100.json, kmeans-wide-pp-sweep-h100.json,
     kmeans-wide-cluster-h100.json: two distance accumulators; the streamed form; at D <= 128 128 x 256 tiles,
     256 x 128 at 6 stages, the TMA form; point tiles a ping-pong CTA, the turn passed early, the points in
-    registers; CTA pairs of 64 x 256 and 128 x 128.)"""
+    registers; CTA pairs of 64 x 256 and 128 x 128.) "sorted": the rule's resident or TMA form (no ping-pong)
+    with the centroid sums by a counting sort of the assignments (`sums: "sorted"`, tasks/kmeans/sorted_sums.py)."""
     from cakelib.variants import kmeans_wide_params, kmeans_wide_supports
     B, N, D, K = shape
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"})
@@ -64,6 +65,11 @@ def forms(shape: tuple) -> dict:
         cands = {"tma256_s4": t256, "tma256_s4_cl2" + ("_sb" if sb else ""): {**t256, **sb, "cluster": 2},
                  "tma256_s4_t4" + ("_sb" if sb else ""): {**t256, **sb, "pt": 4}}
         out.update({n: f for n, f in cands.items() if f != pick})
+    srt = {k: v for k, v in kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"},
+                                                pingpong=False).items() if k != "sb"}
+    srt = {**srt, "copies": 1, "sums": "sorted"}
+    if kmeans_wide_supports(srt, {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}):
+        out["sorted"] = srt     # the sums by a counting sort (tasks/kmeans/sorted_sums.py)
     return out
 
 
@@ -76,6 +82,13 @@ def pingpong_stages(d: int, bm: int, bn: int, wgs: int = 2, most: int = 8) -> in
                  if pingpong_smem_bytes(d, bm // wgs, bn, s, wgs) <= SMEM_BYTES["sm_90a"]), 0)
 
 
+ONLY: set = set()      # --forms: the form names to run (empty: all)
+
+
+def chosen(shape: tuple) -> dict:
+    return {n: p for n, p in forms(shape).items() if not ONLY or n in ONLY}
+
+
 def shapes(max_d: int, min_d: int = 0) -> list:
     return [s for s in SHAPES if min_d <= s[2] <= max_d]
 
@@ -83,7 +96,7 @@ def shapes(max_d: int, min_d: int = 0) -> list:
 def precompile(procs: int, max_d: int, min_d: int = 0) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from cakelib.variants import kmeans_name
-    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d, min_d) for name, p in forms(s).items()}
+    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d, min_d) for name, p in chosen(s).items()}
     jobs = list(unique.values())
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
@@ -100,8 +113,8 @@ def _compile_one(job) -> str:
         from cakelib.variants import kmeans_wide_kernels
         kern = kmeans_wide_kernels(forms(shape)[name], D, "sm_90a")
         errs = []
-        for part in ("assign", "norms", "finalize"):
-            r = compile_ir(kern[part](), arch="sm_90a")
+        for build in kern.values():
+            r = compile_ir(build(), arch="sm_90a")
             errs += [x.short() for x in r.diagnostics if x.severity == "error"]
         return "; ".join(errs)
     except Exception as e:  # noqa: BLE001
@@ -123,7 +136,7 @@ def sweep_shape(shape, deadline: float) -> dict:
     fl = kmeans_baselines().get("flashlib")
     if fl is not None:
         row["ms"]["flashlib"] = timed(lambda: fl(x, c0, ITERS), flush, reps=3, warmup=1)["ms_median"]
-    for name, p in forms(shape).items():
+    for name, p in chosen(shape).items():
         if time.time() > deadline:
             row["ms"][name] = "skipped: deadline"
             continue
@@ -169,7 +182,9 @@ def main():
     ap.add_argument("--deadline-s", type=float, default=240)
     ap.add_argument("--max-d", type=int, default=1024, help="only the shapes with D up to this")
     ap.add_argument("--min-d", type=int, default=0, help="only the shapes with D from this")
+    ap.add_argument("--forms", default="", help="comma-separated form names (e.g. pick,sorted); default all")
     a = ap.parse_args()
+    ONLY.update(f for f in a.forms.split(",") if f)
     if a.mode == "precompile":
         precompile(a.procs, a.max_d, a.min_d)
     else:

@@ -645,6 +645,58 @@ class RowSelect(Node):
     scratch: TileRef
 
 
+class BucketOffsets(Node):
+    """The counting sort's bucket starts: dst[r] = counts[0] + .. + counts[r - 1] for r < count (an exclusive
+    prefix sum), by every thread of the CTA together (cake::bucket_offsets: each thread sums a run of buckets,
+    a block-wide scan of the runs, the runs written). `counts` is a global f32 (exact integer counts, as a
+    scatter_add count leaves them) or i32 tile whose elements are consecutive (a column [count, 1] or a row
+    [1, count]); `dst` a global i32 row. `scratch` is an smem i32 buffer of at least 32 words; the op
+    synchronises the CTA before and after using it (E-SORT-01)."""
+
+    op: Literal["bucket_offsets"] = "bucket_offsets"
+    counts: TileRef
+    dst: TileRef
+    count: IndexExpr
+    scratch: TileRef
+
+
+class BucketPlace(Node):
+    """The counting sort's placement: for each element j < count of `keys` (a global i32 row segment) whose
+    key k = keys[j] is not negative, slot p = atomicAdd(&cursor[key_base + k], 1), then ids[p] = id_base + j and
+    sorted_keys[p] = key_base + k. The elements are dealt over the role's threads; `cursor` (global i32, its
+    tile's offset is bucket 0) starts at the bucket offsets (bucket_offsets) and ends at the next bucket's, so
+    the slots of one bucket are consecutive (in no fixed order). `ids` / `sorted_keys`: global i32 tiles whose
+    offset is slot 0."""
+
+    op: Literal["bucket_place"] = "bucket_place"
+    keys: TileRef
+    count: IndexExpr
+    cursor: TileRef
+    ids: TileRef
+    sorted_keys: TileRef
+    key_base: IndexExpr = 0
+    id_base: IndexExpr = 0
+
+
+class SegmentSums(Node):
+    """dst[keys[p], :] += src[ids[p], :] for the slots p0 <= p < p0 + count of a counting sort (`keys`
+    non-decreasing, so each key's rows are one run): the role's threads in groups of D / 8, each thread 8
+    consecutive columns (one 16-byte load a row, `unroll` rows in flight), the slots split evenly over the
+    groups; a group sums each run in registers and adds it into dst once (red.global.add; .v4 on sm_90), so
+    dst takes about one add per run and group instead of one per row (cake::segment_sums). `src`: a global f16
+    tile [rows, D] (offset: row 0), D a multiple of 8 and at most 8 x the role's threads; `ids` / `keys`:
+    global i32 (offset: slot 0); `dst`: a global f32 tile [rows, D] (offset: row 0)."""
+
+    op: Literal["segment_sums"] = "segment_sums"
+    src: TileRef
+    ids: TileRef
+    keys: TileRef
+    dst: TileRef
+    p0: IndexExpr
+    count: IndexExpr
+    unroll: Annotated[int, Field(ge=1, le=8)] = 4
+
+
 # scratch words of row_select (cake.cuh CAKE_SEL_WORDS: a 4096-bin histogram, 4096 64-bit candidates, 40 words)
 SELECT_SCRATCH_WORDS = 4096 + 2 * 4096 + 32 + 8
 
@@ -652,7 +704,8 @@ SELECT_SCRATCH_WORDS = 4096 + 2 * 4096 + 32 + 8
 Stmt = Annotated[
     Union[For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
           CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-          TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, RowSelect],
+          TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, RowSelect, BucketOffsets,
+          BucketPlace, SegmentSums],
     Field(discriminator="op"),
 ]
 
@@ -728,7 +781,8 @@ class Kernel(Node):
 
 STMT_TYPES = (For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
               CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-              TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, RowSelect)
+              TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, RowSelect, BucketOffsets,
+              BucketPlace, SegmentSums)
 
 
 # ----------------------------------------------------------------------------------- programs

@@ -145,7 +145,7 @@ def _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters) -> list:
     from .variants import kmeans_name, kmeans_wide_kernels
     build = kmeans_wide_kernels(p, D, rt.arch)
     copies = p.get("copies", 1)
-    keys = {"assign": kmeans_name(p), "norms": "", "finalize": f"p{copies}"}
+    keys = {"assign": kmeans_name(p), "norms": "", "finalize": f"p{copies}", "offsets": "", "place": "", "runs": ""}
     kern = {part: rt.kernel(("kmeans_wide", keys[part], D, part),
                             lambda arch, part=part: kmeans_wide_kernels(p, D, arch)[part]())
             for part in build}
@@ -154,6 +154,9 @@ def _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters) -> list:
     rows = copy_rows(R, D, copies)
     ws = {n: rt.workspace(f"kmeans_wide.{n}", shape, dt, stream) for n, shape, dt in (
         ("WS", (rows, D), "f32"), ("WC", (rows, 1), "f32"), ("CN", (1, R), "f32"))}
+    if "runs" in kern:    # the counting sort's cursors, slots' rows and slots' clusters
+        ws.update({n: rt.workspace(f"kmeans_wide.{n}", shape, "i32", stream) for n, shape in (
+            ("CUR", (1, R)), ("IDS", (1, B * N)), ("SK", (1, B * N)))})
     c16 = [arrays.empty_like_kind(xa, (R, D), "f16") for _ in range(2)]
     a_view, cn_view = A.reshaped((B, N)), Cn.reshaped((R, D))
     X = xa.reshaped((B * N, D))
@@ -163,7 +166,19 @@ def _wide_loop(rt, p, xa, ca, A, Cn, B, N, k, D, iters) -> list:
         rt.launch(kern["norms"], {"C": cur, "CN": ws["CN"]}, {"R": R}, stream)
         rt.launch(kern["assign"], {"X": X, "C": cur, "CN": ws["CN"], "A": a_view, "WS": ws["WS"], "WC": ws["WC"]},
                   {"B": B, "N": N, "K": k}, stream)
+        if "runs" in kern:
+            _sorted_sums(rt, kern, ws, X, a_view, B, N, k, stream)
         rt.launch(kern["finalize"], {"C": cur, "WS": ws["WS"], "WC": ws["WC"], "Cnew": cn_view, "C16": nxt},
                   {"R": R}, stream)
         cur = nxt
     return c16
+
+
+def _sorted_sums(rt, kern: dict, ws: dict, X, a_view, B: int, N: int, k: int, stream) -> None:
+    """The centroid sums WS by a counting sort of the assignments (tasks/kmeans/sorted_sums.py): each
+    cluster's first slot from the counts WC, every point placed in its cluster's run, the runs summed."""
+    rt.launch(kern["offsets"], {"WC": ws["WC"], "CUR": ws["CUR"]}, {"R": B * k}, stream)
+    rt.launch(kern["place"], {"A": a_view, "CUR": ws["CUR"], "IDS": ws["IDS"], "SK": ws["SK"]},
+              {"B": B, "N": N, "K": k}, stream)
+    rt.launch(kern["runs"], {"X": X, "IDS": ws["IDS"], "SK": ws["SK"], "WS": ws["WS"]}, {"B": B, "N": N, "K": k},
+              stream)

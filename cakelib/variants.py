@@ -497,6 +497,11 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
         return False
     if p.get("sb", 1) > 1 and p.get("points") != "tma":       # batched scatter slices: the TMA form's option
         return False
+    if p.get("sums", "reds") not in ("reds", "sorted"):
+        return False
+    if p.get("sums") == "sorted" and (p.get("copies", 1) != 1 or mma != "wgmma" or p.get("pt", 1) > 1
+                                      or p.get("points") not in (None, "tma")):
+        return False   # the counting sort's sums: one copy of the counts, the resident or TMA wgmma forms
     if p.get("acc2") and (mma != "wgmma" or p.get("points") or p["stages"] < 3
                           or p["bn"] + 4 + 16 > min(255, 65536 // (2 * p["bm"] * p.get("minb", 1)))):
         # the resident wgmma form; two [64, bn] accumulators (bn registers a thread), bv / bi (4) and E-RES-05's
@@ -533,8 +538,10 @@ def kmeans_wide_supports(p: dict, shape: dict) -> bool:
 def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
     """The wide family's three kernels at D = d: norms, assignment + scatter (mma.sync, wgmma, streamed or TMA),
     finalize (summing the variant's copies of the sums)."""
+    from tasks.kmeans import sorted_sums as ss
     from tasks.kmeans import wide
     red, copies, lv = p.get("red", 1), p.get("copies", 1), p.get("lv", False)
+    by_sort = p.get("sums") == "sorted"
     if p.get("points") == "streamed":
         from tasks.kmeans.wide_streamed import kmeans_wide_assign_streamed
 
@@ -555,17 +562,21 @@ def kmeans_wide_kernels(p: dict, d: int, arch: str) -> dict:
         def assign():
             return kmeans_wide_assign_tma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], red=red, arch=arch,
                                           copies=copies, lv=lv, cluster=p.get("cluster", 1), pt=p.get("pt", 1),
-                                          sb=p.get("sb", 1))
+                                          sb=p.get("sb", 1), sorted_sums=by_sort)
     elif p.get("mma", "sync") == "wgmma":
         def assign():
             return wide.kmeans_wide_assign_wgmma(d, bm=p["bm"], bn=p["bn"], stages=p["stages"], minb=p.get("minb", 1),
-                                                 arch=arch, red=red, copies=copies, lv=lv, acc2=p.get("acc2", False))
+                                                 arch=arch, red=red, copies=copies, lv=lv, acc2=p.get("acc2", False),
+                                                 sorted_sums=by_sort)
     else:
         def assign():
             return wide.kmeans_wide_assign(d, bm=p["bm"], bn=p["bn"], dc=p["dc"], stages=p["stages"], arch=arch,
                                            red=red, copies=copies, lv=lv)
-    return {"norms": lambda: wide.kmeans_wide_norms(d, arch=arch), "assign": assign,
-            "finalize": lambda: wide.kmeans_wide_finalize(d, arch=arch, copies=copies)}
+    parts = {"norms": lambda: wide.kmeans_wide_norms(d, arch=arch), "assign": assign}
+    if by_sort:     # between the assignment and the finalize, in this order
+        parts.update(offsets=lambda: ss.kmeans_sums_offsets(arch), place=lambda: ss.kmeans_sums_place(arch),
+                     runs=lambda: ss.kmeans_sums_runs(d, arch))
+    return {**parts, "finalize": lambda: wide.kmeans_wide_finalize(d, arch=arch, copies=copies)}
 
 
 def kmeans_name(p: dict) -> str:
@@ -579,7 +590,8 @@ def kmeans_name(p: dict) -> str:
     points as wgmma A fragments in registers), `_b{minb}`, `_r{red}`
     (vector reds of `red` floats), `_p{copies}` (copies of the sums, tasks/kmeans/wide.sums_row), `_lv` (`lv`: the
     scatter reads its points 4 halves per load), `_a2` (`acc2`: two distance accumulators, a tile's argmin under
-    the next tile's wgmma). Table family:
+    the next tile's wgmma), `_ss` (`sums: "sorted"`: the sums by a counting sort of the assignments,
+    tasks/kmeans/sorted_sums.py, instead of a red per point and dim). Table family:
     `update: "mma"` (the tensor-core update, tasks/kmeans/programs.py `_update_mma`, `urows` clusters per
     accumulator block) adds `_mma{urows}`, `norms: "once"` (fused: centroid norms once per CTA) `_n1`; its
     variants carry no cas_batch / private (they only shape the atomic update). `mma: "wgmma"` (the
@@ -600,7 +612,8 @@ def kmeans_name(p: dict) -> str:
             + (f"_b{p['minb']}" if p.get("minb", 1) > 1 else "") + ("_a2" if p.get("acc2") else "") \
             + (f"_r{p['red']}" if p.get("red", 1) > 1 else "") + (f"_p{p['copies']}" if p.get("copies", 1) > 1 else "") \
             + ("_lv" if p.get("lv") else "") \
-            + (f"_sb{p['sb']}" if p.get("points") == "tma" and p.get("sb", 1) > 1 else "")
+            + (f"_sb{p['sb']}" if p.get("points") == "tma" and p.get("sb", 1) > 1 else "") \
+            + ("_ss" if p.get("sums") == "sorted" else "")
     extra = f"_f{p['big']}" if "big" in p else ""
     extra += f"_c{p['cas_batch']}" if "cas_batch" in p else ""
     extra += "_priv" if p.get("private") else ""

@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import expr as E
 from ..dtypes import SIZE
-from ..nodes import (Access, Block, LastCta, OneHot, RedAdd, RowSelect, ScatterAdd, TopK, TopKBound, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
+from ..nodes import (Access, Block, BucketOffsets, BucketPlace, LastCta, OneHot, RedAdd, RowSelect, ScatterAdd, SegmentSums, TopK, TopKBound, TopKMerge, Copy, Fence, Fill, For, If, Kernel, Let, Map, MBarrier, MbarArrive,
                      MbarExpectTx, MbarInit, MbarWait, CpAsyncArrive, NamedBarSync, NamedBarrier, PipeOp,
                      Reduce, Scan, ScalarParam, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma, MmaSync)
 from ..walk import Site, statements
@@ -649,6 +649,13 @@ def smem_refs(node) -> list[tuple[TileRef, bool]]:
     elif isinstance(node, RowSelect):   # (its scratch: barriers of its own before and after)
         out += [(r, False) for r in (node.src, node.src_idx, node.row_bias, node.col_bias) if r is not None]
         out += [(node.vals, True), (node.idx, True), (node.scratch, True)]
+    elif isinstance(node, BucketOffsets):   # (its scratch: barriers of its own before and after)
+        out += [(node.counts, False), (node.dst, True), (node.scratch, True)]
+    elif isinstance(node, BucketPlace):
+        out += [(node.keys, False), (node.cursor, False), (node.cursor, True), (node.ids, True),
+                (node.sorted_keys, True)]
+    elif isinstance(node, SegmentSums):
+        out += [(node.src, False), (node.ids, False), (node.keys, False), (node.dst, True)]
     return out
 
 

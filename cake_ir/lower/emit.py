@@ -20,7 +20,8 @@ from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
 from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, LastCta, Let, Map,
-                     OneHot, RedAdd, RowSelect, ScatterAdd, TopK, TopKBound, TopKMerge,
+                     BucketOffsets, BucketPlace, OneHot, RedAdd, RowSelect, ScatterAdd, SegmentSums, TopK,
+                     TopKBound, TopKMerge,
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
                      PipeOp, Reduce, Role, ScalarParam, Scan, SimpleSync, TensorParam, TileRef, WaitGroup, Wgmma)
 from ..passes.plan_smem import SmemPlan, plan_smem, row_pitch_elems
@@ -1779,11 +1780,11 @@ class Emitter:
                             f"&{qv.name}[{slot * T}], &{qi.name}[{slot * T}]);", path)
             self.w.line(f"cake::topk_merge_quad<{K}, {mn}>(&{vb.name}[{slot * K}], &{ib.name}[{slot * K}]);", path)
 
-    def global_elem(self, ref: TileRef, dtype: str, what: str, path) -> str:
+    def global_elem(self, ref: TileRef, dtype: str, what: str, path, op: str = "row_select") -> str:
         """The C pointer of a global tile's first element (a tensor param of `dtype`)."""
         t = resolve_tile(self.k, ref)
         if t.space != "global" or t.param is None or t.dtype != dtype:
-            self.fail(path, f"row_select's {what} is a global {dtype} tile")
+            self.fail(path, f"{op}'s {what} is a global {dtype} tile")
         return f"({t.param.name} + ({self.gaddr(t.param, [ix(o) for o in t.offset])}))"
 
     @_robust
@@ -1806,6 +1807,51 @@ class Emitter:
         w.line(f"cake::row_select<{st.k}, {T}, {mn}>(cake_row, {g(st.vals, 'f32', 'vals', path)}, "
                f"{g(st.idx, 'i32', 'idx', path)}, {scratch});")
         w.close()
+
+    @_robust
+    def s_BucketOffsets(self, st: BucketOffsets, path):
+        """One call of cake::bucket_offsets by the whole CTA (its scratch: a word a warp)."""
+        ct = resolve_tile(self.k, st.counts).dtype
+        if ct not in ("f32", "i32"):
+            self.fail(path, "bucket_offsets' counts is a global f32 or i32 tile")
+        sb = self.buf(st.scratch.buf, path)
+        if sb.space != "smem":
+            self.fail(path, "bucket_offsets' scratch is an smem buffer")
+        scratch = f"reinterpret_cast<int*>(cake_smem + ({self.smem_byte(sb, st.scratch.slot, '0', '0')}))"
+        g = self.global_elem
+        self.w.line(f"cake::bucket_offsets<{self.k.launch.threads}>({g(st.counts, ct, 'counts', path, 'bucket_offsets')}, "
+                    f"{g(st.dst, 'i32', 'dst', path, 'bucket_offsets')}, (int)({ix(st.count)}), {scratch});", path)
+
+    @_robust
+    def s_BucketPlace(self, st: BucketPlace, path):
+        """cake::bucket_place over the role's threads."""
+        def g(ref, what):
+            return self.global_elem(ref, "i32", what, path, "bucket_place")
+        self.w.line(f"cake::bucket_place({g(st.keys, 'keys')}, (int)({ix(st.count)}), (int)({ix(st.key_base)}), "
+                    f"(int)({ix(st.id_base)}), {g(st.cursor, 'cursor')}, {g(st.ids, 'ids')}, "
+                    f"{g(st.sorted_keys, 'sorted_keys')}, {self.scope_index('role')}, {self.scope_threads('role')});",
+                    path)
+
+    @_robust
+    def s_SegmentSums(self, st: SegmentSums, path):
+        """cake::segment_sums over the role's threads; D is the src tile's width, the row pitch of src and dst."""
+        src, dst = resolve_tile(self.k, st.src), resolve_tile(self.k, st.dst)
+        D = src.shape[-1] if src.shape else 0
+        cst = dict(self.k.consts)
+        for t, what in ((src, "src"), (dst, "dst")):
+            p = t.param
+            if p is None or len(p.shape) != 2 or p.strides or E.try_const(E.parse_index(p.shape[-1]), cst) != D \
+                    or (t.shape and t.shape[-1] != D):
+                self.fail(path, f"segment_sums' {what} is a tile of a contiguous 2-d global tensor whose rows are "
+                          f"the src tile's width D = {D}")
+        T = self.scope_threads("role")
+        if D % 8 or not 8 <= D <= 8 * T:
+            self.fail(path, f"segment_sums takes D a multiple of 8 up to 8 x the role's {T} threads (got D = {D})")
+        g = self.global_elem
+        self.w.line(f"cake::segment_sums<{D}, {st.unroll}>({g(st.src, 'f16', 'src', path, 'segment_sums')}, "
+                    f"{g(st.ids, 'i32', 'ids', path, 'segment_sums')}, {g(st.keys, 'i32', 'keys', path, 'segment_sums')}, "
+                    f"(int)({ix(st.p0)}), (int)({ix(st.count)}), {g(st.dst, 'f32', 'dst', path, 'segment_sums')}, "
+                    f"{self.scope_index('role')}, {T});", path)
 
     @_robust
     def s_TopKBound(self, st: TopKBound, path):

@@ -545,6 +545,105 @@ __device__ __forceinline__ bool arrive_last(int* counter, int count) {
   return last;
 }
 
+// ---------------------------------------------------------------- counting sort (bucket offsets, placement, run sums)
+// offsets[r] = counts[0] + .. + counts[r - 1] (r < n) by the T threads of the CTA: thread t sums a run of
+// buckets, a block-wide exclusive scan of the runs (warp shuffles, a word a warp in `sm`), the runs written.
+template <int T, class C> __device__ void bucket_offsets(const C* counts, int* offsets, int n, int* sm) {
+  static_assert(T % 32 == 0 && T <= 1024, "bucket_offsets: whole warps, at most 1024 threads");
+  const int per = (n + T - 1) / T, lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int mine = 0;
+  for (int r = lo; r < hi; ++r) mine += (int)counts[r];
+  int inc = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += v;
+  }
+  __syncthreads();   // sm may hold a previous call's words
+  if (lane == 31) sm[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    const int w = lane < T / 32 ? sm[lane] : 0;
+    int x = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += v;
+    }
+    if (lane < T / 32) sm[lane] = x - w;
+  }
+  __syncthreads();
+  int run = sm[warp] + inc - mine;
+  for (int r = lo; r < hi; ++r) {
+    const int c = (int)counts[r];
+    offsets[r] = run;
+    run += c;
+  }
+  __syncthreads();   // sm is free again
+}
+// Elements j = t, t + T, .. < n of keys: a non-negative key k takes slot p = cursor[kb + k]++ (atomically);
+// ids[p] = ib + j, sorted[p] = kb + k.
+__device__ __forceinline__ void bucket_place(const int* keys, int n, int kb, int ib, int* cursor, int* ids,
+                                             int* sorted, int t, int T) {
+  for (int j = t; j < n; j += T) {
+    const int k = __ldg(keys + j);
+    if (k < 0) continue;
+    const int p = atomicAdd(cursor + kb + k, 1);
+    ids[p] = ib + j;
+    sorted[p] = kb + k;
+  }
+}
+// 8 consecutive floats added into dst (16-byte aligned): two vector reds on sm_90, else eight.
+__device__ __forceinline__ void run_flush8(float* dst, const float* a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  red_add_global_v4(dst, a[0], a[1], a[2], a[3]);
+  red_add_global_v4(dst + 4, a[4], a[5], a[6], a[7]);
+#else
+#pragma unroll
+  for (int e = 0; e < 8; ++e) red_add_global(dst + e, a[e]);
+#endif
+}
+// dst[keys[p], :] += src[ids[p], :] for p0 <= p < p0 + n (keys non-decreasing), D columns (a multiple of 8):
+// groups of D / 8 of the T threads (thread t: group t / (D / 8), columns 8 (t % (D / 8))), each group a
+// contiguous share of the slots; a run of one key summed in registers (U rows' loads in flight) and added once.
+template <int D, int U> __device__ void segment_sums(const f16* src, const int* ids, const int* keys, int p0, int n,
+                                                     float* dst, int t, int T) {
+  constexpr int G = D / 8;
+  const int groups = T / G, g = t / G, c = 8 * (t % G);
+  if (g >= groups) return;
+  const int per = (n + groups - 1) / groups, lo = p0 + min(n, g * per), hi = p0 + min(n, (g + 1) * per);
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  int cur = -1;
+  for (int p = lo; p < hi; p += U) {
+    int key[U];
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      key[u] = p + u < hi ? __ldg(keys + p + u) : -1;
+      const int id = p + u < hi ? __ldg(ids + p + u) : 0;
+      if (key[u] >= 0) v[u] = __ldg(reinterpret_cast<const uint4*>(src + (long long)id * D + c));
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (key[u] < 0) continue;
+      if (key[u] != cur) {
+        if (cur >= 0) run_flush8(dst + (long long)cur * D + c, acc);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+        cur = key[u];
+      }
+      const unsigned w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[2 * e] += h2f((f16)(w[e] & 0xffffu));
+        acc[2 * e + 1] += h2f((f16)(w[e] >> 16));
+      }
+    }
+  }
+  if (cur >= 0) run_flush8(dst + (long long)cur * D + c, acc);
+}
+
 // ---------------------------------------------------------------- row_select (block-wide exact top-k)
 // Order-preserving keys of scores: a smaller key is a better score (min: smaller value; max: larger).
 template <bool MN> __device__ __forceinline__ unsigned sel_key(float f) {

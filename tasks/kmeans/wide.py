@@ -114,10 +114,23 @@ def _load_step(r, g: str, bn: int, dc: int, stages: int) -> None:
                tile("cn", slot=f"(({g}) / NCH) % {stages}"), oob="zfill", vec_bytes=4)
 
 
-def suffix(red: int, copies: int, lv: bool = False) -> str:
+def suffix(red: int, copies: int, lv: bool = False, sorted_sums: bool = False) -> str:
     """The assignment kernels' name suffix: vector reds `_r{red}`, copies of the sums `_p{copies}`, the
-    scatter's points read 4 halves per load `_lv`."""
-    return (f"_r{red}" if red > 1 else "") + (f"_p{copies}" if copies > 1 else "") + ("_lv" if lv else "")
+    scatter's points read 4 halves per load `_lv`, the sums left to a counting sort `_ss`."""
+    return (f"_r{red}" if red > 1 else "") + (f"_p{copies}" if copies > 1 else "") + ("_lv" if lv else "") \
+        + ("_ss" if sorted_sums else "")
+
+
+def check_sorted_sums(sorted_sums: bool, copies: int) -> None:
+    """The counting sort's sums (tasks.kmeans.sorted_sums) read one copy of the counts."""
+    if sorted_sums and copies != 1:
+        raise ValueError(f"kmeans (wide): sorted_sums counts into one copy of the sums (got copies={copies})")
+
+
+def count_points(r, index: str, copies: int, row0: str) -> None:
+    """WC[a_j] += 1 for the warp's 16 points (`index`: their clusters; rows past N skipped)."""
+    r.add("scatter_add", id="count_points", index=tile(index), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
+          row0=row0, row_limit="N")
 
 
 def slice_of(red: int) -> int:
@@ -185,8 +198,7 @@ def _scatter_points(r, d: int, red: int, copies: int, lv: bool = False) -> None:
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("sX", ["wm0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="n0 + wm0", row_limit="N",
               vec=red, load_vec=lv)
-    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
-          row0="n0 + wm0", row_limit="N")
+    count_points(r, "bi", copies, "n0 + wm0")
 
 
 def kmeans_wide_assign(d: int = 128, bm: int = 128, bn: int = 64, dc: int = 0, stages: int = 3,
@@ -316,7 +328,7 @@ ATOM = 64   # f16 elements per 128-byte swizzle row: the wgmma form's D chunk
 
 def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages: int = 4, minb: int = 1,
                              arch: str = "sm_90a", red: int = 1, copies: int = 1, lv: bool = False,
-                             acc2: bool = False):
+                             acc2: bool = False, sorted_sums: bool = False):
     """The assignment of `kmeans_wide_assign` on Hopper's warpgroup MMA: the point tile is stored as D / 64
     swizzle atoms (atom a: dims [64 a, 64 a + 64) of the bm points; D zero-filled to a multiple of 64) and
     each ring step stages one atom of a centroid tile [bn, 64]; per step every warpgroup issues one
@@ -326,10 +338,12 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     mma.sync form's (the scatter reads the points from the swizzled tile). minb: CTAs per SM the registers
     and shared memory must allow (2: one CTA's scatter and argmin run under the other's wgmma). red, copies, lv:
     as in `kmeans_wide_assign`. acc2: two distance accumulators, a tile's argmin under the next tile's first
-    chain (`_centroid_pairs`; stages >= 3)."""
+    chain (`_centroid_pairs`; stages >= 3). sorted_sums: only the counts, the sums left to a counting sort
+    (tasks.kmeans.sorted_sums)."""
     check_d(d)
     check_red(red, arch, lv)
     check_copies(copies)
+    check_sorted_sums(sorted_sums, copies)
     if minb not in (1, 2) or minb * assign_smem_bytes(d, bm, bn, ATOM, stages, "wgmma") > SMEM_BYTES["sm_90a"]:
         raise ValueError(f"kmeans_wide_assign_wgmma: minb is 1 or 2, and minb CTAs' shared memory fits sm_90a "
                          f"(got minb={minb} at d={d}, bm={bm}, bn={bn}, stages={stages})")
@@ -348,7 +362,7 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
     atoms = padded(d, ATOM) // ATOM
     warps = bm // 16
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_wg" + (f"_b{minb}" if minb > 1 else "")
-                       + ("_a2" if acc2 else "") + suffix(red, copies, lv), arch=arch,
+                       + ("_a2" if acc2 else "") + suffix(red, copies, lv, sorted_sums), arch=arch,
                        grid=["cdiv(N, BM)", "B"], threads=32 * warps, min_blocks_per_sm=minb,
                        note="wide k-means assignment: streamed centroid atoms, wgmma argmin, global scatter")
     kb.const(BM=bm, BN=bn, D=d, DC=ATOM, NCH=atoms)
@@ -379,7 +393,10 @@ def kmeans_wide_assign_wgmma(d: int = 128, bm: int = 128, bn: int = 128, stages:
         r.sync("cp_async_wait", n=0)
         r.add("topk_merge", kind="min", vals=tile("bv"), idx=tile("bi"))
         r.stg(tile("bi"), tile("A", ["b", "n0 + wm0"], [1, 16]), oob="mask", vec_bytes=4, id="store_assign")
-        _scatter_points_atoms(r, d, bm, red, copies, lv)
+        if sorted_sums:
+            count_points(r, "bi", copies, "n0 + wm0")
+        else:
+            _scatter_points_atoms(r, d, bm, red, copies, lv)
     return kb.build()
 
 
@@ -448,8 +465,7 @@ def _scatter_points_atoms(r, d: int, bm: int, red: int, copies: int, lv: bool = 
                   src=tile("sX", [f"{a * bm} + wm0", f"sc{a} * {w}"], [16, w]),
                   dst=tile("WS", [sums_row(copies), f"{a * ATOM} + sc{a} * {w}"], [K_MAX, w]), row0="n0 + wm0",
                   row_limit="N", vec=red, load_vec=lv)
-    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
-          row0="n0 + wm0", row_limit="N")
+    count_points(r, "bi", copies, "n0 + wm0")
 
 
 def _declare_assign_wgmma(kb, d: int, bm: int, bn: int, atoms: int, stages: int, copies: int,

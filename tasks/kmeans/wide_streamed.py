@@ -10,7 +10,7 @@ just streamed: L2 hits). Tensors and the finalize are `tasks.kmeans.wide`'s.
 """
 from cake_ir.builder import KernelBuilder, tile
 
-from .wide import (ATOM, BIG, SMEM_BYTES, K_MAX, _declare_assign_io, _load_step, argmin_tile, await_and_refill,
+from .wide import (ATOM, BIG, SMEM_BYTES, K_MAX, _declare_assign_io, _load_step, argmin_tile, await_and_refill, count_points,
                    check_copies, check_d, check_red, padded, slice_of, suffix, sums_row)
 
 
@@ -99,13 +99,16 @@ def kmeans_wide_assign_streamed(d: int = 1024, bm: int = 128, bn: int = 128, sta
     return kb.build()
 
 
-def _scatter_points_global(r, d: int, red: int, copies: int, lv: bool = False, sb: int = 1) -> None:
+def _scatter_points_global(r, d: int, red: int, copies: int, lv: bool = False, sb: int = 1,
+                           sorted_sums: bool = False) -> None:
     """WS[a_j] += X[j] (rows read from global memory), WC[a_j] += 1, for the warp's 16 points (rows past N
-    skipped); sb: groups of reds per lane and slice, whose loads are all in flight before the first red."""
+    skipped); sb: groups of reds per lane and slice, whose loads are all in flight before the first red.
+    sorted_sums: the counts only (the sums by tasks.kmeans.sorted_sums)."""
+    if sorted_sums:
+        return count_points(r, "bi", copies, "n0 + wm0")
     w = slice_of(red) * sb
     with r.for_("sc", 0, d // w, id="scatter_slices"):
         r.add("scatter_add", id="sum_points", index=tile("bi"), src=tile("X", ["b * N + n0 + wm0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="n0 + wm0", row_limit="N",
               vec=red, load_vec=lv)
-    r.add("scatter_add", id="count_points", index=tile("bi"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
-          row0="n0 + wm0", row_limit="N")
+    count_points(r, "bi", copies, "n0 + wm0")

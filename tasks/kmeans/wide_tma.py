@@ -18,7 +18,7 @@ scatter by the producer warpgroup behind the consumers (`pt`). Tensors and the f
 from cake_ir.builder import KernelBuilder, bar, tile
 
 from .wide import (ATOM, BIG, K_MAX, SMEM_BYTES, _declare_assign_io, check_batch, check_copies, check_d, check_red,
-                   padded, slice_of, suffix, sums_row)
+                   check_sorted_sums, padded, slice_of, suffix, sums_row)
 from .wide_streamed import _scatter_points_global
 
 TMA_D_MIN = 64      # the box is a 64-dim atom wide
@@ -52,7 +52,7 @@ def _check(d: int, bm: int, bn: int, stages: int, arch: str, pt: int = 1) -> Non
 
 def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: int = 4, red: int = 4,
                            arch: str = "sm_90a", copies: int = 1, lv: bool = False, cluster: int = 1, pt: int = 1,
-                           sb: int = 1):
+                           sb: int = 1, sorted_sums: bool = False):
     """Assignment + global scatter, grid (cdiv(N, BM), B): a producer warpgroup (one elected thread issues the
     TMA loads) and bm / 64 consumer warpgroups of 64 point rows each. cluster 2: CTA pairs (consecutive point
     tiles, the grid rounded up to even) share each centroid atom, each CTA loading half of its rows multicast
@@ -61,8 +61,12 @@ def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: 
     across them, and the scatter of tile p done by the producer warpgroup's warps 1-3 while the consumers run
     tile p + 1 (`_scatter_behind`). sb: the scatter's groups of 4-float reds per lane and slice, every group's
     point loads in flight before its reds (sb 1: one L2 round trip per 16 dims of a row pair). red, copies, lv:
-    as in `tasks.kmeans.wide.kmeans_wide_assign`."""
+    as in `tasks.kmeans.wide.kmeans_wide_assign`. sorted_sums: only the counts, the sums left to a counting sort
+    (tasks.kmeans.sorted_sums; pt 1)."""
     check_d(d)
+    check_sorted_sums(sorted_sums, copies)
+    if sorted_sums and pt > 1:
+        raise ValueError("kmeans_wide_assign_tma: sorted_sums with one point tile a CTA (pt 1)")
     check_red(red, arch, lv)
     check_batch(sb, red, d)
     check_copies(copies)
@@ -72,7 +76,7 @@ def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: 
                          f"both above 1 (got cluster={cluster}, pt={pt})")
     cons = bm // 16                                             # consumer warps
     kb = KernelBuilder(f"kmeans_wide_d{d}_{bm}x{bn}_s{stages}_tma" + (f"_cl{cluster}" if cluster > 1 else "")
-                       + (f"_t{pt}" if pt > 1 else "") + suffix(red, copies, lv) + (f"_sb{sb}" if sb > 1 else ""),
+                       + (f"_t{pt}" if pt > 1 else "") + suffix(red, copies, lv, sorted_sums) + (f"_sb{sb}" if sb > 1 and not sorted_sums else ""),
                        arch=arch,
                        grid=[_grid_x(cluster, pt), "B"], threads=128 + 32 * cons,
                        cluster=[cluster, 1] if cluster > 1 else None,
@@ -104,7 +108,7 @@ def kmeans_wide_assign_tma(d: int = 1024, bm: int = 128, bn: int = 256, stages: 
         if pt > 1:
             _consume_tiles(r, bn)
         else:
-            _consume(r, d, bn, red, copies, lv, sb)
+            _consume(r, d, bn, red, copies, lv, sb, sorted_sums)
     return kb.build()
 
 
@@ -148,14 +152,15 @@ def _produce(r, bm: int, bn: int, cluster: int = 1) -> None:
             r.pipe("commit", "ring", "g")
 
 
-def _consume(r, d: int, bn: int, red: int, copies: int, lv: bool = False, sb: int = 1) -> None:
+def _consume(r, d: int, bn: int, red: int, copies: int, lv: bool = False, sb: int = 1,
+             sorted_sums: bool = False) -> None:
     """Per centroid tile: the distances' wgmma chains over the NCH atoms, then the running argmin; at the
     end the assignments and the scatter of the points into the sums."""
     r.let("b", "bid.y")
     r.let("n0", "bid.x * BM")
     r.let("wm0", "role_warp * 16")
     _assign_tile(r, bn, "t")
-    _scatter_points_global(r, d, red, copies, lv, sb)
+    _scatter_points_global(r, d, red, copies, lv, sb, sorted_sums)
 
 
 def _assign_tile(r, bn: int, tt: str) -> None:
