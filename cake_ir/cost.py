@@ -788,11 +788,36 @@ def topk_insertion_instrs(k: int, n: int, tiles: int, queue: int = 0) -> float:
     return total / tiles
 
 
+def _sort_op_cost(m: _Model, st, ex: _Exec, per_iter: float, raw: _Raw, resolve_tile) -> None:
+    """A counting-sort op's traffic per CTA execution, its `count` taken at the representative CTA:
+    segment_sums reads a src row (2 D bytes) and a slot's id and key per slot, ~1.5 instructions per loaded
+    half-pair a thread; bucket_place reads a key, does an atomic on its cursor and writes two words per element."""
+    try:
+        n = float(m.ev.value(st.count, dict(ex.env)))
+    except (_Unknown, TypeError, ValueError, OverflowError):
+        n = 0.0
+        m.assume(f"{raw.path}: {st.op} count unevaluable; counted as 0")
+    g = ex.any * per_iter
+    raw.count = g
+    if st.op == "segment_sums":
+        src = resolve_tile(m.k, st.src)
+        d = src.shape[-1] if src.shape else 0
+        raw.gbytes = (2.0 * d + 8.0) * n * g
+        raw.mechanism = "ldg"
+        raw.tensor = st.src.buf
+        raw.warp_instrs += 6.0 * d / 8 * n / 32 * g
+    else:
+        raw.gbytes = 16.0 * n * g
+        raw.mechanism = "atomic"
+        raw.tensor = st.cursor.buf
+        raw.warp_instrs += 8.0 * n / 32 * g
+
+
 def _estimate(m: _Model, rep: CostReport) -> None:
     from .analysis.tiles import bulk_rows, resolve_tile, threads_in_scope
     from .dtypes import SIZE
-    from .nodes import (Access, Copy, Fill, For, If, LastCta, Let, Map, MmaSync, OneHot, RedAdd, Reduce, Scan,
-                        ScatterAdd, TopK, TopKBound, TopKMerge, Wgmma)
+    from .nodes import (Access, BucketPlace, Copy, Fill, For, If, LastCta, Let, Map, MmaSync, OneHot, RedAdd, Reduce,
+                        Scan, ScatterAdd, SegmentSums, TopK, TopKBound, TopKMerge, Wgmma)
     from .walk import statements
 
     k, spec = m.k, m.spec
@@ -1028,6 +1053,8 @@ def _estimate(m: _Model, rep: CostReport) -> None:
                 raw.gbytes = 4.0 * src.elems * g
                 raw.mechanism = "atomic"
                 raw.tensor = st.dst.buf
+            elif isinstance(st, (SegmentSums, BucketPlace)):
+                _sort_op_cost(m, st, ex, per_iter, raw, resolve_tile)
             elif isinstance(st, LastCta):
                 raw.warp_instrs += 8 * warps_exec     # two barriers, fences, one atomic
                 raw.count = ex.any * per_iter
