@@ -1,22 +1,24 @@
 #!/bin/bash
 # Host overhead per small call, A/B of two trees in one machine run: correctness of the working tree's forms
 # first, then bench/knn_host_overhead.py `time` for PREV (a tree holding the earlier cakelib, default .prev)
-# and for this tree, alternated twice so drift in the VM's CPU shows. Results: $OUT/host-{prev,new}-{1,2}.json.
-#   PREV=.prev OUT=DIR bash bench/host_overhead_ab_device.sh
+# and for this tree, alternated twice (HOST_ROUNDS) so drift in the VM's CPU shows, each cut at HOST_DEADLINE_S
+# (default 80). Results: $OUT/host-{prev,new}-{1,2}.json.
+#   PREV=.prev OUT=DIR [HOST_ROUNDS=2] [HOST_DEADLINE_S=80] bash bench/host_overhead_ab_device.sh
 . "$(dirname "$0")/device_env.sh"
 PREV=${PREV:-.prev}
 timeout 60 $PY bench/knn_host_overhead.py check --out $OUT/host-check.json > $OUT/host-check.log 2>&1
 stamp "check rc=$?"
 grep -E "^check|Error" $OUT/host-check.log | cut -c1-300 | head -12
-for round in 1 2; do
+HD=${HOST_DEADLINE_S:-80}
+for round in $(seq 1 ${HOST_ROUNDS:-2}); do
   for tree in prev new; do
     dir=.; [ $tree = prev ] && dir=$PREV
-    (cd $dir && timeout 100 $PY bench/knn_host_overhead.py time --check $OUT/host-check.json \
-      --out $OUT/host-$tree-$round.json --calls 100 --deadline-s 80 > $OUT/host-$tree-$round.log 2>&1)
+    (cd $dir && timeout $(( HD + 20 )) $PY bench/knn_host_overhead.py time --check $OUT/host-check.json \
+      --out $OUT/host-$tree-$round.json --calls 100 --deadline-s $HD > $OUT/host-$tree-$round.log 2>&1)
     stamp "$tree round $round rc=$?"
   done
 done
-tail -34 $OUT/host-new-2.log
+tail -34 $OUT/host-new-${HOST_ROUNDS:-2}.log
 $PY - "$OUT" <<'PYEOF'
 import json, sys, glob
 runs = {f.split("/")[-1][5:-5]: json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/host-*-[12].json"))}

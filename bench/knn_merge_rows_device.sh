@@ -7,14 +7,15 @@
 #   3. where the tests passed: the rows merge's Q range fitted from the A/B (--fit-merge-rows, written into
 #      cakelib/tables/split_options/knn.json, copied to $OUT/rows) and, where it has one, the host A/B of
 #      PREV (a tree of the library before it, default .prev) against this tree with that table.
-#     OUT=/some/dir [PREV=.prev] bash bench/knn_merge_rows_device.sh [AB_DEADLINE_S=120]
+#     OUT=/some/dir [PREV=.prev] [TESTS_S=150] bash bench/knn_merge_rows_device.sh [AB_DEADLINE_S=120]
+#   (HOST_ROUNDS / HOST_DEADLINE_S: passed to bench/host_overhead_ab_device.sh)
 . "$(dirname "$0")/device_env.sh"
 R=$OUT/rows; mkdir -p $R/h
 nvidia-smi --query-gpu=name --format=csv,noheader
 S="$(cat bench/knn_merge_rows_shapes.json)"
 timeout 150 $PY bench/topk_queue_ab.py --option merge --values kernel,rows --shapes "$S" --compile-only \
   --procs $NP > $R/compile.log 2>&1 &
-timeout 150 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_knn_merge_rows.py > $R/tests.log 2>&1
+timeout ${TESTS_S:-150} $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_knn_merge_rows.py > $R/tests.log 2>&1
 T=$?
 stamp "tests rc=$T: $(tail -1 $R/tests.log)"
 grep -E "^FAILED|Error" $R/tests.log | head -5
@@ -26,7 +27,7 @@ tail -27 $R/ab.log
 if [ $T = 0 ]; then
   $PY bench/topk_queue_ab.py --fit-merge-rows $R/ab-rows.json | tee $R/fit.txt
   cp cakelib/tables/split_options/knn.json $R/split_options.json
-  grep -q max_Q $R/fit.txt && PREV=${PREV:-.prev} OUT=$R/h timeout 130 bash bench/host_overhead_ab_device.sh 2>&1 \
+  grep -q max_Q $R/fit.txt && PREV=${PREV:-.prev} OUT=$R/h timeout 250 bash bench/host_overhead_ab_device.sh 2>&1 \
     | grep -vE "^\[" | tail -24
 fi
 tar czf $OUT/rows.tgz -C $OUT rows && rm -rf $R
