@@ -55,7 +55,8 @@ def precompile(procs: int, tests_only: bool = False) -> None:
     from cakelib.variants import kmeans_name
     jobs = {}
     for d, p in variants_used(tests_only):
-        for part in ("norms", "assign", "finalize"):
+        parts = ("norms", "assign", "finalize") + (("offsets", "place", "runs") if p.get("sums") == "sorted" else ())
+        for part in parts:
             key = (d, part, kmeans_name(p) if part == "assign" else p.get("copies", 1) if part == "finalize" else 0)
             jobs.setdefault(key, (d, part, p))
     t0 = time.time()
@@ -87,7 +88,7 @@ def variants_used(tests_only: bool = False) -> list:
         s = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
         pick = kmeans_wide_params(s)
         out += [(D, kmeans_wide_params(s, "sync")), (D, pick), (D, {**pick, "red": 1, "sb": 1}), (D, TEST_STREAMED),
-                (D, {**pick, "copies": 8 if D < 768 else 4})] + ([(D, B2_FORM)] if D <= 256 else []) \
+                (D, {**pick, "copies": 8 if D < 768 else 4, "sums": "reds"})] + ([(D, B2_FORM)] if D <= 256 else []) \
             + ([(D, TEST_TMA), (D, {**TEST_TMA, "bn": 128, "stages": 6, "copies": 4})] if D >= 64 else []) \
             + ([(D, TEST_PP), (D, {**TEST_PP, "bm": 128, "bn": 256, "stages": 4, "copies": 2}),
                 (D, {**TEST_PP, "wgs": 3, "bm": 192}), (D, {**TEST_PP, "wgs": 4, "copies": 2}),
@@ -100,10 +101,10 @@ def variants_used(tests_only: bool = False) -> list:
 
 
 def previous_pick(B: int, N: int, D: int, K: int) -> dict:
-    """The rule before the batched scatter (kmeans_wide_params(batched_scatter=False)), timed beside the pick as
-    the A/B where they differ."""
+    """The rule before the counting-sort sums (kmeans_wide_params(sorted_sums=False): the batched scatter's reds),
+    timed beside the pick as the A/B where they differ."""
     from cakelib.variants import kmeans_wide_params
-    return kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}, batched_scatter=False)
+    return kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}, sorted_sums=False)
 
 
 def paired_form(pick: dict) -> dict:

@@ -413,7 +413,8 @@ def kmeans_wide_domain_error(shape: dict) -> str:
     return ""
 
 
-def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True, batched_scatter: bool = True) -> dict:
+def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True, batched_scatter: bool = True,
+                       sorted_sums: bool = True) -> dict:
     """The wide family's rule. mma "wgmma" (the default on sm_90a): below D = 768 the resident form, a point
     tile holding all of D (the largest of 256 / 128 / 64 rows whose shared memory fits) with centroid tiles of
     128 streamed past it through a 4-stage ring of 64-dim swizzle atoms; from D = 768 the warp-specialized TMA
@@ -423,7 +424,12 @@ def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True, batche
     with 4-float vector reds (red.global.add.v4.f32); the TMA form re-reads its points from global memory for
     the scatter, in slices of up to 8 groups of reds per lane whose loads go out together (`batched_scatter`,
     `sb`: one L2 round trip per 128 dims of a row pair instead of per 16; H100, same run: 37.3 vs 41.3 ms at
-    N = 1M, D = 768, K = 1024, bench/results/kmeans-wide-h100.json). "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
+    N = 1M, D = 768, K = 1024, bench/results/kmeans-wide-h100.json); and there (`sorted_sums`) the TMA form only
+    counts the points and the sums come from a counting sort of the assignments (`sums: "sorted"`,
+    tasks/kmeans/sorted_sums.py: X read once more in cluster order, each cluster's run added once; H100, same
+    run: 41.7 vs 50.2 ms at N = 1M, D = 1024, K = 1024, 33.6 vs 37.5 at D = 768, even at D = 1024, K = 16384;
+    slower below D = 512 than the forms the rule takes there, bench/results/kmeans-sorted-sweep-h100.json).
+    "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
     (tasks/kmeans/wide.chunk_of), largest point tile of 128 / 64 / 32, scalar reds. The forms side by side on
     the H200: bench/kmeans_wide_sweep.py, docs/perf-log.md. Up to D = 128 and K = 2048 the resident form runs
     two CTAs of 128 points per SM (minb 2), so one CTA's point load, argmin and scatter run under the other's
@@ -440,6 +446,9 @@ def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True, batche
     mma = mma or ("wgmma" if arch == "sm_90a" else "sync")
     copies = kmeans_wide_copies(shape)
     if mma == "wgmma" and D >= KMEANS_STREAMED_D:
+        if sorted_sums:
+            return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
+                    "red": 4, "copies": 1, "sums": "sorted"}
         sb = next(b for b in (8, 4, 2, 1) if D % (16 * b) == 0) if batched_scatter else 1
         return {"kind": "wide", "mma": mma, "points": "tma", "bm": 128, "bn": 256, "dc": ATOM, "stages": 4,
                 "red": 4, "copies": copies, **({"sb": sb} if sb > 1 else {})}

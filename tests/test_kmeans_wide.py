@@ -188,9 +188,9 @@ def test_tma_form_batches_the_scatter_loads(D, sb):
     assert kmeans_name(form).endswith(f"_sb{sb}") and kmeans_wide_supports(form, {"B": 1, "N": 10, "K": 8, "D": D})
     assert not kmeans_wide_supports({**form, "sb": 16 * sb}, {"B": 1, "N": 10, "K": 8, "D": D})
     if D >= 768:
-        assert kmeans_wide_params({"B": 1, "N": 4096, "K": 64, "D": D, "arch": "sm_90a"})["sb"] == sb
+        assert kmeans_wide_params({"B": 1, "N": 4096, "K": 64, "D": D, "arch": "sm_90a"}, sorted_sums=False)["sb"] == sb
         assert "sb" not in kmeans_wide_params({"B": 1, "N": 4096, "K": 64, "D": D, "arch": "sm_90a"},
-                                              batched_scatter=False)
+                                              batched_scatter=False, sorted_sums=False)
     k = kmeans_wide_kernels(form, D, "sm_90a")["assign"]()
     assert not _errors(k), _errors(k)
     r = compile_ir(k, arch="sm_90a")
@@ -209,7 +209,7 @@ def test_scatter_vector_loads_verify_and_compile(form):
     tma); the same registers as without it, no spill beyond the form's own."""
     D = 768 if form in ("streamed", "tma") else 128
     base = kmeans_wide_params({"B": 1, "N": 1 << 20, "K": 4096 if form == "wgmma" else 1024, "D": D,
-                               "arch": "sm_90a"}, "sync" if form == "sync" else "")
+                               "arch": "sm_90a"}, "sync" if form == "sync" else "", sorted_sums=False)
     p = {**base, "red": 4, "lv": True, **({"points": "streamed", "bm": 128, "bn": 256, "stages": 3, "sb": 1}
                                            if form == "streamed" else {})}
     assert kmeans_name(p).endswith("_lv" + (f"_sb{p['sb']}" if p.get("sb", 1) > 1 else "")) and kmeans_wide_supports(p, {"B": 1, "N": 10, "K": 8, "D": D, "arch": "sm_90a"})
@@ -494,7 +494,7 @@ def test_wide_kmeans_matches_float64(B, N, D, K, mma):
     pick = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, "sync" if mma == "sync" else "")
     resident = kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": arch}, pingpong=False)  # acc2's form
     variant = {"b2": B2, "red1": {**pick, "red": 1, "sb": 1}, "streamed": STREAMED,          # red1: scalar reds
-               "copies": {**pick, "copies": 8 if D < 768 else 4}, "tma": TMA,
+               "copies": {**pick, "copies": 8 if D < 768 else 4, "sums": "reds"}, "tma": TMA,
                "tma_p4": {**TMA, "bn": 128, "stages": 6, "copies": 4}, "lv": {**pick, "lv": True},
                "pp": PP, "pp_wr64": {**PP, "bm": 128, "bn": 256, "stages": 4, "copies": 2},
                "pp3": {**PP, "wgs": 3, "bm": 192}, "pp4": {**PP, "wgs": 4, "copies": 2},
@@ -570,14 +570,15 @@ class _FakeRuntime:
 @pytest.mark.parametrize("B,N,D,K,iters,copies", [(1, 5000, 96, 1024, 3, 1), (3, 999, 1024, 77, 2, 1),
                                                    (3, 999, 64, 77, 2, 8), (1, 2000, 1024, 129, 2, 4)])
 def test_wide_loop_launches_match_the_kernels_declarations(monkeypatch, B, N, D, K, iters, copies):
-    """The library's wide loop (cakelib/kmeans_lloyd._wide_loop) on a fake runtime: 3 launches per iteration
+    """The library's wide loop (cakelib/kmeans_lloyd._wide_loop) with the sums by reds (the counting sort's loop:
+    tests/test_kmeans_sorted_sums.py) on a fake runtime: 3 launches per iteration
     whose buffers have the shapes the kernels declare; each finalize writes an fp16 buffer that is not the one
     its iteration read, and the next iteration reads it."""
     from cakelib import arrays, kmeans_lloyd
     monkeypatch.setattr(arrays, "empty_like_kind", lambda like, shape, dtype, scratch=False: _FakeBuf(shape))
     monkeypatch.setattr(arrays, "stream_of", lambda arg: 0)
     rt = _FakeRuntime()
-    p = {**kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}), "copies": copies}
+    p = {**kmeans_wide_params({"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}, sorted_sums=False), "copies": copies}
     xa, ca = _FakeBuf((B, N, D)), _FakeBuf((B, K, D))
     kmeans_lloyd._wide_loop(rt, p, xa, ca, _FakeBuf((B, N)), _FakeBuf((B * K, D)), B, N, K, D, iters)
     names = [n for n, _ in rt.launches]
