@@ -88,11 +88,13 @@ def knn_queue_key(p: dict) -> str:
 def knn_split_options(p: dict, shape: dict) -> dict:
     """A split variant's per-call options from tables/split_options/knn.json (fitted by bench/topk_queue_ab.py
     --fit-merge from a same-run A/B): the merge kernel instead of the last-CTA merge for the k classes it
-    lists (session 18: 0.78x the time at k > 1 over 26 split picks, neutral at k = 1), and the sampled
+    lists (0.78x the time at k > 1 over 26 split picks, neutral at k = 1), and the sampled
     bound for its family at M >= min_M (0.91x of the merge kernel alone over the wgmma picks; slower on
     the few-query streams, whose chunks are short); then, for a few-query stream pick (ws > 1, unseeded) at
     Q <= merge_rows.max_Q, the last-CTA merge over the real query rows (`rows`: one launch, where the merge
-    kernel is a second; bench/topk_queue_ab.py --fit-merge-rows). Unsplit variants and explicit options are kept."""
+    kernel is a second; bench/topk_queue_ab.py --fit-merge-rows; the committed table has no such range: 1.02-1.35x
+    the merge kernel's time on an H100, topk-merge-rows-ab-h100.json). Unsplit variants and explicit options are
+    kept."""
     if p.get("split", 1) <= 1 or p.get("merge") != "wide":
         return p
     opts = _split_table()
