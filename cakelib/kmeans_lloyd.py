@@ -7,7 +7,9 @@
 - "wide" (every other D, a multiple of 32 in [32, 1024], and k <= 65536): per iteration the centroid norms,
   the streamed-chunk assignment that adds each point into global per-cluster sums, and a finalize that
   divides and writes the fp32 centroids and their fp16 copy (tasks/kmeans/wide.py; rule:
-  cakelib.variants.kmeans_wide_params).
+  cakelib.variants.kmeans_wide_params); with `sums: "sorted"` (the rule's from D = 768) the assignment only
+  counts, and three kernels between it and the finalize sum the points by a counting sort of the
+  assignments (tasks/kmeans/sorted_sums.py).
 
 x: [N, D] or [B, N, D] (read as fp16). init: centroids [k, D] / [B, k, D] (default: k distinct points per
 batch, drawn with `seed`). Empty clusters keep their centroid. Runs exactly `iters` iterations (no early
