@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BLOCK_CYCLES = 2_000_000
 # how `timed` measures, recorded in every result file's env (`timing`): results of different methods
 # must not be compared or joined row by row (bench/lib_grid.py warns). Files written before the field
-# existed record none: session 15's device calls 4-6 used the spin kernel, everything earlier did not.
+# existed record none: those of device calls 4-6 in bench/results/logs/session15 (and the `*-session15-call4` to
+# `-call6` grids) used the spin kernel, everything earlier did not.
 TIMING = "events, L2 flush, spin kernel"
 TIMING_UNRECORDED = "unrecorded"
 
@@ -43,7 +44,7 @@ def timed(fn, flush, reps: int, warmup: int = 5, min_reps: int = 0, budget_ms: f
     so the host has queued the whole call before the GPU reaches the start event (nvbench's blocking
     kernel): the time is the GPU's, not the host's launch path. Without it, a call whose host side takes
     longer than the flush (~0.1 ms: Python, argument packing, several launches) measured the host, and
-    the same kernels timed 2-4x apart on two machines (session 15, small kNN shapes; the host cost is
+    the same kernels timed 2-4x apart on two machines (small kNN shapes; the host cost is
     measured on its own: bench/knn_host_overhead.py). Both sides of a comparison are timed alike."""
     import torch
     for _ in range(warmup):

@@ -1,8 +1,8 @@
 #!/bin/bash
-# One device call (session 23), results under $OUT/knn:
+# One device call, results under $OUT/knn:
 #   1. the GPU tests of the kNN re-ranking (tests/test_knn_rerank.py) and of the held-wgmma-sums k-means kernels (`_rw`: ragged point tiles, K below kmax), whose
 #      update now builds one one-hot fragment per step for both blocks and specializes whole tiles;
-#   2. the whole kNN grid with the committed tables and the session's lowering (wgmma descriptors stepped by one
+#   2. the whole kNN grid with the committed tables and the current lowering (wgmma descriptors stepped by one
 #      add, the column bias at constant offsets), every 5th shape first, cut at DEADLINE_S.
 # Compile first on the CPU machine and carry the cache:
 #     CAKE_CACHE_DIR=DIR python bench/lib_grid.py compile --op knn --grid

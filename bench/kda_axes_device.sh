@@ -3,7 +3,8 @@
 # sequence-parallel programs and the two-pass points not yet run on the GPU (bulk loader, vs 128 c8),
 # then bench/kda_prefill.py on the shapes in $1 for the axes' points, fla timed in the same process.
 # GPU 1: the campaign of gate class $2 (bench/kda_campaign.sh, KDA_CAMPAIGN_CLASSES=$2, on GPU 1 whatever
-# the class: session 8's call 7 ran class 0 on GPU 0 beside the tests and the bench, which spoilt both timings). Logs and JSON under $OUT (g0/ packed in kda-axes.tgz).
+# the class: class 0 on GPU 0 beside the tests and the bench once spoilt both timings). Logs and JSON under
+# $OUT (g0/ packed in kda-axes.tgz).
 #   bash bench/kda_axes_device.sh [shapes] [campaign class]   (env: KDA_AXES_POINTS, KDA_AXES_TESTS, KDA_AXES_EXTRA)
 set -u
 export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}

@@ -7,8 +7,8 @@
 # $KDA_VALIDATE_SHAPES (default all 14) and the single sequences $KDA_VALIDATE_EXTRA with the library's
 # plan per shape and the points $KDA_VALIDATE_POINTS, fla in the same process. GPU 1 (unless
 # KDA_VALIDATE_GPU1=none): the softplus-gate campaign (bench/kda_campaign.sh).
-#   bash bench/kda_validate_device.sh      (logs and JSON under $OUT; session 9 call 1 ran the defaults
-#   with KDA_VALIDATE_SHAPES unset meaning the extra shapes only)
+#   bash bench/kda_validate_device.sh      (logs and JSON under $OUT; the defaults, with
+#   KDA_VALIDATE_SHAPES unset meaning the extra shapes only)
 set -u
 export PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=${CAKE_CACHE_DIR:-/tmp/cake}
 POINTS=${KDA_VALIDATE_POINTS:-32x2x2x2:bulk,32x1x2x4:bulk,64x1x2x4:bulk,64x1x2x4,128x1x2x8}

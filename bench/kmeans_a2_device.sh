@@ -1,10 +1,10 @@
 #!/bin/bash
-# One device call (session 22), results under $OUT/knn:
+# One device call, results under $OUT/knn:
 #   1. the GPU tests of the paired centroid tiles (k-means astages 2, tests/test_kmeans_wgmma.py -k paired);
 #   2. a k-means sweep of the K >= 100 training shapes: the paired-tile variants (bn 32, two accumulators) and
 #      their one-accumulator bn 32 controls beside the committed table's picks there, joined with the committed
 #      sweep (--prior) -> $D/kmeans-sweep/ (refit locally: lib_grid.py refit ... --keep-tree);
-#   3. the whole kNN grid with the committed tables (the session-22 queue table and pins) -> $D/.
+#   3. the whole kNN grid with the committed tables (the refitted queue table and pins) -> $D/.
 # Compile first on the CPU machine and carry the cache:
 #     CAKE_CACHE_DIR=DIR python bench/lib_grid.py compile --op kmeans --only "$KONLY" --variants "$KPAT"
 #     CAKE_CACHE_DIR=DIR python bench/lib_grid.py compile --op knn --grid

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 22), results under $OUT/knn:
+# One device call, results under $OUT/knn:
 #   1. the GPU tests of the static centroid sequence (k-means `aunroll`, tests/test_kmeans_wgmma.py);
 #   2. a k-means sweep of the K = 256 training shapes: the static-sequence variants (bn 32 / 64) beside the picks
 #      there, joined with the committed sweep (--prior);

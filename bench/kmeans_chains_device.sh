@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 22), results under $OUT/knn:
+# One device call, results under $OUT/knn:
 #   1. the GPU tests of the argmin chains and the paired centroid tiles (tests/test_kmeans_wgmma.py);
 #   2. a k-means sweep of the K >= 100 training shapes: the picks there with the argmin's running bests in 2 / 4
 #      chains (topk `chains`) beside the picks themselves, joined with the committed sweep (--prior) ->

@@ -1,6 +1,6 @@
 #!/bin/bash
-# One device call (session 21): the whole k-means grid (245 shapes) with the committed tables in one run,
-# every 5th shape first, cut at DEADLINE_S (default 565: session 21 call 1 timed 236 of the 245 shapes in 520 s, most of it
+# One device call: the whole k-means grid (245 shapes) with the committed tables in one run, every 5th
+# shape first, cut at DEADLINE_S (default 565: one run timed 236 of the 245 shapes in 520 s, most of it
 # the baselines' Triton compiles and autotuning) -> $OUT/kmeans.tgz (kmeans/grid.log,
 # kmeans/lib-grid-kmeans-h200.json). Carry the dispatched cubins compiled on the CPU machine first:
 #     CAKE_CACHE_DIR=DIR python bench/lib_grid.py compile --op kmeans --grid

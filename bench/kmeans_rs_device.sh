@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 17), results under $OUT/kmeans:
+# One device call, results under $OUT/kmeans:
 #   1. the GPU-marked tests of the register-held k-means sums (every `_rs` variant against float64), the
 #      kNN shared bound's tests and the two-stream cakelib test (both not yet run on a GPU);
 #   2. a sweep of every wgmma k-means variant (the new `_rs` ones beside the smem-sums ones they replace,

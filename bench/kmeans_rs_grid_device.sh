@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 17, second): the GPU tests the first call's timeout cut (the kNN shared bound's,
+# One device call after bench/kmeans_rs_device.sh: the GPU tests its timeout cut (the kNN shared bound's,
 # the two-stream cakelib test), then the whole k-means grid with the refitted table (the register-held
 # sums variants in it), every 5th shape first so a cut grid still spans the grid (-> $OUT/kmeans/).
 # The cubins come compiled (CAKE_CACHE_DIR carried).

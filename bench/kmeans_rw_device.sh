@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 17, last), results under $OUT/kmeans:
+# One device call, results under $OUT/kmeans:
 #   1. GPU tests: wgmma with A from registers / B MN-major against numpy, and every `_rw` k-means variant
 #      (the one-hot update on wgmma) against float64; the rest is skipped if any fails;
 #   2. a sweep of the `_rw` variants beside the current K >= 100 picks (same run) at those training shapes, joined

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 16), results under $OUT/knn:
+# One device call, results under $OUT/knn:
 #   1. the A/B's builds compile in the background (bench/topk_queue_ab.py --option share --compile-only)
 #      while
 #   2. the GPU-marked tests of the shared bound run, with the queued and split variants' tests;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 16), results under $OUT/knn; the cubins come compiled (CAKE_CACHE_DIR carried:
+# One device call, results under $OUT/knn; the cubins come compiled (CAKE_CACHE_DIR carried:
 # `python bench/lib_grid.py compile --op knn --arch sm_90a --only "$(cat bench/knn_sweep16_shapes.txt)"
 # --variants "_s(16|32|64|128|256)_"` and `python bench/topk_queue_ab.py --option share --compile-only
 # --arch sm_90a` on the CPU machine):

@@ -1,15 +1,15 @@
 #!/bin/bash
-# One device call (session 22): the k = 16 / 32 builds on wgmma with the deferred insertion's queue, and the
-# sparse sample at few queries, swept in one run. The session-21 sweep timed the wgmma builds with T = 0 (the
+# One device call: the k = 16 / 32 builds on wgmma with the deferred insertion's queue, and the
+# sparse sample at few queries, swept in one run. An earlier sweep timed the wgmma builds with T = 0 (the
 # queue table had no entry for them: it was fitted at the picks of its day), where the mma.sync build's T = 2
 # bought 1.17x at k = 16 and 2.4x at k = 32 (bench/results/topk-queue-ab-h200.json).
 #   1. bench/knn_queue_refit_device.sh with VARIANT: same-run A/B of T = 0 / 2 / 4 on the unsplit wgmma builds
 #      (capped b2 too) at Q = M = 16K-64K, k = 16 / 32, the queue table refitted with it (-> $D/queue-*.json);
 #   2. one sweep (bench/knn_percall_sweep_device.sh, no grid) with the new queues:
 #      - the k = 16 / 32 builds beside the mma.sync picks and the two-CTA mma.sync build `bq128_bn32_s1_p3_gn_b2_qs`
-#        (Q = M = 16384 at k = 16 is a training shape since session 21);
-#      - the sparse sample (`_sd16` / `_sd32`) at Q = 32-256, M >= 1M, beside the picks there (session 21
-#        timed it only at Q = 64, M = 4M);
+#        (Q = M = 16384 at k = 16 is a training shape);
+#      - the sparse sample (`_sd16` / `_sd32`) at Q = 32-256, M >= 1M, beside the picks there (the earlier
+#        sweep timed it only at Q = 64, M = 4M);
 #      the table refitted with its pins -> $D/sweep/knn.json. The whole grid is the next call
 #      (bench/knn_grid_device.sh) once the tables are committed: both steps and the grid overrun one call.
 # Compile first on the CPU machine and carry the cache (SHAPES, VARIANT, ONLY, PAT as below):

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fourth device call (session 15), results under $OUT/knn, all timed with the blocking kernel
+# One device call after bench/knn_profile_device.sh, results under $OUT/knn, all timed with the blocking kernel
 # (bench/examples.py `timed`: GPU time, the host's launch path hidden):
 #   1. a third queue A/B at the few-query split streams (ws4) -> ab3.json; the queue table refitted
 #      from the three runs (ab3 re-measures its (variant, k)s);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 14), results under $OUT/knn:
+# One device call, results under $OUT/knn:
 #   1. the k = 32 split-search GPU test; when it passes, KNN_K_MAX_SPLIT is raised to 32 in this copy of
 #      the tree so the sweep times the k = 32 split variants (commit the change only if the sweep agrees);
 #   2. the other GPU-marked knn tests, while the sweep's kernels compile in the background;

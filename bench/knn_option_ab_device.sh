@@ -1,17 +1,17 @@
 #!/bin/bash
-# One device call (session 18), results under $OUT/knn: a kNN build option's same-run A/B with its GPU tests.
+# One device call, results under $OUT/knn: a kNN build option's same-run A/B with its GPU tests.
 #   1. the A/B's builds compile in the background (bench/topk_queue_ab.py --compile-only; with a carried
 #      cubin cache, seconds) while
 #   2. the option's GPU-marked tests run (seed: tests/test_knn_seed.py, merge: tests/test_knn_merge_kernel.py);
 #   3. bench/topk_queue_ab.py --option OPTION --values VALUES at the table's picks (-> $OUT/knn/ab-OPTION.json);
 #   4. (PROFILE=1) ncu: every kernel's duration in one plain and one seeded search at Q = 128, M = 100K,
-#      k = 10 (the grid's worst shape in session 16), and the warp states / stall sources of the plain
+#      k = 10 (once the grid's worst shape), and the warp states / stall sources of the plain
 #      search kernel (-> $OUT/knn/ncu-*.txt).
 #     OUT=/some/dir [PROFILE=1] [SHAPES='[{"Q": 8, "M": 100000, "k": 10}, ...]'] bash bench/knn_option_ab_device.sh \
 #       seed|merge [AB_DEADLINE_S=240] [VALUES]
 # (SHAPES: the A/B's shapes instead of the option's own list)
-# Session 18: `seed 270 0,8,32` (call 1), `PROFILE=1 ... seed 240 0,4,8,16` (call 3), `merge 240` (call 4,
-# values wide,kernel,kernel_sd8).
+# Runs so far: `seed 270 0,8,32`, `PROFILE=1 ... seed 240 0,4,8,16`, `merge 240` (values
+# wide,kernel,kernel_sd8).
 . "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 OPT=$1

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 16), results under $OUT/knn, the cubins carried compiled (CAKE_CACHE_DIR):
+# One device call, results under $OUT/knn, the cubins carried compiled (CAKE_CACHE_DIR):
 #   1. the GPU tests of the shared bound and of the padded rows (tests/test_knn_bound.py);
 #   2. bench/topk_queue_ab.py --option skip_pad: the padded query rows entering the insertion or not,
 #      at few-query shapes, same run (-> $OUT/knn/ab-pad.json);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 19): the kNN split variants re-swept at the k > 1 training shapes with Q <= 8192
+# One device call: the kNN split variants re-swept at the k > 1 training shapes with Q <= 8192
 # in the form the library runs them (their per-call options: the merge kernel, the sampled bound; the
 # committed sweep timed them with the last-CTA merge), beside a few unsplit kernels (the prior's rescale
 # and the Q = 8192 picks); joined with the committed sweep (--prior, rescaled) and the table refitted;

@@ -1,10 +1,10 @@
 #!/bin/bash
-# Fifth device call (session 15), results under $OUT/knn: the grid's worst shapes (Q = 64 / 128, a split
-# bq 16 kernel reading the database 8 times) get training shapes of their own:
+# One device call after bench/knn_final_device.sh, results under $OUT/knn: the grid's worst shapes (Q = 64 / 128, a
+# split bq 16 kernel reading the database 8 times) get training shapes of their own:
 #   1. a sweep of the split mma.sync / wgmma variants at the Q = 64 / 128 training shapes (k = 1 / 10 / 16),
 #      joined with the committed sweep (--prior) and the table refitted (-> $OUT/knn/sweep/knn.json);
 #   2. the grid shapes whose pick the new table changes, plus every Q = 64 / 128 grid shape, timed with
-#      the new table (-> $OUT/knn/grid/), to merge over the session's grid (lib_grid.py merge --later-wins).
+#      the new table (-> $OUT/knn/grid/), to merge over that call's grid (lib_grid.py merge --later-wins).
 . "$(dirname "$0")/device_env.sh"
 mkdir -p $D/sweep $D/grid
 timeout 240 $PY bench/lib_grid.py sweep --op knn --out $D/sweep --procs $NP --budget-s 90 \

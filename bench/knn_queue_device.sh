@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 15), results under $OUT/knn:
+# One device call, results under $OUT/knn:
 #   1. the A/B's builds compile in the background (bench/topk_queue_ab.py --compile-only) while
 #   2. the GPU-marked knn tests run (the queued variants among them);
 #   3. bench/topk_queue_ab.py: queue T = 0 / 2 / 4 / 8 at 16 shapes, same run (-> $OUT/knn/ab.json).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Second device call (session 15), results under $OUT/knn:
+# One device call after bench/knn_queue_device.sh, results under $OUT/knn:
 #   1. a second queue A/B at the (variant, k) picks of the grid the first one did not measure (k = 10
 #      mostly; T = 0 / 2 / 4) -> $OUT/knn/ab2.json;
 #   2. the queue table refitted from both A/B runs (cakelib/tables/topk_queue/knn.json, copied to $OUT);

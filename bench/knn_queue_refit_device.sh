@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 20): the deferred top-k insertion's queue width re-measured at the table's
+# One device call: the deferred top-k insertion's queue width re-measured at the table's
 # wgmma split picks (T = 0 / 2 / 4, same run, bench/topk_queue_ab.py; SHAPES a JSON list of {Q, M, k}),
 # the queue table refitted over its committed sources and this A/B, and the grid shapes whose queue the
 # refit changes re-timed (-> $D/grid/, to merge over the full grid with --later-wins; the refitted table is

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 16, last): the few-query training shapes the first refit left to stale rows
+# One device call: the few-query training shapes the first refit left to stale rows
 # (M = 4M at k = 10, Q = 32), swept over the stream variants and joined with the committed sweep
 # (table refitted), then the grid shapes whose pick the refit changed, re-timed (-> $OUT/knn/grid/).
 # The cubins come compiled (CAKE_CACHE_DIR carried).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 22): the rolled insertion (`topk` rolled: one loop per row over its passing scores,
+# One device call: the rolled insertion (`topk` rolled: one loop per row over its passing scores,
 # the search loop's code ~4.5x smaller) -> $OUT/knn:
 #   1. its GPU tests (tests/test_topk_rolled.py, against float64);
 #   2. a same-run A/B, rolled 0 / 1, at the table's picks on 24 shapes across the grid's k > 1 regimes

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 19): the wgmma kNN kernels' database norms reduced from each staged tile
+# One device call: the wgmma kNN kernels' database norms reduced from each staged tile
 # (norms "tile", to be made the default in the tree sent for the grid) against a norms kernel's read of the whole database first
 # ("global"): a same-run A/B at the table's wgmma picks (bench/topk_queue_ab.py --option norms), then the
 # grid shapes whose pick is a wgmma kernel re-timed (-> $OUT/knn/grid/, to merge over the full grid with

@@ -42,19 +42,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 D = 128
 ITERS = 10
 # The dispatch trees' features. Their size is chosen per fit by leave-one-shape-out cross-validation
-# (cakelib.dispatch.fit_by_cross_validation). History: session 10's depth 4 shared a leaf between Q = 64
-# and 256 and a hand-picked depth 5 followed noisy shapes (0.841x vs 0.867x on the grid,
-# lib-grid-knn-h200-refit-depth5.json); session 13's 40-variant kNN sweep needed depth 8 (a fixed depth 4
-# measured 0.36x on the grid, the cross-validated depth 8 1.03x).
+# (cakelib.dispatch.fit_by_cross_validation): a fixed depth 4 shared a leaf between Q = 64 and 256 and a
+# hand-picked depth 5 followed noisy shapes (0.841x vs 0.867x on the grid, lib-grid-knn-h200-refit-depth5.json);
+# the 40-variant kNN sweep needed depth 8 (a fixed depth 4 measured 0.36x on the grid, the cross-validated
+# depth 8 1.03x).
 FEATURES = {"knn": ["log2_Q", "log2_M", "k"], "kmeans": ["B", "log2_N", "K", "log2_B*N"]}
-# The fit's extra weight on a shape's slowdown past 5% (cakelib.dispatch.fit `tail`). Session 19, over call
-# 2's sweep with the capped kernels out of their domain at k = 32 (KNN_CAPPED_K_MAX): tail 0 -> 3 moves the
+# The fit's extra weight on a shape's slowdown past 5% (cakelib.dispatch.fit `tail`). Over a sweep
+# with the capped kernels out of their domain at k = 32 (KNN_CAPPED_K_MAX): tail 0 -> 3 moves the
 # leave-one-shape-out estimate 1.078x -> 1.073x the per-shape best and the held-out shapes > 10% slower
 # than their best 21 -> 19 (none > 1.5x either way); the training set's worst shape 1.41x -> 1.65x.
 FIT_TAIL = 3.0
 # A measured shape whose tree pick runs more than this x its best variant runs the best (cakelib.dispatch.pin).
-# Session 21: the sweep timed two new variants only at Q = 64, M = 4M (k = 10: 0.79 ms against the leaf's
-# 1.01); a leaf can only take a variant measured on all its shapes, so the tree kept the slower one.
+# (A sweep timed two new variants only at Q = 64, M = 4M (k = 10: 0.79 ms against the leaf's 1.01); a leaf
+# can only take a variant measured on all its shapes, so the tree kept the slower one.)
 # Only the sweep's own rows count (`fresh_rows`): its --prior's, rescaled, may predate a change to the kernels.
 PIN_OVER = 1.05
 
@@ -98,37 +98,37 @@ def knn_train() -> list[dict]:
     base = [{"Q": Q, "M": M, "k": 10} for Q in (1, 4, 16, 64, 256, 1024, 4096) for M in (100_000, 1 << 20, 4 << 20)
             if Q * M <= (1 << 32) and {"Q": Q, "M": M, "k": 10} not in mid]
     other_k = [{"Q": Q, "M": 1 << 20, "k": k} for Q in (1, 64, 1024) for k in (16, 32)]
-    # session 14: no training shape had k = 1 (the depth-6 refit moved the k = 1 grid shapes from 1.64x to
+    # without these no training shape had k = 1 (the depth-6 refit moved the k = 1 grid shapes from 1.64x to
     # 1.45x of the best baseline) or k >= 16 with more than 1024 queries (the build shapes at 0.3-0.7x)
     other_k += [{"Q": Q, "M": 1 << 20, "k": 1} for Q in (1, 64, 1024)] + [{"Q": 16384, "M": 16384, "k": k} for k in (2, 32)]
     other_k += [{"Q": 4096, "M": 1 << 18, "k": 16}, {"Q": 32768, "M": 32768, "k": 16}]
-    # session 19: the 8192-query searches at k = 16 / 32 (the Q = 10000 grid shapes had only k = 10 near them);
-    # after the per-call re-sweep (call 1), the shapes whose refitted pick lost most in the grid: a leaf
+    # the 8192-query searches at k = 16 / 32 (the Q = 10000 grid shapes had only k = 10 near them);
+    # after the per-call re-sweep, the shapes whose refitted pick lost most in the grid: a leaf
     # of Q = 64 at M <= 256K fitted to M >= 1M points (0.63-0.94x), k = 16 at M = 100K given the k = 10
     # picks (Q = 256 / 512: 0.80x), Q = 32 at M = 4M k = 16, Q = 4096 at M = 100K k = 16
     other_k += [{"Q": 8192, "M": 1 << 20, "k": k} for k in (16, 32)]
     other_k += [{"Q": 64, "M": 1 << 18, "k": k} for k in (10, 16)] + \
         [{"Q": Q, "M": 100_000, "k": 16} for Q in (64, 256, 512, 4096)] + [{"Q": 32, "M": 4 << 20, "k": 16}]
-    # (call 2's refit gave Q = 32 at M = 100K the Q <= 16 pick: k = 16 0.87x -> 0.61x)
+    # (a refit without them gave Q = 32 at M = 100K the Q <= 16 pick: k = 16 0.87x -> 0.61x)
     other_k += [{"Q": 32, "M": 100_000, "k": k} for k in (10, 16)]
-    # session 21: the grid's slowest shapes, the k >= 16 builds and Q = 64 at M = 4M (0.79-0.95x)
+    # the grid's slowest shapes, the k >= 16 builds and Q = 64 at M = 4M (0.79-0.95x)
     other_k += [{"Q": 65536, "M": 65536, "k": k} for k in (16, 32)] + [{"Q": 32768, "M": 32768, "k": 32}]
     other_k += [{"Q": 64, "M": 4 << 20, "k": 16}]
     # (the refit on them moved Q = M = 16384 at k = 16, in the builds' leaf but not timed, 1.13x -> 0.87x)
     other_k += [{"Q": 16384, "M": 16384, "k": 16}]
-    # session 10: no training shape sat at M = 256K or at Q = 128 / 512, where the grid's picks went wrong
+    # without these no training shape sat at M = 256K or at Q = 128 / 512, where the grid's picks went wrong
     # (a depth-4 leaf shared by Q = 64 and 256; a refit leaf fitted to M = 100K points)
     between = [{"Q": Q, "M": M, "k": 10} for Q in (1, 16, 128, 512) for M in (1 << 18,)] + \
         [{"Q": Q, "M": 1 << 20, "k": 10} for Q in (128, 512)] + [{"Q": 16, "M": 1 << 18, "k": 16}]
-    # session 15: Q = 128 at k = 1 / 16 and Q = 64 at M = 4M, k = 1 (the grid's worst shapes: a split bq 16
+    # Q = 128 at k = 1 / 16 and Q = 64 at M = 4M, k = 1 (the grid's worst shapes: a split bq 16
     # kernel reading the database 8 times, picked from k = 10 points)
     between += [{"Q": 128, "M": M, "k": 1} for M in (1 << 18, 4 << 20)] + \
         [{"Q": 128, "M": M, "k": 16} for M in (100_000, 1 << 20)] + [{"Q": 64, "M": 4 << 20, "k": 1}]
-    # session 16: the k = 16 grid shapes that lost most (Q = 128 at M = 4M: 0.50x; Q = 32 / 512 / 2048)
+    # the k = 16 grid shapes that lost most (Q = 128 at M = 4M: 0.50x; Q = 32 / 512 / 2048)
     between += [{"Q": 128, "M": 4 << 20, "k": 16}] + [{"Q": Q, "M": 1 << 18, "k": 16} for Q in (32, 512, 2048)]
-    # (the refit with only that Q = 32 shape gave Q = 32 the Q = 64 picks: 0.65-0.89x of session 15's time)
+    # (the refit with only that Q = 32 shape gave Q = 32 the Q = 64 picks: 0.65-0.89x of the earlier time)
     between += [{"Q": 32, "M": 1 << 20, "k": k} for k in (1, 10)] + [{"Q": 32, "M": 4 << 20, "k": 10}]
-    # (session 12: `between` second, where the 128-query wgmma CTAs should matter, so a cut sweep has it)
+    # (`between` second, where the 128-query wgmma CTAs should matter, so a cut sweep has it)
     return mid + between + base + [{"Q": 32768, "M": 32768, "k": 10}] + other_k
 
 
@@ -159,15 +159,15 @@ def table_file(op: str, region: str = "") -> str:
 
 
 def kmeans_train() -> list[dict]:
-    """Session 11: the refit picked the K <= 64 variant for K = 16 at N = 4M (25% slower than the K <= 32
-    one) with no training shape of K < 32 above 256K points: N = 4M, K = 16 is one now. Session 13: B = 16,
-    N = 262K, K = 160, one of the batched shapes still slower than flashlib (0.68x). Session 17: the two
-    slowest grid shapes (K = 256 at N = 4M and at B = 16, N = 262K)."""
+    """With no training shape of K < 32 above 256K points a refit picked the K <= 64 variant for K = 16 at
+    N = 4M (25% slower than the K <= 32 one): N = 4M, K = 16 is one now. B = 16, N = 262K, K = 160: one of
+    the batched shapes that ran slower than flashlib (0.68x). The two slowest grid shapes (K = 256 at
+    N = 4M and at B = 16, N = 262K)."""
     return [{"B": B, "N": N, "K": K} for B in (1, 4, 32) for N in (16384, 262144) for K in (32, 100, 256)
             if B * N <= (4 << 20)] + [{"B": 1, "N": 1 << 21, "K": K} for K in (64, 256)] + [
         {"B": 2, "N": 262144, "K": 8}, {"B": 4, "N": 65536, "K": 16}, {"B": 16, "N": 65536, "K": 64},
         {"B": 4, "N": 262144, "K": 128}, {"B": 1, "N": 1 << 22, "K": 16}, {"B": 16, "N": 262144, "K": 160},
-        # session 17: the two slowest grid shapes (0.70x / 0.73x of flashlib), for the register-held sums
+        # the two slowest grid shapes (0.70x / 0.73x of flashlib), for the register-held sums
         {"B": 1, "N": 1 << 22, "K": 256}, {"B": 16, "N": 262144, "K": 256}]
 
 
@@ -193,7 +193,7 @@ def knn_variants() -> list[dict]:
         if split > 1 and merge != "serial":
             p["merge"] = merge
         return p
-    # session 12: the variants the session-10 sweep never timed within 10% of a shape's best (and that the
+    # the variants an earlier sweep never timed within 10% of a shape's best (and that the
     # committed table cannot pick) are left out, to keep the sweep's budget for the wgmma variants:
     # bq64 bn128 s1, the tile-norm serial-merge splits 8 / 32 / 128, the global-norm split 512 (wide and
     # serial), bq64 qfrag smem wm 32, the wm-32 stream at splits 8 / 32
@@ -212,7 +212,7 @@ def knn_variants() -> list[dict]:
     out += [v(16, 32, s, 4, "tile", ws=4) for s in (8, 32, 128)] + [v(16, 32, 128, 4, ws=4)]
     out += [v(16, 64, 64, 2, "tile", ws=4)]
     out += [v(32, 32, 64, 3, "tile", wm=32, ws=4)]
-    # session 12 (sm_90a): the distance tile on wgmma, 64 or 128 queries per CTA sharing each database
+    # sm_90a: the distance tile on wgmma, 64 or 128 queries per CTA sharing each database
     # tile (tasks/knn/wgmma.py); splits that give the mid-Q searches 2-4 CTAs per SM
     wg = {"mma": "wgmma"}
     out += [v(64, 128, 1, 3, **wg), v(128, 128, 1, 3, **wg), v(128, 64, 1, 4, **wg)]
@@ -222,29 +222,29 @@ def knn_variants() -> list[dict]:
     # accumulators and the top-k's scores spill)
     out += [{**v(128, 64, s, 4, **wg), "overlap": True} for s in (1, 8, 32)]
     out += [{**v(64, 64, s, 4, **wg), "overlap": True} for s in (8, 128)]
-    # session 13: at k = 16 the lists' 24 more registers per thread cost these variants a CTA per SM
+    # at k = 16 the lists' 24 more registers per thread cost these variants a CTA per SM
     # (wgmma bq 128: 124 -> 144 registers, 2 -> 1 CTAs of 256 threads; the ws4 stream 126 -> 150) and
     # 1.7-2.4x the k = 10 time; capped at 128 registers they build without spills (ptxas)
     out += [v(128, 64, s, 4, minb=2, **wg) for s in (16, 64)] + [v(16, 32, s, 4, "tile", ws=4, minb=4) for s in (32, 128)]
-    # session 14 (ncu, Q = M = 32768): at k = 16 the unsplit bq 128 kernel runs one CTA per SM (139
+    # ncu, Q = M = 32768: at k = 16 the unsplit bq 128 kernel runs one CTA per SM (139
     # registers; 12.5% occupancy, no eligible warp 75% of cycles; k = 8: 107 registers, two CTAs, 57%):
     # capped at 128 it builds without spills at k = 16 (k = 32 spills 8.9 KB)
     out += [v(128, 64, 1, 4, minb=2, **wg)]
-    # session 16: with the shared bound (k > 1) a split's CTAs no longer each insert their own first
+    # with the shared bound (k > 1) a split's CTAs no longer each insert their own first
     # candidates, so more splits cost less; Q <= 128 on 128 CTAs of 128 queries (s64: 64 CTAs, half the
     # SMs idle at Q = 128), 256 CTAs of 64
     out += [v(128, 64, s, 4, **wg) for s in (32, 128)] + [{**v(64, 64, 256, 4, **wg), "overlap": True}]
-    # (session 18 listed the 64-query wgmma splits with the merge kernel and the sampled bound as variants
-    # of their own; since session 19 the sweep times every split in its per-call form, which is that)
-    # session 19: Q = 8192-10000 searches ran the unsplit mma.sync bq 32 kernel (Q = 10000, M = 1M, k = 10:
+    # (the 64-query wgmma splits with the merge kernel and the sampled bound are no variants of their own:
+    # the sweep times every split in its per-call form, which is that)
+    # Q = 8192-10000 searches ran the unsplit mma.sync bq 32 kernel (Q = 10000, M = 1M, k = 10:
     # 19.2 ms, where Q = 4096 takes 4.3 ms on a 16-way wgmma split): the workspace (WS_ROWS 2^17) now
     # holds an 8-way split of 79 query tiles of 128, 632 CTAs
     out += [v(128, 64, 8, 4, **wg), v(128, 64, 8, 4, minb=2, **wg)]
-    # session 21: the sampled bound on the builds (Q = M, k >= 16: the unsplit mma.sync kernel at 0.79-0.95x of
+    # the sampled bound on the builds (Q = M, k >= 16: the unsplit mma.sync kernel at 0.79-0.95x of
     # flashlib; the seeded 8-way split at Q = 10000, M = 1M, k = 16 scores 2.5x the pairs per second) -- slower
     # at every k >= 10 wgmma build (1.03-1.18x; kept: the committed sweep's rows and a k = 2 pin name them); and
     # sparser samples for the few-query searches of 4M rows (Q = 64: the every-8th-tile sample took 315 us of
-    # 1.18 ms, ncu session 20; every 32nd: 1.22-1.28x faster, pinned there)
+    # 1.18 ms, ncu; every 32nd: 1.22-1.28x faster, pinned there)
     sd = lambda p, f: {**p, "seed": f}   # noqa: E731  (an explicit seed: the per-call options keep it)
     out += [sd(v(128, 64, 1, 4, **wg), f) for f in (8, 32)] + [sd(v(128, 64, 2, 4, **wg), 8)]
     out += [sd({**v(128, 64, 1, 4, **wg), "overlap": True}, 8), sd(v(128, 64, 1, 4, minb=2, **wg), 8)]
@@ -265,7 +265,7 @@ def kmeans_variants() -> list[dict]:
     out += [res(128, 64, 32, b, False, p) for b in (1, 8) for p in (33, 132, 264)]
     out += [res(256, 32, 16, b, False, p) for b in (1, 8) for p in (16, 33, 132)]
     out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": p} for p in (4, 33, 132)]
-    # session 11: the tensor-core update (sums += onehot^T X per tile, no shared-memory CAS per point and dim)
+    # the tensor-core update (sums += onehot^T X per tile, no shared-memory CAS per point and dim)
     mma = {"update": "mma"}
     out += [{"kind": "resident", "kmax": 32, "bm": 64, "bn": 64, "ctas": p, "big": 8, **mma} for p in (132, 264)]
     out += [{"kind": "resident", "kmax": 64, "bm": 64, "bn": 64, "ctas": p, "big": 8, **mma} for p in (132, 264)]
@@ -285,7 +285,7 @@ def kmeans_variants() -> list[dict]:
     # the centroid norms once per CTA instead of per centroid tile and point tile (a reduce and a barrier less)
     out += [{"kind": "fused", "kmax": 256, "bm": 128, "bn": 64, "ctas": p, **m, "norms": "once"} for p in (33, 132)
             for m in (mma, mma32)]
-    # session 12 (sm_90a): the assignment on wgmma (tasks/kmeans/wgmma.py), one CTA per SM (smem)
+    # sm_90a: the assignment on wgmma (tasks/kmeans/wgmma.py), one CTA per SM (smem)
     wg = {"mma": "wgmma"}
     out += [{"kind": "fused", "kmax": 256, "bm": bm, "bn": bn, "ctas": 132, **m, **wg}
             for bm, bn in ((64, 128), (128, 64)) for m in (mma, mma32)]
@@ -296,12 +296,12 @@ def kmeans_variants() -> list[dict]:
     x2 = {"norms": "once", "xstages": 2}
     out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, **m, **x2} for m in (mma, mma32)]
     out += [{"kind": "fused", "kmax": 256, "bm": 64, "bn": 64, "ctas": 132, **m, **wg, "xstages": 2} for m in (mma, mma32)]
-    # session 13: batches of B >= 8 at K >= 100 kept the mma.sync p33 picks (0.58-0.93x of flashlib); the
+    # batches of B >= 8 at K >= 100 kept the mma.sync p33 picks (0.58-0.93x of flashlib); the
     # wgmma kernels were swept at 132 CTAs per batch only (16-32 waves at B = 16-32). The cost model
     # (ptxas registers) puts 33 per batch 17% (B = 16, N = 262K, K = 160) to 41% (B = 32, N = 65K) ahead
     out += [{"kind": k, "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **mma32, **wg}
             for k, kmax in (("fused", 256), ("resident", 128)) for p in (16, 33)]
-    # session 17: the sums held in registers across the point tiles (no smem sums: 256 KB less shared-memory
+    # the sums held in registers across the point tiles (no smem sums: 256 KB less shared-memory
     # traffic per 128-point tile at K = 256, and room for K = 256 resident centroids); 128-point tiles
     # (K x 128 x 4 bytes over 256 threads: 128 registers at K = 256)
     rs = {**mma32, **wg, "sums": "regs"}
@@ -317,7 +317,7 @@ def kmeans_variants() -> list[dict]:
     # ... with both atoms of dims in one m64n128k16 per block and 16 points (half the update instructions)
     out += [{"kind": "resident", "kmax": kmax, "bm": 128, "bn": 64, "ctas": p, **rw, "update_n": 128}
             for kmax in (256, 128) for p in (16, 33, 132)]
-    # session 22: centroid tiles in pairs on two accumulators (`astages` 2), tile 2u + 1's wgmma in flight during
+    # centroid tiles in pairs on two accumulators (`astages` 2), tile 2u + 1's wgmma in flight during
     # tile 2u's argmin; bn 32 keeps the two accumulators in the registers of one (238 vs 239 at K = 256; bn 64:
     # 255 and spills). Measured and not picked (bench/results/lib-sweep-kmeans-h200-session22-a2.json): at
     # B = 1, N = 4M, K = 256 16.72 ms against 16.62 for bn 32 on one accumulator and 14.39 for the bn 64 pick
@@ -738,7 +738,7 @@ def probe_step(lines: list, rc, err: str, start: int, n: int, bad: dict) -> int:
 
 def rescale_prior(kept: list, new: list, old: list) -> list:
     """The prior sweep's rows put on this run's clock: at each shape, their times x the median ratio (this
-    run / the prior) of the variants timed in both (session 17: the re-timed wgmma k-means variants ran a
+    run / the prior) of the variants timed in both (re-timed wgmma k-means variants once ran a
     median 3% faster than their prior rows, up to 37% at the smallest shape, which handed them picks from
     variants that were not re-timed). A shape with no variant in both keeps its rows as they were."""
     key = lambda r: (json.dumps(r["shape"], sort_keys=True), r["variant"])
@@ -1003,8 +1003,8 @@ def measurements(op: str, raw: list, vmap: dict, arch: str = "sm_90a") -> list:
 
 def unqueued(variants: list, ks) -> dict:
     """kNN variant name -> the ks >= 16 at which it runs the deferred insertion's queue at T = 0 only because
-    the queue table has no entry for it (cakelib.variants.knn_queue's default). Session 21: every wgmma build
-    and every seeded form was swept at T = 0 beside the mma.sync build's fitted T = 2, which had bought it 2.4x
+    the queue table has no entry for it (cakelib.variants.knn_queue's default). An earlier sweep ran every
+    wgmma build and every seeded form at T = 0 beside the mma.sync build's fitted T = 2, which had bought it 2.4x
     at k = 32: the sweep compared queues, not kernels."""
     from cakelib.variants import knn_name, knn_queue_fitted
     big = sorted(k for k in ks if k >= 16)

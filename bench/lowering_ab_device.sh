@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (session 23): the lowering's instruction cuts (wgmma descriptors stepped by one add, onehot
+# One device call: the lowering's instruction cuts (wgmma descriptors stepped by one add, onehot
 # without per-column tests on full fragments, the column bias at constant offsets, one one-hot fragment for
 # every held k-means block), results under $OUT/knn:
 #   1. the GPU tests of the kernels they touch;

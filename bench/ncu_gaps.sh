@@ -1,5 +1,5 @@
 #!/bin/bash
-# Nsight Compute on the three grid shapes still > 5% slower than flashlib after session 22 (-> $OUT/ncu/):
+# Nsight Compute on the three grid shapes that ran > 5% slower than flashlib (-> $OUT/ncu/):
 #   kmeans B = 1, N = 4M, K = 256 (the resident wgmma pick, one Lloyd iteration);
 #   knn Q = M = 65536, k = 32: the pick (mma.sync build, queue T = 2) and the wgmma build (T = 2),
 #   beside k = 16 on the capped wgmma build (2 CTAs per SM, 2.5x less time per pair).

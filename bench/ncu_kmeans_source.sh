@@ -1,6 +1,6 @@
 #!/bin/bash
 # Nsight Compute, source level, on the one k-means grid shape still > 5% slower than flashlib (B = 1, N = 4M,
-# K = 256, the resident wgmma pick; session 22): the full section set exported, then the per-SASS-instruction
+# K = 256, the resident wgmma pick): the full section set exported, then the per-SASS-instruction
 # stall samples as CSV (where the 5.13 cycles per issued instruction go) -> $OUT/ncu/.
 #     OUT=/some/dir CAKE_CACHE_DIR=DIR bash bench/ncu_kmeans_source.sh
 mkdir -p $OUT/ncu

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Nsight Compute on the kNN picks where k = 16 loses (session 20): the Q = 64, M = 4M search kernel (latency
+# Nsight Compute on the kNN picks where k = 16 loses: the Q = 64, M = 4M search kernel (latency
 # with one CTA per SM?) and the Q = 1, M = 100K stream at k = 16 against k = 10 (the insertions) -> $OUT/ncu/.
 #     OUT=/some/dir bash bench/ncu_knn_k16.sh      (on the GPU machine; bench/profile_lib.py makes the calls)
 NCU="ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Nsight Compute: each kernel's GPU time in one library kNN call (the norms, sample, search and merge
-# kernels of a Program), at the shapes where the grid loses (session 20) -> $OUT/ncu-parts/*.csv and a table.
+# kernels of a Program), at the shapes where the grid loses -> $OUT/ncu-parts/*.csv and a table.
 #     OUT=/some/dir bash bench/ncu_knn_parts.sh ["Q M k" ...]      (on the GPU machine)
 mkdir -p $OUT/ncu-parts
 shapes=("$@")

@@ -1,4 +1,4 @@
-"""Same-run A/B of the runtime's top-k insertion (session 14): every kNN kernel here built twice, once with
+"""Same-run A/B of the runtime's top-k insertion: every kNN kernel here built twice, once with
 the runtime header as it is (`cake::topk_insert` as a shift with independent compares) and once with the
 header's previous insertion (a bubble of dependent swaps, kept below as the baseline), each checked
 against float64 (bench/lib_grid.py `knn_check`) and timed with CUDA events (median, L2 flushed), the two
@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# the runtime's insertion before session 14 (cake.cuh version 3): the baseline
+# the runtime's previous insertion (cake.cuh version 3): the baseline
 BUBBLE = """template <int K, bool MIN> __device__ __forceinline__ void topk_insert(float* vals, int* idx, float v, int i) {
   if (!topk_better<MIN>(v, i, vals[K - 1], idx[K - 1])) return;   // the threshold test: one compare
   vals[K - 1] = v; idx[K - 1] = i;

@@ -2,22 +2,22 @@
 checked against float64 (bench/lib_grid.py `knn_check`, poisoned outputs) and timed with CUDA events
 (median, L2 flushed), the builds alternating per shape; the first value is the baseline. All builds are
 compiled in parallel first. Prints a table last and writes JSON with the GPU and versions.
-- `--option queue` (session 15, the default): the deferred top-k insertion, T = 0 (insertion on the
+- `--option queue` (the default): the deferred top-k insertion, T = 0 (insertion on the
   spot) against T = 2, 4, 8 pending entries per row and lane (`topk` queue_vals / queue_idx);
-- `--option share --values 0,1` (session 16): the split's CTAs sharing each query's bound of its
+- `--option share --values 0,1`: the split's CTAs sharing each query's bound of its
   k-th best (`topk` shared_bound) off and on;
-- `--option skip_pad` (session 16): the query rows past Q entering the insertion (0) or not (1,
+- `--option skip_pad`: the query rows past Q entering the insertion (0) or not (1,
   `topk` valid_rows);
-- `--option seed --values 0,8,32` (session 18): no sampling kernel (0) against one that scores every
+- `--option seed --values 0,8,32`: no sampling kernel (0) against one that scores every
   F-th database tile first and leaves each query's k-th best of it as the search's starting bound;
-- `--option merge --values wide,kernel,kernel_sd8` (session 18): the split path's last-CTA merge against a
+- `--option merge --values wide,kernel,kernel_sd8`: the split path's last-CTA merge against a
   merge kernel of its own (a warp per query), the latter also with the sampled bound (`_sd{F}`);
-- `--option norms --values global,tile` (session 19): the wgmma kernels' database norms from a first kernel
+- `--option norms --values global,tile`: the wgmma kernels' database norms from a first kernel
   (a read of the whole database) against norms reduced from each staged tile;
-- `--option rolled --values 0,1` (session 22): an unrolled insertion per column against one rolled loop per row
+- `--option rolled --values 0,1`: an unrolled insertion per column against one rolled loop per row
   over its passing scores (`topk` rolled: the instruction cache).
 `--variant A,B` A/Bs the named variants (bench/lib_grid.py knn_variants, in their per-call form) at every shape
-that supports them instead of the table's picks, e.g. a family the table does not pick yet (session 21: the
+that supports them instead of the table's picks, e.g. a family the table does not pick yet (once the
 queue on the wgmma builds, which ran with T = 0 at k = 16 / 32 where the mma.sync build's T = 2 bought 1.2-2.4x).
     python bench/topk_queue_ab.py [--option queue|share|skip_pad] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
                                   [--shapes JSON] [--compile-only]
@@ -49,7 +49,7 @@ SHAPES = [{"Q": 1, "M": M1, "k": 16}, {"Q": 1, "M": M1, "k": 32}, {"Q": 16, "M":
           {"Q": 10000, "M": M1, "k": 16}, {"Q": 16384, "M": 16384, "k": 32}, {"Q": 32768, "M": 32768, "k": 16},
           {"Q": 32768, "M": 32768, "k": 32}]
 
-# the shared bound (session 16): the shapes where the table picks a split kernel at k > 1 (the grid's
+# the shared bound: the shapes where the table picks a split kernel at k > 1 (the grid's
 # k >= 10 losses: few queries, Q = 64 - 128, the mid-Q split wgmma), M from 100K to 4M
 SHARE_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (1, 100000, 10), (1, M1, 10), (1, 100000, 16), (1, M1, 16), (1, 4 * M1, 16), (1, M1, 32), (8, 262144, 16),
@@ -57,13 +57,13 @@ SHARE_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (128, 100000, 10), (128, M1, 10), (128, 262144, 16), (128, 4 * M1, 16), (256, M1, 16), (512, 262144, 16),
     (1024, 262144, 16), (1024, M1, 10), (2048, 262144, 16), (4096, 262144, 16), (1024, M1, 32))]
 
-# the padded query rows (session 16): few queries in a 16-row tile, k > 1
+# the padded query rows: few queries in a 16-row tile, k > 1
 PAD_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (1, 100000, 10), (1, 100000, 16), (1, 262144, 16), (1, M1, 10), (1, M1, 16), (1, 4 * M1, 16), (1, M1, 32),
     (2, 100000, 16), (4, 262144, 16), (8, 100000, 10), (8, 262144, 16), (8, M1, 16), (16, 100000, 16),
     (37, 262144, 16), (100, M1, 16), (1000, 262144, 16))]
 
-# the wgmma kernels' database norms (session 19): the shapes whose pick is a wgmma kernel, from the
+# the wgmma kernels' database norms: the shapes whose pick is a wgmma kernel, from the
 # database-bound searches (Q = 64 - 128, M >= 1M: the norms kernel reads as many bytes as the search) to the
 # compute-bound builds
 NORMS_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
@@ -71,7 +71,7 @@ NORMS_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (128, M1, 10), (128, 100000, 16), (256, M1, 10), (256, 4 * M1, 16), (512, 262144, 10), (1024, 100000, 16),
     (1024, 4 * M1, 10), (2048, M1, 16), (4096, 262144, 10), (10000, M1, 10), (16384, 16384, 2), (32768, 32768, 8))]
 
-# the sampled starting bound (session 18): every regime with k > 1 (few queries, Q = 64 - 128, the mid-Q
+# the sampled starting bound: every regime with k > 1 (few queries, Q = 64 - 128, the mid-Q
 # split wgmma, the unsplit builds), the grid's slowest shapes first
 SEED_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (128, 100000, 10), (128, 100000, 16), (64, 4 * M1, 16), (64, 4 * M1, 10), (128, 262144, 16), (128, 262144, 10),
@@ -80,7 +80,7 @@ SEED_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (1024, M1, 16), (1, M1, 16), (1, 4 * M1, 16), (1024, M1, 10), (4096, M1, 10), (32768, 32768, 16),
     (16384, 16384, 32), (32768, 32768, 32), (10000, M1, 16), (10000, M1, 32))]
 
-# the merge kernel (session 18): the split picks at Q = 1 - 4096 (the last-CTA merge ran ~190 of 248 us at
+# the merge kernel: the split picks at Q = 1 - 4096 (the last-CTA merge ran ~190 of 248 us at
 # Q = 128, M = 100K, k = 10), k = 1 too (its lists are one entry)
 MERGE_SHAPES = [{"Q": q, "M": m, "k": k} for q, m, k in (
     (128, 100000, 10), (128, 100000, 16), (128, 262144, 10), (128, 262144, 16), (128, M1, 10), (128, 4 * M1, 16),

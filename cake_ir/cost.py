@@ -765,7 +765,7 @@ def topk_insertion_instrs(k: int, n: int, tiles: int, queue: int = 0) -> float:
     1 - (1 - p_t)^32 of them. With a queue of T entries (the deferred insertion) such a column costs a
     push (2 T + 3) instead while the lanes pass fewer than T / 2 per tile, and the flushes insert about
     as often as the busiest lane passed (mean + 2.5 sd over the stream). Checked against ncu: k = 16
-    over k = 8 on the same kernel ran 1.94x the instructions (session 14); the whole estimate 1.78x."""
+    over k = 8 on the same kernel ran 1.94x the instructions; the whole estimate 1.78x."""
     if k <= 1 or n <= 0 or tiles <= 0:
         return 0.0
     c_ins, c_push = 6.0 * k + 4.0, 2.0 * queue + 3.0

@@ -55,12 +55,12 @@ def prefill_plan(H: int, HV: int, N: int, safe: bool, arch: str, sms: int, T: in
     # 0.76 ms against 1.51 for the best two-pass point, measured on a shared GPU, indicative)
     if T >= SEQ_PARALLEL_MIN_TOKENS * max(N, 1) and HV * N * (V // 32) * 2 <= sms:
         return "two_pass", {"vs": 128, **base, "consumers": 8, "segments": 64, **bulk}
-    # V-slice 32 while its CTAs fit two waves, else 128 with 8 consumers (session 9,
-    # bench/results/kda-prefill-h200-session9-plan.json: at T = 8192 H = 64, two waves of vs 32, 0.811 /
+    # V-slice 32 while its CTAs fit two waves, else 128 with 8 consumers
+    # (bench/results/kda-prefill-h200-session9-plan.json: at T = 8192 H = 64, two waves of vs 32, 0.811 /
     # 1.035 ms safe / softplus against 0.859 / 1.110 for vs 64, the earlier rule's one-wave pick; at H = 96
     # and the packed batches vs 128 c8 wins by 20-35%)
     if HV * N * (V // 32) <= 2 * sms:
-        # the bulk-copy loader (session 8: 0.554 / 0.644 ms against 0.661 / 0.789 at T = 8192, H = 32,
+        # the bulk-copy loader (0.554 / 0.644 ms against 0.661 / 0.789 at T = 8192, H = 32,
         # safe / softplus) and the searches' 2 prepare warps with 2 consumers (agent runs kda-safe1-h200,
         # 0.521 ms, and kda-safe0-h200, 0.644 ms)
         return "two_pass", {"vs": 32, **base, "warps": 2, "consumers": 2, **bulk}

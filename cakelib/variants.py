@@ -22,9 +22,9 @@ KNN_DK_K_MAX = 32
 KNN_DK_TILE_NORM_TILES = 2
 KNN_K_MAX = 32             # per-lane sorted lists live in registers (k = 64 exceeds the register budget)
 # the split path at k = 32: with E-RES-05 counting live ranges (the search lists die before the merge
-# lists are born) most split variants verify (session 13), and they pass the task's evaluator on the H200
-# (session 14: tests/test_knn_fast.py::test_split_search_at_k32_passes_evaluator_on_gpu; Q = 1024,
-# M = 1M, k = 32 9.9 ms split vs 33.6 ms unsplit in the sweep)
+# lists are born) most split variants verify, and they pass the task's evaluator on the H200
+# (tests/test_knn_fast.py::test_split_search_at_k32_passes_evaluator_on_gpu; Q = 1024, M = 1M, k = 32
+# 9.9 ms split vs 33.6 ms unsplit in the sweep)
 KNN_K_MAX_SPLIT = 32
 # the large-k path (cakelib/knn_large_k.py: a distance tile into a workspace, then a block-wide selection)
 KNN_LARGE_K_MAX = 1024     # row_select's candidate buffer and bitonic sort hold 4096 entries (>= k + the k-th key's bin)
@@ -33,8 +33,8 @@ KNN_LARGE_M_MAX = 1 << 22  # the workspace holds 128 rows of S at least (2 GiB a
 KNN_LARGE_WS_WORDS = 1 << 27   # S workspace: 512 MiB of fp32 dot products per chunk of queries
 KNN_FALLBACK = {"bq": 64, "bn": 64, "split": 1, "stages": 2}
 # the wgmma kernels' database norms (l2): "global", a norms kernel's first read of the whole database, or
-# "tile" (session 19), reduced from each staged tile while its wgmma runs; a variant's explicit "norms"
-# wins (`_gn` / `_tn` in a wgmma name where it is not this default). Measured (session 20, same-run A/B and
+# "tile", reduced from each staged tile while its wgmma runs; a variant's explicit "norms"
+# wins (`_gn` / `_tn` in a wgmma name where it is not this default). Measured (same-run A/B and
 # the grid's 87 wgmma picks, bench/results/topk-norms-ab-h200.json): "tile" saves the database read only
 # where few query tiles share it and the search streams (k = 1, Q = 64: 0.53 -> 0.36 ms at M = 4M, 1.35-1.47x;
 # Q = 128 1.03-1.15x): below the H200's ~200 FLOP per byte (2 Q D FLOP per 2 D bytes of a database row) the
@@ -45,7 +45,7 @@ KNN_WGMMA_NORMS = "global"
 KNN_WGMMA_TILE_NORMS = {"k_max": 1, "q_max": 128}
 # a register cap (minb > 1: 128 registers for 2 CTAs of 256 threads or 4 of 128) holds the lists up to
 # k = 16 (ptxas: 12-88 B of spill stores); at k = 32 every capped kNN kernel spills 2-9 KB per thread
-# (session 19's cubins; the grid's Q = 10000, M = 1M, k = 32 ran 2x slower on one), so that is outside
+# (earlier cubins; the grid's Q = 10000, M = 1M, k = 32 ran 2x slower on one), so that is outside
 # their domain
 KNN_CAPPED_K_MAX = 16
 
@@ -75,8 +75,8 @@ def knn_queue_key(p: dict) -> str:
     reduced per tile, so those forms share the entry of the base variant (last-CTA merge, the default
     norms) and A/B rows of any of them fit it (bench/topk_queue_ab.py --fit). A sampled bound (`_sd{F}`)
     keeps its own entry: with the bound tight from the first tile far fewer scores pass, and the queue that
-    pays on the unseeded scan loses there (session 20: T = 2 at k = 16 1.07-1.57x unseeded, 0.89-1.0x on most
-    seeded picks). The insertion's form (`rolled`) shares it too: session 22's rolled A/B keyed the rolled arm
+    pays on the unseeded scan loses there (T = 2 at k = 16 1.07-1.57x unseeded, 0.89-1.0x on most seeded
+    picks). The insertion's form (`rolled`) shares it too: the rolled A/B keyed the rolled arm
     apart (`_rl`), so it ran T = 0 where the table fits T = 2 for the unrolled one."""
     base = {**p, **({"merge": "wide"} if p.get("merge") in ("kernel", "rows") else {})}   # (names carry no queue)
     base.pop("rolled", None)
@@ -151,7 +151,7 @@ def knn_name(p: dict) -> str:
     k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
     database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
     query's bound of its k-th best; k > 1) `_sd{seed}`, `rolled: False` (an unrolled insertion per column,
-    `_ur`; the builders' default since session 22 is the rolled loop, `topk` rolled: 1.0-2.3x less time at the
+    `_ur`; the builders' default is the rolled loop, `topk` rolled: 1.0-2.3x less time at the
     table's picks, bench/results/topk-rolled-ab-h200.json); the names of the variants without them are unchanged
     (committed tables refer to them)."""
     if p.get("mma") == "wgmma":    # (the names mark a wgmma variant's norms only where they are not the default)

@@ -4,7 +4,7 @@ A per-thread `topk` whose scores are rows of k (value, index) pairs with their o
 usually a merge of top-k lists: a split search's partial lists read back from global memory, or another
 lane's list staged in shared memory. Those rows are sorted best first, so `src_sorted` lowers each to one
 `cake::topk_merge_sorted` (~k log k independent compares) instead of k insertions of k dependent slots.
-Measured on the H200 (session 20): the kNN merge kernel 34 -> ~10 us at k = 16; with the quad merges the
+Measured on the H200: the kNN merge kernel 34 -> ~10 us at k = 16; with the quad merges the
 kNN grid's k = 16 shapes ran 1.31x faster.
 
 Precondition: such a topk without src_sorted (per-thread row_major f32 src [R, k], src_idx, scale 1, no

@@ -25,7 +25,7 @@ def kit(tmp_path):
     assert s0 == entry.bench_shape and s0 != s1
     kernels = {n: k for n, k in entry.seeds().items()}
     cands = [{"name": n, "hash": ir_hash(k), "ir": to_dict(k)} for n, k in kernels.items()]
-    assert len({c["hash"] for c in cands}) == len(cands) == 5   # distinct programs: the 5 kmeans seeds (wgmma: session 12)
+    assert len({c["hash"] for c in cands}) == len(cands) == 5   # distinct programs: the 5 kmeans seeds (one on wgmma)
     store = Store(url=f"sqlite:///{tmp_path / 'cake.db'}")
     return {"entry": entry, "s0": s0, "s1": s1, "cands": cands, "store": store, "root": tmp_path / "lib"}
 

@@ -230,8 +230,7 @@ def test_summary_and_dict():
 
 def _kda_measured_ms(impl: str, shape_index: int) -> float:
     """The H200 median of `impl` at a KDA bench shape, from the committed bench results: the merged
-    table, else the newest part file that timed it (the single-kernel forms left the final table in
-    session 7)."""
+    table, else the newest part file that timed it (the single-kernel forms left the final table)."""
     from tasks.kda.shapes import PREFILL_BENCH
     results = Path(__file__).resolve().parent.parent / "bench" / "results"
     want = PREFILL_BENCH[shape_index]
@@ -332,7 +331,7 @@ def test_f32_shared_atomics_cost_a_cas_loop():
 def test_ptxas_registers_set_the_occupancy():
     """estimate(compiled=...) takes the compiled kernel's registers (rounded up to the per-warp allocation
     unit) instead of the register-tile estimate: 124 registers leave room for 2 CTAs of 256 threads on
-    an SM, 144 for 1 (the kNN lists at k = 16, session 13), and the occupancy and time follow."""
+    an SM, 144 for 1 (the kNN lists at k = 16), and the occupancy and time follow."""
     from types import SimpleNamespace
     from cake_ir.nodes import Program
     from cakelib.variants import knn_kernel
@@ -359,7 +358,7 @@ def test_ptxas_registers_set_the_occupancy():
 def test_sass_counts_keep_the_calibrated_cost_of_shared_f32_atomics():
     """SASS counts are static: the compare-and-swap loop of an f32 shared-memory atomic runs again on every
     collision, so its node keeps the model's calibrated count (`smem_f32_atomic_instrs`) where the SASS
-    says less (session 13: without it the SASS-based ranking of the k-means variants fell to a median
+    says less (without it the SASS-based ranking of the k-means variants fell to a median
     Spearman of 0.78 against the model's 0.96, the atomic variants predicted 2x too fast)."""
     from cake_ir.nodes import ScatterAdd
     from cakelib.variants import kmeans_kernel
@@ -391,7 +390,7 @@ def test_topk_insertions_grow_with_k_and_shrink_with_a_queue():
 
 
 def test_topk_insertion_term_follows_the_ncu_instruction_ratio():
-    """ncu (session 14) on the unsplit wgmma kNN kernel at Q = M = 32768: k = 16 ran 1.94x the
+    """ncu on the unsplit wgmma kNN kernel at Q = M = 32768: k = 16 ran 1.94x the
     instructions of k = 8 (1049M / 542M). Without the insertion term the model's ratio was ~1."""
     from cakelib.variants import knn_kernel
     p = {"mma": "wgmma", "bq": 128, "bn": 64, "split": 1, "stages": 4, "queue": 0}

@@ -1,4 +1,4 @@
-"""The shared top-k bound (`topk` shared_bound, session 16): the CTAs that split a query's database
+"""The shared top-k bound (`topk` shared_bound): the CTAs that split a query's database
 publish and read a bound of its k-th best. CPU: the builders' use of it (E-TOPK-03 clean, the reset),
 the lowering, and the runtime's order-preserving key compiled for the host. GPU (marked gpu): variants
 with the bound against float64, and back-to-back launches on different data (a bound left over from

@@ -204,8 +204,8 @@ def test_split_search_at_k32_builds_without_spills(kind, kw):
 @needs_gpu
 @pytest.mark.parametrize("kind, kw", K32_SPLITS)
 def test_split_search_at_k32_passes_evaluator_on_gpu(kind, kw):
-    """The split path at k = 32 (verified since E-RES-05 counts live ranges; built by ptxas without spills,
-    session 13) against the float64 reference, through the task's evaluator: what must pass before
+    """The split path at k = 32 (verified since E-RES-05 counts live ranges; built by ptxas without
+    spills) against the float64 reference, through the task's evaluator: what must pass before
     cakelib.variants.KNN_K_MAX_SPLIT lets the library and the sweep use it."""
     from gpu_backend.evaluate import evaluate
     t = type(get_task("knn"))()
@@ -265,7 +265,7 @@ def test_search_loop_static_cost():
     """bench/sass_hot_path.py on the sm_90a search kernel (needs nvdisasm): with the norms computed once
     the database loop has no inner loop (the per-tile norm reduce) and its no-insertion path is ~220
     instructions per thread per 64-row tile (it was ~430 plus the reduce before the filtered epilogue). The
-    inner loops left are the rolled insertions (`topk` rolled, session 22: one per row slot, selects and
+    inner loops left are the rolled insertions (`topk` rolled: one per row slot, selects and
     compares, no loads), which the hot path skips."""
     import sys
     from pathlib import Path

@@ -1,4 +1,4 @@
-"""The split search's merge as a kernel of its own (`merge="kernel"`, `_mk`, session 18): the search
+"""The split search's merge as a kernel of its own (`merge="kernel"`, `_mk`): the search
 kernel stores its partial lists and stops; `knn_merge` follows with a warp per query row (lanes merge
 lists l, l + 32, ..., then a tree through shared memory). ncu had shown the last-CTA merge running on one
 SM for ~190 of the 248 us of a Q = 128, M = 100K, k = 10 search. CPU: the Programs, verification, the
@@ -114,7 +114,7 @@ def test_merge_kernel_leaves_workspace_and_bounds_clean_on_gpu(variant):
 @pytest.mark.parametrize("k,kind", [(10, "min"), (16, "max"), (32, "min")])
 def test_merge_kernel_merges_stored_lists_by_the_bitonic_network(k, kind):
     """Every list the merge kernel reads is sorted, so each goes through one bitonic merge
-    (cake::topk_merge_sorted, session 20: 34 -> ~10 us at Q = 1, k = 16), never k insertions; the cost
+    (cake::topk_merge_sorted: 34 -> ~10 us at Q = 1, k = 16), never k insertions; the cost
     model counts the network, under half the k insertions of ~6 k instructions each at k >= 8."""
     from cake_ir.compiler import compile_ir
     from cake_ir.cost import topk_merge_instrs

@@ -125,8 +125,8 @@ def test_topk_queue_family_tactic_builds_a_verified_queued_search(seed):
 def test_topk_queue_tactic_is_found_by_its_problem():
     from tactics.base import retrieve
     assert retrieve("lanes of a warp diverge while selecting the best candidates", k=1)[0].name == "topk_queue"
-    # slow at large k: the three selection tactics that measured (session 20: the sorted merge 1.31x at k = 16,
-    # the queue 1.1-1.6x on unseeded splits; session 22: the rolled insertion 1.7-1.8x at k = 32), ahead of
+    # slow at large k: the three selection tactics that measured (the sorted merge 1.31x at k = 16, the queue
+    # 1.1-1.6x on unseeded splits, the rolled insertion 1.7-1.8x at k = 32), ahead of
     # everything else
     assert {t.name for t in retrieve("nearest neighbour search slow at large k", k=3)} == {
         "topk_queue", "topk_sorted_merge", "topk_rolled_insertion"}

@@ -1,4 +1,4 @@
-"""The sampled starting bound (`seed` = F, session 18): a first kernel scores every F-th database tile and
+"""The sampled starting bound (`seed` = F): a first kernel scores every F-th database tile and
 stores each query's k-th best of that sample in its shared-bound word (`topk_bound` store); the search
 loads the words before its first tile (`topk_bound` load) and filters from there. CPU: the Programs'
 shape, verification, the lowering of both directions, the variant names. GPU (marked gpu): seeded
@@ -133,7 +133,7 @@ def test_variant_names_and_registers_know_the_seed():
     from cakelib.variants import (_queue_table, knn_kernel, knn_name, knn_queue, knn_queue_key, knn_supports,
                                   knn_tile_registers)
     # a merge-kernel form keeps its base variant's fitted queue (the first A/B lost the k = 32 builds'
-    # queue); a seeded form has an entry of its own (session 20: with the bound tight from the first tile
+    # queue); a seeded form has an entry of its own (with the bound tight from the first tile
     # the queue that pays on the unseeded scan loses): some committed table variant has a fitted width
     from cakelib.dispatch import DispatchTable
     from cakelib.runtime import TABLES

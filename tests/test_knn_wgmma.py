@@ -50,9 +50,9 @@ def test_wgmma_variants_verify_and_compile_without_spills(p):
     assert len(notes) == len(ir.kernels) and "wgmma.mma_async" in compiled_parts(res)[search].cuda_source, notes
     if p.get("minb", 1) > 1 and p["split"] > 1:
         # capped at 128 registers (minb 2): without the shared bound and the queue at most 8 B of spill (the
-        # last-CTA merge's bitonic networks, session 20; 0 with its insertions); the bound's cache and reset
-        # word cost 16 B more (session 16), the fitted queue (T = 2 at k = 16, session 20: its 8 registers)
-        # 16 B more, measured 1.5x faster at M = 100K all the same; the rolled insertion (session 22, the default)
+        # last-CTA merge's bitonic networks; 0 with its insertions); the bound's cache and reset word cost
+        # 16 B more, the fitted queue (T = 2 at k = 16: its 8 registers) 16 B more, measured 1.5x faster at
+        # M = 100K all the same; the rolled insertion (the default)
         # 16 B more again, measured 1.12-1.40x faster at the capped split picks all the same
         # (bench/results/topk-rolled-ab-h200.json: Q = 1024-10000, k = 10 / 16)
         off = compile_ir(knn_kernel({**p, "share": False, "queue": 0}, k, "l2", 128, "sm_90a"), arch="sm_90a")
@@ -87,8 +87,7 @@ def test_inner_product_search_is_one_kernel():
 def test_removing_the_loop_barrier_is_reported():
     """Without the loop's syncthreads the simulator reports both races of the ring: the prefetch overwrites
     the slot another warpgroup's wgmma read in the previous tile, and a wgmma reads a tile other threads'
-    cp.async filled (both were invisible to it before this session: wgmma accesses skipped the
-    same-role barrier check)."""
+    cp.async filled (wgmma accesses count in the same-role barrier check)."""
     import json
 
     from cake_ir.io import dumps, load
@@ -200,7 +199,7 @@ def test_overlap_reloading_the_in_flight_slot_is_reported(monkeypatch):
 
 
 def test_per_call_form_reduces_norms_per_tile_only_where_the_database_bytes_bind():
-    """knn_wgmma_norms (session 20's A/B): tile norms at k = 1 with <= 128 queries; a norms kernel at
+    """knn_wgmma_norms (the norms A/B): tile norms at k = 1 with <= 128 queries; a norms kernel at
     k > 1 or with more queries; a variant's explicit norms and the mma.sync kernels untouched."""
     from cakelib.variants import KNN_WGMMA_TILE_NORMS as lim, knn_name, knn_wgmma_norms
     wg = {"bq": 64, "bn": 128, "split": 128, "stages": 3, "mma": "wgmma", "merge": "wide"}

@@ -34,7 +34,7 @@ def test_restricted_sweep_compiles_the_matching_variants_at_the_training_and_pro
     assert sorted({k for _, _, k, _ in jobs}) == [10, 16]          # k = 16 trains, the probe also runs k = 10
     full = lib_grid.sweep_jobs("knn", "sm_90a")
     assert len(full) > len(jobs) and {j[2] for j in full} == {1, 2, 10, 16, 32}
-    # the split path runs k = 32 since session 14 (KNN_K_MAX_SPLIT): its variants are compiled there too
+    # the split path runs k = 32 (KNN_K_MAX_SPLIT): its variants are compiled there too
     assert any(p["split"] > 1 and k == 32 for _, p, k, _ in full)
 
 
@@ -174,11 +174,11 @@ def test_committed_sweep_pins_rest_on_its_own_run(tmp_path):
 
 def test_sweep_names_the_variants_that_run_without_a_fitted_queue():
     """A kNN variant with no queue-table entry runs T = 0 at k >= 16 while fitted ones run theirs: the sweep
-    says so (session 21: the wgmma builds compared with T = 0 against the mma.sync build's T = 2)."""
+    says so (an earlier sweep compared the wgmma builds with T = 0 against the mma.sync build's T = 2)."""
     from cakelib.variants import knn_name
     sync = {"bq": 128, "bn": 64, "split": 1, "stages": 2, "norms": "global"}     # fitted: T = 2 at k = 16 / 32
-    wg = {"bq": 64, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma", "overlap": True}   # no entry (session 22
-    # gave the unsplit 128-query wgmma builds theirs)
+    wg = {"bq": 64, "bn": 64, "split": 1, "stages": 4, "mma": "wgmma", "overlap": True}   # no entry (the unsplit
+    # 128-query wgmma builds have theirs)
     got = lib_grid.unqueued([sync, wg, {**wg, "queue": 2}], {10, 16, 32})
     assert got == {knn_name(wg): [16, 32]}
     assert lib_grid.unqueued([wg], {1, 10}) == {}

@@ -1,5 +1,5 @@
 """`topk` rolled (k > 1 over mma / wgmma accumulators): a row's passing scores go through one rolled loop
-over a bit mask instead of an unrolled insertion per column (every kNN kernel's default since session 22:
+over a bit mask instead of an unrolled insertion per column (every kNN kernel's default:
 1.0-2.3x less time, bench/results/topk-rolled-ab-h200.json). CPU: the lowering's shape (a mask per row,
 one loop, one insertion site per row instead of one per column), the static code it saves (SASS, the
 search loop), the refusals that name the node; the variant name. GPU (marked): rolled kNN variants against
@@ -25,7 +25,7 @@ def _search(ir):
 @pytest.mark.parametrize("queue", [0, 2])
 def test_rolled_lowering_inserts_from_one_loop_per_row(queue):
     plain = knn_fused("l2", k=32, bq=64, bn=64, queue=queue, arch="sm_90a", rolled=False)
-    rolled = knn_fused("l2", k=32, bq=64, bn=64, queue=queue, arch="sm_90a")          # the default since session 22
+    rolled = knn_fused("l2", k=32, bq=64, bn=64, queue=queue, arch="sm_90a")          # the default
     assert not [d.short() for d in verify(rolled).diagnostics if d.severity == "error"]
     a = compile_kernel(_search(plain), emit="cuda").cuda_source.split("__global__")[-1]
     b = compile_kernel(_search(rolled), emit="cuda").cuda_source.split("__global__")[-1]
@@ -40,7 +40,7 @@ def test_rolled_lowering_inserts_from_one_loop_per_row(queue):
 
 def test_rolled_search_loop_is_a_fraction_of_the_code():
     """The k = 32 wgmma build's search loop in SASS: the unrolled insertions were ~9200 instructions (ncu:
-    the instruction cache stalls, session 22); rolled, about a fifth, with the hot path (no score passes)
+    the instruction cache stalls); rolled, about a fifth, with the hot path (no score passes)
     a few instructions longer (the mask) and no spills."""
     from cake_ir.analysis.sass import find_nvdisasm
     if find_nvdisasm() is None:

@@ -54,7 +54,7 @@ def test_blocked_tile_that_does_not_split_is_rejected_before_lowering(tmp_path, 
 
 
 def test_register_tiles_with_disjoint_live_ranges_share_registers(tmp_path, monkeypatch):
-    """Session 13: E-RES-05 summed every register tile of a role, so the split kNN search at k = 32 (its
+    """E-RES-05 once summed every register tile of a role, so the split kNN search at k = 32 (its
     lists 64 + 64, the accumulator 32, the last CTA's merge lists 6 x 32) was refused at ~300 registers.
     The search lists die before the merge lists are born and ptxas builds it in under 255 without spills;
     the rule now counts live ranges. Tiles live at once still add up: the 32-row stream at k = 32 stays

@@ -1497,8 +1497,8 @@ class Emitter:
         score exactly: within a lane the columns ascend, across lanes and calls the exact test breaks
         ties by index. chains > 1: the lane's column pairs n go to running best n % chains (each still
         ascending), joined by the exact test: the dependent compare-select chain per row is chains times
-        shorter (2 rows per lane keep only 2 chains in flight; measured 0-7% slower on the k-means picks,
-        session 22: the join and the registers cost more than the chain there)."""
+        shorter (2 rows per lane keep only 2 chains in flight; measured 0-7% slower on the k-means picks:
+        the join and the registers cost more than the chain there)."""
         w = self.w
         better = "<" if mn == "true" else ">"
         worst = "cake::inf()" if mn == "true" else "(-cake::inf())"
@@ -1619,7 +1619,7 @@ class Emitter:
         index) test of topk_insert with the score v = u + row_bias. Most tiles then cost an FMA and a
         min per score and one compare per row; the limit is tested on the partial tile only. A lane that
         passes makes its whole warp run the insertion loop, so the threshold's tightness is the cost of
-        large k (session 14, ncu: k = 16 ran 2x the instructions of k = 8): it also takes the worst of
+        large k (ncu: k = 16 ran 2x the instructions of k = 8): it also takes the worst of
         the quad's ceil(k / 4)-th entries.
 
         With a queue (T entries per row and lane), a passing score is pushed (2 T moves) unless the
@@ -2149,7 +2149,7 @@ class Emitter:
                 w.open(f"for (int cake_i = 0; cake_i < {CQ}; ++cake_i)")
                 # rotate each lane's column walk by its lane id: the 32 lanes then touch 32 different
                 # banks per instruction (unrotated they all hit bank i and the atomics serialise:
-                # docs/perf-log.md, kmeans 2026-11-30 session 3)
+                # docs/perf-log.md, kmeans 2026-11-30)
                 rot = f"(cake_i + cake_lane) & {CQ - 1}" if CQ & (CQ - 1) == 0 else f"(cake_i + cake_lane) % {CQ}"
                 w.line(f"const int cake_c = cake_q * {CQ} + ({rot});")
                 ssp, sptr = self.elem_ptr(src, "cake_r", "cake_c", path)

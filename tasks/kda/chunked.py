@@ -13,8 +13,8 @@ mma operands are bf16 (FlashKDA's choice; bench/kda_chunk_precision.py: o 3.9e-3
 bar). Safe gate: the Gram factors as KG KI^T with KI = k e^{-G} (G >= 16 * -5 = -80: inside the
 bf16/fp32 range), 0.81 ms at T = 8192, H = 32 on the H200 against fla chunk_kda's 1.2-1.7 ms. Softplus
 gate: every Gram entry on the tensor cores too, anchored per level so that every factor is <= 1
-(`_prepare_softplus`), 1.81 ms there against fla's 1.41 (docs/perf-log.md, session 6; the explicit
-diagonal blocks it replaced took 3.7 ms).
+(`_prepare_softplus`), 1.81 ms there against fla's 1.41 (docs/perf-log.md, KDA softplus on the tensor
+cores; the explicit diagonal blocks it replaced took 3.7 ms).
 """
 from typing import Optional
 

@@ -18,7 +18,7 @@ state. Four kernels, one Program:
 
 The recurrence work is ~3x the two-pass (B, M, then outputs), spread over SEGS times more CTAs: it
 pays where few long sequences leave SMs idle (H200, T = 32768: 2x at H = 8, a wash at H = 32, whose
-128 two-pass CTAs already fill the GPU; docs/perf-log.md session 8).
+128 two-pass CTAs already fill the GPU; docs/perf-log.md, the sequence-parallel recurrence).
 Segment j of sequence n sits in segment slot gs(n) + j, gs(n) = (bos_n + n SEG) / SEG, SEG = L C tokens:
 the same non-collision argument as the chunk slots (two_pass.py) with SEG for C, so T / SEG + N + 1 slots.
 """

@@ -2,7 +2,7 @@
 
 The mma.sync kernels (programs.py) spend most of a K = 256 iteration issuing the assignment: per 16
 points and 8 centroids a k16 HMMA, plus the ldmatrix of every centroid fragment (32 HMMA per point at
-K = 256, D = 128: about flashlib's time, session 11's profile: 70% of the cycles no eligible warp).
+K = 256, D = 128: about flashlib's time, the profile: 70% of the cycles no eligible warp).
 Here a warpgroup scores its 64 points against BN centroids with one wgmma chain per centroid tile,
 both operands read from shared memory by the tensor cores, and the argmin is `topk` k = 1 over the
 `wgmma_acc` tile (each warp its 16 points). The update is the tensor-core one-hot product of
@@ -341,7 +341,7 @@ def update_wgmma(r, bm: int, atoms: int, held: int, slot, span: int = 1) -> None
             r.sync("wgmma_wait", n=1)
     # a whole tile of points (all but a batch's last): the one-hot fragments without a per-point test of N (~8
     # instructions per fragment; as a test inside each onehot, a branch per fragment, it cost the mma.sync updates
-    # 10%, session 23)
+    # 10%)
     with r.if_("n0 + BM <= N", id="whole_tile"):
         steps(None, "")
     with r.else_():

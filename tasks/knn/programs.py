@@ -195,7 +195,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
 
     rolled (k > 1): a row's passing scores are inserted by one rolled loop over a mask of them (`topk` rolled)
     instead of an unrolled insertion per column: the search kernel's code shrinks by ~bn / 4 copies of the
-    insertion per row (ncu, session 22: the k = 32 builds stall on the instruction cache)."""
+    insertion per row (ncu: the k = 32 builds stall on the instruction cache)."""
     gnorm = norms == "global" and metric == "l2"
     if seeded_bound(k, seed) and sample is None:   # the sampling kernel, then the search that reads its bounds
         kw = dict(metric=metric, k=k, d=d, bq=bq, bn=bn, split=split, stages=stages, arch=arch, norms=norms, minb=minb,
@@ -472,13 +472,13 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
     `publish` (a sampling kernel's merge): it stores the row's k-th best as its bound instead.
 
     The last-CTA merge it replaces runs on one SM per query tile with two threads per query: at Q = 128,
-    M = 100K, split 128 that was ~190 of the search kernel's 248 us (ncu, session 18: the SMs were
+    M = 100K, split 128 that was ~190 of the search kernel's 248 us (ncu: the SMs were
     active a quarter of its cycles), warp divergence over 32 queries per warp making most entries run
     the whole insertion.
 
     Every list it reads is sorted (a quad's after topk_merge, or a lane's), so each is merged by a bitonic
     network (`topk` src_sorted, as in every merge of stored lists here): at Q = 1, k = 16 the insertions
-    made this kernel 34 us against the search's 45 (ncu, session 20), a serial chain of k shifts of k
+    made this kernel 34 us against the search's 45 (ncu), a serial chain of k shifts of k
     slots per list and 5 tree rounds of one warp."""
     worst = BIG if kind == "min" else -BIG
     vb = list_vec_bytes(k)
