@@ -430,7 +430,8 @@ def kmeans_wide_params(shape: dict, mma: str = "", pingpong: bool = True, batche
     counts the points and the sums come from a counting sort of the assignments (`sums: "sorted"`,
     tasks/kmeans/sorted_sums.py: X read once more in cluster order, each cluster's run added once; H100, same
     run: 41.7 vs 50.2 ms at N = 1M, D = 1024, K = 1024, 33.6 vs 37.5 at D = 768, even at D = 1024, K = 16384;
-    slower below D = 512 than the forms the rule takes there, bench/results/kmeans-sorted-sweep-h100.json).
+    bench/results/kmeans-sorted-sweep-h100.json; below D = 768 slower than the rule's forms at 11 of 12 shapes,
+    even at D = 512, kmeans-sorted-sweep-small-d-h100.json).
     "sync" (elsewhere): tiles of 64, a 3-stage ring of D chunks
     (tasks/kmeans/wide.chunk_of), largest point tile of 128 / 64 / 32, scalar reds. The forms side by side on
     the H200: bench/kmeans_wide_sweep.py, docs/perf-log.md. Up to D = 128 and K = 2048 the resident form runs
