@@ -15,19 +15,13 @@ some threads skip, deadlocks on the selection's __syncthreads or counts a partia
 selected k-th key is wrong; an output tile that is not [1, k] receives k entries past its end.
 """
 from cake_ir.analysis.tiles import resolve_tile
-from cake_ir.dtypes import SIZE
 from cake_ir.nodes import SELECT_SCRATCH_WORDS, RowSelect
+
+from ._cta_op_util import global_tile, smem_words, whole_cta_problems
 
 CODE = "E-SEL-01"
 TITLE = "row_select operands: global f32 scores, [1, k] outputs, enough smem scratch, the whole CTA"
 STAGE = "source"
-
-
-def _global(k, ref, dtype: str, write: bool = False) -> bool:
-    t = resolve_tile(k, ref)
-    if t.param is None or t.space != "global" or t.dtype != dtype or len(t.param.shape) != 2:
-        return False
-    return not write or t.param.access in ("write", "readwrite")
 
 
 def check(ctx):
@@ -36,16 +30,11 @@ def check(ctx):
         n, p = s.node, s.path
         if not isinstance(n, RowSelect):
             continue
-        role = k.roles[int(p.split("/")[2])] if p.startswith("/roles/") else None
-        if role is None or role.first_warp != 0 or role.threads != k.launch.threads:
-            yield ctx.report(p, "row_select runs on every thread of the CTA: its role must start at warp 0 and span "
-                             f"the launch's {k.launch.threads} threads")
-        if "/then/" in p or "/else/" in p:
-            yield ctx.report(p, "row_select synchronises the CTA: it cannot sit under an `if`")
+        yield from whole_cta_problems(ctx, s, "row_select")
         for f, dt, w in (("src", "f32", False), ("src_idx", "i32", False), ("row_bias", "f32", False),
                          ("col_bias", "f32", False), ("vals", "f32", True), ("idx", "i32", True)):
             ref = getattr(n, f)
-            if ref is not None and not _global(k, ref, dt, w):
+            if ref is not None and not global_tile(k, ref, (dt,), w, ndim=2):
                 yield ctx.report(f"{p}/{f}/buf", f"{f} {ref.buf!r} must be a tile of a 2-d global {dt} tensor"
                                  + (" the kernel writes" if w else ""), legal=[f"global {dt}"])
         for f in ("vals", "idx"):
@@ -53,12 +42,6 @@ def check(ctx):
             if t.param is not None and list(t.shape) != [1, n.k]:
                 yield ctx.report(f"{p}/{f}/shape", f"{f} receives the k = {n.k} best: a tile [1, {n.k}], not "
                                  f"{list(t.shape)}", legal=[[1, n.k]])
-        b = k.buffer(n.scratch.buf)
-        words = 0
-        if b is not None and b.space == "smem" and SIZE[b.dtype] == 4:
-            words = 1
-            for d in b.shape:
-                words *= d
-        if words < SELECT_SCRATCH_WORDS:
+        if smem_words(k, n.scratch) < SELECT_SCRATCH_WORDS:
             yield ctx.report(f"{p}/scratch/buf", f"row_select's scratch must be an smem buffer of at least "
                              f"{SELECT_SCRATCH_WORDS} 4-byte words", legal=[f"smem i32 [{SELECT_SCRATCH_WORDS}]"])

@@ -15,75 +15,54 @@ buckets unscanned (their slots collide: rows lost or written twice); a scratch o
 overwrites the smem after it; a cursor the kernel may not write faults or races; a src whose rows are not D
 wide is read at the wrong rows (the op's row pitch is D), and D not a multiple of 8 misaligns its 16-byte loads.
 """
-from cake_ir import expr as E
 from cake_ir.analysis.tiles import resolve_tile
-from cake_ir.dtypes import SIZE
 from cake_ir.nodes import BucketOffsets, BucketPlace, SegmentSums
+
+from ._cpy_util import const_value
+from ._cta_op_util import global_tile, smem_words, whole_cta_problems
 
 CODE = "E-SORT-01"
 TITLE = "counting-sort ops: global i32 slots and cursors, f16 rows of D into f32 sums, offsets by the whole CTA"
 STAGE = "source"
 
 
-def _global(k, ref, dtypes: tuple, write: bool = False) -> bool:
-    t = resolve_tile(k, ref)
-    if t.param is None or t.space != "global" or t.dtype not in dtypes:
-        return False
-    return not write or t.param.access in ("write", "readwrite")
-
-
 def _rows_of(k, ref, d: int) -> bool:
     """The tile's tensor is 2-d and contiguous with rows of d elements."""
     p = resolve_tile(k, ref).param
-    return p is not None and len(p.shape) == 2 and not p.strides \
-        and E.try_const(E.parse_index(p.shape[-1]), dict(k.consts)) == d
-
-
-def _role(k, path: str):
-    return k.roles[int(path.split("/")[2])] if path.startswith("/roles/") else None
+    return p is not None and len(p.shape) == 2 and not p.strides and const_value(k, p.shape[-1]) == d
 
 
 def _operands(ctx, k, n, p, spec):
     for f, dts, w in spec:
         ref = getattr(n, f)
-        if not _global(k, ref, dts, w):
+        if not global_tile(k, ref, dts, w):
             yield ctx.report(f"{p}/{f}/buf", f"{n.op}'s {f} {ref.buf!r} must be a tile of a global "
                              f"{' or '.join(dts)} tensor" + (" the kernel writes" if w else ""),
                              legal=[f"global {dt}" for dt in dts])
 
 
-def _offsets(ctx, k, n, p):
-    role = _role(k, p)
-    if role is None or role.first_warp != 0 or role.threads != k.launch.threads:
-        yield ctx.report(p, "bucket_offsets runs on every thread of the CTA: its role must start at warp 0 and "
-                         f"span the launch's {k.launch.threads} threads")
-    if "/then/" in p or "/else/" in p:
-        yield ctx.report(p, "bucket_offsets synchronises the CTA: it cannot sit under an `if`")
+def _offsets(ctx, k, s):
+    n, p = s.node, s.path
+    yield from whole_cta_problems(ctx, s, "bucket_offsets")
     yield from _operands(ctx, k, n, p, (("counts", ("f32", "i32"), False), ("dst", ("i32",), True)))
-    b = k.buffer(n.scratch.buf)
-    words = 0
-    if b is not None and b.space == "smem" and SIZE[b.dtype] == 4:
-        words = 1
-        for d in b.shape:
-            words *= d
-    if words < 32:
+    if smem_words(k, n.scratch) < 32:
         yield ctx.report(f"{p}/scratch/buf", "bucket_offsets' scratch must be an smem buffer of at least 32 4-byte "
                          "words (one a warp)", legal=["smem i32 [32]"])
 
 
-def _segment_sums(ctx, k, n, p):
+def _segment_sums(ctx, k, s):
+    n, p = s.node, s.path
     yield from _operands(ctx, k, n, p, (("src", ("f16",), False), ("ids", ("i32",), False),
                                         ("keys", ("i32",), False), ("dst", ("f32",), True)))
     src = resolve_tile(k, n.src)
     d = src.shape[-1] if src.shape else 0
-    role = _role(k, p)
-    t = role.threads if role is not None else k.launch.threads
+    t = s.role.threads if s.role is not None else k.launch.threads
     if d % 8 or not 8 <= d <= 8 * t:
         yield ctx.report(f"{p}/src/shape", f"segment_sums' width D (the src tile's last dim) is a multiple of 8 "
                          f"up to 8 x the role's {t} threads, not {d}", legal=[f"8 .. {8 * t}, a multiple of 8"])
         return
     for f in ("src", "dst"):
-        if _global(k, getattr(n, f), ("f16",) if f == "src" else ("f32",)) and not _rows_of(k, getattr(n, f), d):
+        if global_tile(k, getattr(n, f), ("f16",) if f == "src" else ("f32",)) and not _rows_of(k, getattr(n, f), d):
             yield ctx.report(f"{p}/{f}/buf", f"segment_sums' {f} must be a contiguous 2-d tensor with rows of "
                              f"D = {d} elements (the op's row pitch)", legal=[f"[rows, {d}]"])
 
@@ -93,9 +72,9 @@ def check(ctx):
     for s in ctx.sites:
         n, p = s.node, s.path
         if isinstance(n, BucketOffsets):
-            yield from _offsets(ctx, k, n, p)
+            yield from _offsets(ctx, k, s)
         elif isinstance(n, BucketPlace):
             yield from _operands(ctx, k, n, p, (("keys", ("i32",), False), ("cursor", ("i32",), True),
                                                 ("ids", ("i32",), True), ("sorted_keys", ("i32",), True)))
         elif isinstance(n, SegmentSums):
-            yield from _segment_sums(ctx, k, n, p)
+            yield from _segment_sums(ctx, k, s)
