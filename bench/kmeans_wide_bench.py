@@ -52,11 +52,10 @@ def precompile(procs: int, tests_only: bool = False) -> None:
     """Every wide kernel the bench and the GPU tests launch (variants_used; tests_only: the GPU tests'),
     compiled in parallel into the NVRTC cubin cache ($CAKE_CACHE_DIR) that the library's runtime reads."""
     from concurrent.futures import ProcessPoolExecutor
-    from cakelib.variants import kmeans_name
+    from cakelib.variants import kmeans_name, kmeans_wide_kernels
     jobs = {}
     for d, p in variants_used(tests_only):
-        parts = ("norms", "assign", "finalize") + (("offsets", "place", "runs") if p.get("sums") == "sorted" else ())
-        for part in parts:
+        for part in kmeans_wide_kernels(p, d, "sm_90a"):
             key = (d, part, kmeans_name(p) if part == "assign" else p.get("copies", 1) if part == "finalize" else 0)
             jobs.setdefault(key, (d, part, p))
     t0 = time.time()

@@ -82,21 +82,19 @@ def pingpong_stages(d: int, bm: int, bn: int, wgs: int = 2, most: int = 8) -> in
                  if pingpong_smem_bytes(d, bm // wgs, bn, s, wgs) <= SMEM_BYTES["sm_90a"]), 0)
 
 
-ONLY: set = set()      # --forms: the form names to run (empty: all)
-
-
-def chosen(shape: tuple) -> dict:
-    return {n: p for n, p in forms(shape).items() if not ONLY or n in ONLY}
+def chosen(shape: tuple, only: frozenset) -> dict:
+    """forms(shape) named in `only` (--forms; empty: all)."""
+    return {n: p for n, p in forms(shape).items() if not only or n in only}
 
 
 def shapes(max_d: int, min_d: int = 0) -> list:
     return [s for s in SHAPES if min_d <= s[2] <= max_d]
 
 
-def precompile(procs: int, max_d: int, min_d: int = 0) -> None:
+def precompile(procs: int, max_d: int, min_d: int = 0, only: frozenset = frozenset()) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from cakelib.variants import kmeans_name
-    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d, min_d) for name, p in chosen(s).items()}
+    unique = {(s[2], kmeans_name(p)): (s, name) for s in shapes(max_d, min_d) for name, p in chosen(s, only).items()}
     jobs = list(unique.values())
     t0 = time.time()
     with ProcessPoolExecutor(procs) as ex:
@@ -121,7 +119,7 @@ def _compile_one(job) -> str:
         return repr(e)
 
 
-def sweep_shape(shape, deadline: float) -> dict:
+def sweep_shape(shape, deadline: float, only: frozenset = frozenset()) -> dict:
     import torch
     from cakelib import kmeans
     from cakelib.variants import kmeans_name
@@ -136,7 +134,7 @@ def sweep_shape(shape, deadline: float) -> dict:
     fl = kmeans_baselines().get("flashlib")
     if fl is not None:
         row["ms"]["flashlib"] = timed(lambda: fl(x, c0, ITERS), flush, reps=3, warmup=1)["ms_median"]
-    for name, p in chosen(shape).items():
+    for name, p in chosen(shape, only).items():
         if time.time() > deadline:
             row["ms"][name] = "skipped: deadline"
             continue
@@ -150,7 +148,7 @@ def sweep_shape(shape, deadline: float) -> dict:
     return row
 
 
-def sweep(out: Path, deadline_s: float, max_d: int, min_d: int = 0) -> None:
+def sweep(out: Path, deadline_s: float, max_d: int, min_d: int = 0, only: frozenset = frozenset()) -> None:
     import torch
     t_end = time.time() + deadline_s
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "command": " ".join(sys.argv),
@@ -158,7 +156,7 @@ def sweep(out: Path, deadline_s: float, max_d: int, min_d: int = 0) -> None:
     for shape in shapes(max_d, min_d):
         if time.time() > t_end:
             break
-        doc["rows"].append(sweep_shape(shape, t_end))
+        doc["rows"].append(sweep_shape(shape, t_end, only))
         out.write_text(json.dumps(doc, indent=1))
     table(doc)
 
@@ -184,11 +182,11 @@ def main():
     ap.add_argument("--min-d", type=int, default=0, help="only the shapes with D from this")
     ap.add_argument("--forms", default="", help="comma-separated form names (e.g. pick,sorted); default all")
     a = ap.parse_args()
-    ONLY.update(f for f in a.forms.split(",") if f)
+    only = frozenset(f for f in a.forms.split(",") if f)
     if a.mode == "precompile":
-        precompile(a.procs, a.max_d, a.min_d)
+        precompile(a.procs, a.max_d, a.min_d, only)
     else:
-        sweep(a.out, a.deadline_s, a.max_d, a.min_d)
+        sweep(a.out, a.deadline_s, a.max_d, a.min_d, only)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from cakelib.variants import kmeans_name, kmeans_wide_kernels, kmeans_wide_param
 from tasks.kmeans import sorted_sums as ss
 from tasks.kmeans.wide import kmeans_wide_assign_wgmma
 from tasks.kmeans.wide_tma import kmeans_wide_assign_tma
+from test_kmeans_wide import _FakeBuf, _FakeRuntime, _gpu, check_one_step
 
 CXX = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
 TMA = {"kind": "wide", "mma": "wgmma", "points": "tma", "bm": 128, "bn": 256, "dc": 64, "stages": 4, "red": 4,
@@ -177,62 +178,23 @@ def test_place_and_run_sums_give_the_cluster_sums(tmp_path, B, N, K, D, T, PE, R
     assert np.abs(got - want).max() < 1e-3 * max(1.0, np.abs(want).max()), np.abs(got - want).max()
 
 
-class _FakeBuf:
-    def __init__(self, shape):
-        self.ptr, self.shape = id(self), tuple(shape)
-
-    def reshaped(self, shape):
-        return _FakeBuf(shape)
-
-    @property
-    def view(self):
-        return self
-
-
 def test_wide_loop_runs_the_sort_between_assignment_and_finalize(monkeypatch):
     """The library's loop with `sums: "sorted"` on a recording runtime: norms, assign, offsets, place, runs,
     finalize per iteration, each launch's buffers of the shapes its kernel declares, the sort's buffers shared."""
-    from cake_ir.nodes import TensorParam
     from cakelib import arrays, kmeans_lloyd
-    from gpu_backend.runner import eval_index, scalar_decls
     monkeypatch.setattr(arrays, "empty_like_kind", lambda like, shape, dtype, scratch=False: _FakeBuf(shape))
     monkeypatch.setattr(arrays, "stream_of", lambda arg: 0)
-    launches = []
-
-    class Rt:
-        arch = "sm_90a"
-
-        def kernel(self, key, build):
-            k = build(self.arch)
-            return k.name, {p.name: p for p in k.params if isinstance(p, TensorParam)}, scalar_decls(k), dict(k.consts)
-
-        def workspace(self, name, shape, dtype, stream=0):
-            return _FakeBuf(shape)
-
-        def launch(self, kern, tensors, scalars, stream=0):
-            name, decls, sdecls, consts = kern
-            assert set(tensors) == set(decls) and set(scalars) == set(sdecls), name
-            for t, buf in tensors.items():
-                assert list(buf.shape) == [eval_index(s, {**consts, **scalars}) for s in decls[t].shape], (name, t)
-            launches.append((name, {t: b.ptr for t, b in tensors.items()}))
-
+    rt = _FakeRuntime()
     B, N, K, D = 2, 3000, 100, 768
-    kmeans_lloyd._wide_loop(Rt(), TMA, _FakeBuf((B, N, D)), _FakeBuf((B, K, D)), _FakeBuf((B, N)),
+    kmeans_lloyd._wide_loop(rt, TMA, _FakeBuf((B, N, D)), _FakeBuf((B, K, D)), _FakeBuf((B, N)),
                             _FakeBuf((B * K, D)), B, N, K, D, 2)
+    launches = rt.launches
     names = [n.split("_d")[0] if n.startswith("kmeans_wide_d") else n for n, _ in launches]
     assert names[:6] == [f"kmeans_wide_norms_d{D}", "kmeans_wide", "kmeans_sums_offsets", "kmeans_sums_place",
                          f"kmeans_sums_runs_d{D}", f"kmeans_wide_finalize_d{D}"] and len(names) == 12
     by = {n: p for n, p in launches[:6]}
     place, runs = by["kmeans_sums_place"], by[f"kmeans_sums_runs_d{D}"]
     assert place["IDS"] == runs["IDS"] and place["SK"] == runs["SK"] and place["CUR"] == by["kmeans_sums_offsets"]["CUR"]
-
-
-def _gpu():
-    try:
-        from gpu_backend.driver import gpu_available
-        return gpu_available()
-    except Exception:  # noqa: BLE001
-        return False
 
 
 @pytest.mark.gpu
@@ -243,15 +205,16 @@ def _gpu():
 def test_sorted_sums_kmeans_matches_float64(B, N, D, K, form):
     import torch
     from cakelib import kmeans
-    from test_kmeans_wide import check_one_step
     if form == "tma" and D < 768:
         pytest.skip("the TMA form is the rule's from D = 768")
     shape = {"B": B, "N": N, "K": K, "D": D, "arch": "sm_90a"}
-    variant = TMA if form == "tma" else {**kmeans_wide_params(shape, pingpong=False), "copies": 1, "sums": "sorted"}
-    if form == "resident" and variant.get("points") == "tma":
-        variant = {**variant, "points": None}
-        variant.pop("sb", None)
-        variant = {**variant, "bm": 64, "bn": 128, "stages": 4}
+    if form == "tma":
+        variant = TMA
+    else:   # the rule's resident form, or from D = 768 (where the rule streams the points) one of 64 points
+        base = kmeans_wide_params(shape, pingpong=False, sorted_sums=False)
+        if base.get("points") == "tma":
+            base = {"kind": "wide", "mma": "wgmma", "dc": 64, "red": 4, "bm": 64, "bn": 128, "stages": 4}
+        variant = {**{n: v for n, v in base.items() if n != "sb"}, "copies": 1, "sums": "sorted"}
     g = torch.Generator().manual_seed(B * N + D + K)
     x = (torch.randn(B, N, D, generator=g) + 3 * torch.randn(B, 1, D, generator=g)).half().cuda()
     c0 = x[:, torch.randperm(N, generator=g)[:K].cuda()].clone()

@@ -18,7 +18,7 @@ scatter by the producer warpgroup behind the consumers (`pt`). Tensors and the f
 from cake_ir.builder import KernelBuilder, bar, tile
 
 from .wide import (ATOM, BIG, K_MAX, SMEM_BYTES, _declare_assign_io, check_batch, check_copies, check_d, check_red,
-                   check_sorted_sums, padded, slice_of, suffix, sums_row)
+                   check_sorted_sums, count_points, padded, slice_of, suffix, sums_row)
 from .wide_streamed import _scatter_points_global
 
 TMA_D_MIN = 64      # the box is a 64-dim atom wide
@@ -265,5 +265,4 @@ def _scatter_group(r, d: int, w: int, red: int, copies: int, lv: bool) -> None:
         r.add("scatter_add", id="sum_points", index=tile("si"), src=tile("X", ["b * N + r0", f"sc * {w}"], [16, w]),
               dst=tile("WS", [sums_row(copies), f"sc * {w}"], [K_MAX, w]), row0="r0", row_limit="N", vec=red,
               load_vec=lv)
-    r.add("scatter_add", id="count_points", index=tile("si"), dst=tile("WC", [sums_row(copies), 0], [K_MAX, 1]),
-          row0="r0", row_limit="N")
+    count_points(r, "si", copies, "r0")
