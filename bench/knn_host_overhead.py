@@ -16,7 +16,7 @@ the general path). `time` times only what passed, per implementation:
            enqueues): the device's own time per call, back to back, warm L2
   e2e_us   median over calls of call + synchronize (the end-to-end view of one blocking call)
 per kNN shape the planned out= call's parts in loops of their own (the plan's cuLaunchKernel calls alone,
-through cuda.bindings and, as an A/B, through ctypes; cuCtxSetCurrent; two torch.empty; the raw stream
+as the plan fires them (from C where built), through cuda.bindings and through ctypes; cuCtxSetCurrent; two torch.empty; the raw stream
 read), and a cProfile of cakelib.knn's planned calls (top functions by own time). JSON is rewritten after
 each row; the table prints last.
 """
@@ -209,7 +209,8 @@ def kmeans_impls(B, N, D, K, iters, ok: bool) -> dict:
 
 def knn_breakdown(Q, M, D, k, calls: int) -> dict:
     """The planned out= call's parts, each in a loop of its own (host us per call): the driver launches
-    alone (cuLaunchKernel through cuda.bindings, per kernel of the plan, into the same live buffers),
+    alone (the plan's fire: from C where its C form was built, `native`; and through cuda.bindings, per
+    kernel of the plan, into the same live buffers),
     cuCtxSetCurrent, the two torch.empty a call without out= makes, as an A/B one allocation unbound into both
     (_paired_outputs), and the raw stream read."""
     import torch
@@ -235,7 +236,10 @@ def knn_breakdown(Q, M, D, k, calls: int) -> dict:
         ctypes_us = per_call(ctypes_fire)
     except Exception as e:  # noqa: BLE001 - an A/B that cannot run here is reported
         ctypes_us = f"{type(e).__name__}: {e}"[:120]
-    return {"kernels": len(plan.launch.calls), "fire_us": per_call(plan.launch.fire),
+    launch = plan.launch
+    native = getattr(launch, "native", None) is not None
+    return {"kernels": len(launch.calls), "native": native, "fire_us": per_call(launch.fire),
+            "fire_bindings_us": per_call(getattr(launch, "fire_bindings", launch.fire)),
             "fire_ctypes_us": ctypes_us,
             "set_context_us": per_call(lambda: set_context(rt)),
             "two_empty_us": per_call(lambda: (torch.empty((Q, k), dtype=torch.int32, device=dev),

@@ -5,7 +5,7 @@ call through the general path). A plan holds, per kernel launch, cuLaunchKernel'
 (function, grid, block, shared memory, stream, packed argument array), and one array of the per-call
 tensors' device pointers that those packed arrays point at; workspaces, scalars and plan-owned scratch
 stay packed. A repeat call writes its tensors' pointers into that array and calls the driver once per
-kernel.
+kernel, from C where the plan's C form could be built (cakelib.native_launch), else through cuda.bindings.
 
 Plans live in the device's Runtime (`Runtime.plans`, dropped with the workspaces they point into) and
 are made by the general path of a call (which did every check) from a fresh `Runtime.prepare`. A
@@ -59,18 +59,32 @@ def current_stream(device: int) -> int:
 class PlannedLaunch:
     """One kernel's or Program's launches with the per-call tensors' pointers in one array (`cells`, in
     `names` order), which every launch's packed arguments point at. `bind(ptrs)` writes the pointers,
-    `fire()` launches; the driver copies the arguments at launch, so the next bind never races a launch
-    in flight (concurrent callers of one plan hold its lock around bind + fire)."""
+    `fire()` launches, `run(ptrs)` does both; the driver copies the arguments at launch, so the next bind
+    never races a launch in flight (concurrent callers of one plan hold its lock around bind + fire).
+    Launches go through the plan's C form (cakelib.native_launch) where it could be built, else through
+    cuda.bindings (`fire_bindings`): the same driver calls."""
 
     def __init__(self, calls: list, cells, keep):
         self.calls = calls     # cuLaunchKernel argument tuples, in launch order
         self.cells = cells     # ctypes uint64 array: the per-call tensors' device pointers
         self.keep = keep       # the prepared launch (packed arrays the tuples point into)
+        from .native_launch import native_plan
+        self.native = native_plan(calls, cells)
 
     def bind(self, ptrs: Sequence[int]) -> None:
         self.cells[:] = ptrs
 
     def fire(self) -> None:
+        n = self.native
+        if n is None:
+            self.fire_bindings()
+        else:
+            err = n.fire(n.addr)
+            if err:
+                _launch_failed(err)
+
+    def fire_bindings(self) -> None:
+        """The launches through cuda.bindings' cuLaunchKernel."""
         launch = _driver_launch()
         for args in self.calls:
             err = launch(*args)[0]
@@ -79,17 +93,20 @@ class PlannedLaunch:
 
     def run(self, ptrs: Sequence[int]) -> None:
         """bind + fire in one frame (a small call's host time is a few microseconds of Python)."""
-        self.cells[:] = ptrs
-        launch = _driver_launch()
-        for args in self.calls:
-            err = launch(*args)[0]
+        n = self.native
+        if n is not None:
+            err = n.run(n.addr, *ptrs, *n.pad)
             if err:
                 _launch_failed(err)
+            return
+        self.cells[:] = ptrs
+        self.fire_bindings()
 
 
 def _launch_failed(err) -> None:
+    from cuda.bindings import driver
     from gpu_backend.driver import CudaError
-    raise CudaError("cuLaunchKernel", err)
+    raise CudaError("cuLaunchKernel", driver.CUresult(err) if isinstance(err, int) else err)
 
 
 def plan_launch(rt, kern, tensors: dict, scalars: dict, stream: int, names: Sequence[str]) -> Optional[PlannedLaunch]:

@@ -90,10 +90,14 @@ class RecordingDriver:
 
     def __init__(self):
         self.launches, self.contexts = [], 0
+        self.functions = {}       # function handle -> (kernel name, signature)
+        self.fail_at = None       # the launch (by count) that returns CUDA_ERROR_LAUNCH_FAILED (719)
 
     def launch(self, fn, gx, gy, gz, bx, by, bz, smem, stream, addr, extra):
         from cuda.bindings import driver
-        name, signature = fn
+        if self.fail_at is not None and len(self.launches) == self.fail_at:
+            return (driver.CUresult.CUDA_ERROR_LAUNCH_FAILED,)
+        name, signature = self.functions[int(fn)]
         ptrs = (ctypes.c_void_p * len(signature)).from_address(addr)
         ct = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
               "f32": ctypes.c_float}
@@ -101,6 +105,14 @@ class RecordingDriver:
                      for a, p in zip(signature, ptrs))
         self.launches.append((name, (gx, gy, gz), (bx, by, bz), smem, int(stream), vals))
         return (driver.CUresult.CUDA_SUCCESS,)
+
+    def c_entry(self):
+        """cuLaunchKernel's C signature around `launch` (for cakelib.native_launch's C plans): a ctypes
+        callback, kept alive on the driver; returns its address."""
+        u, vp = ctypes.c_uint, ctypes.c_void_p
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, vp, u, u, u, u, u, u, u, vp, vp, vp)
+        self._c_entry = proto(lambda fn, *rest: int(self.launch(fn, *rest[:7], rest[7] or 0, *rest[8:])[0]))
+        return ctypes.cast(self._c_entry, ctypes.c_void_p).value
 
     def set_context(self, ctx):
         from cuda.bindings import driver
@@ -117,9 +129,11 @@ class CountingRuntime(rt_mod.Runtime):
         return super().prepare(*a, **kw)
 
 
-def install(setattr, setitem, record: bool = True):
+def install(setattr, setitem, record: bool = True, native: bool = False):
     """The doubles in place (through the given setattr / setitem, which restore them when theirs do)
-    and a counting Runtime for device 0; record=False: cuLaunchKernel only returns success."""
+    and a counting Runtime for device 0; record=False: cuLaunchKernel only returns success; native=True:
+    plans launch through their C form (cakelib.native_launch) into the recording driver's C entry,
+    else through the cuda.bindings double."""
     torch = fake_torch(setattr, setitem)
     from cuda.bindings import driver as cu
 
@@ -131,9 +145,14 @@ def install(setattr, setitem, record: bool = True):
     setattr(cu, "cuCtxSetCurrent", rec.set_context)
     setattr(gd, "context", lambda ordinal=0: (ordinal, "ctx"))
     setattr(gd, "properties", lambda ordinal=0: {"cc": (9, 0), "sms": 132, "name": "fake H200"})
-    setattr(LoadedKernel, "load", classmethod(
-        lambda cls, cubin, name, smem, threads, signature, device=0: cls(None, (name, signature), name, smem,
-                                                                         threads, signature)))
+    from cakelib import native_launch
+
+    def load(cls, cubin, name, smem, threads, signature, device=0):
+        handle = 0x1000 + len(rec.functions)
+        rec.functions[handle] = (name, signature)
+        return cls(None, cu.CUfunction(handle), name, smem, threads, signature)
+    setattr(LoadedKernel, "load", classmethod(load))
+    setattr(native_launch, "driver_launch_address", rec.c_entry if native else (lambda: None))
 
     class FakeArray:
         def __init__(self, shape, dtype):

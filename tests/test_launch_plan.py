@@ -4,18 +4,25 @@ memory, stream and every argument value), and a changed shape, dtype, stream or 
 
 The doubles (tests/launch_doubles.py) sit at the library's boundaries only: a minimal `torch` module and
 the CUDA driver, whose cuLaunchKernel records the arguments it was given. Kernels are the real IR,
-compiled by NVRTC."""
+compiled by NVRTC. Each test runs with the plans launching through cuda.bindings and through their C form
+(cakelib.native_launch)."""
 import sys
 import threading
 
 import pytest
 from launch_doubles import FakeTensor, install
 
+from cakelib import native_launch
 from cakelib import runtime as rt_mod
 
-@pytest.fixture
-def rt(monkeypatch):
-    runtime, torch = install(monkeypatch.setattr, monkeypatch.setitem)
+@pytest.fixture(params=["bindings", "native"])
+def rt(request, monkeypatch):
+    """The runtime with plans launching through cuda.bindings, or through their C form
+    (cakelib.native_launch; skipped without a host C compiler)."""
+    native = request.param == "native"
+    if native and native_launch.library() is None:
+        pytest.skip("no host C compiler: plans launch through cuda.bindings")
+    runtime, torch = install(monkeypatch.setattr, monkeypatch.setitem, native=native)
     runtime.torch = torch
     return runtime
 

@@ -1,0 +1,47 @@
+/* A launch plan's pointer writes and cuLaunchKernel calls in one C call (cakelib/native_launch.py).
+ *
+ * Through cuda.bindings one cuLaunchKernel costs ~3.5 us of host time, about 1 us of it the binding's
+ * argument conversion; a planned small call launches one to three kernels. Built with the host C compiler
+ * at the first plan and loaded with ctypes; it links nothing: the driver's cuLaunchKernel comes in as a
+ * function pointer. */
+#include <stdint.h>
+
+typedef int (*cake_launch_fn)(void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                              unsigned bz, unsigned smem, void *stream, void **params, void **extra);
+
+/* One kernel launch: cuLaunchKernel's arguments (extra is always NULL). */
+typedef struct {
+  void *func;
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned smem;
+  void *stream;
+  void **params;
+} cake_launch;
+
+/* A plan: the driver's entry point, the per-call pointer cells the packed params point at, the launches. */
+typedef struct {
+  cake_launch_fn launch;
+  uint64_t *cells;
+  int ncells;      /* at most 4: cake_plan_run's pointer arguments */
+  int nlaunches;
+  cake_launch *launches;
+} cake_plan;
+
+/* Launch every kernel of the plan in order; 0, or the first failing launch's CUresult (the rest skipped). */
+int cake_plan_fire(const cake_plan *p) {
+  for (int i = 0; i < p->nlaunches; ++i) {
+    const cake_launch *l = &p->launches[i];
+    int err = p->launch(l->func, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+                        l->smem, l->stream, l->params, 0);
+    if (err) return err;
+  }
+  return 0;
+}
+
+/* Write the call's pointers into the plan's cells (the first ncells of a, b, c, d), then fire. */
+int cake_plan_run(const cake_plan *p, uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  const uint64_t ptrs[4] = {a, b, c, d};
+  for (int i = 0; i < p->ncells; ++i) p->cells[i] = ptrs[i];
+  return cake_plan_fire(p);
+}
