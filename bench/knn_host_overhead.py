@@ -241,7 +241,7 @@ def knn_breakdown(Q, M, D, k, calls: int) -> dict:
     return {"kernels": len(launch.calls), "native": native, "fire_us": per_call(launch.fire),
             "fire_bindings_us": per_call(getattr(launch, "fire_bindings", launch.fire)),
             "fire_ctypes_us": ctypes_us,
-            "set_context_us": per_call(lambda: set_context(rt)),
+            "set_context_us": per_call(lambda: set_context(rt.ctx)),
             "two_empty_us": per_call(lambda: (torch.empty((Q, k), dtype=torch.int32, device=dev),
                                               torch.empty((Q, k), dtype=torch.float32, device=dev))),
             "paired_empty_us": per_call(lambda: _paired_outputs((Q, k), dev)),

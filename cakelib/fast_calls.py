@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from .launch_plan import PlannedLaunch, Torch, plan_launch, remember, result_template, set_context
+from .launch_plan import PlannedLaunch, Torch, plan_launch, remember, result_template
 from .runtime import _RUNTIMES, table
 from .variants import region_table
 
@@ -91,8 +91,7 @@ def knn(queries, database, k, metric, out):
         I, Dist = Torch.empty_like(plan.i_like), Torch.empty_like(plan.d_like)
     q, db = _f16(queries), _f16(database)
     ptrs = (q.data_ptr(), db.data_ptr(), I.data_ptr(), Dist.data_ptr())
-    set_context(rt)
-    with plan.lock:
+    with plan.lock:   # (run makes the plan's context current)
         plan.launch.run(ptrs)
     return I, Dist
 
@@ -132,7 +131,6 @@ def kmeans(x, k, iters, init, out):
         C, A = Torch.empty_like(plan.c_like), Torch.empty_like(plan.a_like)
     xs, c0 = _f16(x), _f16(init)
     ptrs = (xs.data_ptr(), c0.data_ptr(), A.data_ptr(), C.data_ptr())
-    set_context(rt)
     with plan.lock:
         _run_lloyd(plan, *ptrs, iters)
     return C, A
@@ -140,7 +138,7 @@ def kmeans(x, k, iters, init, out):
 
 def _run_lloyd(plan: KmeansPlan, x: int, c0: int, a: int, cn: int, iters: int) -> None:
     """The general path's launch order: lloyd(C = init), then (cast Cnew -> C16, lloyd(C = C16)) per
-    further iteration."""
+    further iteration (the first run makes the context current for the fires after it)."""
     plan.first.run((x, c0, a, cn))
     if iters > 1:
         plan.cast.bind((cn,))

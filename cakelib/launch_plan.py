@@ -64,12 +64,13 @@ class PlannedLaunch:
     Launches go through the plan's C form (cakelib.native_launch) where it could be built, else through
     cuda.bindings (`fire_bindings`): the same driver calls."""
 
-    def __init__(self, calls: list, cells, keep):
+    def __init__(self, calls: list, cells, keep, ctx):
         self.calls = calls     # cuLaunchKernel argument tuples, in launch order
         self.cells = cells     # ctypes uint64 array: the per-call tensors' device pointers
         self.keep = keep       # the prepared launch (packed arrays the tuples point into)
+        self.ctx = ctx         # the context the launches run in (made current by `run`)
         from .native_launch import native_plan
-        self.native = native_plan(calls, cells)
+        self.native = native_plan(ctx, calls, cells)
 
     def bind(self, ptrs: Sequence[int]) -> None:
         self.cells[:] = ptrs
@@ -92,13 +93,15 @@ class PlannedLaunch:
                 _launch_failed(err)
 
     def run(self, ptrs: Sequence[int]) -> None:
-        """bind + fire in one frame (a small call's host time is a few microseconds of Python)."""
+        """The plan's context made current on this thread, then bind + fire, in one frame (a small call's
+        host time is a few microseconds of Python)."""
         n = self.native
         if n is not None:
             err = n.run(n.addr, *ptrs, *n.pad)
             if err:
                 _launch_failed(err)
             return
+        set_context(self.ctx)
         self.cells[:] = ptrs
         self.fire_bindings()
 
@@ -106,7 +109,7 @@ class PlannedLaunch:
 def _launch_failed(err) -> None:
     from cuda.bindings import driver
     from gpu_backend.driver import CudaError
-    raise CudaError("cuLaunchKernel", driver.CUresult(err) if isinstance(err, int) else err)
+    raise CudaError("cuCtxSetCurrent / cuLaunchKernel", driver.CUresult(err) if isinstance(err, int) else err)
 
 
 def plan_launch(rt, kern, tensors: dict, scalars: dict, stream: int, names: Sequence[str]) -> Optional[PlannedLaunch]:
@@ -130,7 +133,7 @@ def plan_launch(rt, kern, tensors: dict, scalars: dict, stream: int, names: Sequ
                 return None
             slots[j] = ctypes.addressof(cells) + i * ctypes.sizeof(ctypes.c_uint64)
         calls.append(ck.loaded.launch_args(grid, addr, stream))
-    return PlannedLaunch(calls, cells, prepared)
+    return PlannedLaunch(calls, cells, prepared, rt.ctx)
 
 
 def _ptr_of(t) -> int:
@@ -145,9 +148,10 @@ def remember(rt, key, plan) -> None:
     rt.plans[key] = plan
 
 
-def set_context(rt) -> None:
-    """Make the runtime's context current on this thread (what `cakelib.runtime.runtime` does per call)."""
-    err = (_DRIVER or _driver()).cuCtxSetCurrent(rt.ctx)[0]
+def set_context(ctx) -> None:
+    """Make `ctx` (a runtime's context) current on this thread (what `cakelib.runtime.runtime` does per
+    call)."""
+    err = (_DRIVER or _driver()).cuCtxSetCurrent(ctx)[0]
     if err:
         from gpu_backend.driver import CudaError
         raise CudaError("cuCtxSetCurrent", err)

@@ -4,7 +4,8 @@ A planned small call spends most of its host time launching (one cuLaunchKernel 
 ~3.5 us, bench/results/host-overhead-*.json); `cakelib/native/plan_launch.c` makes the same driver calls
 from C. It is built once per source hash with the host C compiler (`$CC`, else `cc`) into the cubin cache
 directory and loaded with ctypes; it links nothing (the driver's cuLaunchKernel is passed in as a function
-pointer). Where no compiler or no driver is found, or `CAKE_NATIVE_LAUNCH=0`, `native_plan` returns None
+pointer, as is cuCtxSetCurrent: a run makes the plan's context current first). Where no compiler or no
+driver is found, or `CAKE_NATIVE_LAUNCH=0`, `native_plan` returns None
 and the plan launches through cuda.bindings (cakelib.launch_plan.PlannedLaunch): the same launches.
 """
 from __future__ import annotations
@@ -32,19 +33,21 @@ class LaunchStruct(ctypes.Structure):
 
 class PlanStruct(ctypes.Structure):
     """plan_launch.c's cake_plan."""
-    _fields_ = [("launch", ctypes.c_void_p), ("cells", ctypes.c_void_p), ("ncells", ctypes.c_int),
+    _fields_ = [("set_context", ctypes.c_void_p), ("ctx", ctypes.c_void_p), ("launch", ctypes.c_void_p),
+                ("cells", ctypes.c_void_p), ("ncells", ctypes.c_int),
                 ("nlaunches", ctypes.c_int), ("launches", ctypes.c_void_p)]
 
 
 class NativePlan:
-    """One plan's C structures (kept alive here) and its two entry points: `run(addr, a, b, c, d)` writes
-    the cells and fires, `fire(addr)` fires; both return 0 or the first failing launch's CUresult. `pad`
-    fills run's pointer arguments past the plan's cells."""
+    """One plan's C structures (kept alive here) and its two entry points: `run(addr, a, b, c, d)` makes the
+    plan's context current, writes the cells and fires, `fire(addr)` fires; both return 0 or the first
+    failing call's CUresult. `pad` fills run's pointer arguments past the plan's cells."""
     __slots__ = ("struct", "launches", "addr", "run", "fire", "pad")
 
-    def __init__(self, lib, launch_fn: int, calls: Sequence[tuple], cells):
+    def __init__(self, lib, entries: tuple, ctx: int, calls: Sequence[tuple], cells):
+        set_context, launch = entries
         self.launches = (LaunchStruct * len(calls))(*(_launch_struct(c) for c in calls))
-        self.struct = PlanStruct(launch_fn, ctypes.addressof(cells), len(cells), len(calls),
+        self.struct = PlanStruct(set_context, ctx, launch, ctypes.addressof(cells), len(cells), len(calls),
                                  ctypes.addressof(self.launches))
         self.addr = ctypes.addressof(self.struct)
         self.run, self.fire = lib.cake_plan_run, lib.cake_plan_fire
@@ -60,15 +63,16 @@ def _launch_struct(call: tuple) -> LaunchStruct:
     return LaunchStruct(int(func), _U3(gx, gy, gz), _U3(bx, by, bz), smem, int(stream), int(params))
 
 
-def native_plan(calls: Sequence[tuple], cells) -> Optional[NativePlan]:
-    """The C form of a plan's launches, or None (no library, no driver entry point, or more cells than
-    cake_plan_run takes): the caller launches through cuda.bindings."""
+def native_plan(ctx, calls: Sequence[tuple], cells) -> Optional[NativePlan]:
+    """The C form of a plan's launches in context `ctx`, or None (no library, no driver entry points, or
+    more cells than cake_plan_run takes): the caller launches through cuda.bindings."""
     if len(cells) > MAX_CELLS:
         return None
-    lib, fn = library(), driver_launch_address()
-    if lib is None or fn is None:
+    lib = library()
+    entries = driver_entries() if lib is not None else None
+    if entries is None:
         return None
-    return NativePlan(lib, fn, calls, cells)
+    return NativePlan(lib, entries, int(ctx), calls, cells)
 
 
 _LIB: object = None      # the loaded library, False once it could not be had
@@ -125,10 +129,10 @@ def build(source: Path, out_dir: Path) -> Optional[Path]:
     return path
 
 
-def driver_launch_address() -> Optional[int]:
-    """The address of the driver's cuLaunchKernel as cuda.bindings resolves it (cuGetProcAddress at the
-    driver's version; per-thread default stream where CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM asks for
-    it), or None without a driver."""
+def driver_entries() -> Optional[tuple]:
+    """The addresses of the driver's cuCtxSetCurrent and cuLaunchKernel as cuda.bindings resolves them
+    (cuGetProcAddress at the driver's version; per-thread default stream where
+    CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM asks for it), or None without a driver."""
     try:
         from cuda.bindings import driver
         err, version = driver.cuDriverGetVersion()
@@ -136,9 +140,10 @@ def driver_launch_address() -> Optional[int]:
             return None
         flags = driver.CUdriverProcAddress_flags
         per_thread = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
-        got = driver.cuGetProcAddress(b"cuLaunchKernel", version, flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-                                      if per_thread else flags.CU_GET_PROC_ADDRESS_DEFAULT)
+        flag = flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread else flags.CU_GET_PROC_ADDRESS_DEFAULT
+        found = [driver.cuGetProcAddress(name, version, flag) for name in (b"cuCtxSetCurrent", b"cuLaunchKernel")]
     except Exception:  # noqa: BLE001 - no driver library: the cuda.bindings path reports it at launch
         return None
-    err, fn = got[0], got[1]
-    return int(fn) if err == driver.CUresult.CUDA_SUCCESS and fn else None
+    if any(got[0] != driver.CUresult.CUDA_SUCCESS or not got[1] for got in found):
+        return None
+    return tuple(int(got[1]) for got in found)

@@ -89,7 +89,7 @@ class RecordingDriver:
     its void** array by the kernel's signature) when it is made, as the driver copies them."""
 
     def __init__(self):
-        self.launches, self.contexts = [], 0
+        self.launches, self.contexts, self.current = [], 0, None
         self.functions = {}       # function handle -> (kernel name, signature)
         self.fail_at = None       # the launch (by count) that returns CUDA_ERROR_LAUNCH_FAILED (719)
 
@@ -106,17 +106,20 @@ class RecordingDriver:
         self.launches.append((name, (gx, gy, gz), (bx, by, bz), smem, int(stream), vals))
         return (driver.CUresult.CUDA_SUCCESS,)
 
-    def c_entry(self):
-        """cuLaunchKernel's C signature around `launch` (for cakelib.native_launch's C plans): a ctypes
-        callback, kept alive on the driver; returns its address."""
+    def c_entries(self):
+        """cuCtxSetCurrent's and cuLaunchKernel's C signatures around `set_context` and `launch` (for
+        cakelib.native_launch's C plans): ctypes callbacks, kept alive on the driver; their addresses."""
         u, vp = ctypes.c_uint, ctypes.c_void_p
-        proto = ctypes.CFUNCTYPE(ctypes.c_int, vp, u, u, u, u, u, u, u, vp, vp, vp)
-        self._c_entry = proto(lambda fn, *rest: int(self.launch(fn, *rest[:7], rest[7] or 0, *rest[8:])[0]))
-        return ctypes.cast(self._c_entry, ctypes.c_void_p).value
+        launch = ctypes.CFUNCTYPE(ctypes.c_int, vp, u, u, u, u, u, u, u, vp, vp, vp)
+        set_ctx = ctypes.CFUNCTYPE(ctypes.c_int, vp)
+        self._c_entries = (set_ctx(lambda ctx: int(self.set_context(ctx)[0])),
+                           launch(lambda fn, *rest: int(self.launch(fn, *rest[:7], rest[7] or 0, *rest[8:])[0])))
+        return tuple(ctypes.cast(e, ctypes.c_void_p).value for e in self._c_entries)
 
     def set_context(self, ctx):
         from cuda.bindings import driver
         self.contexts += 1
+        self.current = int(ctx or 0)    # the context made current last (its handle)
         return (driver.CUresult.CUDA_SUCCESS,)
 
 
@@ -143,7 +146,7 @@ def install(setattr, setitem, record: bool = True, native: bool = False):
     rec = RecordingDriver()
     setattr(cu, "cuLaunchKernel", rec.launch if record else (lambda *a, _ok=(cu.CUresult.CUDA_SUCCESS,): _ok))
     setattr(cu, "cuCtxSetCurrent", rec.set_context)
-    setattr(gd, "context", lambda ordinal=0: (ordinal, "ctx"))
+    setattr(gd, "context", lambda ordinal=0: (ordinal, cu.CUcontext(0xC0)))
     setattr(gd, "properties", lambda ordinal=0: {"cc": (9, 0), "sms": 132, "name": "fake H200"})
     from cakelib import native_launch
 
@@ -152,7 +155,7 @@ def install(setattr, setitem, record: bool = True, native: bool = False):
         rec.functions[handle] = (name, signature)
         return cls(None, cu.CUfunction(handle), name, smem, threads, signature)
     setattr(LoadedKernel, "load", classmethod(load))
-    setattr(native_launch, "driver_launch_address", rec.c_entry if native else (lambda: None))
+    setattr(native_launch, "driver_entries", rec.c_entries if native else (lambda: None))
 
     class FakeArray:
         def __init__(self, shape, dtype):

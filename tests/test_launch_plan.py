@@ -56,7 +56,9 @@ def test_knn_repeat_call_launches_what_the_general_path_launches(rt, fake_torch,
     xq, xb = FakeTensor((Q, 128), f16), FakeTensor((M, 128), f16)
     knn(xq, xb, 10)                                              # general path: plans the call
     xq2, xb2 = FakeTensor((Q, 128), f16), FakeTensor((M, 128), f16)
+    rt.rec.current = None
     (I, D), fast = _planned_launches(rt, lambda: knn(xq2, xb2, 10))
+    assert rt.rec.current == 0xC0                                # the runtime's context made current
     assert I.shape == (Q, 10) and I.dtype == fake_torch.int32 and D.dtype == fake_torch.float32
     fast_ptrs = {n: v for launch in fast for n, v in launch[5]}    # a Program: search + merge kernels
     assert fast_ptrs["Xq"] == xq2.ptr and fast_ptrs["Xb"] == xb2.ptr and fast_ptrs["I"] == I.ptr

@@ -8,6 +8,7 @@
 
 typedef int (*cake_launch_fn)(void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                               unsigned bz, unsigned smem, void *stream, void **params, void **extra);
+typedef int (*cake_set_context_fn)(void *ctx);
 
 /* One kernel launch: cuLaunchKernel's arguments (extra is always NULL). */
 typedef struct {
@@ -19,8 +20,11 @@ typedef struct {
   void **params;
 } cake_launch;
 
-/* A plan: the driver's entry point, the per-call pointer cells the packed params point at, the launches. */
+/* A plan: the driver's entry points (cuCtxSetCurrent, cuLaunchKernel), the context its launches run in,
+ * the per-call pointer cells the packed params point at, the launches. */
 typedef struct {
+  cake_set_context_fn set_context;
+  void *ctx;
   cake_launch_fn launch;
   uint64_t *cells;
   int ncells;      /* at most 4: cake_plan_run's pointer arguments */
@@ -39,9 +43,12 @@ int cake_plan_fire(const cake_plan *p) {
   return 0;
 }
 
-/* Write the call's pointers into the plan's cells (the first ncells of a, b, c, d), then fire. */
+/* Make the plan's context current on this thread, write the call's pointers into the plan's cells (the
+ * first ncells of a, b, c, d), then fire; 0 or the first failing call's CUresult. */
 int cake_plan_run(const cake_plan *p, uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   const uint64_t ptrs[4] = {a, b, c, d};
+  int err = p->set_context(p->ctx);
+  if (err) return err;
   for (int i = 0; i < p->ncells; ++i) p->cells[i] = ptrs[i];
   return cake_plan_fire(p);
 }
