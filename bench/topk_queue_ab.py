@@ -21,13 +21,14 @@ that supports them instead of the table's picks, e.g. a family the table does no
 queue on the wgmma builds, which ran with T = 0 at k = 16 / 32 where the mma.sync build's T = 2 bought 1.2-2.4x).
     python bench/topk_queue_ab.py [--option queue|share|skip_pad] [--values 0,2,4,8] [--out FILE] [--deadline-s S]
                                   [--shapes JSON] [--compile-only]
-- `--option merge --values kernel,rows`: the merge kernel against the last-CTA merge over the real query rows
-  (one launch), at the few-query stream picks (`--fit-merge-rows` takes its Q range from it).
+- `--option merge --values kernel,rows` / `kernel,tail`: the merge kernel against a one-launch merge (the
+  last-CTA merge over the real query rows; the tile's last CTAs a warp per row, `arrive_wait`), at the
+  few-query stream picks (`--fit-merge-form FORM` takes its Q range from it).
 Fitting the queue table (cakelib/tables/topk_queue/knn.json) from such a run, on any machine:
     python bench/topk_queue_ab.py --fit bench/results/topk-queue-ab-h200.json
 and the split path's options (cakelib/tables/split_options/knn.json: merge kernel, sampled bound):
     python bench/topk_queue_ab.py --fit-merge bench/results/topk-merge-ab-h200.json
-    python bench/topk_queue_ab.py --fit-merge-rows FILE     (the rows merge's Q range, the same file)
+    python bench/topk_queue_ab.py --fit-merge-form rows|tail FILE     (a one-launch merge's Q range, the same file)
 """
 from __future__ import annotations
 
@@ -163,29 +164,32 @@ def fit_merge(ab_path: str, table_path: str) -> dict:
                 best = (ratio, mma, m)
     if best is not None:
         out["seed"] = {"F": int(seed_v.split("_sd")[1]), "mma": best[1], "min_M": best[2], "min_k": 2}
-    if os.path.exists(table_path):   # (fitted from its own A/B: fit_merge_rows)
+    if os.path.exists(table_path):   # (fitted from their own A/Bs: fit_merge_form)
         old = json.load(open(table_path))
-        out.update({key: old[key] for key in ("merge_rows", "merge_rows_fit") if key in old})
+        out.update({key: old[key] for f in ONE_LAUNCH_MERGES for key in (f"merge_{f}", f"merge_{f}_fit") if key in old})
     with open(table_path, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
     return out
 
 
-ROWS_MAX_RATIO = 1.02   # no few-query shape of the rows merge's Q range may take more than this x the merge kernel's time
+ROWS_MAX_RATIO = 1.02   # no few-query shape of a one-launch merge's Q range may take more than this x the merge kernel's time
+ONE_LAUNCH_MERGES = ("rows", "tail")
 
 
-def fit_merge_rows(ab_path: str, table_path: str) -> dict:
-    """The rows merge's Q range from a `--option merge --values kernel,rows` A/B: over the few-query stream
-    picks (ws > 1), the largest measured Q such that the rows merge's time at every shape with Q at or
-    below it is within ROWS_MAX_RATIO of the merge kernel's and their geometric mean ratio is below 1 (one
-    launch fewer also saves the host a driver call: ~3-4 us). Written into split_options/knn.json as
-    `merge_rows` ({"max_Q": Q}, or null where no range qualifies), with the ratios per shape."""
+def fit_merge_form(ab_path: str, table_path: str, form: str = "rows") -> dict:
+    """A one-launch merge's Q range (`form`: rows or tail) from a `--option merge --values kernel,FORM` A/B:
+    over the few-query stream picks (ws > 1), the largest measured Q such that its time at every shape with Q
+    at or below it is within ROWS_MAX_RATIO of the merge kernel's and their geometric mean ratio is below 1
+    (one launch fewer also saves the host a driver call: ~3-4 us). Written into split_options/knn.json as
+    `merge_{form}` ({"max_Q": Q}, or null where no range qualifies), with the ratios per shape."""
     import math
+    if form not in ONE_LAUNCH_MERGES:
+        raise ValueError(f"one-launch merge forms: {ONE_LAUNCH_MERGES}, not {form!r}")
     doc = json.load(open(ab_path))
     rows = sorted((r for r in doc["rows"] if r["params"].get("ws", 1) > 1
-                   and all(r["builds"].get(v, {}).get("ok") for v in ("kernel", "rows"))), key=lambda r: r["shape"]["Q"])
-    ratio = {json.dumps(r["shape"]): r["builds"]["rows"]["ms"] / r["builds"]["kernel"]["ms"] for r in rows}
+                   and all(r["builds"].get(v, {}).get("ok") for v in ("kernel", form))), key=lambda r: r["shape"]["Q"])
+    ratio = {json.dumps(r["shape"]): r["builds"][form]["ms"] / r["builds"]["kernel"]["ms"] for r in rows}
     best = None
     for q in sorted({r["shape"]["Q"] for r in rows}):
         rs = [ratio[json.dumps(r["shape"])] for r in rows if r["shape"]["Q"] <= q]
@@ -194,8 +198,8 @@ def fit_merge_rows(ab_path: str, table_path: str) -> dict:
         else:
             break
     doc_t = json.load(open(table_path)) if os.path.exists(table_path) else {}
-    doc_t["merge_rows"] = {"max_Q": best} if best is not None else None
-    doc_t["merge_rows_fit"] = {"from": ab_path, "max_ratio": ROWS_MAX_RATIO, "rows / kernel": ratio}
+    doc_t[f"merge_{form}"] = {"max_Q": best} if best is not None else None
+    doc_t[f"merge_{form}_fit"] = {"from": ab_path, "max_ratio": ROWS_MAX_RATIO, f"{form} / kernel": ratio}
     with open(table_path, "w") as f:
         json.dump(doc_t, f, indent=1)
         f.write("\n")
@@ -206,8 +210,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fit", nargs="+", help="A/B result files to fit the queue table from (no GPU)")
     ap.add_argument("--fit-merge", help="a --option merge A/B result to fit cakelib/tables/split_options/knn.json from")
-    ap.add_argument("--fit-merge-rows", help="a --option merge --values kernel,rows A/B result: the rows merge's Q range "
-                                             "in cakelib/tables/split_options/knn.json")
+    ap.add_argument("--fit-merge-form", nargs=2, metavar=("FORM", "FILE"),
+                    help="rows|tail and a --option merge --values kernel,FORM A/B result: that one-launch merge's Q "
+                         "range in cakelib/tables/split_options/knn.json")
     ap.add_argument("--table", default="cakelib/tables/topk_queue/knn.json")
     ap.add_argument("--out", default="bench/results/topk-queue-ab-h200.json")
     ap.add_argument("--deadline-s", type=float, default=1e9)
@@ -224,8 +229,9 @@ def main():
     if a.fit_merge:
         print(json.dumps(fit_merge(a.fit_merge, "cakelib/tables/split_options/knn.json"), indent=1))
         return
-    if a.fit_merge_rows:
-        print(json.dumps(fit_merge_rows(a.fit_merge_rows, "cakelib/tables/split_options/knn.json")["merge_rows"]))
+    if a.fit_merge_form:
+        form, path = a.fit_merge_form
+        print(json.dumps(fit_merge_form(path, "cakelib/tables/split_options/knn.json", form)[f"merge_{form}"]))
         return
     if a.fit:
         doc = fit(a.fit, a.table)

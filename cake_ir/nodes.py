@@ -615,6 +615,23 @@ class LastCta(Node):
     body: list["Stmt"] = Field(default_factory=list)
 
 
+class ArriveWait(LastCta):
+    """Every CTA arrives on a global i32 `counter` as in last_cta (every thread fences its earlier global
+    writes, one thread increments the counter); the CTAs where `when` holds (a CTA-uniform condition over
+    block indices, consts and scalars), `waiters` of them per counter, then wait until all `count` CTAs
+    have arrived (acquire) and run `body`, every thread of each; the last of them to finish resets the
+    counter to 0 (self-cleaning, so the next launch finds it zero). The split-search merge spread over
+    several CTAs instead of the last one, without a second kernel.
+
+    The waiters must be dispatched after the CTAs they wait for: CTAs start in block-index order (x
+    fastest), so `when` names the last ones, e.g. `bid.y >= SPLIT - W` on a grid [X, SPLIT] with the
+    counter per bid.x."""
+
+    op: Literal["arrive_wait"] = "arrive_wait"
+    when: CondExpr
+    waiters: IndexExpr
+
+
 class RowSelect(Node):
     """The k best scores of one row segment, exactly, by every thread of the CTA together (a block-wide
     radix selection: histogram passes over the segment's order-preserving keys in shared memory, a gather of
@@ -704,8 +721,8 @@ SELECT_SCRATCH_WORDS = 4096 + 2 * 4096 + 32 + 8
 Stmt = Annotated[
     Union[For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
           CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-          TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, RowSelect, BucketOffsets,
-          BucketPlace, SegmentSums],
+          TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, ArriveWait, RowSelect,
+          BucketOffsets, BucketPlace, SegmentSums],
     Field(discriminator="op"),
 ]
 
@@ -713,6 +730,7 @@ For.model_rebuild()
 If.model_rebuild()
 Block.model_rebuild()
 LastCta.model_rebuild()
+ArriveWait.model_rebuild()
 
 
 class Role(Node):
@@ -781,8 +799,8 @@ class Kernel(Node):
 
 STMT_TYPES = (For, If, Let, Block, Copy, Access, MmaSync, Wgmma, MbarInit, MbarArrive, MbarExpectTx, MbarWait,
               CpAsyncArrive, SimpleSync, WaitGroup, NamedBarSync, Fence, PipeOp, Fill, Map, Reduce, Scan,
-              TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, RowSelect, BucketOffsets,
-              BucketPlace, SegmentSums)
+              TopK, TopKMerge, TopKBound, OneHot, ScatterAdd, RedAdd, LastCta, ArriveWait, RowSelect,
+              BucketOffsets, BucketPlace, SegmentSums)
 
 
 # ----------------------------------------------------------------------------------- programs

@@ -78,7 +78,7 @@ def knn_queue_key(p: dict) -> str:
     pays on the unseeded scan loses there (T = 2 at k = 16 1.07-1.57x unseeded, 0.89-1.0x on most seeded
     picks). The insertion's form (`rolled`) shares it too: the rolled A/B keyed the rolled arm
     apart (`_rl`), so it ran T = 0 where the table fits T = 2 for the unrolled one."""
-    base = {**p, **({"merge": "wide"} if p.get("merge") in ("kernel", "rows") else {})}   # (names carry no queue)
+    base = {**p, **({"merge": "wide"} if p.get("merge") in ("kernel", "rows", "tail") else {})}   # (names carry no queue)
     base.pop("rolled", None)
     if p.get("mma", "sync") == "wgmma":
         base.pop("norms", None)
@@ -90,10 +90,11 @@ def knn_split_options(p: dict, shape: dict) -> dict:
     --fit-merge from a same-run A/B): the merge kernel instead of the last-CTA merge for the k classes it
     lists (0.78x the time at k > 1 over 26 split picks, neutral at k = 1), and the sampled
     bound for its family at M >= min_M (0.91x of the merge kernel alone over the wgmma picks; slower on
-    the few-query streams, whose chunks are short); then, for a few-query stream pick (ws > 1, unseeded) at
-    Q <= merge_rows.max_Q, the last-CTA merge over the real query rows (`rows`: one launch, where the merge
-    kernel is a second; bench/topk_queue_ab.py --fit-merge-rows; the committed table has no such range: 1.02-1.35x
-    the merge kernel's time on an H100, topk-merge-rows-ab-h100.json). Unsplit variants and explicit options are
+    the few-query streams, whose chunks are short); then, for a few-query stream pick (ws > 1, unseeded), a
+    one-launch merge where the table fits a Q range for it (bench/topk_queue_ab.py
+    --fit-merge-form): the tile's last CTAs, a warp per row (`tail`, merge_tail.max_Q), else the last-CTA merge
+    over the real query rows (`rows`, merge_rows.max_Q; the committed table has no range for it: 1.02-1.35x the
+    merge kernel's time on an H100, topk-merge-rows-ab-h100.json). Unsplit variants and explicit options are
     kept."""
     if p.get("split", 1) <= 1 or p.get("merge") != "wide":
         return p
@@ -105,10 +106,12 @@ def knn_split_options(p: dict, shape: dict) -> dict:
         if sd and "seed" not in p and k >= sd["min_k"] and shape["M"] >= sd["min_M"] \
                 and p.get("mma", "sync") == sd["mma"]:
             out["seed"] = sd["F"]
-    rows = opts.get("merge_rows")
-    if rows and p.get("ws", 1) > 1 and not out.get("seed") and shape["Q"] <= rows["max_Q"] \
-            and knn_supports({**out, "merge": "rows"}, shape):
-        out["merge"] = "rows"
+    for form in ("tail", "rows"):   # a one-launch merge where its fitted Q range holds (the tail first)
+        rng = opts.get(f"merge_{form}")
+        if rng and p.get("ws", 1) > 1 and not out.get("seed") \
+                and shape["Q"] <= rng["max_Q"] and knn_supports({**out, "merge": form}, shape):
+            out["merge"] = form
+            break
     return out
 
 
@@ -147,7 +150,8 @@ def knn_name(p: dict) -> str:
     `minb` (CTAs per SM the registers must allow) `_b{minb}`, `merge: "wide"` (the split path's last-CTA
     merge by all threads, several lists in flight) `_mw`, `merge: "kernel"` (a merge kernel of its own after
     the search, a warp per query) `_mk`, `merge: "rows"` (the last-CTA merge with its threads spread over the
-    tile's real query rows, a tree per row) `_mr`, `qfrag: "smem"` (query fragments re-read per
+    tile's real query rows, a tree per row) `_mr`, `merge: "tail"` (the merge kernel's warp per query run by
+    the tile's last CTAs after all its CTAs arrive, `arrive_wait`: one launch) `_mt`, `qfrag: "smem"` (query fragments re-read per
     k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
     database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
     query's bound of its k-th best; k > 1) `_sd{seed}`, `rolled: False` (an unrolled insertion per column,
@@ -159,7 +163,8 @@ def knn_name(p: dict) -> str:
     else:
         gn = "_gn" if p.get("norms", "tile") == "global" else ""
     gn += f"_b{p['minb']}" if p.get("minb", 1) != 1 else ""
-    gn += {"wide": "_mw", "kernel": "_mk", "rows": "_mr"}.get(p.get("merge", "serial"), "") if p["split"] > 1 else ""
+    gn += {"wide": "_mw", "kernel": "_mk", "rows": "_mr", "tail": "_mt"}.get(p.get("merge", "serial"), "") \
+        if p["split"] > 1 else ""
     gn += "_qs" if p.get("qfrag", "reg") == "smem" else ""
     gn += f"_w{p['wm']}" if p.get("wm", 16) != 16 else ""
     gn += f"_ws{p['ws']}" if p.get("ws", 1) != 1 else ""
@@ -193,10 +198,12 @@ def knn_supports(p: dict, shape: dict) -> bool:
     tiles = ceil(Q / p["bq"])
     if p.get("merge") == "wide" and p["split"] % (32 * p.get("ws", 1) // p.get("wm", 16)):
         return False                        # the wide merge's thread groups share the lists evenly
-    if p.get("merge") == "rows" and (p.get("mma", "sync") == "wgmma" or p.get("seed", 0)
+    if p.get("merge") in ("rows", "tail") and (p.get("mma", "sync") == "wgmma" or p.get("seed", 0)
                                      or not _verifier_fits(json.dumps(p, sort_keys=True), k, D,
                                                            shape.get("arch", "sm_90a"))):
-        return False                        # (mma.sync builds, unseeded; its smem lists [threads, k] must fit)
+        return False                        # (mma.sync builds, unseeded; their smem lists [threads, k] must fit)
+    if p.get("merge") == "tail" and p["split"] < -(-p["bq"] // (p["bq"] // p.get("wm", 16) * p.get("ws", 1))):
+        return False                        # (a warp per query row: cdiv(BQ, warps) waiting CTAs of the split)
     return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * p["split"] <= WS_ROWS
 
 

@@ -100,7 +100,7 @@ def test_fit_merge_rows_takes_the_largest_q_range_that_is_not_slower(tmp_path):
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from topk_queue_ab import fit_merge_rows
+    from topk_queue_ab import fit_merge_form
     ws4 = {"bq": 16, "bn": 32, "split": 128, "stages": 4, "ws": 4, "merge": "kernel"}
 
     def row(Q, kern, rows, params=ws4):
@@ -111,11 +111,11 @@ def test_fit_merge_rows_takes_the_largest_q_range_that_is_not_slower(tmp_path):
     table.write_text(json.dumps({"merge_kernel_k": ["k>1"]}))
     ab.write_text(json.dumps({"rows": [row(1, 0.040, 0.037), row(8, 0.041, 0.040), row(16, 0.043, 0.045),
                                        row(32, 0.046, 0.044), row(128, 0.08, 0.07, {"bq": 128, "ws": 1})]}))
-    out = fit_merge_rows(str(ab), str(table))
+    out = fit_merge_form(str(ab), str(table), "rows")
     assert out["merge_rows"] == {"max_Q": 8} and out["merge_kernel_k"] == ["k>1"]   # 16: 1.05x, the range ends
     assert json.loads(table.read_text())["merge_rows"] == {"max_Q": 8}
     ab.write_text(json.dumps({"rows": [row(1, 0.040, 0.042)]}))
-    assert fit_merge_rows(str(ab), str(table))["merge_rows"] is None
+    assert fit_merge_form(str(ab), str(table), "rows")["merge_rows"] is None
 
 
 def test_family_space_offers_the_rows_merge_only_where_it_builds():

@@ -19,7 +19,7 @@ from ..analysis.topk import sorted_merge_problems
 from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
-from ..nodes import (Access, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, LastCta, Let, Map,
+from ..nodes import (Access, ArriveWait, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, LastCta, Let, Map,
                      BucketOffsets, BucketPlace, OneHot, RedAdd, RowSelect, ScatterAdd, SegmentSums, TopK,
                      TopKBound, TopKMerge,
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,
@@ -2257,11 +2257,7 @@ class Emitter:
 
     @_robust
     def s_LastCta(self, st: LastCta, path):
-        t = resolve_tile(self.k, st.counter)
-        if t.space != "global" or t.dtype != "i32":
-            self.fail(path, "last_cta counts arrivals on an i32 global tensor element")
-        p = t.param
-        ptr = f"({p.name} + ({self.gaddr(p, [ix(o) for o in t.offset])}))"
+        ptr = self.counter_ptr(st, path)
         w = self.w
         w.open("", path)
         w.line("__shared__ int cake_last;")
@@ -2277,6 +2273,32 @@ class Emitter:
         self.stmts(st.body, path + "/body")
         w.close()
         w.close()
+
+    @_robust
+    def s_ArriveWait(self, st: ArriveWait, path):
+        ptr = self.counter_ptr(st, path)
+        w = self.w
+        w.open("", path)
+        w.line("__threadfence();   // release this thread's global writes ...")
+        w.line("__syncthreads();   // ... and everyone's, before arriving")
+        w.line(f"if (cake_tid == 0) cake::arrive({ptr});", path)
+        w.open(f"if ({cond_c(st.when)})", path + "/when")
+        w.line(f"if (cake_tid == 0) cake::wait_arrivals({ptr}, (int)({ix(st.count)}));", path)
+        w.line("__syncthreads();")
+        w.line("__threadfence();   // acquire: the arrived CTAs' writes are visible")
+        self.stmts(st.body, path + "/body")
+        w.line("__syncthreads();   // the body done in every thread before the counter may reset")
+        w.line(f"if (cake_tid == 0) cake::depart({ptr}, (int)({ix(st.count)}) + (int)({ix(st.waiters)}));", path)
+        w.close()
+        w.close()
+
+    def counter_ptr(self, st: LastCta, path) -> str:
+        """The address of a last_cta / arrive_wait counter (an i32 global tensor element)."""
+        t = resolve_tile(self.k, st.counter)
+        if t.space != "global" or t.dtype != "i32":
+            self.fail(path, f"{st.op} counts arrivals on an i32 global tensor element")
+        p = t.param
+        return f"({p.name} + ({self.gaddr(p, [ix(o) for o in t.offset])}))"
 
     def scope_barrier(self, scope: str, path) -> str:
         if scope == "cta" or (scope == "role" and self.role is not None and self.role.threads == self.k.launch.threads):

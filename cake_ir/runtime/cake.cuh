@@ -545,6 +545,32 @@ __device__ __forceinline__ bool arrive_last(int* counter, int count) {
   return last;
 }
 
+// One arrival on a grid counter (after the caller's fences and barrier: the release).
+__device__ __forceinline__ void arrive(int* counter) {
+  asm volatile("red.global.add.s32 [%0], 1;" :: "l"(counter) : "memory");
+}
+
+// Spin until `count` CTAs have arrived on the counter; the acquire load orders the caller's later reads
+// after the arrivals' writes. Backs off with nanosleep on sm_70+ (the waiters share SMs with the CTAs
+// they wait for).
+__device__ __forceinline__ void wait_arrivals(const int* counter, int count) {
+  int seen;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen >= count) break;
+#if __CUDA_ARCH__ >= 700
+    __nanosleep(64);
+#endif
+  }
+}
+
+// One waiter done: the last of the `total` (arrivals + waiters) resets the counter to 0.
+__device__ __forceinline__ void depart(int* counter, int total) {
+  int old;
+  asm volatile("atom.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+  if (old == total - 1) *reinterpret_cast<volatile int*>(counter) = 0;
+}
+
 // ---------------------------------------------------------------- counting sort (bucket offsets, placement, run sums)
 // offsets[r] = counts[0] + .. + counts[r - 1] (r < n) by the T threads of the CTA: thread t sums a run of
 // buckets, a block-wide exclusive scan of the runs (warp shuffles, a word a warp in `sm`), the runs written.

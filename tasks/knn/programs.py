@@ -207,15 +207,17 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     wide = split > 1 and merge == "wide"
     kmerge = split > 1 and merge == "kernel"     # the merge is a kernel of its own (knn_merge)
     rmerge = split > 1 and merge == "rows"       # the last CTA's threads spread over the tile's real rows
-    if ws > 1 and (not (wide or kmerge or rmerge) or bq != wm):
-        raise ValueError("ws > 1 needs split > 1 with the wide, rows or kernel merge and bq == wm")
-    if rmerge and seeded_bound(k, seed):
-        raise ValueError("the rows merge stores results, not a sample's bounds: seed needs the wide or kernel merge")
+    tmerge = split > 1 and merge == "tail"       # the last CTAs of each tile merge, a warp per row (arrive_wait)
+    if ws > 1 and (not (wide or kmerge or rmerge or tmerge) or bq != wm):
+        raise ValueError("ws > 1 needs split > 1 with the wide, rows, tail or kernel merge and bq == wm")
+    if (rmerge or tmerge) and seeded_bound(k, seed):
+        raise ValueError(f"the {merge} merge stores results, not a sample's bounds: seed needs the wide or kernel merge")
     warps = bq // wm * ws
     l2 = metric == "l2"
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
     tag = (f"_s{split}" if split > 1 else "") + (f"_p{stages}" if stages != 2 else "") + ("_gn" if gnorm else "") \
-        + (f"_b{minb}" if minb != 1 else "") + ("_mw" if wide else "_mk" if kmerge else "_mr" if rmerge else "") \
+        + (f"_b{minb}" if minb != 1 else "") \
+        + ("_mw" if wide else "_mk" if kmerge else "_mr" if rmerge else "_mt" if tmerge else "") \
         + ("_qs" if qfrag == "smem" else "") \
         + (f"_w{wm}" if wm != 16 else "") + (f"_ws{ws}" if ws > 1 else "") + (f"_q{queue}" if queue else "")
     shared = shares_bound(k, split, ws, share)
@@ -229,7 +231,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                             + f"exact kNN ({metric}), top-{k} fused into the mma.sync distance GEMM"
                             + (f", database split over {split} CTAs" + (f" x {ws} warps" if ws > 1 else "")
                                + (" + merge kernel" if kmerge else " + last-CTA merge over the real query rows"
-                                  if rmerge else " + last-CTA merge") if split > 1 else ""))
+                                  if rmerge else " + merge by the last CTAs, a warp per row" if tmerge
+                                  else " + last-CTA merge") if split > 1 else ""))
     declare_search_io(kb, bq, bn, d, k, split, outputs=not sampling)
     if gnorm:
         kb.tensor("XN", "f32", [1, XN_COLS])
@@ -261,12 +264,15 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         raise ValueError(f"the merge deals the {split} partial lists of a query to {halves} thread groups: "
                          f"split must be a multiple of {halves}")
     unroll = _merge_unroll(split, k, d, bn, wm, qfrag, 1 if rmerge else halves) if wide or rmerge else 1
-    if kmerge and ws > 1:   # only the CTA's merge of its warps' lists (_merge_warps)
-        for n, dt in (("mv", "f32"), ("pv0", "f32"), ("mi", "i32"), ("pi0", "i32")):
+    if tmerge:              # the tail's row merge (merge_query_row), then ws > 1: the CTA's merge of its warps
+        declare_row_merge(kb, k, split, warps, reset=shared)
+    if (kmerge or tmerge) and ws > 1:   # only the CTA's merge of its warps' lists (_merge_warps)
+        own = (("mv", "f32"), ("pv0", "f32"), ("mi", "i32"), ("pi0", "i32")) if kmerge else (("pv0", "f32"), ("pi0", "i32"))
+        for n, dt in own:
             kb.buffer(n, "reg", dt, [1, k], layout="row_major", scope="thread")
         kb.buffer("hmv", "smem", "f32", [ws * bq, k])
         kb.buffer("hmi", "smem", "i32", [ws * bq, k])
-    elif split > 1 and not kmerge:
+    elif split > 1 and not (kmerge or tmerge):
         for n in ("pv", "mv") + tuple(f"pv{u}" for u in range(unroll) if wide or rmerge):
             kb.buffer(n, "reg", "f32", [1, k], layout="row_major", scope="thread")
         for n in ("pi", "mi") + tuple(f"pi{u}" for u in range(unroll) if wide or rmerge):
@@ -277,7 +283,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
         if (wide or rmerge) and hrows:
             kb.buffer("hmv", "smem", "f32", [hrows, k])
             kb.buffer("hmi", "smem", "i32", [hrows, k])
-    if (shared or seeded) and not kmerge:   # the reset's word (a merge kernel resets the words itself)
+    if (shared or seeded) and not (kmerge or tmerge):   # the reset's word (a merge kernel or the tail's declared)
         kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
     if shared:
         kb.buffer("bc", "reg", "f32", [wm, 1], layout="mma_rows", scope="warp")   # the bound as last read
@@ -408,7 +414,9 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 r.let("pr", "(bid.x * SPLIT + s) * BQ + wq0")
                 r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
                 r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
-            if not kmerge:   # (kmerge: the merge kernel after this one, knn_merge, takes the partial lists)
+            if tmerge:
+                _merge_tail(r, k, kind, worst, split, bq, warps, shared)
+            elif not kmerge:   # (kmerge: the merge kernel after this one, knn_merge, takes the partial lists)
                 fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT",
                             body=[])
                 with r._nest(fin["body"]):
@@ -425,6 +433,22 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     return Program(name=search.name, arch=arch,
                    workspace=[Workspace(name="XN", dtype="f32", shape=[1, XN_COLS])] if gnorm else [],
                    kernels=([knn_db_norms(d, rows=norm_rows(d), arch=arch)] if gnorm else []) + [search] + after)
+
+
+def _merge_tail(r, k: int, kind: str, worst: float, split: int, bq: int, warps: int, reset: bool) -> None:
+    """merge="tail": every CTA of a query tile arrives on the tile's counter (WT) after storing its partial
+    lists; the last W = cdiv(BQ, warps) CTAs of the tile (bid.y >= SPLIT - W: dispatched after all the others)
+    wait for all SPLIT arrivals, then each warp merges one query row as the merge kernel does
+    (merge_query_row): the merge kernel's work without its launch."""
+    waiters = -(-bq // warps)
+    if waiters > split:
+        raise ValueError(f"the tail merge needs split >= cdiv(BQ, warps) = {waiters}, got {split}")
+    first = f"(SPLIT - {waiters})"
+    fin = r.add("arrive_wait", id="merge_tail", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT",
+                waiters=waiters, when=f"bid.y >= {first}", body=[])
+    with r._nest(fin["body"]):
+        slot = f"max(bid.y - {first}, 0) * {warps} + role_warp"   # (max: provably >= 0 for the verifier)
+        merge_query_row(r, k, split, kind, worst, f"bid.x * BQ + {slot}", f"{slot} < BQ", publish=False, reset=reset)
 
 
 def _merge_serial(r, k: int, kind: str, worst: float, reset: bool, sampling: bool) -> None:
@@ -481,9 +505,6 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
     made this kernel 34 us against the search's 45 (ncu), a serial chain of k shifts of k
     slots per list and 5 tree rounds of one warp."""
     worst = BIG if kind == "min" else -BIG
-    vb = list_vec_bytes(k)
-    lanes = min(32, split)            # lanes that hold a list after the first pass
-    rounds = [1 << i for i in range(max(lanes - 1, 0).bit_length() - 1, -1, -1)]   # 16, 8, ..., 1
     kb = KernelBuilder(f"knn_merge_k{k}_bq{bq}_s{split}" + ("_bound" if publish else ""), arch=arch,
                        grid=["cdiv(cdiv(Q, BQ) * BQ, QW)"], threads=32 * warps,
                        note=f"merge of {split} partial top-{k} lists per query: a warp per query"
@@ -497,58 +518,77 @@ def knn_merge(k: int, bq: int, split: int, kind: str = "min", publish: bool = Fa
     if not publish:
         kb.tensor("I", "i32", ["Q", "KK"], access="write")
         kb.tensor("Dist", "f32", ["Q", "KK"], access="write")
+    declare_row_merge(kb, k, split, warps, reset and not publish)
+    with kb.role("main", warps=(0, warps)) as r:
+        merge_query_row(r, k, split, kind, worst, "bid.x * QW + role_warp", "q < cdiv(Q, BQ) * BQ", publish, reset)
+    return kb.build()
+
+
+def declare_row_merge(kb, k: int, split: int, warps: int, reset: bool) -> None:
+    """merge_query_row's buffers: per-thread lists mv / mi (merged) and pv / pi (read), the warps' lists in
+    smem for the tree (hv / hi), the reset's word zb."""
     for n, dt in (("mv", "f32"), ("pv", "f32"), ("mi", "i32"), ("pi", "i32")):
         kb.buffer(n, "reg", dt, [1, k], layout="row_major", scope="thread")
-    if rounds:
+    if min(32, split) > 1:
         kb.buffer("hv", "smem", "f32", [32 * warps, k])
         kb.buffer("hi", "smem", "i32", [32 * warps, k])
-    if reset and not publish:
+    if reset:
         kb.buffer("zb", "reg", "i32", [1, 1], layout="row_major", scope="thread")
-    with kb.role("main", warps=(0, warps)) as r:
-        r.let("q", "bid.x * QW + role_warp")      # this warp's query row (warp-uniform)
-        r.let("qt", "q / BQ")
-        r.let("qr", "q % BQ")
-        r.let("hr", "role_warp * 32")              # the warp's rows of hv / hi
-        with r.if_("q < cdiv(Q, BQ) * BQ"):
-            r.fill("mv", worst)
-            r.fill("mi", -1)
-            with r.for_("jj", 0, "cdiv(SPLIT, 32)", id="merge_loop"):
-                with r.if_("jj * 32 + lane < SPLIT"):
-                    r.let("rr", "(qt * SPLIT + jj * 32 + lane) * BQ + qr")
-                    r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=vb)
-                    r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=vb)
-                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"),
-                          src_sorted=True)
-                    r.fill("pv", 0.0)     # leave the workspace zeroed for the next launch
-                    r.fill("pi", 0)
-                    r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
-                    r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
-            if rounds:
-                r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb, id="stage_lists")
-                r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
-                r.sync("syncwarp")
-            for h in rounds:         # lanes < h take the list of lane + h (written the round before)
-                with r.if_(f"lane < {h}"):
-                    r.lds(tile("hv", [f"hr + lane + {h}", 0], [1, k]), tile("pv"), vec_bytes=vb)
-                    r.lds(tile("hi", [f"hr + lane + {h}", 0], [1, k]), tile("pi"), vec_bytes=vb)
-                    r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"),
-                          src_sorted=True)
-                    if h > 1:
-                        r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb)
-                        r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
-                r.sync("syncwarp")
-            with r.if_("lane == 0"):
-                if publish:
-                    r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"), bound=tile("TH", ["q", 0], [1, 1]),
-                          id="store_bounds")
-                else:
-                    if reset:
-                        r.fill("zb", 0)
-                        r.stg(tile("zb"), tile("TH", ["q", 0], [1, 1]), oob="mask", vec_bytes=4, id="reset_bounds")
-                    with r.if_("q < Q"):
-                        r.stg(tile("mv"), tile("Dist", ["q", 0], [1, k]), vec_bytes=vb, id="store_dist")
-                        r.stg(tile("mi"), tile("I", ["q", 0], [1, k]), vec_bytes=vb, id="store_idx")
-    return kb.build()
+
+
+def merge_query_row(r, k: int, split: int, kind: str, worst: float, row: str, guard: str, publish: bool,
+                    reset: bool) -> None:
+    """One warp merges the `split` partial lists of query row `row` (padded rows included, while `guard`
+    holds) into I / Dist (real queries only): lane l merges the lists l, l + 32, ... (each row zeroed after
+    it is read, the workspace left as the next launch expects), then the warp merges its lanes' lists in
+    a tree through smem; lane 0 stores the result and zeroes the row's shared-bound word (`reset`), or
+    (`publish`) stores the row's k-th best as its bound instead."""
+    vb = list_vec_bytes(k)
+    lanes = min(32, split)            # lanes that hold a list after the first pass
+    rounds = [1 << i for i in range(max(lanes - 1, 0).bit_length() - 1, -1, -1)]   # 16, 8, ..., 1
+    r.let("q", row)                            # this warp's query row (warp-uniform)
+    r.let("qt", "q / BQ")
+    r.let("qr", "q % BQ")
+    r.let("hr", "role_warp * 32")              # the warp's rows of hv / hi
+    with r.if_(guard):
+        r.fill("mv", worst)
+        r.fill("mi", -1)
+        with r.for_("jj", 0, "cdiv(SPLIT, 32)", id="merge_loop"):
+            with r.if_("jj * 32 + lane < SPLIT"):
+                r.let("rr", "(qt * SPLIT + jj * 32 + lane) * BQ + qr")
+                r.ldg(tile("PV", ["rr", 0], [1, k]), tile("pv"), oob="zfill", vec_bytes=vb)
+                r.ldg(tile("PI", ["rr", 0], [1, k]), tile("pi"), oob="zfill", vec_bytes=vb)
+                r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"),
+                      src_sorted=True)
+                r.fill("pv", 0.0)     # leave the workspace zeroed for the next launch
+                r.fill("pi", 0)
+                r.stg(tile("pv"), tile("PV", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
+                r.stg(tile("pi"), tile("PI", ["rr", 0], [1, k]), oob="mask", vec_bytes=vb)
+        if rounds:
+            r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb, id="stage_lists")
+            r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+            r.sync("syncwarp")
+        for h in rounds:         # lanes < h take the list of lane + h (written the round before)
+            with r.if_(f"lane < {h}"):
+                r.lds(tile("hv", [f"hr + lane + {h}", 0], [1, k]), tile("pv"), vec_bytes=vb)
+                r.lds(tile("hi", [f"hr + lane + {h}", 0], [1, k]), tile("pi"), vec_bytes=vb)
+                r.add("topk", kind=kind, k=k, src=tile("pv"), src_idx=tile("pi"), vals=tile("mv"), idx=tile("mi"),
+                      src_sorted=True)
+                if h > 1:
+                    r.sts(tile("mv"), tile("hv", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+                    r.sts(tile("mi"), tile("hi", ["hr + lane", 0], [1, k]), vec_bytes=vb)
+            r.sync("syncwarp")
+        with r.if_("lane == 0"):
+            if publish:
+                r.add("topk_bound", kind=kind, mode="store", vals=tile("mv"), bound=tile("TH", ["q", 0], [1, 1]),
+                      id="store_bounds")
+            else:
+                if reset:
+                    r.fill("zb", 0)
+                    r.stg(tile("zb"), tile("TH", ["q", 0], [1, 1]), oob="mask", vec_bytes=4, id="reset_bounds")
+                with r.if_("q < Q"):
+                    r.stg(tile("mv"), tile("Dist", ["q", 0], [1, k]), vec_bytes=vb, id="store_dist")
+                    r.stg(tile("mi"), tile("I", ["q", 0], [1, k]), vec_bytes=vb, id="store_idx")
 
 
 def _kernels(ir) -> list:
@@ -748,13 +788,17 @@ FAMILIES = {
         "defaults": {**signature_defaults(knn_fused), "metric": "l2"},
         "space": {"bq": [16, 32, 64, 128], "bn": [32, 64, 128], "k": [1, 10, 32, 64], "d": [64, 128],
                   "split": [1, 8, 32, 128, 512], "stages": [2, 3, 4], "norms": ["tile", "global"],
-                  "merge": ["serial", "wide", "kernel", "rows"], "ws": [1, 4], "queue": [0, 2, 4], "share": [True, False], "seed": [0, 8, 32],
-                  "rolled": [True, False]},
-        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide, rows or kernel merge;
-        # the rows merge stores results only (no sampled bound)
+                  "merge": ["serial", "wide", "kernel", "rows", "tail"], "ws": [1, 4], "queue": [0, 2, 4],
+                  "share": [True, False], "seed": [0, 8, 32], "rolled": [True, False]},
+        # ws > 1 (the few-query stream): one 16-query warp tile per CTA and the wide, rows, tail or kernel merge;
+        # the rows and tail merges store results only (no sampled bound); the tail's waiting CTAs (a warp per
+        # query row) are some of the split's
         "check": lambda p: p["bq"] % 16 == 0 and p["bn"] % 16 == 0 and (
-            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1 and p.get("merge") in ("wide", "kernel", "rows")))
-            and not (p.get("merge") == "rows" and p.get("seed", 0) and p.get("k", 10) > 1),
+            p.get("ws", 1) == 1 or (p["bq"] == 16 and p["split"] > 1
+                                    and p.get("merge") in ("wide", "kernel", "rows", "tail")))
+            and not (p.get("merge") in ("rows", "tail") and p.get("seed", 0) and p.get("k", 10) > 1)
+            and not (p.get("merge") == "tail" and p["split"] > 1
+                     and p["split"] < -(-p["bq"] // (p["bq"] // p.get("wm", 16) * p.get("ws", 1)))),
         "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
                 "topk_sampled_bound": ["seed"], "topk_rolled_insertion": ["rolled"]},
     },
