@@ -72,8 +72,9 @@ def test_variants_name_and_bound_the_tail():
 
 
 def test_split_options_take_the_tail_merge_where_fitted(monkeypatch):
-    """A fitted `merge_tail` range turns a few-query stream pick (ws > 1) at Q <= max_Q into the tail merge,
-    ahead of a rows range; larger Q and wgmma picks keep theirs."""
+    """A fitted `merge_tail` range turns a few-query stream pick (ws > 1) with the merge kernel at Q <= max_Q
+    into the tail merge, ahead of a rows range; larger Q, k = 1 (the wide merge: one launch already, and not
+    what the tail was timed against) and wgmma picks keep theirs."""
     from cakelib import variants
     base = {"merge_kernel_k": ["k>1"]}
     pick = {"bq": 16, "bn": 32, "split": 128, "stages": 4, "ws": 4, "merge": "wide"}
@@ -84,6 +85,7 @@ def test_split_options_take_the_tail_merge_where_fitted(monkeypatch):
     assert variants.knn_split_options(pick, shape)["merge"] == "tail"
     assert variants.knn_split_options(pick, {**shape, "Q": 17})["merge"] == "rows"
     assert variants.knn_split_options(pick, {**shape, "Q": 33})["merge"] == "kernel"
+    assert variants.knn_split_options(pick, {**shape, "k": 1})["merge"] == "rows"   # (k = 1 keeps no merge kernel)
     assert variants.knn_split_options(wg, shape)["merge"] == "kernel"
 
 
