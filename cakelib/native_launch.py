@@ -1,12 +1,13 @@
 """Launch plans fired from C: a plan's pointer writes and its cuLaunchKernel calls in one ctypes call.
 
-A planned small call spends most of its host time launching (one cuLaunchKernel through cuda.bindings is
-~3.5 us, bench/results/host-overhead-*.json); `cakelib/native/plan_launch.c` makes the same driver calls
-from C. It is built once per source hash with the host C compiler (`$CC`, else `cc`) into the cubin cache
-directory and loaded with ctypes; it links nothing (the driver's cuLaunchKernel is passed in as a function
-pointer, as is cuCtxSetCurrent: a run makes the plan's context current first). Where no compiler or no
-driver is found, or `CAKE_NATIVE_LAUNCH=0`, `native_plan` returns None
-and the plan launches through cuda.bindings (cakelib.launch_plan.PlannedLaunch): the same launches.
+A planned small call spends most of its host time launching: one cuLaunchKernel is ~3.3 us in the driver
+itself plus the binding's conversion, 0.1-0.5 us (bench/results/host-overhead-native-h100.json);
+`cakelib/native/plan_launch.c` makes the same driver calls from C, with the context set and the pointer
+writes, in one ctypes call. It is built once per source hash with the host C compiler (`$CC`, else `cc`)
+into the cubin cache directory and loaded with ctypes; it links nothing (the driver's cuLaunchKernel is
+passed in as a function pointer, as is cuCtxSetCurrent: a run makes the plan's context current first). Where no compiler or no
+driver is found, or `CAKE_NATIVE_LAUNCH=0`, `native_plan` returns None and the plan launches through
+cuda.bindings (cakelib.launch_plan.PlannedLaunch): the same launches.
 """
 from __future__ import annotations
 

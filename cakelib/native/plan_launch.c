@@ -1,9 +1,8 @@
-/* A launch plan's pointer writes and cuLaunchKernel calls in one C call (cakelib/native_launch.py).
- *
- * Through cuda.bindings one cuLaunchKernel costs ~3.5 us of host time, about 1 us of it the binding's
- * argument conversion; a planned small call launches one to three kernels. Built with the host C compiler
- * at the first plan and loaded with ctypes; it links nothing: the driver's cuLaunchKernel comes in as a
- * function pointer. */
+/* A launch plan's context set, pointer writes and cuLaunchKernel calls in one C call
+ * (cakelib/native_launch.py): a planned small call launches one to three kernels, and through cuda.bindings
+ * each launch adds the binding's argument conversion to the driver's own ~3.3 us. Built with the host C
+ * compiler at the first plan and loaded with ctypes; it links nothing: the driver's cuCtxSetCurrent and
+ * cuLaunchKernel come in as function pointers. */
 #include <stdint.h>
 
 typedef int (*cake_launch_fn)(void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
