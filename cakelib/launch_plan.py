@@ -82,7 +82,7 @@ class PlannedLaunch:
         else:
             err = n.fire(n.addr)
             if err:
-                _launch_failed(err)
+                _launch_failed(err, "cuLaunchKernel")
 
     def fire_bindings(self) -> None:
         """The launches through cuda.bindings' cuLaunchKernel."""
@@ -90,7 +90,7 @@ class PlannedLaunch:
         for args in self.calls:
             err = launch(*args)[0]
             if err:
-                _launch_failed(err)
+                _launch_failed(err, "cuLaunchKernel")
 
     def run(self, ptrs: Sequence[int]) -> None:
         """The plan's context made current on this thread, then bind + fire, in one frame (a small call's
@@ -99,17 +99,17 @@ class PlannedLaunch:
         if n is not None:
             err = n.run(n.addr, *ptrs, *n.pad)
             if err:
-                _launch_failed(err)
+                _launch_failed(err, "cuCtxSetCurrent / cuLaunchKernel")
             return
         set_context(self.ctx)
         self.cells[:] = ptrs
         self.fire_bindings()
 
 
-def _launch_failed(err) -> None:
+def _launch_failed(err, call: str) -> None:
     from cuda.bindings import driver
     from gpu_backend.driver import CudaError
-    raise CudaError("cuCtxSetCurrent / cuLaunchKernel", driver.CUresult(err) if isinstance(err, int) else err)
+    raise CudaError(call, driver.CUresult(err) if isinstance(err, int) else err)
 
 
 def plan_launch(rt, kern, tensors: dict, scalars: dict, stream: int, names: Sequence[str]) -> Optional[PlannedLaunch]:

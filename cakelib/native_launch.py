@@ -5,8 +5,8 @@ itself plus the binding's conversion, 0.1-0.5 us (bench/results/host-overhead-na
 `cakelib/native/plan_launch.c` makes the same driver calls from C, with the context set and the pointer
 writes, in one ctypes call. It is built once per source hash with the host C compiler (`$CC`, else `cc`)
 into the cubin cache directory and loaded with ctypes; it links nothing (the driver's cuLaunchKernel is
-passed in as a function pointer, as is cuCtxSetCurrent: a run makes the plan's context current first). Where no compiler or no
-driver is found, or `CAKE_NATIVE_LAUNCH=0`, `native_plan` returns None and the plan launches through
+passed in as a function pointer, as is cuCtxSetCurrent: a run makes the plan's context current first).
+Where no compiler or no driver is found, or `CAKE_NATIVE_LAUNCH=0`, `native_plan` returns None and the plan launches through
 cuda.bindings (cakelib.launch_plan.PlannedLaunch): the same launches.
 """
 from __future__ import annotations

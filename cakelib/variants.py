@@ -78,7 +78,8 @@ def knn_queue_key(p: dict) -> str:
     pays on the unseeded scan loses there (T = 2 at k = 16 1.07-1.57x unseeded, 0.89-1.0x on most seeded
     picks). The insertion's form (`rolled`) shares it too: the rolled A/B keyed the rolled arm
     apart (`_rl`), so it ran T = 0 where the table fits T = 2 for the unrolled one."""
-    base = {**p, **({"merge": "wide"} if p.get("merge") in ("kernel", "rows", "tail") else {})}   # (names carry no queue)
+    one_kernel_form = {"merge": "wide"} if p.get("merge") in ("kernel", "rows", "tail") else {}
+    base = {**p, **one_kernel_form}   # (names carry no queue)
     base.pop("rolled", None)
     if p.get("mma", "sync") == "wgmma":
         base.pop("norms", None)
@@ -153,8 +154,8 @@ def knn_name(p: dict) -> str:
     merge by all threads, several lists in flight) `_mw`, `merge: "kernel"` (a merge kernel of its own after
     the search, a warp per query) `_mk`, `merge: "rows"` (the last-CTA merge with its threads spread over the
     tile's real query rows, a tree per row) `_mr`, `merge: "tail"` (the merge kernel's warp per query run by
-    the tile's last CTAs after all its CTAs arrive, `arrive_wait`: one launch) `_mt`, `qfrag: "smem"` (query fragments re-read per
-    k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
+    the tile's last CTAs after all its CTAs arrive, `arrive_wait`: one launch) `_mt`, `qfrag: "smem"` (query
+    fragments re-read per k step) `_qs`, `wm` (query rows per warp) `_w{wm}`, `ws` (warps per CTA streaming their own
     database chunks) `_ws{ws}`, `seed` (a sampling kernel of every seed-th database tile first leaves each
     query's bound of its k-th best; k > 1) `_sd{seed}`, `rolled: False` (an unrolled insertion per column,
     `_ur`; the builders' default is the rolled loop, `topk` rolled: 1.0-2.3x less time at the

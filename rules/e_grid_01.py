@@ -17,8 +17,9 @@ from cake_ir.nodes import ArriveWait, LastCta
 
 CODE = "E-GRID-01"
 TITLE = "last_cta / arrive_wait placement, counter and waiters"
-CTA_UNIFORM = ("bid.x", "bid.y", "bid.z", "nbid.x", "nbid.y", "nbid.z")
 STAGE = "source"
+# the names a `when` may use, besides consts and scalar params
+CTA_UNIFORM = ("bid.x", "bid.y", "bid.z", "nbid.x", "nbid.y", "nbid.z")
 
 
 def check(ctx):

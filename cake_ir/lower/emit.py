@@ -19,7 +19,8 @@ from ..analysis.topk import sorted_merge_problems
 from ..arch import spec as arch_spec
 from ..diagnostics import Diagnostic
 from ..dtypes import C_TYPE, SIZE
-from ..nodes import (Access, ArriveWait, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel, LastCta, Let, Map,
+from ..nodes import (Access, ArriveWait, BarRef, Block, Buffer, Copy, CpAsyncArrive, Fence, Fill, For, If, Kernel,
+                     LastCta, Let, Map,
                      BucketOffsets, BucketPlace, OneHot, RedAdd, RowSelect, ScatterAdd, SegmentSums, TopK,
                      TopKBound, TopKMerge,
                      MBarrier, MbarArrive, MbarExpectTx, MbarInit, MbarWait, MmaSync, NamedBarrier, NamedBarSync,

@@ -211,7 +211,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if ws > 1 and (not (wide or kmerge or rmerge or tmerge) or bq != wm):
         raise ValueError("ws > 1 needs split > 1 with the wide, rows, tail or kernel merge and bq == wm")
     if (rmerge or tmerge) and seeded_bound(k, seed):
-        raise ValueError(f"the {merge} merge stores results, not a sample's bounds: seed needs the wide or kernel merge")
+        raise ValueError(f"the {merge} merge stores results, not a sample's bounds: "
+                         "seed needs the wide or kernel merge")
     warps = bq // wm * ws
     l2 = metric == "l2"
     queue = queue if k > 1 else 0   # a top-1 keeps a running best: nothing to defer
@@ -267,7 +268,8 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
     if tmerge:              # the tail's row merge (merge_query_row), then ws > 1: the CTA's merge of its warps
         declare_row_merge(kb, k, split, warps, reset=shared)
     if (kmerge or tmerge) and ws > 1:   # only the CTA's merge of its warps' lists (_merge_warps)
-        own = (("mv", "f32"), ("pv0", "f32"), ("mi", "i32"), ("pi0", "i32")) if kmerge else (("pv0", "f32"), ("pi0", "i32"))
+        own = ((("mv", "f32"), ("pv0", "f32"), ("mi", "i32"), ("pi0", "i32")) if kmerge
+               else (("pv0", "f32"), ("pi0", "i32")))
         for n, dt in own:
             kb.buffer(n, "reg", dt, [1, k], layout="row_major", scope="thread")
         kb.buffer("hmv", "smem", "f32", [ws * bq, k])
