@@ -3,7 +3,7 @@
 # FORM=rows: the last-CTA merge over the real query rows, tests/test_knn_merge_rows.py) on one GPU, one call,
 # results under $OUT/$FORM (tarred into $OUT/$FORM.tgz: the machine returns at most 8 files):
 #   1. its GPU tests (float64 checks, workspace left clean) while the A/B's builds compile;
-#   2. the merge kernel against it at the few-query stream picks (bench/knn_merge_rows_shapes.json;
+#   2. the merge kernel against it at the few-query stream picks (bench/knn_merge_launch_shapes.json;
 #      bench/topk_queue_ab.py --option merge --values kernel,$FORM);
 #   3. where the tests passed: its Q range fitted from the A/B (--fit-merge-form, written into
 #      cakelib/tables/split_options/knn.json, copied to $OUT/$FORM) and, where it has one, the host A/B of
@@ -14,7 +14,7 @@
 FORM=${FORM:-tail}
 R=$OUT/$FORM; mkdir -p $R/h
 nvidia-smi --query-gpu=name --format=csv,noheader
-S="$(cat bench/knn_merge_rows_shapes.json)"
+S="$(cat bench/knn_merge_launch_shapes.json)"
 timeout 150 $PY bench/topk_queue_ab.py --option merge --values kernel,$FORM --shapes "$S" --compile-only \
   --procs $NP > $R/compile.log 2>&1 &
 timeout ${TESTS_S:-150} $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_knn_merge_$FORM.py > $R/tests.log 2>&1

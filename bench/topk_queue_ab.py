@@ -182,7 +182,8 @@ def fit_merge_form(ab_path: str, table_path: str, form: str = "rows") -> dict:
     over the few-query stream picks (ws > 1), the largest measured Q such that its time at every shape with Q
     at or below it is within ROWS_MAX_RATIO of the merge kernel's and their geometric mean ratio is below 1
     (one launch fewer also saves the host a driver call: ~3-4 us). Written into split_options/knn.json as
-    `merge_{form}` ({"max_Q": Q}, or null where no range qualifies), with the ratios per shape."""
+    `merge_{form}` ({"max_Q": Q, "max_k": the largest k measured in that range}, or null where no range
+    qualifies), with the ratios per shape."""
     import math
     if form not in ONE_LAUNCH_MERGES:
         raise ValueError(f"one-launch merge forms: {ONE_LAUNCH_MERGES}, not {form!r}")
@@ -198,7 +199,8 @@ def fit_merge_form(ab_path: str, table_path: str, form: str = "rows") -> dict:
         else:
             break
     doc_t = json.load(open(table_path)) if os.path.exists(table_path) else {}
-    doc_t[f"merge_{form}"] = {"max_Q": best} if best is not None else None
+    doc_t[f"merge_{form}"] = ({"max_Q": best, "max_k": max(r["shape"]["k"] for r in rows if r["shape"]["Q"] <= best)}
+                              if best is not None else None)
     doc_t[f"merge_{form}_fit"] = {"from": ab_path, "max_ratio": ROWS_MAX_RATIO, f"{form} / kernel": ratio}
     with open(table_path, "w") as f:
         json.dump(doc_t, f, indent=1)

@@ -93,8 +93,8 @@ def knn_split_options(p: dict, shape: dict) -> dict:
     bound for its family at M >= min_M (0.91x of the merge kernel alone over the wgmma picks; slower on
     the few-query streams, whose chunks are short); then, for a few-query stream pick (ws > 1, unseeded), a
     one-launch merge where the table fits a Q range for it (bench/topk_queue_ab.py
-    --fit-merge-form): the tile's last CTAs, a warp per row, in place of the merge kernel it was timed against
-    (`tail`, merge_tail.max_Q: 0.93-1.00x the merge kernel's time at 25 few-query shapes on an H100,
+    --fit-merge-form; within its measured k, `max_k`): the tile's last CTAs, a warp per row, in place of the
+    merge kernel it was timed against (`tail`, merge_tail.max_Q: 0.93-1.00x the merge kernel's time at 25 few-query shapes on an H100,
     topk-merge-tail-ab-h100.json), else the last-CTA merge
     over the real query rows (`rows`, merge_rows.max_Q; the committed table has no range for it: 1.02-1.35x the
     merge kernel's time on an H100, topk-merge-rows-ab-h100.json). Unsplit variants and explicit options are
@@ -112,7 +112,8 @@ def knn_split_options(p: dict, shape: dict) -> dict:
     for form in ("tail", "rows"):   # a one-launch merge where its fitted Q range holds (the tail first)
         rng = opts.get(f"merge_{form}")
         if rng and p.get("ws", 1) > 1 and not out.get("seed") and (form != "tail" or out.get("merge") == "kernel") \
-                and shape["Q"] <= rng["max_Q"] and knn_supports({**out, "merge": form}, shape):
+                and shape["Q"] <= rng["max_Q"] and k <= rng.get("max_k", KNN_K_MAX_SPLIT) \
+                and knn_supports({**out, "merge": form}, shape):
             out["merge"] = form
             break
     return out

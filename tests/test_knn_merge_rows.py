@@ -112,8 +112,8 @@ def test_fit_merge_rows_takes_the_largest_q_range_that_is_not_slower(tmp_path):
     ab.write_text(json.dumps({"rows": [row(1, 0.040, 0.037), row(8, 0.041, 0.040), row(16, 0.043, 0.045),
                                        row(32, 0.046, 0.044), row(128, 0.08, 0.07, {"bq": 128, "ws": 1})]}))
     out = fit_merge_form(str(ab), str(table), "rows")
-    assert out["merge_rows"] == {"max_Q": 8} and out["merge_kernel_k"] == ["k>1"]   # 16: 1.05x, the range ends
-    assert json.loads(table.read_text())["merge_rows"] == {"max_Q": 8}
+    assert out["merge_rows"] == {"max_Q": 8, "max_k": 10} and out["merge_kernel_k"] == ["k>1"]   # 16: 1.05x, ends
+    assert json.loads(table.read_text())["merge_rows"] == {"max_Q": 8, "max_k": 10}
     ab.write_text(json.dumps({"rows": [row(1, 0.040, 0.042)]}))
     assert fit_merge_form(str(ab), str(table), "rows")["merge_rows"] is None
 

@@ -87,6 +87,9 @@ def test_split_options_take_the_tail_merge_where_fitted(monkeypatch):
     assert variants.knn_split_options(pick, {**shape, "Q": 33})["merge"] == "kernel"
     assert variants.knn_split_options(pick, {**shape, "k": 1})["merge"] == "rows"   # (k = 1 keeps no merge kernel)
     assert variants.knn_split_options(wg, shape)["merge"] == "kernel"
+    monkeypatch.setattr(variants, "_split_table", lambda: {**base, "merge_tail": {"max_Q": 16, "max_k": 16}})
+    assert variants.knn_split_options(pick, {**shape, "k": 16})["merge"] == "tail"
+    assert variants.knn_split_options(pick, {**shape, "k": 32})["merge"] == "kernel"   # (beyond the k it was timed at)
 
 
 def _arrive_wait_kernel(when, waiters):
