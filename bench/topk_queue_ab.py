@@ -178,34 +178,45 @@ ONE_LAUNCH_MERGES = ("rows", "tail")
 
 
 def fit_merge_form(ab_path: str, table_path: str, form: str = "rows") -> dict:
-    """A one-launch merge's Q range (`form`: rows or tail) from a `--option merge --values kernel,FORM` A/B:
-    over the few-query stream picks (ws > 1), the largest measured Q such that its time at every shape with Q
-    at or below it is within ROWS_MAX_RATIO of the merge kernel's and their geometric mean ratio is below 1
-    (one launch fewer also saves the host a driver call: ~3-4 us). Written into split_options/knn.json as
-    `merge_{form}` ({"max_Q": Q, "max_k": the largest k measured in that range}, or null where no range
-    qualifies), with the ratios per shape."""
-    import math
+    """A one-launch merge's range (`form`: rows or tail) from a `--option merge --values kernel,FORM` A/B: over
+    the few-query stream picks (ws > 1), the (max_Q, max_k) box covering the most measured shapes such that its
+    time at every shape in the box (Q <= max_Q, k <= max_k) is within ROWS_MAX_RATIO of the merge kernel's and
+    their geometric mean ratio is below 1 (one launch fewer also saves the host a driver call: ~3-4 us); ties
+    go to the larger k. Written into split_options/knn.json as `merge_{form}` ({"max_Q", "max_k"}, or null where
+    no box qualifies), with the ratios per shape."""
     if form not in ONE_LAUNCH_MERGES:
         raise ValueError(f"one-launch merge forms: {ONE_LAUNCH_MERGES}, not {form!r}")
     doc = json.load(open(ab_path))
-    rows = sorted((r for r in doc["rows"] if r["params"].get("ws", 1) > 1
-                   and all(r["builds"].get(v, {}).get("ok") for v in ("kernel", form))), key=lambda r: r["shape"]["Q"])
+    rows = [r for r in doc["rows"] if r["params"].get("ws", 1) > 1
+            and all(r["builds"].get(v, {}).get("ok") for v in ("kernel", form))]
     ratio = {json.dumps(r["shape"]): r["builds"][form]["ms"] / r["builds"]["kernel"]["ms"] for r in rows}
-    best = None
-    for q in sorted({r["shape"]["Q"] for r in rows}):
-        rs = [ratio[json.dumps(r["shape"])] for r in rows if r["shape"]["Q"] <= q]
-        if max(rs) <= ROWS_MAX_RATIO and math.exp(sum(map(math.log, rs)) / len(rs)) < 1.0:
-            best = q
-        else:
-            break
+    best = None   # (shapes covered, max_k, max_Q)
+    for max_k in sorted({r["shape"]["k"] for r in rows}):
+        q = _largest_q(rows, ratio, max_k)
+        if q is not None:
+            covered = sum(1 for r in rows if r["shape"]["k"] <= max_k and r["shape"]["Q"] <= q)
+            best = max(best or (0, 0, 0), (covered, max_k, q))
     doc_t = json.load(open(table_path)) if os.path.exists(table_path) else {}
-    doc_t[f"merge_{form}"] = ({"max_Q": best, "max_k": max(r["shape"]["k"] for r in rows if r["shape"]["Q"] <= best)}
-                              if best is not None else None)
+    doc_t[f"merge_{form}"] = {"max_Q": best[2], "max_k": best[1]} if best is not None else None
     doc_t[f"merge_{form}_fit"] = {"from": ab_path, "max_ratio": ROWS_MAX_RATIO, f"{form} / kernel": ratio}
     with open(table_path, "w") as f:
         json.dump(doc_t, f, indent=1)
         f.write("\n")
     return doc_t
+
+
+def _largest_q(rows: list, ratio: dict, max_k: int):
+    """The largest measured Q such that every row with k <= max_k and Q at or below it is within ROWS_MAX_RATIO
+    and their geometric mean ratio is below 1, or None."""
+    import math
+    mine = [r for r in rows if r["shape"]["k"] <= max_k]
+    best = None
+    for q in sorted({r["shape"]["Q"] for r in mine}):
+        rs = [ratio[json.dumps(r["shape"])] for r in mine if r["shape"]["Q"] <= q]
+        if max(rs) > ROWS_MAX_RATIO or math.exp(sum(map(math.log, rs)) / len(rs)) >= 1.0:
+            break
+        best = q
+    return best
 
 
 def main():

@@ -92,6 +92,26 @@ def test_split_options_take_the_tail_merge_where_fitted(monkeypatch):
     assert variants.knn_split_options(pick, {**shape, "k": 32})["merge"] == "kernel"   # (beyond the k it was timed at)
 
 
+def test_fit_takes_the_box_of_q_and_k_where_the_tail_is_not_slower(tmp_path):
+    """A k = 32 shape where the tail loses (its smem lists cost occupancy) bounds k, not Q: the fit keeps
+    every Q measured at k <= 16."""
+    import json
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from topk_queue_ab import fit_merge_form
+
+    def row(Q, k, kern, tail):
+        return {"shape": {"Q": Q, "M": 100000, "k": k}, "params": WS4,
+                "builds": {"kernel": {"ok": True, "ms": kern}, "tail": {"ok": True, "ms": tail}}}
+    ab, table = tmp_path / "ab.json", tmp_path / "split.json"
+    ab.write_text(json.dumps({"rows": [row(1, 10, 0.040, 0.039), row(1, 32, 0.070, 0.098), row(8, 16, 0.044, 0.041),
+                                       row(32, 10, 0.047, 0.046), row(32, 32, 0.093, 0.121)]}))
+    assert fit_merge_form(str(ab), str(table), "tail")["merge_tail"] == {"max_Q": 32, "max_k": 16}
+    ab.write_text(json.dumps({"rows": [row(1, 10, 0.040, 0.045)]}))
+    assert fit_merge_form(str(ab), str(table), "tail")["merge_tail"] is None
+
+
 def _arrive_wait_kernel(when, waiters):
     """A minimal kernel: every CTA arrives, the CTAs where `when` holds wait and store a tile."""
     from cake_ir.builder import KernelBuilder, tile
