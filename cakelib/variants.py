@@ -92,13 +92,12 @@ def knn_split_options(p: dict, shape: dict) -> dict:
     lists (0.78x the time at k > 1 over 26 split picks, neutral at k = 1), and the sampled
     bound for its family at M >= min_M (0.91x of the merge kernel alone over the wgmma picks; slower on
     the few-query streams, whose chunks are short); then, for a few-query stream pick (ws > 1, unseeded), a
-    one-launch merge where the table fits a Q range for it (bench/topk_queue_ab.py
-    --fit-merge-form; within its measured k, `max_k`): the tile's last CTAs, a warp per row, in place of the
-    merge kernel it was timed against (`tail`, merge_tail.max_Q: 0.93-1.00x the merge kernel's time at 25 few-query shapes on an H100,
-    topk-merge-tail-ab-h100.json), else the last-CTA merge
-    over the real query rows (`rows`, merge_rows.max_Q; the committed table has no range for it: 1.02-1.35x the
-    merge kernel's time on an H100, topk-merge-rows-ab-h100.json). Unsplit variants and explicit options are
-    kept."""
+    one-launch merge where the table fits a box of Q and k for it (`max_Q`, `max_k`; bench/topk_queue_ab.py
+    --fit-merge-form): the tile's last CTAs, a warp per row, in place of the merge kernel it was timed against
+    (`tail`, merge_tail: 0.93-1.00x the merge kernel's time at 29 few-query shapes with k <= 16 on an H100,
+    1.11-1.43x at k = 32, topk-merge-tail-ab2-h100.json), else the last-CTA merge over the real query rows
+    (`rows`, merge_rows; the committed table has no box for it: 1.02-1.35x the merge kernel's time on an H100,
+    topk-merge-rows-ab-h100.json). Unsplit variants and explicit options are kept."""
     if p.get("split", 1) <= 1 or p.get("merge") != "wide":
         return p
     opts = _split_table()
