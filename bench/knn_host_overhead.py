@@ -237,9 +237,8 @@ def knn_breakdown(Q, M, D, k, calls: int) -> dict:
     except Exception as e:  # noqa: BLE001 - an A/B that cannot run here is reported
         ctypes_us = f"{type(e).__name__}: {e}"[:120]
     launch = plan.launch
-    native = getattr(launch, "native", None) is not None
-    return {"kernels": len(launch.calls), "native": native, "fire_us": per_call(launch.fire),
-            "fire_bindings_us": per_call(getattr(launch, "fire_bindings", launch.fire)),
+    return {"kernels": len(launch.calls), "native": launch.native is not None, "fire_us": per_call(launch.fire),
+            "fire_bindings_us": per_call(launch.fire_bindings),
             "fire_ctypes_us": ctypes_us,
             "set_context_us": per_call(lambda: set_context(rt.ctx)),
             "two_empty_us": per_call(lambda: (torch.empty((Q, k), dtype=torch.int32, device=dev),

@@ -6,8 +6,8 @@ itself plus the binding's conversion, 0.1-0.5 us (bench/results/host-overhead-na
 writes, in one ctypes call. It is built once per source hash with the host C compiler (`$CC`, else `cc`)
 into the cubin cache directory and loaded with ctypes; it links nothing (the driver's cuLaunchKernel is
 passed in as a function pointer, as is cuCtxSetCurrent: a run makes the plan's context current first).
-Where no compiler or no driver is found, or `CAKE_NATIVE_LAUNCH=0`, `native_plan` returns None and the plan launches through
-cuda.bindings (cakelib.launch_plan.PlannedLaunch): the same launches.
+Where no compiler or no driver is found, or `CAKE_NATIVE_LAUNCH=0`, `native_plan` returns None and the plan
+launches through cuda.bindings (cakelib.launch_plan.PlannedLaunch): the same launches.
 """
 from __future__ import annotations
 
@@ -130,10 +130,20 @@ def build(source: Path, out_dir: Path) -> Optional[Path]:
     return path
 
 
+_ENTRIES: object = None   # driver_entries' answer, resolved once per process (False: none)
+
+
 def driver_entries() -> Optional[tuple]:
     """The addresses of the driver's cuCtxSetCurrent and cuLaunchKernel as cuda.bindings resolves them
     (cuGetProcAddress at the driver's version; per-thread default stream where
-    CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM asks for it), or None without a driver."""
+    CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM asks for it), or None without a driver; looked up once."""
+    global _ENTRIES
+    if _ENTRIES is None:
+        _ENTRIES = _lookup_entries() or False
+    return _ENTRIES or None
+
+
+def _lookup_entries() -> Optional[tuple]:
     try:
         from cuda.bindings import driver
         err, version = driver.cuDriverGetVersion()
@@ -141,7 +151,8 @@ def driver_entries() -> Optional[tuple]:
             return None
         flags = driver.CUdriverProcAddress_flags
         per_thread = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
-        flag = flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread else flags.CU_GET_PROC_ADDRESS_DEFAULT
+        flag = (flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread
+                else flags.CU_GET_PROC_ADDRESS_DEFAULT)
         found = [driver.cuGetProcAddress(name, version, flag) for name in (b"cuCtxSetCurrent", b"cuLaunchKernel")]
     except Exception:  # noqa: BLE001 - no driver library: the cuda.bindings path reports it at launch
         return None

@@ -182,7 +182,7 @@ def knn_name(p: dict) -> str:
 def knn_supports(p: dict, shape: dict) -> bool:
     """shape: Q, M, k, D (and optional metric; arch: the GPU's, for the sm_90a-only wgmma variants, which
     a shape without it is taken to allow: the sweep's and the table's own checks)."""
-    from tasks.knn.programs import WS_ROWS, WS_TILES
+    from tasks.knn.programs import WS_ROWS, WS_TILES, tail_waiters
     Q, M, k, D = shape["Q"], shape["M"], shape["k"], shape.get("D", 128)
     if "dk" in p:
         return knn_dk_supports(p, shape)
@@ -205,7 +205,7 @@ def knn_supports(p: dict, shape: dict) -> bool:
                                      or not _verifier_fits(json.dumps(p, sort_keys=True), k, D,
                                                            shape.get("arch", "sm_90a"))):
         return False                        # (mma.sync builds, unseeded; their smem lists [threads, k] must fit)
-    if p.get("merge") == "tail" and p["split"] < -(-p["bq"] // (p["bq"] // p.get("wm", 16) * p.get("ws", 1))):
+    if p.get("merge") == "tail" and p["split"] < tail_waiters(p["bq"], p.get("wm", 16), p.get("ws", 1)):
         return False                        # (a warp per query row: cdiv(BQ, warps) waiting CTAs of the split)
     return k <= KNN_K_MAX_SPLIT and tiles <= WS_TILES and tiles * p["bq"] * p["split"] <= WS_ROWS
 

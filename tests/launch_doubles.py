@@ -91,12 +91,9 @@ class RecordingDriver:
     def __init__(self):
         self.launches, self.contexts, self.current = [], 0, None
         self.functions = {}       # function handle -> (kernel name, signature)
-        self.fail_at = None       # the launch (by count) that returns CUDA_ERROR_LAUNCH_FAILED (719)
 
     def launch(self, fn, gx, gy, gz, bx, by, bz, smem, stream, addr, extra):
         from cuda.bindings import driver
-        if self.fail_at is not None and len(self.launches) == self.fail_at:
-            return (driver.CUresult.CUDA_ERROR_LAUNCH_FAILED,)
         name, signature = self.functions[int(fn)]
         ptrs = (ctypes.c_void_p * len(signature)).from_address(addr)
         ct = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,

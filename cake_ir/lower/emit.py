@@ -2262,11 +2262,7 @@ class Emitter:
         w = self.w
         w.open("", path)
         w.line("__shared__ int cake_last;")
-        # every thread fences its own global writes (the red.add flushes are spread over all threads),
-        # then the barrier makes all those fences complete before thread 0 arrives; fencing after the
-        # barrier let thread 0 arrive while other threads' reductions were still in flight.
-        w.line("__threadfence();   // release this thread's global writes ...")
-        w.line("__syncthreads();   // ... and everyone's, before arriving")
+        self.release_before_arrival()
         w.line(f"if (cake_tid == 0) cake_last = cake::arrive_last({ptr}, (int)({ix(st.count)}));", path)
         w.line("__syncthreads();")
         w.open("if (cake_last)")
@@ -2280,8 +2276,7 @@ class Emitter:
         ptr = self.counter_ptr(st, path)
         w = self.w
         w.open("", path)
-        w.line("__threadfence();   // release this thread's global writes ...")
-        w.line("__syncthreads();   // ... and everyone's, before arriving")
+        self.release_before_arrival()
         w.line(f"if (cake_tid == 0) cake::arrive({ptr});", path)
         w.open(f"if ({cond_c(st.when)})", path + "/when")
         w.line(f"if (cake_tid == 0) cake::wait_arrivals({ptr}, (int)({ix(st.count)}));", path)
@@ -2292,6 +2287,13 @@ class Emitter:
         w.line(f"if (cake_tid == 0) cake::depart({ptr}, (int)({ix(st.count)}) + (int)({ix(st.waiters)}));", path)
         w.close()
         w.close()
+
+    def release_before_arrival(self) -> None:
+        """Every thread fences its own global writes (the red.add flushes are spread over all threads), then
+        the barrier makes all those fences complete before thread 0 arrives on a grid counter; fencing after
+        the barrier let thread 0 arrive while other threads' reductions were still in flight."""
+        self.w.line("__threadfence();   // release this thread's global writes ...")
+        self.w.line("__syncthreads();   // ... and everyone's, before arriving")
 
     def counter_ptr(self, st: LastCta, path) -> str:
         """The address of a last_cta / arrive_wait counter (an i32 global tensor element)."""

@@ -417,7 +417,7 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                 r.stg(tile("tv"), tile("PV", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_dist")
                 r.stg(tile("ti"), tile("PI", ["pr", 0], [wm, k]), oob="mask", vec_bytes=4, id="store_partial_idx")
             if tmerge:
-                _merge_tail(r, k, kind, worst, split, bq, warps, shared)
+                _merge_tail(r, k, kind, worst, split, warps, tail_waiters(bq, wm, ws), shared)
             elif not kmerge:   # (kmerge: the merge kernel after this one, knn_merge, takes the partial lists)
                 fin = r.add("last_cta", id="merge_splits", counter=tile("WT", ["bid.x", 0], [1, 1]), count="SPLIT",
                             body=[])
@@ -437,12 +437,17 @@ def knn_fused(metric: str = "l2", k: int = 10, d: int = 128, bq: int = 64, bn: i
                    kernels=([knn_db_norms(d, rows=norm_rows(d), arch=arch)] if gnorm else []) + [search] + after)
 
 
-def _merge_tail(r, k: int, kind: str, worst: float, split: int, bq: int, warps: int, reset: bool) -> None:
+def tail_waiters(bq: int, wm: int = 16, ws: int = 1) -> int:
+    """The tail merge's waiting CTAs per query tile: a warp per query row, cdiv(BQ, warps) CTAs (at most the
+    split's)."""
+    return -(-bq // (bq // wm * ws))
+
+
+def _merge_tail(r, k: int, kind: str, worst: float, split: int, warps: int, waiters: int, reset: bool) -> None:
     """merge="tail": every CTA of a query tile arrives on the tile's counter (WT) after storing its partial
     lists; the last W = cdiv(BQ, warps) CTAs of the tile (bid.y >= SPLIT - W: dispatched after all the others)
     wait for all SPLIT arrivals, then each warp merges one query row as the merge kernel does
     (merge_query_row): the merge kernel's work without its launch."""
-    waiters = -(-bq // warps)
     if waiters > split:
         raise ValueError(f"the tail merge needs split >= cdiv(BQ, warps) = {waiters}, got {split}")
     first = f"(SPLIT - {waiters})"
@@ -800,7 +805,7 @@ FAMILIES = {
                                     and p.get("merge") in ("wide", "kernel", "rows", "tail")))
             and not (p.get("merge") in ("rows", "tail") and p.get("seed", 0) and p.get("k", 10) > 1)
             and not (p.get("merge") == "tail" and p["split"] > 1
-                     and p["split"] < -(-p["bq"] // (p["bq"] // p.get("wm", 16) * p.get("ws", 1)))),
+                     and p["split"] < tail_waiters(p["bq"], p.get("wm", 16), p.get("ws", 1))),
         "tactics": {"retile": ["bq", "bn"], "topk_queue": ["queue"], "topk_shared_bound": ["share"],
                 "topk_sampled_bound": ["seed"], "topk_rolled_insertion": ["rolled"]},
     },
