@@ -105,12 +105,15 @@ class RecordingDriver:
 
     def c_entries(self):
         """cuCtxSetCurrent's and cuLaunchKernel's C signatures around `set_context` and `launch` (for
-        cakelib.native_launch's C plans): ctypes callbacks, kept alive on the driver; their addresses."""
-        u, vp = ctypes.c_uint, ctypes.c_void_p
-        launch = ctypes.CFUNCTYPE(ctypes.c_int, vp, u, u, u, u, u, u, u, vp, vp, vp)
-        set_ctx = ctypes.CFUNCTYPE(ctypes.c_int, vp)
-        self._c_entries = (set_ctx(lambda ctx: int(self.set_context(ctx)[0])),
-                           launch(lambda fn, *rest: int(self.launch(fn, *rest[:7], rest[7] or 0, *rest[8:])[0])))
+        cakelib.native_launch's C plans): ctypes callbacks made once and kept alive on the driver (every plan
+        holds their addresses, as the real driver's stay valid); their addresses."""
+        if not hasattr(self, "_c_entries"):
+            u, vp = ctypes.c_uint, ctypes.c_void_p
+            launch = ctypes.CFUNCTYPE(ctypes.c_int, vp, u, u, u, u, u, u, u, vp, vp, vp)
+            set_ctx = ctypes.CFUNCTYPE(ctypes.c_int, vp)
+            self._c_entries = (
+                set_ctx(lambda ctx: int(self.set_context(ctx)[0])),
+                launch(lambda fn, *rest: int(self.launch(fn, *rest[:7], rest[7] or 0, *rest[8:])[0])))
         return tuple(ctypes.cast(e, ctypes.c_void_p).value for e in self._c_entries)
 
     def set_context(self, ctx):
